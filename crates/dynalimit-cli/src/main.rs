@@ -1,0 +1,2 @@
+//! The `dynalimit` command.
+fn main() {}

@@ -1,0 +1,53 @@
+//! The error type of the pure layer.
+
+use thiserror::Error;
+
+/// Bad input detected before any I/O.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum CoreError {
+    /// An identifier (entity, resource, limit name, stack, namespace, principal) is malformed.
+    #[error("invalid {field} {value:?}: {reason}")]
+    InvalidIdentifier {
+        /// Which identifier: `entity_id`, `resource`, `limit name`, …
+        field: &'static str,
+        /// The offending value, cut to its first 50 characters.
+        value: String,
+        /// What rule it breaks.
+        reason: String,
+    },
+    /// A value (amount, capacity, period, …) is outside what the format allows.
+    #[error("invalid {field} {value}: {reason}")]
+    InvalidValue {
+        /// Which value.
+        field: &'static str,
+        /// The offending value, rendered.
+        value: String,
+        /// What rule it breaks.
+        reason: String,
+    },
+}
+
+impl CoreError {
+    /// Builds an [`CoreError::InvalidIdentifier`], cutting `value` to 50 characters.
+    pub fn invalid_identifier(field: &'static str, value: &str, reason: impl Into<String>) -> Self {
+        CoreError::InvalidIdentifier {
+            field,
+            value: value.chars().take(50).collect(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Builds an [`CoreError::InvalidValue`].
+    pub fn invalid_value(
+        field: &'static str,
+        value: impl ToString,
+        reason: impl Into<String>,
+    ) -> Self {
+        CoreError::InvalidValue {
+            field,
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! Pure domain logic of dynalimit: no I/O, no runtime.
+//!
+//! Everything here is deterministic and takes time from an injected [`Clock`], so the
+//! decisions the DynamoDB data plane makes can be tested without DynamoDB and without sleeps.
+
+pub mod clock;
+pub mod error;
+pub mod ids;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::CoreError;

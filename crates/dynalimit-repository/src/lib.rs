@@ -1,0 +1,1 @@
+//! The DynamoDB data plane of dynalimit.

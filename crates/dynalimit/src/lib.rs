@@ -1,0 +1,1 @@
+//! Distributed rate limiting on DynamoDB.
