@@ -1,1 +1,6 @@
 //! The DynamoDB data plane of dynalimit.
+
+pub mod bucket;
+pub mod error;
+
+pub use error::RepositoryError;
