@@ -1,17 +1,15 @@
 //! Bucket item codec: keys (reference §1.4.7), attribute names, images and the create item.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::bucket::WCU;
 use dynalimit_core::decide::{BucketImage, CreatePlan, LimitState, unsupported_bucket_attribute};
 
-use super::expr::num;
+use crate::item::{Item, get_i64, get_s as get_str, key as key_map, parse_number};
+use crate::keys;
 
-/// Sort key of every bucket item.
-pub const BUCKET_SK: &str = "#STATE";
-/// Sort key of entity metadata.
-pub const META_SK: &str = "#META";
+use super::expr::num;
 
 /// One bucket item's identity: owner entity, resource and shard.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -45,33 +43,19 @@ impl BucketKey {
 
     /// `{ns}/BUCKET#{entity}#{resource}#{shard}`.
     pub fn pk(&self, ns: &str) -> String {
-        format!(
-            "{ns}/BUCKET#{}#{}#{}",
-            self.entity_id, self.resource, self.shard
-        )
+        keys::bucket_pk(ns, &self.entity_id, &self.resource, self.shard)
     }
 
-    /// Parses a bucket partition key of namespace `ns`: strip the prefix, split the last `#`
-    /// for the shard, then the first `#` for entity and resource.
+    /// Parses a bucket partition key of namespace `ns`.
     pub fn parse(ns: &str, pk: &str) -> Option<Self> {
-        let rest = pk.strip_prefix(ns)?.strip_prefix("/BUCKET#")?;
-        let (owner, shard) = rest.rsplit_once('#')?;
-        let (entity, resource) = owner.split_once('#')?;
-        Some(BucketKey::new(entity, resource, shard.parse().ok()?))
+        let k = keys::parse_bucket_pk(pk)?;
+        (k.namespace_id == ns).then(|| BucketKey::new(k.entity_id, k.resource, k.shard))
     }
 
     /// The primary key map of the item.
-    pub fn key_map(&self, ns: &str) -> HashMap<String, AttributeValue> {
-        HashMap::from([
-            ("PK".to_owned(), AttributeValue::S(self.pk(ns))),
-            ("SK".to_owned(), AttributeValue::S(BUCKET_SK.to_owned())),
-        ])
+    pub fn key_map(&self, ns: &str) -> Item {
+        key_map(self.pk(ns), keys::STATE_SK)
     }
-}
-
-/// `{ns}/ENTITY#{entity}` (META and entity config partition).
-pub fn entity_pk(ns: &str, entity_id: &str) -> String {
-    format!("{ns}/ENTITY#{entity_id}")
 }
 
 /// `b_{name}_{field}`.
@@ -79,35 +63,10 @@ pub(crate) fn limit_attr(name: &str, field: &str) -> String {
     format!("b_{name}_{field}")
 }
 
-/// Reads a number attribute as an integer (DynamoDB numbers are decimal strings; a fractional
-/// value is floored).
-pub fn get_i64(item: &HashMap<String, AttributeValue>, attr: &str) -> Option<i64> {
-    match item.get(attr)? {
-        AttributeValue::N(n) => parse_number(n),
-        _ => None,
-    }
-}
-
-fn parse_number(n: &str) -> Option<i64> {
-    n.parse::<i64>().ok().or_else(|| {
-        let f: f64 = n.parse().ok()?;
-        #[allow(clippy::cast_possible_truncation)]
-        Some(f.floor() as i64)
-    })
-}
-
-/// Reads a string attribute (`NULL` and other types read as absent).
-pub fn get_str<'a>(item: &'a HashMap<String, AttributeValue>, attr: &str) -> Option<&'a str> {
-    match item.get(attr)? {
-        AttributeValue::S(s) => Some(s),
-        _ => None,
-    }
-}
-
 /// Decodes a bucket item into the core profile's image. Attributes of 0.15–0.17 features the
 /// core profile cannot interpret are listed in `unsupported`; soft and bypass stamps are
 /// ignored (enforcing them only under-admits).
-pub fn image_from_item(item: &HashMap<String, AttributeValue>) -> BucketImage {
+pub fn image_from_item(item: &Item) -> BucketImage {
     let mut partial: BTreeMap<&str, [Option<i64>; 5]> = BTreeMap::new();
     let mut unsupported = Vec::new();
     for (attr, value) in item {
@@ -194,12 +153,7 @@ pub struct Owner {
 }
 
 /// The full item a create puts (reference §1.4.7 and §3.7.3).
-pub fn create_item(
-    ns: &str,
-    key: &BucketKey,
-    plan: &CreatePlan,
-    owner: &Owner,
-) -> HashMap<String, AttributeValue> {
+pub fn create_item(ns: &str, key: &BucketKey, plan: &CreatePlan, owner: &Owner) -> Item {
     let (e, r, s) = (&key.entity_id, &key.resource, key.shard);
     let mut item = key.key_map(ns);
     let mut put = |k: &str, v: AttributeValue| {
@@ -222,12 +176,12 @@ pub fn create_item(
     if let Some(t) = plan.ttl {
         put("ttl", num(t));
     }
-    put("GSI2PK", AttributeValue::S(format!("{ns}/RESOURCE#{r}")));
-    put("GSI2SK", AttributeValue::S(format!("BUCKET#{e}#{s}")));
-    put("GSI3PK", AttributeValue::S(entity_pk(ns, e)));
-    put("GSI3SK", AttributeValue::S(format!("BUCKET#{r}#{s}")));
+    put("GSI2PK", AttributeValue::S(keys::resource_pk(ns, r)));
+    put("GSI2SK", AttributeValue::S(keys::bucket_gsi2sk(e, s)));
+    put("GSI3PK", AttributeValue::S(keys::entity_pk(ns, e)));
+    put("GSI3SK", AttributeValue::S(keys::bucket_gsi3sk(r, s)));
     put("GSI4PK", AttributeValue::S(ns.to_owned()));
-    put("GSI4SK", AttributeValue::S(format!("BUCKET#{e}#{r}#{s}")));
+    put("GSI4SK", AttributeValue::S(keys::bucket_gsi4sk(e, r, s)));
     let wcu = dynalimit_core::decide::wcu_seed();
     let rows = plan
         .limits
@@ -291,7 +245,7 @@ impl Meta {
     }
 
     /// Decodes a META item.
-    pub fn from_item(item: &HashMap<String, AttributeValue>) -> Self {
+    pub fn from_item(item: &Item) -> Self {
         Meta {
             parent_id: get_str(item, "parent_id").map(str::to_owned),
             cascade: matches!(item.get("cascade"), Some(AttributeValue::Bool(true))),
@@ -323,6 +277,7 @@ mod tests {
     use super::*;
     use dynalimit_core::Limit;
     use dynalimit_core::decide::{Plan, plan_create};
+    use std::collections::HashMap;
 
     const T0: i64 = 1_700_000_000_000;
 

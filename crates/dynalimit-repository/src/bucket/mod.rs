@@ -23,7 +23,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
@@ -34,16 +33,13 @@ use dynalimit_core::decide::{BucketImage, CreatePlan, DeltaPlan, RefillPlan};
 use futures::future::join_all;
 use rand::Rng;
 
-pub use codec::{
-    BUCKET_SK, BucketKey, META_SK, Meta, MetaCheck, Owner, create_item, entity_pk, get_i64,
-    get_str, image_from_item,
-};
+pub use codec::{BucketKey, Meta, MetaCheck, Owner, create_item, image_from_item};
 use expr::Expr;
 
 use crate::RepositoryError;
-
-/// An item as DynamoDB returns it.
-pub type Item = HashMap<String, AttributeValue>;
+use crate::error::classify;
+use crate::item::{Item, get_s as get_str};
+use crate::keys::{META_SK, STATE_SK as BUCKET_SK, entity_pk};
 
 /// Result of a speculative consume or a consumption-only retry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,25 +100,6 @@ async fn jitter(attempt: u32) {
     let cap = 25u64 << attempt.min(6);
     let pause = rand::rng().random_range(0..cap);
     tokio::time::sleep(Duration::from_millis(pause)).await;
-}
-
-/// Maps an SDK failure to a [`RepositoryError`]: access denied, throttling, or unavailable.
-pub(crate) fn classify<E, R>(err: SdkError<E, R>) -> RepositoryError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
-{
-    let code = err.code().unwrap_or_default().to_owned();
-    let text = format!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(&err));
-    match code.as_str() {
-        "AccessDeniedException" | "UnrecognizedClientException" => {
-            RepositoryError::PermissionDenied(text)
-        }
-        "ProvisionedThroughputExceededException"
-        | "ThrottlingException"
-        | "RequestLimitExceeded" => RepositoryError::Throttled(text),
-        _ => RepositoryError::Unavailable(text),
-    }
 }
 
 /// Reads and writes bucket items of one namespace in one table.
@@ -193,7 +170,7 @@ impl BucketStore {
                         jitter(attempt).await;
                         attempt += 1;
                     }
-                    _ => return Err(classify(err)),
+                    _ => return Err(classify("UpdateItem", err)),
                 },
             }
         }
@@ -315,7 +292,7 @@ impl BucketStore {
             .set_condition_expression(put_cond.condition_expression())
             .set_expression_attribute_names(put_cond.names())
             .build()
-            .map_err(|e| RepositoryError::Unavailable(e.to_string()))?;
+            .map_err(|e| build_error("TransactWriteItems", &e))?;
         let meta = meta_condition(check);
         let (pk, sk) = self.meta_key(&key.entity_id);
         let check = ConditionCheck::builder()
@@ -326,7 +303,7 @@ impl BucketStore {
             .set_expression_attribute_names(meta.names())
             .set_expression_attribute_values(meta.values())
             .build()
-            .map_err(|e| RepositoryError::Unavailable(e.to_string()))?;
+            .map_err(|e| build_error("TransactWriteItems", &e))?;
         let mut attempt = 0;
         loop {
             let result = self
@@ -353,7 +330,7 @@ impl BucketStore {
                 Some(TransactWriteItemsError::TransactionInProgressException(_)) => {
                     vec!["TransactionConflict".to_owned()]
                 }
-                _ => return Err(classify(err)),
+                _ => return Err(classify("TransactWriteItems", err)),
             };
             let code = |i: usize| reasons.get(i).map(String::as_str);
             if code(0) == Some("ConditionalCheckFailed") {
@@ -370,9 +347,11 @@ impl BucketStore {
                 attempt += 1;
                 continue;
             }
-            return Err(RepositoryError::Unavailable(format!(
-                "bucket create cancelled: {reasons:?}"
-            )));
+            return Err(RepositoryError::Rejected {
+                operation: "TransactWriteItems",
+                code: "TransactionCanceledException".to_owned(),
+                message: format!("bucket create cancelled: {reasons:?}"),
+            });
         }
     }
 
@@ -428,7 +407,7 @@ impl BucketStore {
             .set_key(Some(key.key_map(&self.ns)))
             .send()
             .await
-            .map_err(classify)?;
+            .map_err(|e| classify("GetItem", e))?;
         Ok(out.item.as_ref().map(image_from_item))
     }
 
@@ -460,14 +439,14 @@ impl BucketStore {
                 let ka = KeysAndAttributes::builder()
                     .set_keys(Some(std::mem::take(&mut request)))
                     .build()
-                    .map_err(|e| RepositoryError::Unavailable(e.to_string()))?;
+                    .map_err(|e| build_error("TransactWriteItems", &e))?;
                 let out = self
                     .client
                     .batch_get_item()
                     .request_items(&self.table, ka)
                     .send()
                     .await
-                    .map_err(classify)?;
+                    .map_err(|e| classify("BatchGetItem", e))?;
                 for item in out
                     .responses
                     .unwrap_or_default()
@@ -483,9 +462,10 @@ impl BucketStore {
                 }
                 if !request.is_empty() {
                     if attempt >= CONFLICT_RETRIES {
-                        return Err(RepositoryError::Unavailable(
-                            "BatchGetItem left keys unprocessed".to_owned(),
-                        ));
+                        return Err(RepositoryError::Unavailable {
+                            operation: "BatchGetItem",
+                            message: "keys left unprocessed after 3 retries".to_owned(),
+                        });
                     }
                     tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
                     attempt += 1;
@@ -523,7 +503,7 @@ impl BucketStore {
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
-                .map_err(classify)?;
+                .map_err(|e| classify("Query", e))?;
             for item in out.items.unwrap_or_default() {
                 if let (Some(pk), Some(sk)) = (get_str(&item, "PK"), get_str(&item, "SK"))
                     && sk == BUCKET_SK
@@ -575,7 +555,7 @@ impl BucketStore {
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
-                .map_err(classify)?;
+                .map_err(|e| classify("Query", e))?;
             for item in out.items.unwrap_or_default() {
                 if get_str(&item, "SK") != Some(BUCKET_SK) {
                     continue;
@@ -638,4 +618,23 @@ fn meta_condition(check: &MetaCheck) -> Expr {
         }
     }
     e
+}
+
+fn build_error(operation: &'static str, e: &dyn std::error::Error) -> RepositoryError {
+    RepositoryError::Rejected {
+        operation,
+        code: "ConstructionFailure".to_owned(),
+        message: e.to_string(),
+    }
+}
+
+impl crate::Repository {
+    /// The bucket reads and writes of this repository's namespace.
+    pub fn buckets(&self) -> BucketStore {
+        BucketStore::new(
+            self.shared.client.clone(),
+            self.shared.table.clone(),
+            self.scope.id.clone(),
+        )
+    }
 }
