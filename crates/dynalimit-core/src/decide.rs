@@ -350,8 +350,12 @@ pub struct RefillPlan {
     pub writes: Vec<LimitWrite>,
     /// TTL handling.
     pub ttl: TtlAction,
-    /// `REMOVE vu` pinned on the value read (a `vu = 0` trim stamp).
+    /// `REMOVE vu` pinned on the value read (a `vu = 0` trim stamp), together with a pin on
+    /// the shard count read (a doubling landing in between re-stamps `vu = 0`, which must not
+    /// be erased by a write planned with the old share).
     pub remove_vu: Option<i64>,
+    /// Shard count the plan's ceilings were computed with.
+    pub shard_count: u32,
     /// Millitokens consumed per declared limit.
     pub consumed: BTreeMap<String, i64>,
     /// Statuses of the declared limits (none exceeded).
@@ -493,6 +497,7 @@ pub fn plan_refill(
         writes,
         ttl,
         remove_vu: img.vu,
+        shard_count: shards,
         consumed,
         statuses,
     })

@@ -59,6 +59,8 @@ pub(crate) fn refill_write(plan: &RefillPlan) -> Expr {
         e.remove("vu");
         let c = e.cmp("vu", "=", vu);
         e.when(c);
+        let c = shard_count_pin(&mut e, plan.shard_count);
+        e.when(c);
     }
     for w in &plan.writes {
         if let Some(seed) = w.seed {
@@ -132,39 +134,47 @@ pub(crate) fn delta(plan: &DeltaPlan, trim: bool) -> Expr {
         e.when(c);
     }
     if !plan.guards.is_empty() {
-        let pinned = e.cmp("shard_count", "=", i64::from(plan.shard_count));
-        if plan.shard_count == 1 {
-            let missing = e.not_exists("shard_count");
-            e.when(format!("{missing} OR {pinned}"));
-        } else {
-            e.when(pinned);
-        }
+        let c = shard_count_pin(&mut e, plan.shard_count);
+        e.when(c);
     }
     e
 }
 
+/// `shard_count = :n` (an absent count reads as 1).
+fn shard_count_pin(e: &mut Expr, count: u32) -> String {
+    let pinned = e.cmp("shard_count", "=", i64::from(count));
+    if count <= 1 {
+        let missing = e.not_exists("shard_count");
+        format!("{missing} OR {pinned}")
+    } else {
+        pinned
+    }
+}
+
 /// The doubling write on shard 0 (reference §3.8): `SET shard_count = :new` if it still reads
 /// `:old`.
+///
+/// The write also stamps `vu = 0`, as a parameter sync does: the shard's stored balance was
+/// funded for the old count, and the stamp makes its next acquire take one slow pass that
+/// clamps it to the new share `cp // new` instead of letting the fast path spend the surplus.
 pub(crate) fn double(from: u32, to: u32) -> Expr {
     let mut e = Expr::default();
     let c = e.exists("PK");
     e.when(c);
     e.set("shard_count", num(i64::from(to)));
-    let pinned = e.cmp("shard_count", "=", i64::from(from));
-    if from <= 1 {
-        let missing = e.not_exists("shard_count");
-        e.when(format!("{missing} OR {pinned}"));
-    } else {
-        e.when(pinned);
-    }
+    e.set("vu", num(0));
+    let c = shard_count_pin(&mut e, from);
+    e.when(c);
     e
 }
 
 /// Propagation of a new count to an existing shard: `shard_count < :new` (never
-/// `attribute_not_exists`, which would create a stub item).
+/// `attribute_not_exists`, which would create a stub item), with the same `vu = 0` clamp
+/// stamp as [`double`].
 pub(crate) fn propagate(to: u32) -> Expr {
     let mut e = Expr::default();
     e.set("shard_count", num(i64::from(to)));
+    e.set("vu", num(0));
     let c = e.cmp("shard_count", "<", i64::from(to));
     e.when(c);
     e
@@ -242,7 +252,8 @@ mod tests {
              b_tpm_rp = 60000, b_wcu_tk = 1000000, b_wcu_cp = 1000000, b_wcu_ra = 1000000, \
              b_wcu_rp = 1000 \
              ADD b_rpm_tc 1000, b_tpm_tc 5000, b_wcu_tc 0 REMOVE vu IF (rf = 1000) AND \
-             (vu = 0) AND (b_rpm_tk <= 0) AND \
+             (vu = 0) AND (attribute_not_exists(shard_count) OR shard_count = 1) AND \
+             (b_rpm_tk <= 0) AND \
              (attribute_not_exists(b_tpm_cp) OR attribute_not_exists(b_tpm_tk)) AND \
              (attribute_not_exists(b_wcu_cp) OR attribute_not_exists(b_wcu_tk))"
         );
@@ -277,11 +288,11 @@ mod tests {
     fn doubling_and_propagation_conditions() {
         assert_eq!(
             render(&double(4, 8)),
-            "SET shard_count = 8 IF (attribute_exists(PK)) AND (shard_count = 4)"
+            "SET shard_count = 8, vu = 0 IF (attribute_exists(PK)) AND (shard_count = 4)"
         );
         assert_eq!(
             render(&propagate(8)),
-            "SET shard_count = 8 IF (shard_count < 8)"
+            "SET shard_count = 8, vu = 0 IF (shard_count < 8)"
         );
         assert_eq!(
             render(&consumption_only(&[("rpm".to_owned(), 1000)])),
