@@ -356,7 +356,9 @@ impl BucketStore {
     }
 
     /// Doubles the shard count of `(entity, resource)` from `from` to `to` on shard 0, then
-    /// propagates the new count to shards `1..from` concurrently (reference §3.8). Returns the
+    /// propagates the new count to shards `1..from` concurrently (reference §3.8). Each of
+    /// these writes also debits `donations` and stamps `vu = 0`, so the split neither adds
+    /// tokens nor leaves surplus stock spendable on the fast path. Returns the
     /// count to use: `to` when this call won, the winner's count when another writer changed
     /// it first, `from` on persistent conflicts.
     ///
@@ -367,10 +369,11 @@ impl BucketStore {
         key: &BucketKey,
         from: u32,
         to: u32,
+        donations: &[(String, i64)],
     ) -> Result<u32, RepositoryError> {
         let shard0 = key.with_shard(0);
         match self
-            .update(&shard0, &writes::double(from, to), false)
+            .update(&shard0, &writes::double(from, to, donations), false)
             .await?
         {
             Update::Done(_) => {}
@@ -383,7 +386,7 @@ impl BucketStore {
             }
             Update::Conflict => return Ok(from),
         }
-        let propagate = writes::propagate(to);
+        let propagate = writes::propagate(to, donations);
         let writes = (1..from).map(|s| {
             let k = key.with_shard(s);
             let e = &propagate;

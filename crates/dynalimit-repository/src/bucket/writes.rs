@@ -157,8 +157,14 @@ fn shard_count_pin(e: &mut Expr, count: u32) -> String {
 /// The write also stamps `vu = 0`, as a parameter sync does: the shard's stored balance was
 /// funded for the old count, and the stamp makes its next acquire take one slow pass that
 /// clamps it to the new share `cp // new` instead of letting the fast path spend the surplus.
-pub(crate) fn double(from: u32, to: u32) -> Expr {
+///
+/// `donations` (see [`dynalimit_core::decide::doubling_donations`]) are debited from the
+/// shard's balances so the split never adds tokens.
+pub(crate) fn double(from: u32, to: u32, donations: &[(String, i64)]) -> Expr {
     let mut e = Expr::default();
+    for (name, d) in donations {
+        e.add(&tk(name), -d);
+    }
     let c = e.exists("PK");
     e.when(c);
     e.set("shard_count", num(i64::from(to)));
@@ -170,9 +176,12 @@ pub(crate) fn double(from: u32, to: u32) -> Expr {
 
 /// Propagation of a new count to an existing shard: `shard_count < :new` (never
 /// `attribute_not_exists`, which would create a stub item), with the same `vu = 0` clamp
-/// stamp as [`double`].
-pub(crate) fn propagate(to: u32) -> Expr {
+/// stamp as [`double`], and the same donations.
+pub(crate) fn propagate(to: u32, donations: &[(String, i64)]) -> Expr {
     let mut e = Expr::default();
+    for (name, d) in donations {
+        e.add(&tk(name), -d);
+    }
     e.set("shard_count", num(i64::from(to)));
     e.set("vu", num(0));
     let c = e.cmp("shard_count", "<", i64::from(to));
@@ -287,11 +296,12 @@ mod tests {
     #[test]
     fn doubling_and_propagation_conditions() {
         assert_eq!(
-            render(&double(4, 8)),
-            "SET shard_count = 8, vu = 0 IF (attribute_exists(PK)) AND (shard_count = 4)"
+            render(&double(4, 8, &[("rpm".to_owned(), 12_500)])),
+            "SET shard_count = 8, vu = 0 ADD b_rpm_tk -12500 IF (attribute_exists(PK)) AND \
+             (shard_count = 4)"
         );
         assert_eq!(
-            render(&propagate(8)),
+            render(&propagate(8, &[])),
             "SET shard_count = 8, vu = 0 IF (shard_count < 8)"
         );
         assert_eq!(

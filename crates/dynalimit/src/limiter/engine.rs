@@ -7,8 +7,8 @@ use dynalimit_core::Limit;
 use dynalimit_core::bucket::bucket_ttl;
 use dynalimit_core::decide::{
     BucketImage, FastFailure, Gate, LimitState, LimitStatus, Plan, TtlAction, WcuDecision,
-    classify_fast_failure, consumption_retry, decide_wcu_exhaustion, fast_rejection_gate,
-    plan_create, plan_refill, shard_in, statuses_from_image,
+    classify_fast_failure, consumption_retry, decide_wcu_exhaustion, doubling_donations,
+    fast_rejection_gate, plan_create, plan_refill, shard_in, statuses_from_image,
 };
 use dynalimit_repository::RepositoryError;
 use dynalimit_repository::bucket::{
@@ -169,7 +169,8 @@ impl Inner {
                     WcuDecision::Reject(statuses) => Err(reject(statuses)),
                     WcuDecision::SlowPath => Ok(slow_here(img.shards())),
                     WcuDecision::Double { from, to } => {
-                        let count = self.store.double_shards(key, from, to).await?;
+                        let donations = doubling_donations(&img, to);
+                        let count = self.store.double_shards(key, from, to, &donations).await?;
                         self.raise_shard_count(&key.entity_id, &key.resource, count);
                         tracing::info!(
                             entity_id = %key.entity_id, resource = %key.resource,
