@@ -12,10 +12,13 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::interceptors::{
-    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+    BeforeDeserializationInterceptorContextMut, BeforeDeserializationInterceptorContextRef,
+    BeforeTransmitInterceptorContextMut, BeforeTransmitInterceptorContextRef,
 };
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::types::AttributeValue;
+use aws_smithy_types::body::SdkBody;
+use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use dynalimit::{Error, Limit, OnUnavailable, RateLimiter};
 use dynalimit_core::{Clock, ManualClock, SystemClock};
 use dynalimit_repository::Repository;
@@ -66,6 +69,93 @@ impl Intercept for InFlight {
         self.now.fetch_sub(1, Ordering::SeqCst);
         Ok(())
     }
+}
+
+/// Replaces the next `remaining` responses with a DynamoDB error of type `code` (the wire
+/// shape of the real service: status 400, JSON `__type`), for what the emulator cannot
+/// produce on demand (permission errors, transaction conflicts).
+#[derive(Debug, Clone)]
+struct Fault {
+    code: &'static str,
+    remaining: Arc<AtomicUsize>,
+}
+
+/// Marks an operation whose request was neutralised by [`Fault`].
+#[derive(Debug, Clone)]
+struct Injected;
+
+impl Storable for Injected {
+    type Storer = StoreReplace<Self>;
+}
+
+impl Intercept for Fault {
+    fn name(&self) -> &'static str {
+        "engine-tests::Fault"
+    }
+
+    /// Turns the request into a harmless read, so the service never applies it (a real
+    /// conflict or denial writes nothing).
+    fn modify_before_transmit(
+        &self,
+        context: &mut BeforeTransmitInterceptorContextMut<'_>,
+        _: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        let take = self
+            .remaining
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if take {
+            let request = context.request_mut();
+            request
+                .headers_mut()
+                .insert("x-amz-target", "DynamoDB_20120810.DescribeLimits");
+            request.headers_mut().insert("content-length", "2");
+            *request.body_mut() = SdkBody::from("{}");
+            cfg.interceptor_state().store_put(Injected);
+        }
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        if cfg.load::<Injected>().is_some() {
+            let response = context.response_mut();
+            *response.status_mut() = 400u16.try_into().expect("status");
+            response.headers_mut().remove("x-amz-crc32");
+            response
+                .headers_mut()
+                .insert("content-type", "application/x-amz-json-1.0");
+            let body = format!(
+                r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{}","message":"injected"}}"#,
+                self.code
+            );
+            *response.body_mut() = SdkBody::from(body);
+        }
+        Ok(())
+    }
+}
+
+/// A limiter whose client answers the next `n` requests with `code`.
+async fn faulty(r: &Rig, code: &'static str, n: usize) -> (RateLimiter, Arc<AtomicUsize>) {
+    let remaining = Arc::new(AtomicUsize::new(0));
+    let base = dynalimit_tests::client().await;
+    let client = Client::from_conf(
+        base.config()
+            .to_builder()
+            .interceptor(Fault {
+                code,
+                remaining: remaining.clone(),
+            })
+            .build(),
+    );
+    let repo = open(r.table.name(), &r.clock, client).await;
+    remaining.store(n, Ordering::SeqCst);
+    (RateLimiter::new(repo), remaining)
 }
 
 struct Rig {
@@ -607,9 +697,9 @@ async fn hard_case_16_sharding_doubles_past_the_wcu_budget_with_per_shard_shares
     // Drain in rounds of simulated seconds (each second restores the write budget).
     let mut phase2 = 0;
     let mut share_seen = false;
-    for _ in 0..12 {
+    for _ in 0..7 {
         r.clock.advance(Duration::from_secs(1));
-        phase2 += hammer(&r.limiter, "whale", &limits, 8, 400).await;
+        phase2 += hammer(&r.limiter, "whale", &limits, 8, 350).await;
         if let Err(Error::RateLimited(rej)) = r
             .limiter
             .acquire("whale", "gpt-4", [("rpm", 1)])
@@ -622,7 +712,7 @@ async fn hard_case_16_sharding_doubles_past_the_wcu_budget_with_per_shard_shares
     let items = r.buckets("whale").await;
     let granted = phase1 + 1 + phase2;
     let total_tk: i64 = items.iter().map(|i| get_i64(i, "b_rpm_tk").unwrap()).sum();
-    let refill_allowance = 2 * 12 * (capacity * 1000 / 2 / 3600) / 1000 + 2;
+    let refill_allowance = 2 * 7 * (capacity * 1000 / 2 / 3600) / 1000 + 2;
     println!(
         "sharding: granted {granted} (capacity {capacity}, {phase1} spent before the doubling), \
          shards {}, counts {:?}, remaining {total_tk} milli",
@@ -997,4 +1087,65 @@ async fn bad_input_is_refused_before_any_request() {
         assert!(matches!(case, Err(Error::Invalid(_))));
     }
     assert_eq!(r.counter.total(), 0);
+}
+
+#[tokio::test]
+async fn hard_case_08_transaction_conflict_is_contention_not_outage() {
+    let r = rig().await;
+    hammer(&r.limiter, "tx", &[rpm(10)], 1, 1).await;
+    // The fast path conflicts four times (the first try and three jittered retries), then the
+    // slow path succeeds.
+    let (limiter, _) = faulty(&r, "TransactionConflictException", 4).await;
+    let lease = limiter
+        .acquire("tx", "gpt-4", [("rpm", 1)])
+        .limits([rpm(10)])
+        .await
+        .expect("conflicts are retried, not an outage");
+    lease.commit().await.unwrap();
+    assert_eq!(r.tc("tx", "rpm").await, 2);
+    // Persistent conflicts: a contended rejection, under allow as well as under block.
+    let (limiter, _) = faulty(&r, "TransactionConflictException", 1000).await;
+    for mode in [OnUnavailable::Allow, OnUnavailable::Block] {
+        let err = limiter
+            .acquire("tx", "gpt-4", [("rpm", 1)])
+            .limits([rpm(10)])
+            .on_unavailable(mode)
+            .await
+            .unwrap_err();
+        let rej = err.rejection().expect("a rejection, not unavailable");
+        assert!(rej.contended);
+        assert_eq!(rej.retry_after(), Duration::from_millis(100));
+    }
+    assert_eq!(r.tc("tx", "rpm").await, 2);
+}
+
+#[tokio::test]
+async fn hard_case_15_access_denied_is_never_treated_as_an_outage() {
+    let r = rig().await;
+    let (limiter, _) = faulty(&r, "AccessDeniedException", 1000).await;
+    for mode in [OnUnavailable::Allow, OnUnavailable::Block] {
+        let err = limiter
+            .acquire("denied", "gpt-4", [("rpm", 1)])
+            .limits([rpm(10)])
+            .on_unavailable(mode)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::PermissionDenied(_)), "{err}");
+    }
+    // An outage, by contrast, follows on_unavailable.
+    let (limiter, _) = faulty(&r, "InternalServerError", 1000).await;
+    let lease = limiter
+        .acquire("down", "gpt-4", [("rpm", 1)])
+        .limits([rpm(10)])
+        .on_unavailable(OnUnavailable::Allow)
+        .await
+        .unwrap();
+    assert!(lease.is_degraded());
+    let err = limiter
+        .acquire("down", "gpt-4", [("rpm", 1)])
+        .limits([rpm(10)])
+        .on_unavailable(OnUnavailable::Block)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
 }
