@@ -380,3 +380,61 @@ async fn entity_level_changes_are_stamped_on_existing_buckets() {
         "entity config wins"
     );
 }
+
+/// Refuses every `BatchGetItem` before it is sent, as IAM would for a principal without that
+/// action (no emulator offers per-action permissions).
+#[derive(Debug)]
+struct RefuseBatchGet;
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for RefuseBatchGet {
+    fn name(&self) -> &'static str {
+        "RefuseBatchGet"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef<'_>,
+        _components: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        _cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let target = context
+            .request()
+            .headers()
+            .get("x-amz-target")
+            .unwrap_or("");
+        if target.ends_with(".BatchGetItem") {
+            return Err("BatchGetItem refused".into());
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_refused_batch_read_falls_back_to_one_read_per_level() {
+    let table = dynalimit_tests::table().await;
+    let writer = table.repository("fallback").await;
+    writer
+        .set_resource_defaults("gpt-4", &rpm(3))
+        .await
+        .unwrap();
+    let counter = RequestCounter::default();
+    let client = dynalimit_tests::client().await;
+    let config = client
+        .config()
+        .to_builder()
+        .interceptor(RefuseBatchGet)
+        .interceptor(counter.clone())
+        .build();
+    let repo = table
+        .builder()
+        .client(aws_sdk_dynamodb::Client::from_conf(config))
+        .namespace("fallback")
+        .open()
+        .await
+        .unwrap();
+    counter.reset();
+    let resolved = repo.resolve_limits("k", "gpt-4").await.unwrap();
+    assert_eq!(resolved.limits, rpm(3));
+    assert_eq!(resolved.source, Some(ConfigLevel::Resource));
+    assert_eq!(counter.count("GetItem"), 4, "{:?}", counter.snapshot());
+}
