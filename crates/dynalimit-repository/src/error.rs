@@ -122,6 +122,27 @@ pub enum RepositoryError {
         message: String,
     },
 
+    /// An item carries a feature of a newer zae-limiter that dynalimit's core profile does not
+    /// implement (session or calendar quotas, schedules). dynalimit refuses to act on it rather
+    /// than misread it; acquires treat this as unavailable (governed by `on_unavailable`).
+    #[error("item {key} uses {feature}, which dynalimit does not implement")]
+    Unsupported {
+        /// The item's key.
+        key: String,
+        /// The feature found.
+        feature: String,
+    },
+
+    /// A configuration was written but not every bucket could be stamped with it; running the
+    /// same call again finishes the job.
+    #[error("configuration written, but only {stamped} buckets were updated: {message}")]
+    FanoutIncomplete {
+        /// Buckets stamped before the failure.
+        stamped: usize,
+        /// What failed.
+        message: String,
+    },
+
     /// Setting up a local environment failed (installing or starting DynamoDB Local).
     #[error("{message}")]
     Setup {
@@ -146,7 +167,10 @@ impl RepositoryError {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            RepositoryError::Throttled { .. } | RepositoryError::Unavailable { .. }
+            RepositoryError::Throttled { .. }
+                | RepositoryError::Unavailable { .. }
+                | RepositoryError::Unsupported { .. }
+                | RepositoryError::Corrupt { .. }
         )
     }
 

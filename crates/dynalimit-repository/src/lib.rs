@@ -18,8 +18,10 @@
 //! # Ok(()) }
 //! ```
 
+pub mod audit;
 pub mod bucket;
-mod config;
+pub mod config;
+pub mod entity;
 pub mod error;
 pub mod item;
 pub mod keys;
@@ -30,6 +32,11 @@ mod repository;
 pub mod schema;
 pub mod version;
 
+pub use audit::{AuditEvent, AuditPage};
+pub use config::{
+    CacheStats, ConfigLevel, DisabledFlag, LimitConfig, OnUnavailable, ResolvedLimits,
+};
+pub use entity::{Entity, NewEntity};
 pub use error::RepositoryError;
 pub use namespace::NamespaceInfo;
 pub use repository::{

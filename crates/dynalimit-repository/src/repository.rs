@@ -33,6 +33,8 @@ pub(crate) struct Shared {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config_cache_ttl: Duration,
     pub(crate) bucket_ttl_multiplier: u32,
+    /// Who is named as the principal of audit events.
+    pub(crate) principal: Option<String>,
     /// name → id of registered namespaces seen by this process.
     pub(crate) namespace_ids: Mutex<HashMap<String, String>>,
 }
@@ -332,6 +334,7 @@ pub struct RepositoryBuilder {
     client: Option<Client>,
     clock: Option<Arc<dyn Clock>>,
     create_table: Option<bool>,
+    principal: Option<String>,
 }
 
 impl fmt::Debug for RepositoryBuilder {
@@ -400,6 +403,13 @@ impl RepositoryBuilder {
     /// The clock (default: the system clock).
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
+        self
+    }
+
+    /// The principal named in audit events of changes made through this repository (an ARN,
+    /// or an id following the entity id rule). Default: none.
+    pub fn principal(mut self, principal: impl Into<String>) -> Self {
+        self.principal = Some(principal.into());
         self
     }
 
@@ -477,6 +487,9 @@ impl RepositoryBuilder {
         ids::validate_stack_name(&stack)?;
         let namespace = self.namespace_name();
         ids::validate_namespace_name(&namespace)?;
+        if let Some(p) = &self.principal {
+            ids::validate_principal(p)?;
+        }
         let repo = self.connect_unchecked(&stack).await;
         if !schema::table_exists(&repo.shared.client, &stack).await? {
             if self.create_table == Some(false) {
@@ -528,6 +541,7 @@ impl RepositoryBuilder {
             bucket_ttl_multiplier: self
                 .bucket_ttl_multiplier
                 .unwrap_or(DEFAULT_BUCKET_TTL_MULTIPLIER),
+            principal: self.principal.clone(),
             namespace_ids: Mutex::new(HashMap::new()),
         });
         Repository {

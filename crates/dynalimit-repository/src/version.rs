@@ -31,8 +31,8 @@ pub struct VersionRecord {
 }
 
 /// A parsed version: release numbers and an optional pre-release tag (which sorts before the
-/// release).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// release). Missing trailing numbers count as zero (`0.10` equals `0.10.0`).
+#[derive(Debug, Clone)]
 pub struct Version {
     release: Vec<u64>,
     pre: Option<String>,
@@ -69,6 +69,14 @@ impl Version {
         })
     }
 }
+
+impl PartialEq for Version {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Version {}
 
 impl PartialOrd for Version {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
