@@ -290,8 +290,8 @@ fn n(v: i64) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
-/// Runs `tasks` tasks sharing `attempts` single-token acquires (committing each lease);
-/// returns how many were granted.
+/// Runs `tasks` tasks sharing `attempts` single-token acquires (committing each lease) with
+/// `limits` (the stored configuration when empty); returns how many were granted.
 async fn hammer(
     limiter: &RateLimiter,
     entity: &str,
@@ -308,11 +308,11 @@ async fn hammer(
         let entity = entity.to_owned();
         handles.push(tokio::spawn(async move {
             while left.fetch_sub(1, Ordering::SeqCst) > 0 {
-                match limiter
-                    .acquire(&entity, "gpt-4", [("rpm", 1)])
-                    .limits(limits.clone())
-                    .await
-                {
+                let mut acquire = limiter.acquire(&entity, "gpt-4", [("rpm", 1)]);
+                if !limits.is_empty() {
+                    acquire = acquire.limits(limits.clone());
+                }
+                match acquire.await {
                     Ok(lease) => {
                         lease.commit().await.expect("commit");
                         granted.fetch_add(1, Ordering::SeqCst);
@@ -1148,4 +1148,96 @@ async fn hard_case_15_access_denied_is_never_treated_as_an_outage() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn limits_come_from_configuration_and_the_access_walk_gates_them() {
+    let r = rig().await;
+    // No limits anywhere.
+    let err = r
+        .limiter
+        .acquire("cfg", "gpt-4", [("rpm", 1)])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NoLimits { .. }), "{err}");
+    // Resource defaults: the bucket gets a TTL; three requests on first touch.
+    r.repo
+        .set_resource_defaults("gpt-4", &[rpm(2)])
+        .await
+        .unwrap();
+    r.counter.reset();
+    let lease = r
+        .limiter
+        .acquire("cfg", "gpt-4", [("rpm", 1), ("tpm", 9)])
+        .await
+        .unwrap();
+    assert!(
+        r.counter.total() <= 3,
+        "first touch took {}",
+        r.counter.total()
+    );
+    assert_eq!(
+        lease.consumed(),
+        BTreeMap::from([("rpm".to_owned(), 1)]),
+        "unknown tpm ignored"
+    );
+    lease.commit().await.unwrap();
+    assert!(get_i64(&r.buckets("cfg").await[0], "ttl").is_some());
+    // Entity-level limits win and drop the TTL on the next slow pass.
+    r.repo.set_limits("cfg", "gpt-4", &[rpm(5)]).await.unwrap();
+    r.clock.advance(Duration::from_secs(120));
+    let granted = hammer(&r.limiter, "cfg", &[], 1, 10).await;
+    assert!(granted >= 1);
+    assert_eq!(get_i64(&r.buckets("cfg").await[0], "ttl"), None);
+    // A disabled resource refuses; an entity-level `disabled = false` re-admits one entity.
+    let ns = r.repo.namespace_id().to_owned();
+    let set_disabled = |pk: String, sk: &'static str, v: bool| {
+        let client = r.table.client().clone();
+        let table = r.table.name().to_owned();
+        async move {
+            client
+                .update_item()
+                .table_name(table)
+                .key("PK", AttributeValue::S(pk))
+                .key("SK", AttributeValue::S(sk.into()))
+                .update_expression("SET disabled = :d")
+                .expression_attribute_values(":d", AttributeValue::Bool(v))
+                .send()
+                .await
+                .unwrap();
+        }
+    };
+    set_disabled(format!("{ns}/RESOURCE#gpt-4"), "#CONFIG", true).await;
+    let err = r
+        .limiter
+        .acquire("other", "gpt-4", [("rpm", 1)])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::ResourceDisabled { .. }), "{err}");
+    assert!(
+        r.buckets("other").await.is_empty(),
+        "nothing written for a disabled resource"
+    );
+    set_disabled(format!("{ns}/ENTITY#cfg"), "#CONFIG#gpt-4", false).await;
+    r.clock.advance(Duration::from_secs(60));
+    let granted = hammer(&r.limiter, "cfg", &[], 1, 3).await;
+    assert!(granted >= 1, "entity-level enable overrides the resource");
+}
+
+#[tokio::test]
+async fn entities_created_through_the_repository_cascade_with_owner_checks() {
+    use dynalimit_repository::entity::NewEntity;
+    let r = rig().await;
+    r.repo.create_entity(NewEntity::new("acme")).await.unwrap();
+    r.repo
+        .create_entity(NewEntity::new("acme-key-1").parent("acme").cascade(true))
+        .await
+        .unwrap();
+    let limits = [rpm(3)];
+    assert_eq!(hammer(&r.limiter, "acme-key-1", &limits, 2, 5).await, 3);
+    assert_eq!(r.tc("acme", "rpm").await, 3);
+    let child = &r.buckets("acme-key-1").await[0];
+    assert_eq!(child.get("cascade"), Some(&AttributeValue::Bool(true)));
+    assert_eq!(get_s(child, "parent_id"), Some("acme"));
+    assert!(get_s(child, "pinc").is_some(), "owner incarnation stamped");
 }

@@ -10,10 +10,14 @@ use dynalimit_core::decide::{
     classify_fast_failure, consumption_retry, decide_wcu_exhaustion, doubling_donations,
     fast_rejection_gate, plan_create, plan_refill, shard_in, statuses_from_image,
 };
+use dynalimit_core::ids::DEFAULT_RESOURCE;
 use dynalimit_repository::RepositoryError;
 use dynalimit_repository::bucket::{
     BucketKey, ConsumeOutcome, CreateOutcome, Meta, RefillOutcome, image_from_item,
 };
+use dynalimit_repository::config::{ConfigLevel, DisabledFlag, parse_config_item};
+use dynalimit_repository::item::Item;
+use dynalimit_repository::keys;
 use rand::Rng;
 
 use super::Inner;
@@ -255,6 +259,10 @@ impl Inner {
     }
 
     /// Read → plan → conditional write on the given shard (reference §3.7).
+    ///
+    /// One `BatchGetItem` reads the bucket, the owner's META and the four configuration levels
+    /// (uncached: the access walk must see the current `disabled` and cascade flags); the
+    /// limits come from `limits` when given, else from the first level that has any.
     async fn slow_path(
         &self,
         key: &BucketKey,
@@ -262,47 +270,45 @@ impl Inner {
         demand: &BTreeMap<String, i64>,
         limits: Option<&[Limit]>,
     ) -> Result<Entry, Refusal> {
-        let Some(limits) = limits else {
-            return Err(Refusal::NoLimits);
-        };
-        let demand: BTreeMap<String, i64> = demand
-            .iter()
-            .filter(|(name, _)| {
-                let known = limits.iter().any(|l| l.name() == name.as_str());
-                if !known {
-                    tracing::warn!(limit = %name, "consumed limit is not configured; ignored");
-                }
-                known
-            })
-            .map(|(n, m)| (n.clone(), *m))
-            .collect();
+        let ns = self.store.namespace_id().to_owned();
+        let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
+        let bucket_key = (key.pk(&ns), keys::STATE_SK.to_owned());
+        let meta_key = self.store.meta_key(entity);
+        let levels = config_keys(&ns, entity, resource);
+        let mut wanted = vec![bucket_key.clone(), meta_key.clone()];
+        wanted.extend(levels.iter().map(|(_, k)| k.clone()));
         // One owner-META re-plan after a changed owner.
         for _ in 0..2 {
-            let bucket_pk = key.pk(self.store.namespace_id());
-            let meta_key = self.store.meta_key(&key.entity_id);
-            let items = self
-                .store
-                .batch_get(&[(bucket_pk.clone(), "#STATE".to_owned()), meta_key.clone()])
-                .await?;
+            let items = self.store.batch_get(&wanted).await?;
+            let access = resolve_access(&items, &levels, limits)?;
+            if access.disabled {
+                return Err(Refusal::Disabled);
+            }
+            let limits = access.limits.as_slice();
+            if limits.is_empty() {
+                return Err(Refusal::NoLimits);
+            }
+            let demand = known_demand(demand, limits);
             let meta = items
                 .get(&meta_key)
                 .map_or_else(Meta::absent, Meta::from_item);
-            let image = items
-                .get(&(bucket_pk, "#STATE".to_owned()))
-                .map(image_from_item);
+            let image = items.get(&bucket_key).map(image_from_item);
             let now = self.clock.epoch_millis();
-            // Explicit limits behave like resource/system configuration: the bucket carries a
-            // TTL so it is swept when unused.
-            let ttl = bucket_ttl(now, limits, self.ttl_multiplier);
+            // Entity-level configuration keeps its buckets; resource/system configuration
+            // and explicit limits give them a TTL so unused buckets are swept (§2.6).
+            let ttl = match access.source {
+                Some(ConfigLevel::Entity | ConfigLevel::EntityDefault) => None,
+                _ => bucket_ttl(now, limits, self.ttl_multiplier),
+            };
             let Some(img) = image else {
                 let plan = match plan_create(limits, &demand, shard_count, now, ttl) {
                     Plan::Write(p) => p,
                     Plan::Reject(statuses) => return Err(reject(statuses)),
                 };
-                let owner = meta.owner(meta.cascade);
+                let owner = meta.owner(access.cascade.unwrap_or(meta.cascade));
                 match self.store.create(key, &plan, &owner, &meta.check).await? {
                     CreateOutcome::Created => {
-                        self.learn_count(&key.entity_id, &key.resource, plan.shard_count, &owner);
+                        self.learn_count(entity, resource, plan.shard_count, &owner);
                         let states = plan
                             .limits
                             .iter()
@@ -335,14 +341,18 @@ impl Inner {
             if img.disabled {
                 return Err(Refusal::Disabled);
             }
-            let ttl = ttl.map_or(TtlAction::Keep, TtlAction::Set);
+            let ttl = match (access.source, ttl) {
+                (Some(ConfigLevel::Entity | ConfigLevel::EntityDefault), _) => TtlAction::Remove,
+                (_, Some(t)) => TtlAction::Set(t),
+                (_, None) => TtlAction::Keep,
+            };
             let plan = match plan_refill(&img, limits, &demand, now, ttl) {
                 Plan::Write(p) => p,
                 Plan::Reject(statuses) => return Err(reject(statuses)),
             };
             return match self.store.refill(key, &plan).await? {
                 RefillOutcome::Applied => {
-                    self.learn(&key.entity_id, &key.resource, &img);
+                    self.learn(entity, resource, &img);
                     let mut states = img.limits.clone();
                     for w in &plan.writes {
                         if let Some(seed) = w.seed {
@@ -403,4 +413,95 @@ impl Inner {
             ConsumeOutcome::Failed(None) | ConsumeOutcome::Contended => Err(contended()),
         }
     }
+}
+
+/// The four configuration levels of `(entity, resource)` with their keys, in precedence order.
+fn config_keys(ns: &str, entity: &str, resource: &str) -> Vec<(ConfigLevel, (String, String))> {
+    let mut out = vec![(
+        ConfigLevel::Entity,
+        (
+            keys::entity_pk(ns, entity),
+            keys::entity_config_sk(resource),
+        ),
+    )];
+    if resource != DEFAULT_RESOURCE {
+        out.push((
+            ConfigLevel::EntityDefault,
+            (
+                keys::entity_pk(ns, entity),
+                keys::entity_config_sk(DEFAULT_RESOURCE),
+            ),
+        ));
+        out.push((
+            ConfigLevel::Resource,
+            (keys::resource_pk(ns, resource), keys::CONFIG_SK.to_owned()),
+        ));
+    }
+    out.push((
+        ConfigLevel::System,
+        (keys::system_pk(ns), keys::CONFIG_SK.to_owned()),
+    ));
+    out
+}
+
+/// What the configuration says about one acquire.
+#[derive(Debug)]
+struct Access {
+    limits: Vec<Limit>,
+    /// Which level supplied the limits (`None` for explicit limits).
+    source: Option<ConfigLevel>,
+    disabled: bool,
+    /// The cascade policy of the walk, when a level sets one.
+    cascade: Option<bool>,
+}
+
+/// Resolves limits (unless given) and walks entity → entity default → resource for the
+/// `disabled` flag and the cascade policy (reference §3.7 step 2, §4.1).
+fn resolve_access(
+    items: &std::collections::HashMap<(String, String), Item>,
+    levels: &[(ConfigLevel, (String, String))],
+    explicit: Option<&[Limit]>,
+) -> Result<Access, Refusal> {
+    let mut access = Access {
+        limits: explicit.map(<[Limit]>::to_vec).unwrap_or_default(),
+        source: None,
+        disabled: false,
+        cascade: None,
+    };
+    let mut disabled_seen = false;
+    for (level, key) in levels {
+        let Some(item) = items.get(key) else {
+            continue;
+        };
+        let config = parse_config_item(item)?;
+        if *level != ConfigLevel::System {
+            if !disabled_seen && let Some(flag) = config.disabled {
+                disabled_seen = true;
+                access.disabled = flag == DisabledFlag::Disabled;
+            }
+            if access.cascade.is_none() {
+                access.cascade = config.cascade;
+            }
+        }
+        if explicit.is_none() && access.source.is_none() && !config.limits.is_empty() {
+            access.limits = config.limits;
+            access.source = Some(*level);
+        }
+    }
+    Ok(access)
+}
+
+/// The demand restricted to the resolved limits; other names are ignored with a warning.
+fn known_demand(demand: &BTreeMap<String, i64>, limits: &[Limit]) -> BTreeMap<String, i64> {
+    demand
+        .iter()
+        .filter(|(name, _)| {
+            let known = limits.iter().any(|l| l.name() == name.as_str());
+            if !known {
+                tracing::warn!(limit = %name, "consumed limit is not configured; ignored");
+            }
+            known
+        })
+        .map(|(n, m)| (n.clone(), *m))
+        .collect()
 }

@@ -58,15 +58,13 @@ use engine::{Entry, Refusal};
 pub use lease::Lease;
 
 /// What an acquire does when the limiter cannot decide (DynamoDB unavailable, or an item this
-/// client cannot interpret).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnUnavailable {
-    /// Admit with a no-op lease (nothing written), logged at `warn` level.
-    Allow,
-    /// Fail with [`Error::Unavailable`] (the default).
-    #[default]
-    Block,
-}
+/// client cannot interpret): `Allow` admits with a no-op lease (logged at `warn`), `Block`
+/// fails with [`Error::Unavailable`].
+///
+/// Resolution order: the acquire's own setting, the limiter's, the system configuration's
+/// `on_unavailable` (through the repository's cache; the last value read is remembered for
+/// when DynamoDB cannot answer), else `Block`.
+pub use dynalimit_repository::config::OnUnavailable;
 
 #[derive(Debug, Clone, Default)]
 struct Known {
@@ -80,7 +78,9 @@ pub(crate) struct Inner {
     store: BucketStore,
     clock: Arc<dyn Clock>,
     ttl_multiplier: i64,
-    on_unavailable: OnUnavailable,
+    repo: Repository,
+    on_unavailable: Option<OnUnavailable>,
+    last_on_unavailable: Mutex<Option<OnUnavailable>>,
     known: Mutex<HashMap<(String, String), Known>>,
     pending: AtomicUsize,
     settled: Notify,
@@ -177,19 +177,27 @@ pub struct RateLimiter {
 }
 
 impl RateLimiter {
-    /// A limiter over `repo`'s namespace, blocking when DynamoDB is unavailable.
+    /// A limiter over `repo`'s namespace; `on_unavailable` comes from the system
+    /// configuration (default `block`).
     pub fn new(repo: Repository) -> Self {
-        Self::with_on_unavailable(repo, OnUnavailable::Block)
+        Self::build(repo, None)
     }
 
-    /// A limiter with an explicit `on_unavailable` policy.
+    /// A limiter with an explicit `on_unavailable` policy, overriding the system
+    /// configuration.
     pub fn with_on_unavailable(repo: Repository, on_unavailable: OnUnavailable) -> Self {
+        Self::build(repo, Some(on_unavailable))
+    }
+
+    fn build(repo: Repository, on_unavailable: Option<OnUnavailable>) -> Self {
         RateLimiter {
             inner: Arc::new(Inner {
                 store: repo.buckets(),
                 clock: Arc::clone(repo.clock()),
                 ttl_multiplier: i64::from(repo.bucket_ttl_multiplier()),
+                repo,
                 on_unavailable,
+                last_on_unavailable: Mutex::new(None),
                 known: Mutex::new(HashMap::new()),
                 pending: AtomicUsize::new(0),
                 settled: Notify::new(),
@@ -345,7 +353,6 @@ impl RateLimiter {
                 }
             }
         }
-        let mode = on_unavailable.unwrap_or(self.inner.on_unavailable);
         match self
             .cascade_acquire(&entity_id, &resource, &demand, limits.as_deref())
             .await
@@ -391,7 +398,7 @@ impl RateLimiter {
                         Refusal::Repository(e) => e.to_string(),
                         _ => String::new(),
                     };
-                    match mode {
+                    match self.on_unavailable(on_unavailable).await {
                         OnUnavailable::Allow => {
                             tracing::warn!(
                                 entity_id = %entity_id, resource = %resource, %message,
@@ -408,6 +415,26 @@ impl RateLimiter {
                 }
             },
         }
+    }
+
+    /// The `on_unavailable` mode of an acquire that could not be decided.
+    async fn on_unavailable(&self, explicit: Option<OnUnavailable>) -> OnUnavailable {
+        if let Some(mode) = explicit.or(self.inner.on_unavailable) {
+            return mode;
+        }
+        let lookup = tokio::time::timeout(
+            Duration::from_secs(1),
+            self.inner.repo.resolve_on_unavailable(),
+        );
+        let last = &self.inner.last_on_unavailable;
+        if let Ok(Ok(found)) = lookup.await {
+            *last
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = found;
+        }
+        last.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or(OnUnavailable::Block)
     }
 
     /// Debits the entity and, when it cascades, its direct parent (never the grandparent).
