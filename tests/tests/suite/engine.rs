@@ -935,7 +935,8 @@ async fn hard_case_14_limit_added_after_the_bucket_existed() {
 }
 
 #[tokio::test]
-async fn hard_case_17_and_20_parent_shards_independently_and_new_shards_are_created() {
+async fn hard_case_17_18_20_parent_shards_randomly_and_independently_and_drawn_shards_are_created()
+{
     let r = rig().await;
     r.child_of("kid", "org").await;
     let limits = [rpm(1000)];
@@ -1240,4 +1241,43 @@ async fn entities_created_through_the_repository_cascade_with_owner_checks() {
     assert_eq!(child.get("cascade"), Some(&AttributeValue::Bool(true)));
     assert_eq!(get_s(child, "parent_id"), Some("acme"));
     assert!(get_s(child, "pinc").is_some(), "owner incarnation stamped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_leases_are_rolled_back_when_work_panics_or_is_cancelled() {
+    let r = rig().await;
+    let limits = [rpm(10)];
+    // Work that panics while holding a lease.
+    let limiter = r.limiter.clone();
+    let l2 = limits.clone();
+    let panicked = tokio::spawn(async move {
+        let _lease = limiter
+            .acquire("drop", "gpt-4", [("rpm", 4)])
+            .limits(l2)
+            .await
+            .unwrap();
+        panic!("the caller's work failed");
+    })
+    .await;
+    assert!(panicked.is_err());
+    // Work that is cancelled (timed out) while holding a lease.
+    let limiter = r.limiter.clone();
+    let l3 = limits.clone();
+    let cancelled = tokio::time::timeout(Duration::from_millis(200), async move {
+        let _lease = limiter
+            .acquire("drop", "gpt-4", [("rpm", 3)])
+            .limits(l3)
+            .await
+            .unwrap();
+        std::future::pending::<()>().await;
+    })
+    .await;
+    assert!(cancelled.is_err());
+    r.limiter.settle().await;
+    assert_eq!(r.tc("drop", "rpm").await, 0, "both leases were given back");
+    assert_eq!(
+        hammer(&r.limiter, "drop", &limits, 1, 12).await,
+        10,
+        "all ten tokens usable"
+    );
 }
