@@ -1281,3 +1281,41 @@ async fn dropped_leases_are_rolled_back_when_work_panics_or_is_cancelled() {
         "all ten tokens usable"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn contention_on_the_wall_clock_stays_within_capacity_plus_refill() {
+    let table = dynalimit_tests::table().await;
+    let repo = Repository::builder()
+        .client(dynalimit_tests::client().await)
+        .stack(table.name().to_owned())
+        .namespace(NS)
+        .open()
+        .await
+        .unwrap();
+    let limiter = RateLimiter::new(repo.clone());
+    let start = SystemClock.epoch_millis();
+    let granted = hammer(&limiter, "wall", &[rpm(100)], 32, 400).await;
+    let elapsed = SystemClock.epoch_millis() - start;
+    let bound = 100 + elapsed * 100 / 60_000;
+    println!(
+        "contention (wall clock, 32 tasks, 400 attempts, {elapsed} ms): granted {granted}, bound {bound}"
+    );
+    assert!(granted <= bound, "over-admitted: {granted} > {bound}");
+    assert!(granted >= 100);
+    let available = limiter.available("wall", "gpt-4", &[]).await;
+    assert!(
+        matches!(available, Err(Error::NoLimits { .. })),
+        "no stored limits for this pair"
+    );
+    repo.set_resource_defaults("gpt-4", &[rpm(100)])
+        .await
+        .unwrap();
+    let available = limiter.available("wall", "gpt-4", &[]).await.unwrap();
+    let now = SystemClock.epoch_millis() - start;
+    assert!(
+        (0..=100).contains(&available["rpm"])
+            && available["rpm"] <= 100 + now * 100 / 60_000 - granted,
+        "availability {} after {granted} granted",
+        available["rpm"]
+    );
+}

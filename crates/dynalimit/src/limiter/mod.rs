@@ -229,7 +229,8 @@ impl RateLimiter {
     }
 
     /// Whole tokens available per limit across every shard of the entity's bucket for
-    /// `resource` (capped at capacity; negative in debt). Reads GSI3 and the items.
+    /// `resource` (capped at capacity; negative in debt). Reads GSI3 and the items. `limits`
+    /// empty: the stored configuration's.
     ///
     /// # Errors
     /// [`Error::Invalid`] for bad input, [`Error::PermissionDenied`], [`Error::Unavailable`].
@@ -287,6 +288,25 @@ impl RateLimiter {
         for l in limits {
             l.validate()?;
         }
+        let resolved;
+        let limits = if limits.is_empty() {
+            resolved = self
+                .inner
+                .repo
+                .resolve_limits(entity_id, resource)
+                .await
+                .map_err(|e| repo_error(entity_id, resource, e))?
+                .limits;
+            if resolved.is_empty() {
+                return Err(Error::NoLimits {
+                    entity_id: entity_id.to_owned(),
+                    resource: resource.to_owned(),
+                });
+            }
+            resolved.as_slice()
+        } else {
+            limits
+        };
         let buckets = self
             .inner
             .store
@@ -376,10 +396,7 @@ impl RateLimiter {
                     entity_id: owner,
                     resource,
                 }),
-                Refusal::Repository(RepositoryError::PermissionDenied { .. }) => {
-                    let Refusal::Repository(e) = refusal else {
-                        unreachable!()
-                    };
+                Refusal::Repository(e @ RepositoryError::PermissionDenied { .. }) => {
                     Err(Error::PermissionDenied(e))
                 }
                 Refusal::Repository(RepositoryError::TransactionConflict { .. }) => {
