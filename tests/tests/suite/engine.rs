@@ -1319,3 +1319,59 @@ async fn contention_on_the_wall_clock_stays_within_capacity_plus_refill() {
         available["rpm"]
     );
 }
+
+#[tokio::test]
+async fn buckets_of_an_entity_and_of_a_resource_are_listed() {
+    let r = rig().await;
+    let limits = [rpm(100)];
+    for entity in ["a", "b", "c"] {
+        for resource in ["gpt-4", "claude"] {
+            r.limiter
+                .acquire(entity, resource, [("rpm", 1)])
+                .limits(limits.clone())
+                .await
+                .unwrap()
+                .commit()
+                .await
+                .unwrap();
+        }
+    }
+    r.poke("a", "gpt-4", 0, "SET shard_count = :s", &[(":s", n(2))])
+        .await;
+    let limiter = RateLimiter::new(r.repo.clone());
+    for _ in 0..12 {
+        limiter
+            .acquire("a", "gpt-4", [("rpm", 1)])
+            .limits(limits.clone())
+            .await
+            .unwrap()
+            .commit()
+            .await
+            .unwrap();
+    }
+    let store = r.repo.buckets();
+    let of_a = store.entity_buckets("a").await.unwrap();
+    let keys: Vec<_> = of_a
+        .iter()
+        .map(|(k, _)| (k.resource.as_str(), k.shard))
+        .collect();
+    assert_eq!(keys, vec![("claude", 0), ("gpt-4", 0), ("gpt-4", 1)]);
+    let of_gpt4 = store.resource_buckets("gpt-4").await.unwrap();
+    let mut entities: Vec<_> = of_gpt4
+        .iter()
+        .map(|(k, _)| (k.entity_id.as_str(), k.shard))
+        .collect();
+    entities.sort_unstable();
+    assert_eq!(entities, vec![("a", 0), ("a", 1), ("b", 0), ("c", 0)]);
+    let spent: i64 = of_a
+        .iter()
+        .filter(|(k, _)| k.resource == "gpt-4")
+        .map(|(_, img)| img.limits["rpm"].tc)
+        .sum();
+    assert_eq!(spent, 13_000);
+    let available = limiter.available("a", "gpt-4", &limits).await.unwrap();
+    assert!(
+        available["rpm"] <= 100 - 13 + 50,
+        "shard shares, not double capacity"
+    );
+}
