@@ -9,9 +9,11 @@
 //! # Pipeline
 //! 1. [`record`]: Lambda JSON records and Streams API records become one [`StreamRecord`].
 //! 2. [`processor::extract`] (pure): each MODIFY of a bucket item yields the `b_{limit}_tc`
-//!    deltas between its images, in whole tokens (floor), stamped with the new image's `rf`.
-//!    Creates (INSERT), deletes and TTL expiries (REMOVE) and other items are ignored, as in
-//!    the reference. Event names this code does not know (DynamoDB Local sends
+//!    deltas between its images, in whole tokens (floor), stamped with the new image's `rf`;
+//!    a create (INSERT) yields its `tc` values, so snapshots equal the tokens consumed (the
+//!    reference's aggregator misses the creating acquire; an event source filter must
+//!    therefore pass INSERTs of `#STATE` items too). Deletes and TTL expiries (REMOVE) and
+//!    other items are ignored. Event names this code does not know (DynamoDB Local sends
 //!    `UNKNOWN_TO_SDK_VERSION`) are resolved from which images the record carries.
 //! 3. [`processor::plan`] (pure): per (namespace, entity, resource), one snapshot write per
 //!    (window, window key) — counters named after the limits, `total_events` one per

@@ -4,8 +4,10 @@
 //! 1. [`extract`] reads a batch: every MODIFY of a bucket item (`SK = #STATE`) yields a
 //!    [`Usage`] — the `b_{limit}_tc` deltas between the old and the new image, stamped with the
 //!    new image's `rf` (reference §7.2) — and every bucket item seen yields a
-//!    [`BucketActivity`] for the proactive refill and doubling of §7.3. INSERTs (a bucket's
-//!    create), REMOVEs (deletes and TTL expiry) and every other item are ignored.
+//!    [`BucketActivity`] for the proactive refill and doubling of §7.3. An INSERT (a bucket's
+//!    create) counts its `tc` values against 0, so the consumption of the acquire that created
+//!    the bucket is not lost (the reference's aggregator drops it, §13 case 44). REMOVEs
+//!    (deletes and TTL expiry) and every other item are ignored.
 //! 2. [`plan`] turns the usages that are newer than each bucket item's watermark into
 //!    [`Transaction`]s: per (namespace, entity, resource) one write per (window, window key),
 //!    each carrying the new watermark of every bucket item whose records it counts.
@@ -171,11 +173,15 @@ fn bucket_of(image: &Item) -> Option<BucketRef> {
 pub fn extract(records: &[StreamRecord]) -> Extracted {
     let mut out = Extracted::default();
     for record in records {
-        let (EventKind::Modify, Some(old), Some(new)) =
-            (record.kind, &record.old_image, &record.new_image)
-        else {
-            out.ignored += 1;
-            continue;
+        // A create carries the consumption of the acquire that created the bucket: it counts
+        // against an old `tc` of 0.
+        let (old, new) = match (record.kind, &record.old_image, &record.new_image) {
+            (EventKind::Modify, Some(old), Some(new)) => (Some(old), new),
+            (EventKind::Insert, _, Some(new)) => (None, new),
+            _ => {
+                out.ignored += 1;
+                continue;
+            }
         };
         let Some(bucket) = bucket_of(new) else {
             out.ignored += 1;
@@ -184,7 +190,10 @@ pub fn extract(records: &[StreamRecord]) -> Extracted {
         let at_ms = get_i64(new, "rf").unwrap_or(0);
         let mut deltas: Vec<LimitDelta> = consumed_counters(new)
             .filter_map(|(name, new_tc)| {
-                let old_tc = get_i64(old, &format!("b_{name}_tc"))?;
+                let old_tc = match old {
+                    Some(old) => get_i64(old, &format!("b_{name}_tc"))?,
+                    None => 0,
+                };
                 let milli = new_tc.checked_sub(old_tc)?;
                 (milli != 0).then(|| {
                     let soft = new.contains_key(&format!("b_{name}_soft"));
@@ -200,7 +209,8 @@ pub fn extract(records: &[StreamRecord]) -> Extracted {
             .collect();
         deltas.sort_by(|a, b| a.limit.cmp(&b.limit));
 
-        let (old_sc, new_sc) = (shard_count(old), shard_count(new));
+        let new_sc = shard_count(new);
+        let old_sc = old.map_or(new_sc, shard_count);
         let entry = out
             .activity
             .entry(bucket.clone())

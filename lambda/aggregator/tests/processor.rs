@@ -51,9 +51,9 @@ fn lambda_records_convert_including_unknown_event_names() {
 fn fixture_batch_becomes_hourly_and_daily_snapshots() {
     let records = handler::records_of(fixture());
     let extracted = extract(&records);
-    // The create, the TTL removal and the snapshot item's own change are ignored.
-    assert_eq!(extracted.ignored, 3);
-    assert_eq!(extracted.usage.len(), 5);
+    // The TTL removal and the snapshot item's own change are ignored; the create counts.
+    assert_eq!(extracted.ignored, 2);
+    assert_eq!(extracted.usage.len(), 6);
     let windows = [Window::Hourly, Window::Daily];
     let plans = plan(&extracted.usage, &HashMap::new(), &windows);
     assert_eq!(plans.len(), 2, "one plan per (entity, resource)");
@@ -64,16 +64,17 @@ fn fixture_batch_becomes_hourly_and_daily_snapshots() {
             .unwrap_or_else(|| panic!("no snapshot {e} {r} {k}: {:?}", snaps.keys()))
     };
     let h22 = get("u1", "gpt-4", "2023-11-14T22:00:00Z/hourly");
-    // rpm: 1 (fast path) + 2 (shard 1); tpm: 500 consumed, 200 rolled back.
-    assert_eq!(h22.counters, counters(&[("rpm", 3), ("tpm", 300)]));
-    assert_eq!(h22.total_events, 4);
+    // rpm: 1 (create) + 1 (fast path) + 2 (shard 1); tpm: 500 + 500 consumed, 200 rolled
+    // back.
+    assert_eq!(h22.counters, counters(&[("rpm", 4), ("tpm", 800)]));
+    assert_eq!(h22.total_events, 6);
     // The slow-path write moved rf into the next hour: its usage lands there.
     let h23 = get("u1", "gpt-4", "2023-11-14T23:00:00Z/hourly");
     assert_eq!(h23.counters, counters(&[("rpm", 3)]));
     assert_eq!(h23.total_events, 1);
     let day = get("u1", "gpt-4", "2023-11-14T00:00:00Z/daily");
-    assert_eq!(day.counters, counters(&[("rpm", 6), ("tpm", 300)]));
-    assert_eq!(day.total_events, 5);
+    assert_eq!(day.counters, counters(&[("rpm", 7), ("tpm", 800)]));
+    assert_eq!(day.total_events, 7);
     // 1.5 tokens floor to 1; a limit name with '.' and '-' is a counter name as is.
     let api = get("u2", "api", "2023-11-14T22:00:00Z/hourly");
     assert_eq!(api.counters, counters(&[("req.v2-x", 1)]));
@@ -88,6 +89,7 @@ fn fixture_batch_becomes_hourly_and_daily_snapshots() {
         .map(|m| (m.bucket.shard, m.applied.as_str(), m.expected.as_ref()))
         .collect();
     assert_eq!(marks, vec![(0, "400", None), (1, "500", None)]);
+    assert_eq!(u1.transactions[0].records.len(), 5);
 }
 
 #[test]
@@ -106,7 +108,7 @@ fn a_redelivered_batch_plans_nothing_and_a_partial_one_only_the_rest() {
 
     // Shard 0 counted up to 300 only: record 400 is planned against that watermark.
     let mut partial = watermarks.clone();
-    let shard0 = extracted.usage[0].bucket.clone();
+    let shard0 = extracted.usage[1].bucket.clone();
     partial.insert(shard0.clone(), SequenceNumber::parse("300").unwrap());
     let again = plan(&extracted.usage, &partial, &windows);
     assert_eq!(again.len(), 1);
@@ -119,7 +121,7 @@ fn a_redelivered_batch_plans_nothing_and_a_partial_one_only_the_rest() {
 #[test]
 fn long_runs_split_into_transactions_of_at_most_100_items_in_order() {
     let records = handler::records_of(fixture());
-    let template = extract(&records).usage[0].clone();
+    let template = extract(&records).usage[1].clone();
     // 250 records, each in its own hour: 250 hourly snapshots + daily ones.
     let usage: Vec<Usage> = (0..250i64)
         .map(|i| Usage {
