@@ -15,10 +15,10 @@ pub enum AggregatorError {
     /// A DynamoDB request failed.
     #[error(transparent)]
     Repository(#[from] RepositoryError),
-    /// A DynamoDB Streams request failed.
-    #[error("DynamoDB Streams {operation} failed: {message}")]
+    /// A request of the stream runner (DescribeTable, or a DynamoDB Streams call) failed.
+    #[error("{operation} failed: {message}")]
     Streams {
-        /// The Streams operation.
+        /// The operation.
         operation: &'static str,
         /// What failed.
         message: String,
