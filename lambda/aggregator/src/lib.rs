@@ -51,7 +51,7 @@
 pub mod config;
 pub mod error;
 pub mod handler;
-mod proactive;
+pub mod proactive;
 pub mod processor;
 pub mod record;
 pub mod runner;

@@ -20,19 +20,19 @@ pub fn snapshot_gsi2sk(window_key: &str, entity_id: &str) -> String {
 
 /// Expression parts with positional name and value tokens (reference §1.5).
 #[derive(Debug, Default)]
-struct Expr {
-    names: HashMap<String, String>,
-    values: Item,
+pub(crate) struct Expr {
+    pub(crate) names: HashMap<String, String>,
+    pub(crate) values: Item,
 }
 
 impl Expr {
-    fn name(&mut self, attr: &str) -> String {
+    pub(crate) fn name(&mut self, attr: &str) -> String {
         let token = format!("#n{}", self.names.len());
         self.names.insert(token.clone(), attr.to_owned());
         token
     }
 
-    fn value(&mut self, v: AttributeValue) -> String {
+    pub(crate) fn value(&mut self, v: AttributeValue) -> String {
         let token = format!(":v{}", self.values.len());
         self.values.insert(token.clone(), v);
         token

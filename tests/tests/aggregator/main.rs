@@ -15,6 +15,7 @@ use dynalimit_repository::keys;
 use dynalimit_repository::{Repository, UsageQuery, UsageSnapshot, local_credentials};
 use dynalimit_tests::TestTable;
 
+mod proactive;
 mod restart;
 mod with_limiter;
 
@@ -303,7 +304,7 @@ async fn runner_turns_bucket_writes_into_exact_snapshots_and_a_second_pass_chang
 }
 
 /// Builds stream records from the images the writes returned, with increasing sequence numbers.
-fn records_of(images: &[Item], first_seq: u64) -> Vec<StreamRecord> {
+pub(crate) fn records_of(images: &[Item], first_seq: u64) -> Vec<StreamRecord> {
     let mut out = Vec::new();
     for (i, pair) in images.windows(2).enumerate() {
         out.push(StreamRecord {
