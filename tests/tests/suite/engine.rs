@@ -1375,3 +1375,59 @@ async fn buckets_of_an_entity_and_of_a_resource_are_listed() {
         "shard shares, not double capacity"
     );
 }
+
+#[tokio::test]
+async fn hard_case_25_capacity_shrink_surplus_is_not_spent() {
+    let r = rig().await;
+    r.repo
+        .set_limits("shrink", "gpt-4", &[rpm(100)])
+        .await
+        .unwrap();
+    assert_eq!(hammer(&r.limiter, "shrink", &[], 1, 10).await, 10);
+    // The operator lowers the entity's limit; the sync stamps the bucket (cp, vu = 0).
+    r.repo
+        .set_limits("shrink", "gpt-4", &[rpm(20)])
+        .await
+        .unwrap();
+    r.repo.invalidate_config_cache().await;
+    let granted = hammer(&r.limiter, "shrink", &[], 2, 40).await;
+    assert_eq!(
+        granted, 20,
+        "the 90 tokens above the new capacity were clamped, not spent"
+    );
+    assert_eq!(get_i64(&r.buckets("shrink").await[0], "vu"), None);
+}
+
+#[tokio::test]
+async fn a_disabled_bucket_refuses_for_the_entity_and_for_its_children() {
+    let r = rig().await;
+    r.child_of("kid", "org").await;
+    let limits = [rpm(10)];
+    assert_eq!(hammer(&r.limiter, "kid", &limits, 1, 1).await, 1);
+    r.poke(
+        "org",
+        "gpt-4",
+        0,
+        "SET disabled = :d",
+        &[(":d", AttributeValue::Bool(true))],
+    )
+    .await;
+    for entity in ["org", "kid"] {
+        let err = r
+            .limiter
+            .acquire(entity, "gpt-4", [("rpm", 1)])
+            .limits(limits.clone())
+            .await
+            .unwrap_err();
+        match err {
+            Error::ResourceDisabled { entity_id, .. } => assert_eq!(entity_id, "org"),
+            other => panic!("expected ResourceDisabled, got {other}"),
+        }
+    }
+    r.limiter.settle().await;
+    assert_eq!(
+        r.tc("kid", "rpm").await,
+        1,
+        "the child's debit was compensated"
+    );
+}
