@@ -1431,3 +1431,65 @@ async fn a_disabled_bucket_refuses_for_the_entity_and_for_its_children() {
         "the child's debit was compensated"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refill_bound_on_the_wall_clock_16_tasks_for_10_seconds() {
+    let table = dynalimit_tests::table().await;
+    let repo = Repository::builder()
+        .client(dynalimit_tests::client().await)
+        .stack(table.name().to_owned())
+        .namespace(NS)
+        .open()
+        .await
+        .unwrap();
+    let limiter = RateLimiter::new(repo);
+    let limits = [Limit::custom("rpm", 50, 10, 1)];
+    // The bucket is created by a first acquire (slow on a fresh table); the 10 s run starts
+    // after it, the over-admission bound counts refill from before it.
+    let created_before = SystemClock.epoch_millis();
+    limiter
+        .acquire("wall-steady", "gpt-4", [("rpm", 1)])
+        .limits(limits.clone())
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+    let start = SystemClock.epoch_millis();
+    let deadline = start + 10_000;
+    let granted = Arc::new(AtomicI64::new(1));
+    let mut handles = Vec::new();
+    for _ in 0..16 {
+        let (limiter, granted, limits) = (limiter.clone(), granted.clone(), limits.to_vec());
+        handles.push(tokio::spawn(async move {
+            while SystemClock.epoch_millis() < deadline {
+                match limiter
+                    .acquire("wall-steady", "gpt-4", [("rpm", 1)])
+                    .limits(limits.clone())
+                    .await
+                {
+                    Ok(lease) => {
+                        lease.commit().await.unwrap();
+                        granted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(Error::RateLimited(_)) => tokio::task::yield_now().await,
+                    Err(e) => panic!("unexpected error: {e}"),
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let elapsed = SystemClock.epoch_millis() - start;
+    let granted = granted.load(Ordering::SeqCst);
+    let ideal = 50 + 10 * 10;
+    let bound = 50 + (SystemClock.epoch_millis() - created_before) * 10 / 1000;
+    let pct = granted as f64 * 100.0 / ideal as f64;
+    println!(
+        "refill-bound (wall clock, 50 + 10/s, 16 tasks, {elapsed} ms): granted {granted} of {ideal} \
+         ({pct:.1}%), bound {bound}"
+    );
+    assert!(granted <= bound, "over-admitted: {granted} > {bound}");
+    assert!(pct >= 97.0, "granted only {pct:.1}% of {ideal}");
+}
