@@ -6,6 +6,7 @@
 //! conditions are evaluated by the emulator; only the client's clock is simulated.
 
 use std::collections::BTreeMap;
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -1273,8 +1274,20 @@ async fn dropped_leases_are_rolled_back_when_work_panics_or_is_cancelled() {
     })
     .await;
     assert!(cancelled.is_err());
+    // Acquires abandoned while their writes are in flight.
+    for ms in 0..20 {
+        let abandoned = tokio::time::timeout(
+            Duration::from_millis(ms),
+            r.limiter
+                .acquire("drop", "gpt-4", [("rpm", 1)])
+                .limits(limits.clone())
+                .into_future(),
+        )
+        .await;
+        drop(abandoned);
+    }
     r.limiter.settle().await;
-    assert_eq!(r.tc("drop", "rpm").await, 0, "both leases were given back");
+    assert_eq!(r.tc("drop", "rpm").await, 0, "every lease was given back");
     assert_eq!(
         hammer(&r.limiter, "drop", &limits, 1, 12).await,
         10,

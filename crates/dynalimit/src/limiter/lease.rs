@@ -2,13 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use dynalimit_core::limit::delta_to_milli;
 
-use super::Inner;
 use super::engine::Entry;
+use super::{Inner, Pending};
 use crate::Error;
 
 #[derive(Debug, Default)]
@@ -235,13 +234,12 @@ impl Drop for Lease {
         }
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                inner.pending.fetch_add(1, Ordering::SeqCst);
+                let pending = Pending::new(&inner);
                 handle.spawn(async move {
                     if let Err(e) = rollback_entries(&inner, &entries).await {
                         tracing::warn!(error = %e, "rollback of a dropped lease failed");
                     }
-                    inner.pending.fetch_sub(1, Ordering::SeqCst);
-                    inner.settled.notify_waiters();
+                    drop(pending);
                 });
             }
             Err(_) => tracing::error!(
