@@ -5,6 +5,11 @@
 //! `dynamodb`, on by default), `LimitSet` and `LimitPool`, the adaptive concurrency limiter and
 //! the cooperative backoff gate.
 
+pub mod adaptive;
+pub mod backoff;
 pub mod error;
+pub mod time;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use error::Error;

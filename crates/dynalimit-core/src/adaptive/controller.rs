@@ -165,6 +165,8 @@ pub enum ChangeReason {
     Probing,
     /// The headroom cap pulled the limit toward actual demand.
     Headroom,
+    /// Set from outside, e.g. scaled down for a slow start after a pause.
+    Manual,
 }
 
 /// A limit change decided when a window closed.

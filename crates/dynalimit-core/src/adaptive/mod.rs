@@ -17,5 +17,5 @@ mod stats;
 
 pub mod priority;
 
-pub use controller::{ControllerConfig, LimitChange, LimitController, log10_root};
+pub use controller::{ChangeReason, ControllerConfig, LimitChange, LimitController, log10_root};
 pub use stats::{Correlation, CorrelationWindow, MovingAverage, MovingMedian, SampleWindow};
