@@ -184,6 +184,9 @@ pub struct LimitChange {
 const WARMUP_SAMPLES: u32 = 10;
 /// Windows in the median filter.
 const SMOOTHED_SAMPLES: usize = 5;
+/// Largest relative rise per window of the baseline's input: a lasting shift of the
+/// downstream's latency is re-learnt (about 350 windows for 2×), an overload is not.
+const BASELINE_DRIFT: f64 = 0.002;
 /// Bound on the RTTs a window keeps exactly.
 const WINDOW_CAPACITY: usize = 4096;
 
@@ -192,11 +195,20 @@ const WINDOW_CAPACITY: usize = 4096;
 ///
 /// Per window: `recent = EWMA5(median5(p90(window)))`, `baseline = EWMA10(recent)`,
 /// `queue = ceil(limit × (1 − baseline / recent))`, then
-/// - decrease when `queue > 6·step`, or when the limiter was full and throughput falls with
-///   in-flight (correlation < 0), or latency rises with in-flight (> 0.5) while throughput does
-///   not follow (correlation < 0.3 or its variation < 0.2);
+/// - decrease when `queue > 6·step`, or when the limiter was full, the queue estimate is at least
+///   `3·step`, and throughput falls with in-flight (correlation < 0) or latency rises with
+///   in-flight (> 0.5) while throughput does not follow (correlation < 0.3 or its variation
+///   < 0.2);
 /// - increase when `queue < 3·step`; hold otherwise;
 /// - never above `peak in-flight × factor` (the headroom cap), clamped to `[min, max]`.
+///
+/// The baseline stands for the latency without queueing. It follows a fall at once, but it
+/// holds while the queue estimate is at least `3·step` and otherwise rises by at most 0.2 % per
+/// window, so a sustained overload does not turn into the new normal (with a plain EWMA it
+/// catches up within a few windows and the limit drifts far past capacity), while a lasting
+/// change of the downstream's own latency is still learnt once the limit has come down.
+/// The correlation rules need the queue estimate at `3·step` or more because their memory spans
+/// many windows: without that guard they keep shrinking a limit whose latency is back to normal.
 #[derive(Debug, Clone)]
 pub struct LimitController {
     cfg: ControllerConfig,
@@ -208,6 +220,7 @@ pub struct LimitController {
     baseline: MovingAverage,
     throughput_corr: CorrelationWindow,
     latency_corr: CorrelationWindow,
+    windows: u32,
 }
 
 impl LimitController {
@@ -227,6 +240,7 @@ impl LimitController {
             baseline: MovingAverage::new(cfg.baseline_window_age, WARMUP_SAMPLES),
             throughput_corr: CorrelationWindow::new(corr, WARMUP_SAMPLES as usize),
             latency_corr: CorrelationWindow::new(corr, WARMUP_SAMPLES as usize),
+            windows: 0,
             cfg,
         })
     }
@@ -262,6 +276,11 @@ impl LimitController {
         self.baseline.reset();
         self.throughput_corr.reset();
         self.latency_corr.reset();
+        self.windows = 0;
+    }
+
+    fn baseline_ready(&self) -> bool {
+        self.windows > WARMUP_SAMPLES
     }
 
     /// Records one completion: its `rtt`, the in-flight count when it was admitted (itself
@@ -307,7 +326,23 @@ impl LimitController {
 
     fn update(&mut self, recent: f64, peak: u32, full: bool) -> Option<LimitChange> {
         let old = self.limit;
-        let baseline = self.baseline.add(recent);
+        self.windows = self.windows.saturating_add(1);
+        // The baseline is the latency without queueing: it follows falls at once, rises at most
+        // BASELINE_DRIFT per window, and holds while the current estimate shows queueing, so that a
+        // sustained overload never becomes the new normal.
+        let step = log10_root(old);
+        let (alpha, beta) = (f64::from(3 * step), f64::from(6 * step));
+        let baseline = if self.baseline_ready() {
+            let held = self.baseline.value();
+            let queued = f64::from(old) * (1.0 - held / recent) >= alpha;
+            if queued {
+                held
+            } else {
+                self.baseline.add(recent.min(held * (1.0 + BASELINE_DRIFT)))
+            }
+        } else {
+            self.baseline.add(recent)
+        };
         if recent <= 0.0 {
             return None;
         }
@@ -316,14 +351,16 @@ impl LimitController {
         let throughput = f64::from(peak) / recent;
         let thr = self.throughput_corr.add(f64::from(peak), throughput);
         let lat = self.latency_corr.add(f64::from(peak), recent);
-        let step = log10_root(old);
-        let (alpha, beta) = (f64::from(3 * step), f64::from(6 * step));
 
+        // The correlations remember many windows; they only count while the queue estimate shows
+        // some queueing, so that stale memory cannot keep shrinking a limit whose latency has
+        // already come back to the baseline.
+        let elevated = full && queue >= alpha;
         let decision = if queue > beta {
             Some((false, ChangeReason::Queueing))
-        } else if full && thr.r < 0.0 {
+        } else if elevated && thr.r < 0.0 {
             Some((false, ChangeReason::ThroughputFalling))
-        } else if full && lat.r > 0.5 && (thr.r < 0.3 || thr.cv_y < 0.2) {
+        } else if elevated && lat.r > 0.5 && (thr.r < 0.3 || thr.cv_y < 0.2) {
             Some((false, ChangeReason::LatencyRising))
         } else if queue < alpha {
             Some((true, ChangeReason::Probing))
@@ -435,6 +472,25 @@ mod tests {
         }
         assert!(c.limit() < before, "{} !< {before}", c.limit());
         assert!(reasons.contains(&ChangeReason::Queueing), "{reasons:?}");
+    }
+
+    #[test]
+    fn a_sustained_overload_does_not_become_the_baseline() {
+        let cfg = ControllerConfig {
+            initial_limit: 50,
+            ..ControllerConfig::default()
+        };
+        let mut c = LimitController::new(cfg).unwrap();
+        let mut t = Duration::ZERO;
+        for _ in 0..15 {
+            window(&mut c, &mut t, 100, ms(10), 50, true);
+        }
+        for _ in 0..60 {
+            let limit = c.limit();
+            window(&mut c, &mut t, 100, ms(30), limit, true);
+        }
+        assert!(c.baseline_rtt() < ms(11), "baseline {:?}", c.baseline_rtt());
+        assert!(c.limit() < 20, "limit {}", c.limit());
     }
 
     #[test]
