@@ -5,3 +5,4 @@
 //! ```
 
 mod adaptive_capacity;
+mod escalating_remote;
