@@ -37,14 +37,15 @@ fn overloaded(err: BoxError) -> (StatusCode, String) {
     }
 }
 
-#[tokio::test]
-async fn the_layer_limits_a_real_axum_server_and_answers_503_when_full() {
-    let limiter = AdaptiveLimiter::builder()
-        .limits(1, 2)
-        .initial_limit(2)
-        .build()
-        .unwrap();
-    // Handlers of /slow wait until the test lets them finish: no timing involved.
+/// Serves `/slow` (finishes when the test adds a permit to the returned semaphore) and `/fast`
+/// behind `layer` on 127.0.0.1, mapping a refused permit to 503.
+async fn serve(
+    layer: AdaptiveLimitLayer,
+) -> (
+    std::net::SocketAddr,
+    Arc<Semaphore>,
+    tokio::task::JoinHandle<()>,
+) {
     let release = Arc::new(Semaphore::new(0));
     let gate = Arc::clone(&release);
     let app = Router::new()
@@ -64,11 +65,23 @@ async fn the_layer_limits_a_real_axum_server_and_answers_503_when_full() {
                 .layer(HandleErrorLayer::new(
                     |e: BoxError| async move { overloaded(e) },
                 ))
-                .layer(AdaptiveLimitLayer::new(limiter.clone()).max_wait(Duration::ZERO)),
+                .layer(layer),
         );
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, release, server)
+}
+
+#[tokio::test]
+async fn the_layer_limits_a_real_axum_server_and_answers_503_when_full() {
+    let limiter = AdaptiveLimiter::builder()
+        .limits(1, 2)
+        .initial_limit(2)
+        .build()
+        .unwrap();
+    let (addr, release, server) =
+        serve(AdaptiveLimitLayer::new(limiter.clone()).max_wait(Duration::ZERO)).await;
 
     let first = tokio::spawn(get_status(addr, "/slow"));
     let second = tokio::spawn(get_status(addr, "/slow"));
@@ -94,29 +107,7 @@ async fn queued_requests_are_served_when_a_permit_comes_back() {
         .initial_limit(1)
         .build()
         .unwrap();
-    let release = Arc::new(Semaphore::new(0));
-    let gate = Arc::clone(&release);
-    let app = Router::new()
-        .route(
-            "/slow",
-            get(move || {
-                let gate = Arc::clone(&gate);
-                async move {
-                    gate.acquire().await.unwrap().forget();
-                    "done"
-                }
-            }),
-        )
-        .layer(
-            ServiceBuilder::new()
-                .layer(HandleErrorLayer::new(
-                    |e: BoxError| async move { overloaded(e) },
-                ))
-                .layer(AdaptiveLimitLayer::new(limiter.clone())),
-        );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (addr, release, server) = serve(AdaptiveLimitLayer::new(limiter.clone())).await;
 
     let first = tokio::spawn(get_status(addr, "/slow"));
     until(|| limiter.inflight() == 1).await;
