@@ -11,6 +11,30 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// A limiter on tokio's (paused) clock.
+fn tokio_limiter(limit: u32) -> AdaptiveLimiter {
+    AdaptiveLimiter::builder()
+        .initial_limit(limit)
+        .clock(TokioClock::new(0))
+        .build()
+        .unwrap()
+}
+
+/// Spawns a task waiting for a permit at `level`, and lets it reach the queue.
+async fn queue_at(
+    limiter: &AdaptiveLimiter,
+    level: u16,
+) -> tokio::task::JoinHandle<Result<(), Rejected>> {
+    let l = limiter.clone();
+    let task = tokio::spawn(async move {
+        l.acquire_with_level(Level::new(level).unwrap(), None)
+            .await
+            .map(|_p| ())
+    });
+    settle().await;
+    task
+}
+
 async fn settle() {
     for _ in 0..10 {
         tokio::task::yield_now().await;
@@ -122,11 +146,7 @@ fn scale_limit_clamps_and_reset_restores_the_initial_limit() {
 
 #[tokio::test(start_paused = true)]
 async fn waiters_are_served_in_fifo_order_when_permits_come_back() {
-    let limiter = AdaptiveLimiter::builder()
-        .initial_limit(1)
-        .clock(TokioClock::new(0))
-        .build()
-        .unwrap();
+    let limiter = tokio_limiter(1);
     let held = limiter.try_acquire().unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
@@ -151,11 +171,7 @@ async fn waiters_are_served_in_fifo_order_when_permits_come_back() {
 
 #[tokio::test(start_paused = true)]
 async fn acquire_timeout_gives_up_and_leaves_no_waiter_behind() {
-    let limiter = AdaptiveLimiter::builder()
-        .initial_limit(1)
-        .clock(TokioClock::new(0))
-        .build()
-        .unwrap();
+    let limiter = tokio_limiter(1);
     let _held = limiter.try_acquire().unwrap();
     let start = tokio::time::Instant::now();
     let r = limiter.acquire_timeout(ms(250)).await.unwrap_err();
@@ -166,11 +182,7 @@ async fn acquire_timeout_gives_up_and_leaves_no_waiter_behind() {
 
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_waiter_does_not_keep_a_permit() {
-    let limiter = AdaptiveLimiter::builder()
-        .initial_limit(1)
-        .clock(TokioClock::new(0))
-        .build()
-        .unwrap();
+    let limiter = tokio_limiter(1);
     let held = limiter.try_acquire().unwrap();
     let l = limiter.clone();
     let waiter = tokio::spawn(async move { l.acquire().await.map(|_p| ()) });
@@ -242,13 +254,7 @@ async fn a_calibrated_prioritizer_sheds_low_levels_first() {
     // Queue 5 callers at levels spread over every band: threshold 4 and max queue 6 → rate 0.5.
     let mut waiting = Vec::new();
     for level in [50u16, 150, 250, 350, 450] {
-        let l = limiter.clone();
-        waiting.push(tokio::spawn(async move {
-            l.acquire_with_level(Level::new(level).unwrap(), None)
-                .await
-                .map(|_p| ())
-        }));
-        settle().await;
+        waiting.push(queue_at(&limiter, level).await);
     }
     assert_eq!(limiter.queued(), 5);
     let threshold = prioritizer.calibrate();
@@ -297,13 +303,7 @@ async fn scheduled_calibrations_run_on_the_interval() {
     let _held = limiter.try_acquire().unwrap();
     let mut waiting = Vec::new();
     for level in [10u16, 20, 30] {
-        let l = limiter.clone();
-        waiting.push(tokio::spawn(async move {
-            l.acquire_with_level(Level::new(level).unwrap(), None)
-                .await
-                .map(|_p| ())
-        }));
-        settle().await;
+        waiting.push(queue_at(&limiter, level).await);
     }
     let handle = prioritizer.schedule_calibrations(Duration::from_secs(1));
     tokio::time::sleep(ms(1500)).await;
