@@ -314,3 +314,65 @@ async fn scheduled_calibrations_run_on_the_interval() {
         t.abort();
     }
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Acquire,
+        Record(usize, u64),
+        Drop(usize),
+        Scale(f64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => Just(Op::Acquire),
+            2 => (any::<usize>(), 1u64..200).prop_map(|(i, ms)| Op::Record(i, ms)),
+            1 => any::<usize>().prop_map(Op::Drop),
+            1 => (0.1f64..3.0).prop_map(Op::Scale),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn permits_are_never_granted_beyond_the_limit_and_are_all_returned(ops in proptest::collection::vec(op(), 1..400)) {
+            let clock = ManualClock::new(0);
+            let limiter = AdaptiveLimiter::builder()
+                .limits(1, 30)
+                .initial_limit(5)
+                .recent_window(ms(50), ms(500), 5)
+                .clock(clock.clone())
+                .build()
+                .unwrap();
+            let mut held: Vec<Permit> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Acquire => match limiter.try_acquire() {
+                        Ok(p) => {
+                            prop_assert!(limiter.inflight() <= limiter.limit());
+                            prop_assert_eq!(p.inflight_at_acquire(), limiter.inflight());
+                            held.push(p);
+                        }
+                        Err(r) => prop_assert!(r.inflight() >= r.limit()),
+                    },
+                    Op::Record(i, t) if !held.is_empty() => {
+                        clock.advance(ms(t));
+                        held.swap_remove(i % held.len()).record();
+                    }
+                    Op::Drop(i) if !held.is_empty() => drop(held.swap_remove(i % held.len())),
+                    Op::Scale(f) => {
+                        limiter.scale_limit(f);
+                    }
+                    _ => {}
+                }
+                prop_assert_eq!(limiter.inflight() as usize, held.len());
+                prop_assert!((1..=30).contains(&limiter.limit()));
+            }
+            held.clear();
+            prop_assert_eq!(limiter.inflight(), 0);
+        }
+    }
+}

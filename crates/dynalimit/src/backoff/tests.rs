@@ -249,3 +249,39 @@ async fn a_pause_reported_in_one_gate_holds_another_sharing_the_store() {
     assert_eq!(fresh.refresh("acme#ads").await.unwrap(), None);
     assert!(b_clock.epoch_millis() >= 1_700_000_015_000);
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn a_pause_is_never_shortened(steps in proptest::collection::vec((0u64..5_000, proptest::option::of(0u64..20_000)), 1..100)) {
+            let clock = ManualClock::new(0);
+            let gate = Backoff::builder()
+                .clock(clock.clone())
+                .max_pause(secs(10))
+                .seed(9)
+                .build()
+                .unwrap();
+            // The deadline in force, in wall milliseconds, if any.
+            let mut deadline: Option<i64> = None;
+            for (advance, retry_ms) in steps {
+                clock.advance(Duration::from_millis(advance));
+                let now = clock.epoch_millis();
+                let p = gate.pause("s", retry_ms.map(Duration::from_millis));
+                let live = deadline.filter(|d| *d > now);
+                if let Some(d) = live {
+                    prop_assert!(p.until_epoch_ms() >= d, "shortened: {} < {d}", p.until_epoch_ms());
+                }
+                prop_assert!(p.retry_after() <= secs(10));
+                if let Some(r) = retry_ms {
+                    let asked = now + i64::try_from(r.min(10_000)).unwrap();
+                    prop_assert!(p.until_epoch_ms() >= asked);
+                }
+                deadline = Some(p.until_epoch_ms());
+                prop_assert_eq!(gate.check("s").is_err(), p.retry_after() > Duration::ZERO);
+            }
+        }
+    }
+}
