@@ -167,6 +167,8 @@ pub enum ChangeReason {
     Headroom,
     /// Set from outside, e.g. scaled down for a slow start after a pause.
     Manual,
+    /// The downstream explicitly refused a request (rate limited, overloaded).
+    Overload,
 }
 
 /// A limit change decided when a window closed.
@@ -187,6 +189,8 @@ const SMOOTHED_SAMPLES: usize = 5;
 /// Largest relative rise per window of the baseline's input: a lasting shift of the
 /// downstream's latency is re-learnt (about 350 windows for 2×), an overload is not.
 const BASELINE_DRIFT: f64 = 0.002;
+/// Multiplicative decrease on an explicit refusal by the downstream.
+const OVERLOAD_FACTOR: f64 = 0.9;
 /// Bound on the RTTs a window keeps exactly.
 const WINDOW_CAPACITY: usize = 4096;
 
@@ -221,6 +225,7 @@ pub struct LimitController {
     throughput_corr: CorrelationWindow,
     latency_corr: CorrelationWindow,
     windows: u32,
+    last_overload: Option<Duration>,
 }
 
 impl LimitController {
@@ -241,6 +246,7 @@ impl LimitController {
             throughput_corr: CorrelationWindow::new(corr, WARMUP_SAMPLES as usize),
             latency_corr: CorrelationWindow::new(corr, WARMUP_SAMPLES as usize),
             windows: 0,
+            last_overload: None,
             cfg,
         })
     }
@@ -277,6 +283,34 @@ impl LimitController {
         self.throughput_corr.reset();
         self.latency_corr.reset();
         self.windows = 0;
+        self.last_overload = None;
+    }
+
+    /// Records an explicit refusal by the downstream (a loss signal): the limit shrinks at once
+    /// to `max(limit − step, ⌊limit × 0.9⌋)`, at most once per minimum window duration so that
+    /// a burst of refusals counts once. `now` is monotonic time.
+    pub fn overload(&mut self, now: Duration) -> Option<LimitChange> {
+        if self
+            .last_overload
+            .is_some_and(|t| now.saturating_sub(t) < self.cfg.window_min_duration)
+        {
+            return None;
+        }
+        self.last_overload = Some(now);
+        let old = self.limit;
+        let step_down = old.saturating_sub(log10_root(old));
+        // A tenth of a u32 fits a u32.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let scaled = (f64::from(old) * OVERLOAD_FACTOR).floor() as u32;
+        let new = step_down
+            .min(scaled)
+            .clamp(self.cfg.min_limit, self.cfg.max_limit);
+        self.limit = new;
+        (new != old).then_some(LimitChange {
+            old,
+            new,
+            reason: ChangeReason::Overload,
+        })
     }
 
     fn baseline_ready(&self) -> bool {
@@ -491,6 +525,26 @@ mod tests {
         }
         assert!(c.baseline_rtt() < ms(11), "baseline {:?}", c.baseline_rtt());
         assert!(c.limit() < 20, "limit {}", c.limit());
+    }
+
+    #[test]
+    fn an_overload_shrinks_the_limit_once_per_window() {
+        let cfg = ControllerConfig {
+            initial_limit: 100,
+            ..ControllerConfig::default()
+        };
+        let mut c = LimitController::new(cfg).unwrap();
+        let ch = c.overload(ms(1000)).unwrap();
+        assert_eq!(
+            (ch.old, ch.new, ch.reason),
+            (100, 90, ChangeReason::Overload)
+        );
+        assert_eq!(c.overload(ms(1500)), None, "same window");
+        assert_eq!(c.overload(ms(2000)).unwrap().new, 81);
+        c.set_limit(5);
+        assert_eq!(c.overload(ms(3000)).unwrap().new, 4, "at least one step");
+        c.set_limit(1);
+        assert_eq!(c.overload(ms(4000)), None, "already at the minimum");
     }
 
     #[test]

@@ -223,21 +223,35 @@ impl Inner {
         }
     }
 
-    fn release(&self, sample: Option<(Duration, u32)>) {
+    fn release(&self, outcome: Outcome) {
         let change = {
             let mut s = self.lock();
             let full = !s.has_room();
-            let change = sample.and_then(|(start, inflight)| {
-                let now = self.clock.monotonic();
-                let rtt = now.saturating_sub(start);
-                s.controller.record(now, rtt, inflight, full)
-            });
+            let now = self.clock.monotonic();
+            let change = match outcome {
+                Outcome::Sample { start, inflight } => {
+                    let rtt = now.saturating_sub(start);
+                    s.controller.record(now, rtt, inflight, full)
+                }
+                Outcome::Overload => s.controller.overload(now),
+                Outcome::Ignore => None,
+            };
             s.inflight -= 1;
             s.grant_waiters();
             change
         };
         self.changed(change);
     }
+}
+
+/// How a permit ended.
+enum Outcome {
+    /// A round trip to learn from.
+    Sample { start: Duration, inflight: u32 },
+    /// The downstream refused: a loss signal.
+    Overload,
+    /// Nothing to learn (timeout, cancellation, unrelated failure).
+    Ignore,
 }
 
 const DEFAULT_PRIORITY_QUEUEING: Queueing = Queueing {
@@ -296,14 +310,26 @@ impl Permit {
     /// Releases the permit and records its round-trip time (from the grant to now) as a sample.
     pub fn record(mut self) {
         self.released = true;
-        self.inner.release(Some((self.start, self.inflight)));
+        self.inner.release(Outcome::Sample {
+            start: self.start,
+            inflight: self.inflight,
+        });
+    }
+
+    /// Releases the permit and reports that the downstream explicitly refused the request
+    /// (rate limited, overloaded): the limit shrinks at once by about 10 %, at most once per
+    /// window. Pair it with [`Backoff::pause`](crate::backoff::Backoff::pause) when the refusal
+    /// carries a retry-after.
+    pub fn record_overload(mut self) {
+        self.released = true;
+        self.inner.release(Outcome::Overload);
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
         if !self.released {
-            self.inner.release(None);
+            self.inner.release(Outcome::Ignore);
         }
     }
 }

@@ -130,6 +130,25 @@ fn dropped_permits_leave_the_limit_alone() {
 }
 
 #[test]
+fn an_overload_report_shrinks_the_limit_and_notifies() {
+    let changes = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&changes);
+    let limiter = AdaptiveLimiter::builder()
+        .initial_limit(50)
+        .clock(ManualClock::new(0))
+        .on_limit_changed(move |c| sink.lock().unwrap().push(c))
+        .build()
+        .unwrap();
+    limiter.try_acquire().unwrap().record_overload();
+    limiter.try_acquire().unwrap().record_overload();
+    assert_eq!(limiter.limit(), 45, "a burst of refusals counts once");
+    assert_eq!(limiter.inflight(), 0);
+    let changes = changes.lock().unwrap();
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0].reason, ChangeReason::Overload);
+}
+
+#[test]
 fn scale_limit_clamps_and_reset_restores_the_initial_limit() {
     let limiter = AdaptiveLimiter::builder()
         .limits(2, 50)
