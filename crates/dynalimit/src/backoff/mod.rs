@@ -41,4 +41,4 @@ mod store;
 mod tests;
 
 pub use gate::{Backoff, BackoffBuilder, Paused};
-pub use store::{MemoryPauseStore, PauseStore};
+pub use store::{MemoryPauseStore, PAUSE_ATTRIBUTE, PauseStore, bucket_scope};
