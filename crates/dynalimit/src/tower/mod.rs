@@ -9,7 +9,7 @@
 
 mod adaptive;
 
-pub use adaptive::{AdaptiveLimit, AdaptiveLimitLayer};
+pub use adaptive::{AdaptiveLimit, AdaptiveLimitLayer, NeverOverloaded, OverloadClassifier};
 
 /// The error type of the services in this module.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -6,7 +6,7 @@ use axum::error_handling::HandleErrorLayer;
 use axum::http::StatusCode;
 use axum::routing::get;
 use dynalimit::adaptive::{AdaptiveLimiter, Rejected};
-use dynalimit::tower::{AdaptiveLimitLayer, BoxError};
+use dynalimit::tower::{AdaptiveLimitLayer, BoxError, OverloadClassifier};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -37,15 +37,18 @@ fn overloaded(err: BoxError) -> (StatusCode, String) {
     }
 }
 
-/// Serves `/slow` (finishes when the test adds a permit to the returned semaphore) and `/fast`
-/// behind `layer` on 127.0.0.1, mapping a refused permit to 503.
-async fn serve(
-    layer: AdaptiveLimitLayer,
+/// Serves `/slow` (finishes when the test adds a permit to the returned semaphore), `/fast`
+/// and `/busy` (always 429) behind `layer` on 127.0.0.1, mapping a refused permit to 503.
+async fn serve<C>(
+    layer: AdaptiveLimitLayer<C>,
 ) -> (
     std::net::SocketAddr,
     Arc<Semaphore>,
     tokio::task::JoinHandle<()>,
-) {
+)
+where
+    C: OverloadClassifier<axum::response::Response> + Clone + Send + Sync + 'static,
+{
     let release = Arc::new(Semaphore::new(0));
     let gate = Arc::clone(&release);
     let app = Router::new()
@@ -60,6 +63,7 @@ async fn serve(
             }),
         )
         .route("/fast", get(|| async { "fast" }))
+        .route("/busy", get(|| async { StatusCode::TOO_MANY_REQUESTS }))
         .layer(
             ServiceBuilder::new()
                 .layer(HandleErrorLayer::new(
@@ -117,5 +121,22 @@ async fn queued_requests_are_served_when_a_permit_comes_back() {
     assert_eq!(first.await.unwrap().0, 200);
     assert_eq!(second.await.unwrap().0, 200);
     until(|| limiter.inflight() == 0).await;
+    server.abort();
+}
+
+#[tokio::test]
+async fn responses_classified_as_overload_shrink_the_limit() {
+    let limiter = AdaptiveLimiter::builder()
+        .initial_limit(40)
+        .build()
+        .unwrap();
+    let layer = AdaptiveLimitLayer::new(limiter.clone())
+        .overload_when(|r: &axum::response::Response| r.status() == StatusCode::TOO_MANY_REQUESTS);
+    let (addr, _release, server) = serve(layer).await;
+    assert_eq!(get_status(addr, "/fast").await.0, 200);
+    assert_eq!(limiter.limit(), 40, "a success is a sample, not a change");
+    assert_eq!(get_status(addr, "/busy").await.0, 429);
+    until(|| limiter.inflight() == 0).await;
+    assert_eq!(limiter.limit(), 36);
     server.abort();
 }
