@@ -8,8 +8,15 @@
 pub mod adaptive;
 pub mod backoff;
 pub mod error;
+#[cfg(feature = "dynamodb")]
+pub mod limiter;
+pub mod rejection;
 pub mod time;
 #[cfg(feature = "tower")]
 pub mod tower;
 
+pub use dynalimit_core::Limit;
 pub use error::Error;
+#[cfg(feature = "dynamodb")]
+pub use limiter::{Lease, OnUnavailable, RateLimiter};
+pub use rejection::{LimitStatus, Rejection};

@@ -42,8 +42,14 @@ fn p99(v: &mut [Duration]) -> Duration {
 
 #[test]
 fn the_limit_settles_near_capacity_and_follows_it() {
-    for seed in [42, 3, 8] {
-        simulate(seed);
+    // Three seeds in release builds; one in debug builds, where a run costs seconds.
+    let seeds: &[u64] = if cfg!(debug_assertions) {
+        &[42]
+    } else {
+        &[42, 3, 8]
+    };
+    for seed in seeds {
+        simulate(*seed);
     }
 }
 
