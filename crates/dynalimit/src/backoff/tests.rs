@@ -210,6 +210,25 @@ async fn wait_timeout_fails_fast_when_the_pause_outlasts_the_budget() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn wait_timeout_gives_up_when_the_pause_is_extended_past_the_budget() {
+    let gate = Backoff::builder()
+        .clock(TokioClock::new(0))
+        .build()
+        .unwrap();
+    gate.pause("api", Some(secs(2)));
+    let g = gate.clone();
+    let extender = tokio::spawn(async move {
+        tokio::time::sleep(secs(1)).await;
+        g.pause("api", Some(secs(60)));
+    });
+    let t0 = Instant::now();
+    let p = gate.wait_timeout("api", secs(5)).await.unwrap_err();
+    assert_eq!(t0.elapsed(), secs(5));
+    assert_eq!(p.retry_after(), secs(56));
+    extender.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_pause_reported_in_one_gate_holds_another_sharing_the_store() {
     let store = MemoryPauseStore::new();
     // Two "processes": separate gates, clocks started at the same wall time.
