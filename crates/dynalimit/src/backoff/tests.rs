@@ -99,6 +99,23 @@ fn bad_settings_are_refused() {
     );
 }
 
+/// A gate on tokio's (paused) clock with the default settings.
+fn tokio_gate() -> Backoff {
+    Backoff::builder()
+        .clock(TokioClock::new(0))
+        .build()
+        .unwrap()
+}
+
+/// Reports a pause of `length` on scope "api" after `after`, from another task.
+fn pause_later(gate: &Backoff, after: Duration, length: Duration) -> tokio::task::JoinHandle<()> {
+    let g = gate.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        g.pause("api", Some(length));
+    })
+}
+
 /// Spawns `n` callers that wait on the gate and returns their release times (virtual, from
 /// the start of the test).
 async fn released_at(gate: &Backoff, n: usize) -> Vec<Duration> {
@@ -184,11 +201,7 @@ async fn a_pause_reported_while_callers_wait_extends_their_wait() {
         .build()
         .unwrap();
     gate.pause("api", Some(secs(2)));
-    let g = gate.clone();
-    let extender = tokio::spawn(async move {
-        tokio::time::sleep(secs(1)).await;
-        g.pause("api", Some(secs(9)));
-    });
+    let extender = pause_later(&gate, secs(1), secs(9));
     let times = released_at(&gate, 3).await;
     extender.await.unwrap();
     assert!(times.iter().all(|t| *t >= secs(10)), "{times:?}");
@@ -196,10 +209,7 @@ async fn a_pause_reported_while_callers_wait_extends_their_wait() {
 
 #[tokio::test(start_paused = true)]
 async fn wait_timeout_fails_fast_when_the_pause_outlasts_the_budget() {
-    let gate = Backoff::builder()
-        .clock(TokioClock::new(0))
-        .build()
-        .unwrap();
+    let gate = tokio_gate();
     gate.pause("api", Some(secs(30)));
     let t0 = Instant::now();
     let p = gate.wait_timeout("api", secs(5)).await.unwrap_err();
@@ -211,16 +221,9 @@ async fn wait_timeout_fails_fast_when_the_pause_outlasts_the_budget() {
 
 #[tokio::test(start_paused = true)]
 async fn wait_timeout_gives_up_when_the_pause_is_extended_past_the_budget() {
-    let gate = Backoff::builder()
-        .clock(TokioClock::new(0))
-        .build()
-        .unwrap();
+    let gate = tokio_gate();
     gate.pause("api", Some(secs(2)));
-    let g = gate.clone();
-    let extender = tokio::spawn(async move {
-        tokio::time::sleep(secs(1)).await;
-        g.pause("api", Some(secs(60)));
-    });
+    let extender = pause_later(&gate, secs(1), secs(60));
     let t0 = Instant::now();
     let p = gate.wait_timeout("api", secs(5)).await.unwrap_err();
     assert_eq!(t0.elapsed(), secs(5));
