@@ -215,6 +215,9 @@ impl RateLimiter {
     /// [`Error::Invalid`] for bad input (before any I/O), [`Error::RateLimited`] when the
     /// request does not fit, [`Error::ResourceDisabled`], [`Error::NoLimits`],
     /// [`Error::PermissionDenied`], and [`Error::Unavailable`] under `block`.
+    ///
+    /// # Panics (when awaited)
+    /// Outside a Tokio runtime: the requests run on a spawned task (see [`Acquire`]).
     pub fn acquire<K, I>(&self, entity_id: &str, resource: &str, consume: I) -> Acquire<'_>
     where
         K: Into<String>,
