@@ -6,5 +6,7 @@
 //! the cooperative backoff gate.
 
 pub mod error;
+pub mod limitset;
+pub mod pool;
 
 pub use error::Error;
