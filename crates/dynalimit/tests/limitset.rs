@@ -829,25 +829,24 @@ fn scenario_47_blocking_waiters_are_served_in_arrival_order() {
         .build()
         .unwrap();
     let held = set.try_acquire([("r", 2)]).unwrap().unwrap();
-    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let spawn = |name: &'static str, amount: u32| {
-        let (set, order) = (set.clone(), order.clone());
-        thread::spawn(move || {
-            let acquisition = set.acquire_blocking([("r", amount)]).unwrap();
-            order.lock().unwrap().push(name);
-            acquisition
-        })
-    };
-    let first = spawn("big", 2);
-    wait_parked(&timer, 1);
-    let second = spawn("small", 1);
-    wait_parked(&timer, 2);
-    drop(held);
-    let big = first.join().unwrap();
-    assert_eq!(*order.lock().unwrap(), ["big"]);
-    drop(big);
-    drop(second.join().unwrap());
+    let order = std::sync::Mutex::new(Vec::new());
+    thread::scope(|scope| {
+        let spawn = |name: &'static str, amount: u32| {
+            let (set, order) = (&set, &order);
+            scope.spawn(move || {
+                let acquisition = set.acquire_blocking([("r", amount)]).unwrap();
+                order.lock().unwrap().push(name);
+                drop(acquisition);
+            })
+        };
+        spawn("big", 2);
+        wait_parked(&timer, 1);
+        spawn("small", 1);
+        wait_parked(&timer, 2);
+        drop(held);
+    });
     assert_eq!(*order.lock().unwrap(), ["big", "small"]);
+    assert_eq!(available(&set, "r"), 2.0);
 }
 
 #[test]
@@ -983,7 +982,7 @@ async fn scenario_50_async_acquire_waits_cooperatively() {
     // the same timeout error
     let task = {
         let set = set.clone();
-        tokio::spawn(async move { set.acquire_timeout([("t", 10)], ms(100)).await })
+        tokio::spawn(async move { set.acquire_timeout([("t", 10)], ms(100)).await.map(drop) })
     };
     for _ in 0..5 {
         tokio::task::yield_now().await;

@@ -121,11 +121,12 @@ fn scenario_56_one_pick_per_call_with_fall_through() {
 #[tokio::test]
 async fn scenario_56_async_pool_falls_through_then_waits_on_the_pick() {
     let timer = ManualTimer::new();
-    let pool = LimitPool::new(vec![slot_set("a", &timer), slot_set("b", &timer)]).unwrap();
+    let pool = std::sync::Arc::new(
+        LimitPool::new(vec![slot_set("a", &timer), slot_set("b", &timer)]).unwrap(),
+    );
     let a = pool.acquire(NO_AMOUNTS).await.unwrap();
     let b = pool.acquire(NO_AMOUNTS).await.unwrap();
     assert_eq!((a.pool_index(), b.pool_index()), (Some(0), Some(1)));
-    let pool = std::sync::Arc::new(pool);
     let task = {
         let pool = pool.clone();
         tokio::spawn(async move { pool.acquire(NO_AMOUNTS).await.unwrap().pool_index() })

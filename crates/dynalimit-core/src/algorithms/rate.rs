@@ -76,7 +76,15 @@ impl fmt::Display for Algorithm {
 const SLACK: f64 = 1e-9;
 
 fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
+    nanos(d) as f64 * 1e-9
+}
+
+/// Nanoseconds of a monotonic reading (saturating after 584 years).
+#[inline]
+fn nanos(d: Duration) -> u64 {
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()))
 }
 
 /// `now + seconds`, rounded up to the next nanosecond so that a check made at the returned
@@ -96,7 +104,8 @@ enum State {
     Unbounded,
     TokenBucket {
         tokens: f64,
-        last: Duration,
+        /// Nanoseconds of the last refill.
+        last: u64,
     },
     Gcra {
         /// Theoretical arrival time, seconds on the monotonic scale.
@@ -113,7 +122,8 @@ enum State {
     },
     LeakyBucket {
         level: f64,
-        last: Duration,
+        /// Nanoseconds of the last drain.
+        last: u64,
     },
 }
 
@@ -142,6 +152,10 @@ pub struct RateCounter {
     window: Duration,
     /// Units per second.
     rate: f64,
+    /// Units per nanosecond.
+    rate_ns: f64,
+    /// Seconds per unit (the GCRA emission interval).
+    interval: f64,
     state: State,
 }
 
@@ -150,14 +164,14 @@ impl RateCounter {
     /// fractional or infinite; an infinite capacity admits everything).
     pub fn new(algorithm: Algorithm, capacity: f64, window: Window, now: Duration) -> Self {
         let window = window.as_duration();
-        let rate = capacity / secs(window);
+        let rate = capacity / window.as_secs_f64();
         let state = if capacity.is_infinite() {
             State::Unbounded
         } else {
             match algorithm {
                 Algorithm::TokenBucket => State::TokenBucket {
                     tokens: capacity,
-                    last: now,
+                    last: nanos(now),
                 },
                 Algorithm::Gcra => State::Gcra { tat: 0.0 },
                 Algorithm::SlidingWindow => State::SlidingWindow {
@@ -170,7 +184,7 @@ impl RateCounter {
                 },
                 Algorithm::LeakyBucket => State::LeakyBucket {
                     level: 0.0,
-                    last: now,
+                    last: nanos(now),
                 },
             }
         };
@@ -179,6 +193,8 @@ impl RateCounter {
             capacity,
             window,
             rate,
+            rate_ns: rate * 1e-9,
+            interval: 1.0 / rate,
             state,
         }
     }
@@ -198,18 +214,21 @@ impl RateCounter {
         self.window
     }
 
+    #[inline]
     fn slack(&self) -> f64 {
         self.capacity * SLACK
     }
 
     /// Brings time-based state up to `now`: refill, expiry, drain, window reset.
+    #[inline]
     fn refresh(&mut self, now: Duration) {
-        let (capacity, rate, window) = (self.capacity, self.rate, self.window);
+        let (capacity, rate_ns, window) = (self.capacity, self.rate_ns, self.window);
         match &mut self.state {
             State::Unbounded | State::Gcra { .. } => {}
             State::TokenBucket { tokens, last } => {
+                let now = nanos(now);
                 if now > *last {
-                    *tokens = capacity.min(*tokens + secs(now - *last) * rate);
+                    *tokens = capacity.min(*tokens + (now - *last) as f64 * rate_ns);
                     *last = now;
                 }
             }
@@ -229,8 +248,9 @@ impl RateCounter {
                 }
             }
             State::LeakyBucket { level, last } => {
+                let now = nanos(now);
                 if now > *last {
-                    *level = (*level - secs(now - *last) * rate).max(0.0);
+                    *level = (*level - (now - *last) as f64 * rate_ns).max(0.0);
                     *last = now;
                 }
             }
@@ -239,6 +259,7 @@ impl RateCounter {
 
     /// Units that could be taken at `now` (after refreshing the state). Infinite when the
     /// capacity is.
+    #[inline]
     pub fn available(&mut self, now: Duration) -> f64 {
         self.refresh(now);
         match &self.state {
@@ -256,15 +277,17 @@ impl RateCounter {
     }
 
     /// Whether `amount` could be taken at `now`.
+    #[inline]
     pub fn fits(&mut self, amount: f64, now: Duration) -> bool {
         amount <= self.available(now) + self.slack()
     }
 
     /// Takes `amount` at `now`. Call only after [`RateCounter::fits`] answered true for the
-    /// same `now` (the LimitSet checks every limit before taking from any).
+    /// same `now` (the LimitSet checks every limit before taking from any): the state it
+    /// refreshed is used as it is.
+    #[inline]
     pub fn take(&mut self, amount: f64, now: Duration) {
-        self.refresh(now);
-        let interval = 1.0 / self.rate;
+        let interval = self.interval;
         match &mut self.state {
             State::Unbounded => {}
             State::TokenBucket { tokens, .. } => *tokens -= amount,
@@ -284,23 +307,30 @@ impl RateCounter {
         }
     }
 
-    /// Gives back `amount` units that were taken but not used, where the algorithm allows it:
-    /// a token bucket never rises above its capacity, a GCRA instant never moves before
-    /// `now`. Returns whether anything could be given back (false for the counting
-    /// algorithms).
-    pub fn refund(&mut self, amount: f64, now: Duration) -> bool {
+    /// Gives back `amount` units that were taken but not used, where the algorithm allows it;
+    /// returns whether anything could be given back (false for the counting algorithms).
+    ///
+    /// No time reading is needed, so a release never reads the clock:
+    /// - token bucket: `tokens = min(capacity, tokens + amount)` on the state as last
+    ///   refreshed. Refilling first or afterwards gives the same result, since
+    ///   `min(c, min(c, x) + y) = min(c, x + y)` for `y >= 0`; the bucket never rises above
+    ///   its capacity.
+    /// - GCRA: the arrival instant moves back by `amount` emission intervals. An instant
+    ///   moved before "now" behaves exactly like one equal to now (every check uses
+    ///   `max(instant, now)`), so a refund never creates credit beyond an idle limiter.
+    #[inline]
+    pub fn refund(&mut self, amount: f64) -> bool {
         if amount <= 0.0 {
             return false;
         }
-        self.refresh(now);
-        let interval = 1.0 / self.rate;
+        let interval = self.interval;
         match &mut self.state {
             State::TokenBucket { tokens, .. } => {
                 *tokens = self.capacity.min(*tokens + amount);
                 true
             }
             State::Gcra { tat } => {
-                *tat = (*tat - amount * interval).max(secs(now));
+                *tat -= amount * interval;
                 true
             }
             State::Unbounded

@@ -86,10 +86,10 @@ fn scenario_11_token_bucket_fractional_amounts() {
 fn scenario_12_token_bucket_refund_is_capped_at_capacity() {
     let mut bucket = ten_per_second(Algorithm::TokenBucket);
     bucket.take(10.0, ms(0));
-    assert!(bucket.refund(10.0, ms(0)));
+    assert!(bucket.refund(10.0));
     assert_eq!(bucket.available(ms(0)), 10.0);
     bucket.take(5.0, ms(0));
-    assert!(bucket.refund(5.0, ms(400)));
+    assert!(bucket.refund(5.0));
     assert_eq!(bucket.available(ms(400)), 10.0, "refill + refund capped");
 }
 
@@ -134,9 +134,9 @@ fn scenario_14_gcra_emission_interval_and_tolerance() {
 fn scenario_15_gcra_refund_never_creates_credit_beyond_idle() {
     let mut gcra = ten_per_second(Algorithm::Gcra);
     gcra.take(3.0, ms(0));
-    assert!(gcra.refund(3.0, ms(0)));
+    assert!(gcra.refund(3.0));
     assert!((gcra.available(ms(0)) - 10.0).abs() < 1e-9);
-    assert!(gcra.refund(100.0, ms(0)));
+    assert!(gcra.refund(100.0));
     assert!(gcra.available(ms(0)) <= 10.0);
     assert_eq!(drain(&mut gcra, ms(0)), 10);
 }
@@ -175,7 +175,7 @@ fn scenario_18_sliding_window_rolls() {
     window.take(5.0, ms(1_050));
     assert_eq!(window.available(ms(1_050)), 0.0);
     assert_eq!(window.available(ms(1_550)), 5.0);
-    assert!(!window.refund(5.0, ms(1_550)), "no refunds");
+    assert!(!window.refund(5.0), "no refunds");
     assert_eq!(window.ready_at(6.0, ms(1_550)), Some(ms(2_050)));
 }
 
@@ -238,11 +238,7 @@ fn scenario_24_refund_support_per_algorithm() {
     for (algorithm, left) in expected {
         let mut counter = RateCounter::new(algorithm, 10.0, Window::seconds(60.0).unwrap(), ms(0));
         counter.take(10.0, ms(0));
-        assert_eq!(
-            counter.refund(6.0, ms(0)),
-            algorithm.refunds(),
-            "{algorithm}"
-        );
+        assert_eq!(counter.refund(6.0), algorithm.refunds(), "{algorithm}");
         assert_eq!(drain(&mut counter, ms(0)), left, "{algorithm}");
     }
 }
@@ -338,6 +334,27 @@ proptest! {
         }
     }
 
+    /// A refund needs no time reading: refunding on the state as last refreshed, then
+    /// refreshing, ends where refreshing first and then refunding does.
+    #[test]
+    fn refund_without_a_time_reading_matches_refresh_then_refund(
+        gcra in any::<bool>(),
+        take in 0u64..=10,
+        refund in 0u64..=12,
+        gap in 0u64..2_000,
+        later in 0u64..2_000,
+    ) {
+        let algorithm = if gcra { Algorithm::Gcra } else { Algorithm::TokenBucket };
+        let mut stale = RateCounter::new(algorithm, 10.0, Window::SECOND, ms(0));
+        stale.take(take as f64, ms(0));
+        let mut fresh = stale.clone();
+        stale.refund(refund as f64);
+        fresh.available(ms(gap));
+        fresh.refund(refund as f64);
+        let at = ms(gap + later);
+        prop_assert!((stale.available(at) - fresh.available(at)).abs() < 1e-9);
+    }
+
     /// A refund never lifts a limit above an idle one.
     #[test]
     fn refunds_never_exceed_capacity(
@@ -348,7 +365,7 @@ proptest! {
     ) {
         let mut counter = RateCounter::new(algorithm, 10.0, Window::SECOND, ms(0));
         counter.take(take as f64, ms(0));
-        counter.refund(refund as f64, ms(gap));
+        counter.refund(refund as f64);
         prop_assert!(counter.available(ms(gap)) <= 10.0 + 1e-9);
     }
 }

@@ -22,16 +22,24 @@ use crate::Error;
 ///
 /// The acquisition carries a copy-on-write view of the set's [`Config`].
 #[must_use = "dropping an acquisition releases it at once"]
-pub struct Acquisition<B: Backing = InProcess> {
-    set: LimitSet<B>,
+pub struct Acquisition<'a, B: Backing = InProcess> {
+    set: &'a LimitSet<B>,
     plan: Plan,
     /// Usage per entry of `plan`; NaN until updated.
-    used: SmallVec<[f64; 8]>,
+    used: SmallVec<[f64; 4]>,
     ticket: Option<B::Ticket>,
     released: bool,
-    config: Option<Box<Config>>,
+    pool_index: Option<u32>,
+    /// Rarely used state, boxed to keep the guard small.
+    extra: Option<Box<Extra>>,
+}
+
+#[derive(Debug, Default)]
+struct Extra {
+    /// This acquisition's own copy of the config, once edited.
+    config: Option<Config>,
+    /// Keys already warned about in `update`.
     warned: Vec<String>,
-    pool_index: Option<usize>,
 }
 
 /// One limit held by an [`Acquisition`].
@@ -45,23 +53,22 @@ pub struct Held<'a> {
     pub used: Option<f64>,
 }
 
-impl<B: Backing> Acquisition<B> {
-    pub(crate) fn new(set: LimitSet<B>, plan: Plan, ticket: Option<B::Ticket>) -> Self {
-        let used = plan.iter().map(|_| f64::NAN).collect();
+impl<'a, B: Backing> Acquisition<'a, B> {
+    pub(crate) fn new(set: &'a LimitSet<B>, plan: Plan, ticket: Option<B::Ticket>) -> Self {
+        let used = SmallVec::from_elem(f64::NAN, plan.len());
         Acquisition {
             set,
             plan,
             used,
             ticket,
             released: false,
-            config: None,
-            warned: Vec::new(),
             pool_index: None,
+            extra: None,
         }
     }
 
     pub(crate) fn with_pool_index(mut self, index: usize) -> Self {
-        self.pool_index = Some(index);
+        self.pool_index = u32::try_from(index).ok();
         self
     }
 
@@ -102,24 +109,30 @@ impl<B: Backing> Acquisition<B> {
     }
 
     /// The set that granted this acquisition.
-    pub fn limit_set(&self) -> &LimitSet<B> {
-        &self.set
+    pub fn limit_set(&self) -> &'a LimitSet<B> {
+        self.set
     }
 
     /// The position of the granting set in its LimitPool, when acquired through one.
     pub fn pool_index(&self) -> Option<usize> {
-        self.pool_index
+        self.pool_index.map(|i| i as usize)
     }
 
     /// The granting set's metadata (or this acquisition's edited copy).
     pub fn config(&self) -> &Config {
-        self.config.as_deref().unwrap_or(&self.set.shared.config)
+        self.extra
+            .as_ref()
+            .and_then(|extra| extra.config.as_ref())
+            .unwrap_or(&self.set.shared.config)
     }
 
     /// This acquisition's own copy of the metadata; editing it never changes the set's.
     pub fn config_mut(&mut self) -> &mut Config {
         let shared = &self.set.shared.config;
-        self.config.get_or_insert_with(|| Box::new(shared.clone()))
+        self.extra
+            .get_or_insert_with(Box::default)
+            .config
+            .get_or_insert_with(|| shared.clone())
     }
 
     /// Reports actual usage. Later updates of a key replace earlier ones. Keys not held are
@@ -139,7 +152,8 @@ impl<B: Backing> Acquisition<B> {
         if self.released {
             return Err(Error::AlreadyReleased);
         }
-        let mut valid: SmallVec<[(usize, f64); 8]> = SmallVec::new();
+        // Written into a copy, so that nothing is recorded when any usage is invalid.
+        let mut recorded = self.used.clone();
         for (key, used) in usage {
             let key = key.as_ref();
             let used = used.into();
@@ -163,33 +177,36 @@ impl<B: Backing> Acquisition<B> {
                         used,
                     });
                 }
-                _ if used > take.amount => {
-                    let capacity = self.set.limits()[take.index].capacity();
-                    tracing::warn!(
-                        key,
-                        used,
-                        requested = take.amount,
-                        capacity,
-                        "usage {used} of {key:?} exceeds the {requested} requested \
-                         (capacity {capacity}); the excess is not charged",
-                        requested = take.amount
-                    );
-                }
+                _ if used > take.amount => self.warn_excess(key, used, take),
                 _ => {}
             }
-            valid.push((position, used));
+            recorded[position] = used;
         }
-        for (position, used) in valid {
-            self.used[position] = used;
-        }
+        self.used = recorded;
         Ok(())
     }
 
+    #[cold]
+    fn warn_excess(&self, key: &str, used: f64, take: super::backing::Take) {
+        let capacity = self.set.limits()[take.index].capacity();
+        tracing::warn!(
+            key,
+            used,
+            requested = take.amount,
+            capacity,
+            "usage {used} of {key:?} exceeds the {requested} requested \
+             (capacity {capacity}); the excess is not charged",
+            requested = take.amount
+        );
+    }
+
+    #[cold]
     fn warn_not_held(&mut self, key: &str) {
-        if self.warned.iter().any(|k| k == key) {
+        let warned = &mut self.extra.get_or_insert_with(Box::default).warned;
+        if warned.iter().any(|k| k == key) {
             return;
         }
-        self.warned.push(key.to_owned());
+        warned.push(key.to_owned());
         tracing::warn!(
             key,
             "update for {key:?} skipped: this acquisition does not hold it; held keys: {:?}",
@@ -208,9 +225,8 @@ impl<B: Backing> Acquisition<B> {
         }
         self.released = true;
         let shared = &*self.set.shared;
-        let mut settlement: SmallVec<[Settle; 8]> = SmallVec::new();
+        let mut settlement: SmallVec<[Settle; 4]> = SmallVec::new();
         let mut missing = 0u64;
-        let mut refund = false;
         for (take, &used) in self.plan.iter().zip(&self.used) {
             let (index, amount) = (take.index, take.amount);
             match shared.roles[index] {
@@ -228,18 +244,12 @@ impl<B: Backing> Acquisition<B> {
                             index,
                             amount: amount - used,
                         });
-                        refund = true;
                     }
                 }
             }
         }
         if let Some(ticket) = self.ticket.take() {
-            let now = if refund {
-                shared.timer.now()
-            } else {
-                std::time::Duration::ZERO
-            };
-            shared.backing.settle(ticket, &settlement, now);
+            shared.backing.settle(ticket, &settlement);
             shared.queue.wake_head();
         }
         if missing == 0 {
@@ -254,7 +264,7 @@ impl<B: Backing> Acquisition<B> {
     }
 }
 
-impl<B: Backing> Drop for Acquisition<B> {
+impl<B: Backing> Drop for Acquisition<'_, B> {
     fn drop(&mut self) {
         if let Err(error) = self.release() {
             tracing::warn!(%error, "acquisition dropped without a complete usage update");
@@ -262,7 +272,7 @@ impl<B: Backing> Drop for Acquisition<B> {
     }
 }
 
-impl<B: Backing> fmt::Debug for Acquisition<B> {
+impl<B: Backing> fmt::Debug for Acquisition<'_, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Acquisition")
             .field("held", &self.held().collect::<Vec<_>>())

@@ -88,9 +88,8 @@ pub trait Backing: Send + Sync + fmt::Debug + 'static {
         now: Duration,
     ) -> impl Future<Output = Result<Outcome<Self::Ticket>, Error>> + Send;
 
-    /// Settles a granted take: gives back and refunds as listed. Must not block; `now` is the
-    /// timer's reading when the settlement holds a refund, zero otherwise.
-    fn settle(&self, ticket: Self::Ticket, settlement: &[Settle], now: Duration);
+    /// Settles a granted take: gives back and refunds as listed. Must not block.
+    fn settle(&self, ticket: Self::Ticket, settlement: &[Settle]);
 }
 
 /// A backing that can answer at once, without I/O: serves `try_acquire`, the thread-blocking
@@ -175,7 +174,7 @@ impl Backing for InProcess {
         ready(self.take_now(plan, now))
     }
 
-    fn settle(&self, (): (), settlement: &[Settle], now: Duration) {
+    fn settle(&self, (): (), settlement: &[Settle]) {
         if settlement.is_empty() {
             return;
         }
@@ -189,7 +188,7 @@ impl Backing for InProcess {
                 }
                 Settle::Refund { index, amount } => {
                     if let Counter::Rate(rate) = &mut counters[index] {
-                        rate.refund(amount, now);
+                        rate.refund(amount);
                     }
                 }
             }

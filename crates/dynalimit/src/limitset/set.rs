@@ -27,7 +27,7 @@ pub const NO_AMOUNTS: [(&str, f64); 0] = [];
 pub const MAX_LIMITS: usize = 64;
 
 /// A plan: the amounts to take, in request order then auto-included limits.
-pub(crate) type Plan = SmallVec<[Take; 8]>;
+pub(crate) type Plan = SmallVec<[Take; 4]>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
@@ -48,6 +48,8 @@ pub(crate) struct Shared<B> {
     /// Rate and call limits whose algorithm can refund.
     pub(crate) refundable: u64,
     first_rate: Option<usize>,
+    /// Call and resource limits whose capacity is below 1, so that taking them once fails.
+    auto_too_small: u64,
     pub(crate) config: Config,
     warned: Mutex<HashSet<String>>,
     pub(crate) queue: WaitQueue,
@@ -68,7 +70,7 @@ impl<B: Backing> Shared<B> {
         if !(amount.is_finite() && amount >= 0.0) {
             return Err(invalid("amounts must be finite and not negative"));
         }
-        if self.whole & (1 << index) != 0 && amount.fract() != 0.0 {
+        if self.whole & (1 << index) != 0 && !is_whole(amount) {
             return Err(invalid(
                 "this limit counts whole units: the amount must be an integer \
                  (use a TokenBucket or GCRA rate limit for fractional amounts)",
@@ -278,6 +280,7 @@ impl<B: Backing> LimitSet<B> {
         let limits = backing.limits();
         check_keys(limits)?;
         let (mut whole, mut auto, mut refundable, mut first_rate) = (0u64, 0u64, 0u64, None);
+        let mut auto_too_small = 0u64;
         let mut roles = Vec::with_capacity(limits.len());
         for (i, limit) in limits.iter().enumerate() {
             let bit = 1u64 << i;
@@ -291,6 +294,9 @@ impl<B: Backing> LimitSet<B> {
             }
             if role != Role::Rate {
                 auto |= bit;
+                if limit.capacity() < 1.0 {
+                    auto_too_small |= bit;
+                }
             } else if first_rate.is_none() {
                 first_rate = Some(i);
             }
@@ -311,6 +317,7 @@ impl<B: Backing> LimitSet<B> {
                 auto,
                 refundable,
                 first_rate,
+                auto_too_small,
                 config,
                 warned: Mutex::new(HashSet::new()),
                 queue: WaitQueue::default(),
@@ -372,6 +379,19 @@ impl<B: Backing> LimitSet<B> {
         self.shared.timer.now()
     }
 
+    /// The timer's reading, or zero when `plan` holds only resources (which need no time).
+    #[inline]
+    fn now_for(&self, plan: &Plan) -> Duration {
+        if plan
+            .iter()
+            .all(|t| self.shared.roles[t.index] == Role::Resource)
+        {
+            Duration::ZERO
+        } else {
+            self.shared.timer.now()
+        }
+    }
+
     /// Turns a request into validated amounts (see the type's documentation).
     pub(crate) fn plan<K, A>(
         &self,
@@ -412,7 +432,9 @@ impl<B: Backing> LimitSet<B> {
         while missing != 0 {
             let index = missing.trailing_zeros() as usize;
             missing &= missing - 1;
-            shared.check_amount(index, 1.0)?;
+            if shared.auto_too_small & (1 << index) != 0 {
+                shared.check_amount(index, 1.0)?;
+            }
             plan.push(Take { index, amount: 1.0 });
         }
         Ok(plan)
@@ -434,16 +456,16 @@ impl<B: Backing> LimitSet<B> {
         &self,
         plan: Plan,
         timeout: Option<Duration>,
-    ) -> Result<Acquisition<B>, Error> {
+    ) -> Result<Acquisition<'_, B>, Error> {
         let shared = &*self.shared;
         if plan.is_empty() {
-            return Ok(Acquisition::new(self.clone(), plan, None));
+            return Ok(Acquisition::new(self, plan, None));
         }
         let start = shared.timer.now();
         let deadline = timeout.map(|t| start.saturating_add(t));
         if shared.queue.is_empty() {
             if let Outcome::Granted(ticket) = shared.backing.take(&plan, start).await? {
-                return Ok(Acquisition::new(self.clone(), plan, Some(ticket)));
+                return Ok(Acquisition::new(self, plan, Some(ticket)));
             }
             check_deadline(start, deadline, timeout)?;
         }
@@ -455,7 +477,7 @@ impl<B: Backing> LimitSet<B> {
                 match shared.backing.take(&plan, now).await? {
                     Outcome::Granted(ticket) => {
                         drop(slot);
-                        return Ok(Acquisition::new(self.clone(), plan, Some(ticket)));
+                        return Ok(Acquisition::new(self, plan, Some(ticket)));
                     }
                     Outcome::Refused { retry_at } => wake_at = earliest(retry_at, deadline),
                 }
@@ -478,18 +500,16 @@ impl<B: Backing> LimitSet<B> {
 
     /// One attempt at `plan` through the backing's async take, respecting the queue; `None`
     /// when refused.
-    pub(crate) async fn attempt(&self, plan: &Plan) -> Result<Option<Acquisition<B>>, Error> {
+    pub(crate) async fn attempt(&self, plan: &Plan) -> Result<Option<Acquisition<'_, B>>, Error> {
         let shared = &*self.shared;
         if plan.is_empty() {
-            return Ok(Some(Acquisition::new(self.clone(), plan.clone(), None)));
+            return Ok(Some(Acquisition::new(self, plan.clone(), None)));
         }
         if !shared.queue.is_empty() {
             return Ok(None);
         }
         Ok(match shared.backing.take(plan, shared.timer.now()).await? {
-            Outcome::Granted(ticket) => {
-                Some(Acquisition::new(self.clone(), plan.clone(), Some(ticket)))
-            }
+            Outcome::Granted(ticket) => Some(Acquisition::new(self, plan.clone(), Some(ticket))),
             Outcome::Refused { .. } => None,
         })
     }
@@ -501,7 +521,7 @@ impl<B: Backing> LimitSet<B> {
     pub async fn acquire<K, A>(
         &self,
         request: impl IntoIterator<Item = (K, A)>,
-    ) -> Result<Acquisition<B>, Error>
+    ) -> Result<Acquisition<'_, B>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
@@ -519,7 +539,7 @@ impl<B: Backing> LimitSet<B> {
         &self,
         request: impl IntoIterator<Item = (K, A)>,
         timeout: Duration,
-    ) -> Result<Acquisition<B>, Error>
+    ) -> Result<Acquisition<'_, B>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
@@ -531,16 +551,19 @@ impl<B: Backing> LimitSet<B> {
 
 impl<B: SyncBacking> LimitSet<B> {
     /// Takes `plan` now or refuses, respecting the queue.
-    pub(crate) fn try_plan(&self, plan: Plan) -> Result<Result<Acquisition<B>, Rejected>, Error> {
+    pub(crate) fn try_plan(
+        &self,
+        plan: Plan,
+    ) -> Result<Result<Acquisition<'_, B>, Rejected>, Error> {
         if plan.is_empty() {
-            return Ok(Ok(Acquisition::new(self.clone(), plan, None)));
+            return Ok(Ok(Acquisition::new(self, plan, None)));
         }
         let shared = &*self.shared;
         if !shared.queue.is_empty() {
             return Ok(Err(self.rejected(&plan, None)));
         }
-        match shared.backing.take_now(&plan, shared.timer.now())? {
-            Outcome::Granted(ticket) => Ok(Ok(Acquisition::new(self.clone(), plan, Some(ticket)))),
+        match shared.backing.take_now(&plan, self.now_for(&plan))? {
+            Outcome::Granted(ticket) => Ok(Ok(Acquisition::new(self, plan, Some(ticket)))),
             Outcome::Refused { retry_at } => Ok(Err(self.rejected(&plan, retry_at))),
         }
     }
@@ -552,7 +575,7 @@ impl<B: SyncBacking> LimitSet<B> {
     pub fn try_acquire<K, A>(
         &self,
         request: impl IntoIterator<Item = (K, A)>,
-    ) -> Result<Result<Acquisition<B>, Rejected>, Error>
+    ) -> Result<Result<Acquisition<'_, B>, Rejected>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
@@ -566,16 +589,16 @@ impl<B: SyncBacking> LimitSet<B> {
         &self,
         plan: Plan,
         timeout: Option<Duration>,
-    ) -> Result<Acquisition<B>, Error> {
+    ) -> Result<Acquisition<'_, B>, Error> {
         let shared = &*self.shared;
         if plan.is_empty() {
-            return Ok(Acquisition::new(self.clone(), plan, None));
+            return Ok(Acquisition::new(self, plan, None));
         }
         let start = shared.timer.now();
         let deadline = timeout.map(|t| start.saturating_add(t));
         if shared.queue.is_empty() {
             if let Outcome::Granted(ticket) = shared.backing.take_now(&plan, start)? {
-                return Ok(Acquisition::new(self.clone(), plan, Some(ticket)));
+                return Ok(Acquisition::new(self, plan, Some(ticket)));
             }
             check_deadline(start, deadline, timeout)?;
         }
@@ -587,7 +610,7 @@ impl<B: SyncBacking> LimitSet<B> {
                 match shared.backing.take_now(&plan, now)? {
                     Outcome::Granted(ticket) => {
                         drop(slot);
-                        return Ok(Acquisition::new(self.clone(), plan, Some(ticket)));
+                        return Ok(Acquisition::new(self, plan, Some(ticket)));
                     }
                     Outcome::Refused { retry_at } => wake_at = earliest(retry_at, deadline),
                 }
@@ -606,7 +629,7 @@ impl<B: SyncBacking> LimitSet<B> {
     pub fn acquire_blocking<K, A>(
         &self,
         request: impl IntoIterator<Item = (K, A)>,
-    ) -> Result<Acquisition<B>, Error>
+    ) -> Result<Acquisition<'_, B>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
@@ -624,7 +647,7 @@ impl<B: SyncBacking> LimitSet<B> {
         &self,
         request: impl IntoIterator<Item = (K, A)>,
         timeout: Duration,
-    ) -> Result<Acquisition<B>, Error>
+    ) -> Result<Acquisition<'_, B>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
@@ -669,4 +692,10 @@ fn check_deadline(
         (Some(deadline), Some(timeout)) if now >= deadline => Err(Error::Timeout { timeout }),
         _ => Ok(()),
     }
+}
+
+/// Whether a finite, non-negative `amount` is a whole number (without a libm call).
+fn is_whole(amount: f64) -> bool {
+    // every f64 from 2^53 up is a whole number
+    amount >= 9_007_199_254_740_992.0 || (amount as u64) as f64 == amount
 }

@@ -240,7 +240,7 @@ impl<B: Backing> LimitPool<B> {
     pub async fn acquire<K, A>(
         &self,
         request: impl IntoIterator<Item = (K, A)>,
-    ) -> Result<Acquisition<B>, Error>
+    ) -> Result<Acquisition<'_, B>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
@@ -256,7 +256,7 @@ impl<B: Backing> LimitPool<B> {
         &self,
         request: impl IntoIterator<Item = (K, A)>,
         timeout: Duration,
-    ) -> Result<Acquisition<B>, Error>
+    ) -> Result<Acquisition<'_, B>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
@@ -269,7 +269,7 @@ impl<B: Backing> LimitPool<B> {
         &self,
         request: Request<K>,
         timeout: Option<Duration>,
-    ) -> Result<Acquisition<B>, Error> {
+    ) -> Result<Acquisition<'_, B>, Error> {
         let mut first_error = None;
         let mut wait_on = None;
         for i in self.order() {
@@ -305,7 +305,7 @@ impl<B: SyncBacking> LimitPool<B> {
     pub fn try_acquire<K, A>(
         &self,
         request: impl IntoIterator<Item = (K, A)>,
-    ) -> Result<Result<Acquisition<B>, Rejected>, Error>
+    ) -> Result<Result<Acquisition<'_, B>, Rejected>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
@@ -337,7 +337,7 @@ impl<B: SyncBacking> LimitPool<B> {
         &self,
         request: Request<K>,
         timeout: Option<Duration>,
-    ) -> Result<Acquisition<B>, Error> {
+    ) -> Result<Acquisition<'_, B>, Error> {
         let mut first_error = None;
         let mut wait_on = None;
         for i in self.order() {
@@ -369,7 +369,7 @@ impl<B: SyncBacking> LimitPool<B> {
     pub fn acquire_blocking<K, A>(
         &self,
         request: impl IntoIterator<Item = (K, A)>,
-    ) -> Result<Acquisition<B>, Error>
+    ) -> Result<Acquisition<'_, B>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
@@ -385,7 +385,7 @@ impl<B: SyncBacking> LimitPool<B> {
         &self,
         request: impl IntoIterator<Item = (K, A)>,
         timeout: Duration,
-    ) -> Result<Acquisition<B>, Error>
+    ) -> Result<Acquisition<'_, B>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
