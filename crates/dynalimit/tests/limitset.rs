@@ -81,11 +81,7 @@ fn scenario_03_capacity_validation_and_unbounded_capacity() {
     }
     assert!(RateLimit::new("t", 0.0001, 1).is_ok());
     let unbounded = rate("t", f64::INFINITY, 1.0, Algorithm::Gcra);
-    let set = LimitSet::builder()
-        .limit(unbounded)
-        .timer(ManualTimer::new())
-        .build()
-        .unwrap();
+    let set = set_of(&ManualTimer::new(), vec![unbounded.into()]);
     for _ in 0..3 {
         let mut acquisition = set.try_acquire([("t", 1e300)]).unwrap().unwrap();
         acquisition.update([("t", 1e300)]).unwrap();
@@ -125,16 +121,8 @@ fn scenario_07_limits_are_passive_definitions() {
     // and only a set acquires.
     let definition = resource("slots", 1);
     let timer = ManualTimer::new();
-    let one = LimitSet::builder()
-        .limit(definition.clone())
-        .timer(timer.clone())
-        .build()
-        .unwrap();
-    let two = LimitSet::builder()
-        .limit(definition)
-        .timer(timer)
-        .build()
-        .unwrap();
+    let one = set_of(&timer, vec![definition.clone().into()]);
+    let two = set_of(&timer, vec![definition.into()]);
     let _held = one.try_acquire(NO_AMOUNTS).unwrap().unwrap();
     assert!(one.try_acquire(NO_AMOUNTS).unwrap().is_err());
     assert!(two.try_acquire(NO_AMOUNTS).unwrap().is_ok());
@@ -154,11 +142,10 @@ fn scenario_08_params_signature() {
 
 #[test]
 fn scenario_21_fixed_window_rejects_fractional_amounts() {
-    let set = LimitSet::builder()
-        .limit(rate("t", 10.0, 1.0, Algorithm::FixedWindow))
-        .timer(ManualTimer::new())
-        .build()
-        .unwrap();
+    let set = set_of(
+        &ManualTimer::new(),
+        vec![rate("t", 10.0, 1.0, Algorithm::FixedWindow).into()],
+    );
     let err = set.try_acquire([("t", 0.5)]).unwrap_err();
     assert!(matches!(err, Error::InvalidAmount { .. }), "{err}");
     assert!(set.try_acquire([("t", 1.0)]).unwrap().is_ok());
@@ -173,11 +160,10 @@ fn scenario_23_counting_algorithms_reject_fractions_token_algorithms_accept() {
         Algorithm::TokenBucket,
         Algorithm::Gcra,
     ] {
-        let set = LimitSet::builder()
-            .limit(rate("t", 10.0, 1.0, algorithm))
-            .timer(ManualTimer::new())
-            .build()
-            .unwrap();
+        let set = set_of(
+            &ManualTimer::new(),
+            vec![rate("t", 10.0, 1.0, algorithm).into()],
+        );
         let outcome = set.try_acquire([("t", 0.5)]);
         if algorithm.accepts_fractions() {
             let mut acquisition = outcome.unwrap().unwrap();
@@ -189,11 +175,10 @@ fn scenario_23_counting_algorithms_reject_fractions_token_algorithms_accept() {
         }
     }
     // integral floats are fine everywhere
-    let set = LimitSet::builder()
-        .limit(rate("t", 10.0, 1.0, Algorithm::SlidingWindow))
-        .timer(ManualTimer::new())
-        .build()
-        .unwrap();
+    let set = set_of(
+        &ManualTimer::new(),
+        vec![rate("t", 10.0, 1.0, Algorithm::SlidingWindow).into()],
+    );
     let mut acquisition = set.try_acquire([("t", 1.0)]).unwrap().unwrap();
     acquisition.update([("t", 1)]).unwrap();
 }
@@ -215,12 +200,13 @@ fn scenario_25_duplicate_keys_are_refused() {
 
 #[test]
 fn scenario_26_empty_request_takes_call_and_resource_limits_once() {
-    let set = LimitSet::builder()
-        .limit(CallLimit::new(10, 1).unwrap())
-        .limit(resource("c", 3))
-        .timer(ManualTimer::new())
-        .build()
-        .unwrap();
+    let set = set_of(
+        &ManualTimer::new(),
+        vec![
+            CallLimit::new(10, 1).unwrap().into(),
+            resource("c", 3).into(),
+        ],
+    );
     let acquisition = set.try_acquire(NO_AMOUNTS).unwrap().unwrap();
     assert_eq!(acquisition.requested("call_count"), Some(1.0));
     assert_eq!(acquisition.requested("c"), Some(1.0));
@@ -298,11 +284,7 @@ fn scenario_29_unknown_keys_warn_once_per_key_and_set() {
     let held: Vec<_> = only_unknown.held().map(|h| (h.key, h.requested)).collect();
     assert_eq!(held, [("call_count", 1.0), ("connections", 1.0)]);
     // a set of plain rate limits and only unknown keys: success holding nothing
-    let rates = LimitSet::builder()
-        .limit(token_bucket("tokens", 10.0, 1.0))
-        .timer(timer)
-        .build()
-        .unwrap();
+    let rates = set_of(&timer, vec![token_bucket("tokens", 10.0, 1.0).into()]);
     let empty = rates.try_acquire([("nope", 3)]).unwrap().unwrap();
     assert!(empty.is_empty());
 }
@@ -334,11 +316,10 @@ async fn scenario_30_capacity_validated_on_final_amounts_before_any_wait() {
         .try_acquire([("tokens", 100), ("connections", 10)])
         .unwrap_err();
     assert!(matches!(err, Error::ExceedsCapacity { ref key, .. } if key == "connections"));
-    let tiny = LimitSet::builder()
-        .limit(CallLimit::from_rate(token_bucket("x", 0.5, 1.0)))
-        .timer(timer.clone())
-        .build()
-        .unwrap();
+    let tiny = set_of(
+        &timer,
+        vec![CallLimit::from_rate(token_bucket("x", 0.5, 1.0)).into()],
+    );
     assert!(matches!(
         tiny.try_acquire(NO_AMOUNTS),
         Err(Error::ExceedsCapacity { .. })
@@ -362,12 +343,10 @@ async fn scenario_30_capacity_validated_on_final_amounts_before_any_wait() {
 #[test]
 fn scenario_31_negative_and_nan_amounts_are_rejected_zero_is_allowed() {
     let timer = ManualTimer::new();
-    let set = LimitSet::builder()
-        .limit(token_bucket("t", 10.0, 1.0))
-        .limit(resource("c", 2))
-        .timer(timer)
-        .build()
-        .unwrap();
+    let set = set_of(
+        &timer,
+        vec![token_bucket("t", 10.0, 1.0).into(), resource("c", 2).into()],
+    );
     for request in [
         [("t", -5.0), ("c", 1.0)],
         [("t", 1.0), ("c", -1.0)],
@@ -389,12 +368,13 @@ fn scenario_31_negative_and_nan_amounts_are_rejected_zero_is_allowed() {
 #[test]
 fn scenario_32_acquisition_is_atomic() {
     let timer = ManualTimer::new();
-    let set = LimitSet::builder()
-        .limit(token_bucket("t", 100.0, 1.0))
-        .limit(resource("conn", 1))
-        .timer(timer)
-        .build()
-        .unwrap();
+    let set = set_of(
+        &timer,
+        vec![
+            token_bucket("t", 100.0, 1.0).into(),
+            resource("conn", 1).into(),
+        ],
+    );
     let _held = set.try_acquire([("conn", 1)]).unwrap().unwrap();
     let refused = set.try_acquire([("t", 50)]).unwrap();
     assert!(refused.is_err());
@@ -425,11 +405,7 @@ fn scenario_33_acquisition_holds_amounts_and_a_copy_of_the_config() {
 #[test]
 fn scenario_34_update_rules() {
     let timer = ManualTimer::new();
-    let set = LimitSet::builder()
-        .limit(token_bucket("t", 1000.0, 60.0))
-        .timer(timer)
-        .build()
-        .unwrap();
+    let set = set_of(&timer, vec![token_bucket("t", 1000.0, 60.0).into()]);
     // negative usage
     let mut acquisition = set.try_acquire([("t", 100)]).unwrap().unwrap();
     let err = acquisition.update([("t", -1)]).unwrap_err().to_string();
@@ -473,11 +449,10 @@ fn scenario_34_update_rules() {
 #[test]
 fn scenario_35_call_limit_implicit_and_explicit() {
     let timer = ManualTimer::new();
-    let set = LimitSet::builder()
-        .limit(calls(10.0, 60.0, Algorithm::TokenBucket))
-        .timer(timer)
-        .build()
-        .unwrap();
+    let set = set_of(
+        &timer,
+        vec![calls(10.0, 60.0, Algorithm::TokenBucket).into()],
+    );
     // implicit: no update needed; an update must be exactly 1
     let mut implicit = set.try_acquire(NO_AMOUNTS).unwrap().unwrap();
     for bad in [0, 2] {
@@ -500,11 +475,10 @@ fn scenario_35_call_limit_implicit_and_explicit() {
     explicit.release().unwrap();
     assert_eq!(available(&set, "call_count"), 3.0, "token bucket refunds");
     // a counting call limit does not refund
-    let counting = LimitSet::builder()
-        .limit(calls(10.0, 60.0, Algorithm::FixedWindow))
-        .timer(ManualTimer::new())
-        .build()
-        .unwrap();
+    let counting = set_of(
+        &ManualTimer::new(),
+        vec![calls(10.0, 60.0, Algorithm::FixedWindow).into()],
+    );
     let mut explicit = counting.try_acquire([("call_count", 5)]).unwrap().unwrap();
     explicit.update([("call_count", 2)]).unwrap();
     explicit.release().unwrap();
@@ -513,11 +487,7 @@ fn scenario_35_call_limit_implicit_and_explicit() {
 
 #[test]
 fn scenario_36_resource_limit_needs_no_update() {
-    let set = LimitSet::builder()
-        .limit(resource("conn", 3))
-        .timer(ManualTimer::new())
-        .build()
-        .unwrap();
+    let set = set_of(&ManualTimer::new(), vec![resource("conn", 3).into()]);
     let mut acquisition = set.try_acquire([("conn", 2)]).unwrap().unwrap();
     acquisition.update([("conn", 99)]).unwrap(); // ignored, not validated
     assert_eq!(acquisition.used("conn"), None);
@@ -528,13 +498,14 @@ fn scenario_36_resource_limit_needs_no_update() {
 
 #[test]
 fn scenario_37_missing_update_lists_keys_sorted() {
-    let set = LimitSet::builder()
-        .limit(token_bucket("out", 500.0, 60.0))
-        .limit(token_bucket("in", 1000.0, 60.0))
-        .limit(token_bucket("cache", 1000.0, 60.0))
-        .timer(ManualTimer::new())
-        .build()
-        .unwrap();
+    let set = set_of(
+        &ManualTimer::new(),
+        vec![
+            token_bucket("out", 500.0, 60.0).into(),
+            token_bucket("in", 1000.0, 60.0).into(),
+            token_bucket("cache", 1000.0, 60.0).into(),
+        ],
+    );
     let mut acquisition = set
         .try_acquire([("out", 50), ("in", 100), ("cache", 1)])
         .unwrap()
@@ -582,13 +553,14 @@ fn scope_failing_after_update(set: &LimitSet) -> Result<(), UserError> {
 }
 
 fn in_and_conn() -> LimitSet {
-    LimitSet::builder()
-        .limit(token_bucket("in", 1000.0, 60.0))
-        .limit(token_bucket("out", 500.0, 60.0))
-        .limit(resource("conn", 1))
-        .timer(ManualTimer::new())
-        .build()
-        .unwrap()
+    set_of(
+        &ManualTimer::new(),
+        vec![
+            token_bucket("in", 1000.0, 60.0).into(),
+            token_bucket("out", 500.0, 60.0).into(),
+            resource("conn", 1).into(),
+        ],
+    )
 }
 
 #[test]
@@ -630,12 +602,13 @@ fn scenario_40_missing_update_never_leaks_nor_masks_the_user_error() {
 
 #[test]
 fn scenario_41_nested_acquisitions_auto_include_again() {
-    let set = LimitSet::builder()
-        .limit(token_bucket("t", 1000.0, 60.0))
-        .limit(resource("c", 5))
-        .timer(ManualTimer::new())
-        .build()
-        .unwrap();
+    let set = set_of(
+        &ManualTimer::new(),
+        vec![
+            token_bucket("t", 1000.0, 60.0).into(),
+            resource("c", 5).into(),
+        ],
+    );
     let outer = set.try_acquire([("c", 2)]).unwrap().unwrap();
     let mut inner = set.try_acquire([("t", 100)]).unwrap().unwrap();
     let held: Vec<_> = inner.held().map(|h| (h.key, h.requested)).collect();
@@ -673,11 +646,7 @@ async fn scenario_42_empty_limit_set_always_succeeds() {
 
 #[test]
 fn scenario_43_multi_unit_resource() {
-    let set = LimitSet::builder()
-        .limit(resource("r", 4))
-        .timer(ManualTimer::new())
-        .build()
-        .unwrap();
+    let set = set_of(&ManualTimer::new(), vec![resource("r", 4).into()]);
     let three = set.try_acquire([("r", 3)]).unwrap().unwrap();
     assert_eq!(
         set.limit_stats("r").unwrap(),
@@ -698,11 +667,7 @@ fn scenario_43_multi_unit_resource() {
 #[test]
 fn scenario_44_blocking_acquire_woken_by_a_release() {
     let timer = ManualTimer::new();
-    let set = LimitSet::builder()
-        .limit(resource("r", 4))
-        .timer(timer.clone())
-        .build()
-        .unwrap();
+    let set = set_of(&timer, vec![resource("r", 4).into()]);
     let held = set.try_acquire([("r", 4)]).unwrap().unwrap();
     let waiter = {
         let set = set.clone();
@@ -725,11 +690,7 @@ fn scenario_44_blocking_acquire_woken_by_a_release() {
 
 #[test]
 fn scenario_45_concurrent_holders_never_exceed_capacity() {
-    let set = LimitSet::builder()
-        .limit(resource("r", 3))
-        .timer(ManualTimer::new())
-        .build()
-        .unwrap();
+    let set = set_of(&ManualTimer::new(), vec![resource("r", 3).into()]);
     let holders = Arc::new(AtomicUsize::new(0));
     let max = Arc::new(AtomicUsize::new(0));
     let threads: Vec<_> = (0..8)
@@ -757,11 +718,7 @@ fn scenario_45_concurrent_holders_never_exceed_capacity() {
 
 #[test]
 fn scenario_46_failed_try_acquire_holds_nothing() {
-    let set = LimitSet::builder()
-        .limit(resource("conn", 1))
-        .timer(ManualTimer::new())
-        .build()
-        .unwrap();
+    let set = set_of(&ManualTimer::new(), vec![resource("conn", 1).into()]);
     let a = set.try_acquire(NO_AMOUNTS).unwrap().unwrap();
     {
         let refused = set.try_acquire(NO_AMOUNTS).unwrap();
@@ -783,14 +740,8 @@ fn scenario_46_failed_try_acquire_holds_nothing() {
 #[test]
 fn scenario_47_waits_until_the_computed_instant_first_come_first_served() {
     let timer = ManualTimer::new();
-    let set = LimitSet::builder()
-        .limit(token_bucket("t", 10.0, 1.0))
-        .timer(timer.clone())
-        .build()
-        .unwrap();
-    let mut drain = set.try_acquire([("t", 10)]).unwrap().unwrap();
-    drain.update([("t", 10)]).unwrap();
-    drop(drain);
+    let set = set_of(&timer, vec![token_bucket("t", 10.0, 1.0).into()]);
+    spend(&set, "t", 10);
     // a large request waits; a small one may not overtake it
     let big = {
         let set = set.clone();
@@ -823,11 +774,7 @@ fn scenario_47_waits_until_the_computed_instant_first_come_first_served() {
 #[test]
 fn scenario_47_blocking_waiters_are_served_in_arrival_order() {
     let timer = ManualTimer::new();
-    let set = LimitSet::builder()
-        .limit(resource("r", 2))
-        .timer(timer.clone())
-        .build()
-        .unwrap();
+    let set = set_of(&timer, vec![resource("r", 2).into()]);
     let held = set.try_acquire([("r", 2)]).unwrap().unwrap();
     let order = std::sync::Mutex::new(Vec::new());
     thread::scope(|scope| {
@@ -852,11 +799,7 @@ fn scenario_47_blocking_waiters_are_served_in_arrival_order() {
 #[test]
 fn scenario_48_timeouts() {
     let timer = ManualTimer::new();
-    let set = LimitSet::builder()
-        .limit(token_bucket("t", 10.0, 1.0))
-        .timer(timer.clone())
-        .build()
-        .unwrap();
+    let set = set_of(&timer, vec![token_bucket("t", 10.0, 1.0).into()]);
     // zero timeout with capacity available succeeds
     let mut first = set
         .acquire_blocking_timeout([("t", 10)], Duration::ZERO)
@@ -903,12 +846,13 @@ fn scenario_48_timeouts() {
 #[test]
 fn scenario_49_try_acquire_never_waits() {
     let timer = ManualTimer::new();
-    let set = LimitSet::builder()
-        .limit(token_bucket("t", 100.0, 1.0))
-        .limit(resource("conn", 1))
-        .timer(timer.clone())
-        .build()
-        .unwrap();
+    let set = set_of(
+        &timer,
+        vec![
+            token_bucket("t", 100.0, 1.0).into(),
+            resource("conn", 1).into(),
+        ],
+    );
     let held = set.try_acquire([("conn", 1)]).unwrap().unwrap();
     let rejected = set.try_acquire([("t", 50)]).unwrap().unwrap_err();
     assert_eq!(
@@ -919,9 +863,7 @@ fn scenario_49_try_acquire_never_waits() {
     assert_eq!(available(&set, "t"), 100.0);
     drop(held);
     // a time-based refusal tells how long
-    let mut all = set.try_acquire([("t", 100)]).unwrap().unwrap();
-    all.update([("t", 100)]).unwrap();
-    drop(all);
+    spend(&set, "t", 100);
     let rejected = set.try_acquire([("t", 50)]).unwrap().unwrap_err();
     let after = rejected.retry_after().unwrap();
     assert!(
@@ -936,12 +878,13 @@ fn scenario_49_try_acquire_never_waits() {
 #[tokio::test]
 async fn scenario_50_async_acquire_waits_cooperatively() {
     let timer = ManualTimer::new();
-    let set = LimitSet::builder()
-        .limit(token_bucket("t", 10.0, 1.0))
-        .limit(resource("conn", 1))
-        .timer(timer.clone())
-        .build()
-        .unwrap();
+    let set = set_of(
+        &timer,
+        vec![
+            token_bucket("t", 10.0, 1.0).into(),
+            resource("conn", 1).into(),
+        ],
+    );
     // woken by a release
     let held = set.try_acquire([("conn", 1)]).unwrap().unwrap();
     let task = {
@@ -958,9 +901,7 @@ async fn scenario_50_async_acquire_waits_cooperatively() {
     drop(held);
     task.await.unwrap();
     // woken at the computed instant
-    let mut drain = set.try_acquire([("t", 9)]).unwrap().unwrap();
-    drain.update([("t", 9)]).unwrap();
-    drop(drain);
+    spend(&set, "t", 9);
     let task = {
         let set = set.clone();
         tokio::spawn(async move {
@@ -1003,14 +944,11 @@ fn scenario_51_per_limit_stats() {
         Algorithm::FixedWindow,
         Algorithm::LeakyBucket,
     ] {
-        let set = LimitSet::builder()
-            .limit(rate("t", 10.0, 1.0, algorithm))
-            .timer(ManualTimer::new())
-            .build()
-            .unwrap();
-        let mut acquisition = set.try_acquire([("t", 4)]).unwrap().unwrap();
-        acquisition.update([("t", 4)]).unwrap();
-        drop(acquisition);
+        let set = set_of(
+            &ManualTimer::new(),
+            vec![rate("t", 10.0, 1.0, algorithm).into()],
+        );
+        spend(&set, "t", 4);
         let LimitStats::Rate { key, stats, .. } = set.limit_stats("t").unwrap() else {
             panic!("rate stats expected");
         };
@@ -1027,11 +965,7 @@ fn scenario_51_per_limit_stats() {
             (algorithm == Algorithm::Gcra).then_some(ms(100))
         );
     }
-    let set = LimitSet::builder()
-        .limit(resource("r", 4))
-        .timer(ManualTimer::new())
-        .build()
-        .unwrap();
+    let set = set_of(&ManualTimer::new(), vec![resource("r", 4).into()]);
     let _one = set.try_acquire(NO_AMOUNTS).unwrap().unwrap();
     let stats = set.limit_stats("r").unwrap();
     assert_eq!((stats.available(), stats.utilization()), (3.0, 0.25));
@@ -1040,14 +974,8 @@ fn scenario_51_per_limit_stats() {
 #[test]
 fn scenario_51_stats_refresh_time_based_state() {
     let timer = ManualTimer::new();
-    let set = LimitSet::builder()
-        .limit(token_bucket("t", 10.0, 1.0))
-        .timer(timer.clone())
-        .build()
-        .unwrap();
-    let mut all = set.try_acquire([("t", 10)]).unwrap().unwrap();
-    all.update([("t", 10)]).unwrap();
-    drop(all);
+    let set = set_of(&timer, vec![token_bucket("t", 10.0, 1.0).into()]);
+    spend(&set, "t", 10);
     timer.advance(ms(250));
     assert!((available(&set, "t") - 2.5).abs() < 1e-9);
 }

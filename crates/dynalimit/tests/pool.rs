@@ -143,11 +143,7 @@ async fn scenario_56_async_pool_falls_through_then_waits_on_the_pick() {
 #[test]
 fn scenario_57_sets_with_different_keys() {
     let timer = ManualTimer::new();
-    let requests_only = LimitSet::builder()
-        .limit(token_bucket("requests", 10.0, 1.0))
-        .timer(timer.clone())
-        .build()
-        .unwrap();
+    let requests_only = set_of(&timer, vec![token_bucket("requests", 10.0, 1.0).into()]);
     let pool = LimitPool::new(vec![requests_only, three_limits(&timer)]).unwrap();
     let acquisition = pool.try_acquire([("tokens", 1)]).unwrap().unwrap();
     assert_eq!(acquisition.pool_index(), Some(0));

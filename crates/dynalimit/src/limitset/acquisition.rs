@@ -153,7 +153,7 @@ impl<'a, B: Backing> Acquisition<'a, B> {
             return Err(Error::AlreadyReleased);
         }
         // Written into a copy, so that nothing is recorded when any usage is invalid.
-        let mut recorded = self.used.clone();
+        let mut recorded: SmallVec<[f64; 4]> = SmallVec::from_slice(&self.used);
         for (key, used) in usage {
             let key = key.as_ref();
             let used = used.into();

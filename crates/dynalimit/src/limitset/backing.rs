@@ -1,19 +1,4 @@
-//! Where a LimitSet's counters live: the seam between the front end (requests, validation,
-//! waiting, guards) and the state.
-//!
-//! The front end ([`LimitSet`](super::LimitSet)) turns a request into a plan of
-//! `(limit index, amount)` pairs, validated against the limits' capacities, and hands it to a
-//! [`Backing`], which takes every amount or none. On release it hands back a settlement: units
-//! to give back (resources) and unused units to refund (rate limits whose algorithm allows it).
-//!
-//! - [`InProcess`] keeps one mutex over the in-process algorithms of
-//!   [`dynalimit_core::algorithms`]; it is also a [`SyncBacking`], so it serves the
-//!   non-blocking and thread-blocking acquires as well as the async ones.
-//! - A distributed backing implements [`Backing`] only: its `take` is the DynamoDB acquire of an
-//!   entity+resource bucket (one conditional write for every limit), its ticket is the lease,
-//!   and its `settle` writes the refunds and gives the lease back. The LimitSet, its
-//!   acquisitions and the LimitPool are generic over the backing, so such a set is used through
-//!   the same `acquire` / `acquire_timeout` / `update` / `release` calls.
+//! Where a LimitSet's counters live: the seam between the front end and the state.
 
 use std::fmt;
 use std::future::{Future, ready};
@@ -69,7 +54,31 @@ pub enum Outcome<T> {
     },
 }
 
-/// Storage of a LimitSet's counters; see the [module documentation](self).
+/// Where a LimitSet's counters live: the seam between the front end (requests, validation,
+/// waiting, guards) and the state.
+///
+/// The front end ([`LimitSet`](super::LimitSet)) turns a request into a plan of
+/// `(limit index, amount)` pairs, validated against the limits' capacities, and hands it to a
+/// [`Backing`], which takes every amount or none. On release it hands back a settlement: units
+/// to give back (resources) and unused units to refund (rate limits whose algorithm allows it).
+///
+/// - [`InProcess`] keeps one mutex over the in-process algorithms of
+///   [`dynalimit_core::algorithms`]; it is also a [`SyncBacking`], so it serves the
+///   non-blocking and thread-blocking acquires as well as the async ones.
+/// - A distributed backing implements [`Backing`] only: its `take` is the DynamoDB acquire of an
+///   entity+resource bucket (one conditional write for every limit), its ticket is the lease,
+///   and its `settle` writes the refunds and gives the lease back. The LimitSet, its
+///   acquisitions and the LimitPool are generic over the backing, so such a set is used through
+///   the same `acquire` / `acquire_timeout` / `update` / `release` calls.
+///
+/// A backing is plugged in with [`LimitSet::from_backing`](super::LimitSet::from_backing).
+/// Everything the front end does (request planning, auto-inclusion, capacity and amount
+/// validation, unknown-key warnings, FIFO waiting on the set's [`Timer`](super::Timer),
+/// update rules, missing-update reporting) is the same for every backing. The async acquires
+/// (set and pool) work with any backing; `try_acquire`, the thread-blocking acquires and
+/// `stats` need a [`SyncBacking`]. `settle` is synchronous because it also runs from `Drop`:
+/// a backing whose settlement needs I/O starts it in the background (as the lease of the
+/// DynamoDB acquire does) and returns.
 pub trait Backing: Send + Sync + fmt::Debug + 'static {
     /// What a successful take holds until it is settled (`()` in process; a lease for a
     /// distributed backing).

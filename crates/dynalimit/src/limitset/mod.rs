@@ -29,6 +29,7 @@ pub use dynalimit_core::algorithms::{Algorithm, RateStats, Window};
 pub use limit::{
     CALL_COUNT_KEY, CallLimit, Limit, RateLimit, RateLimitBuilder, ResourceLimit, WindowSpec,
 };
+pub(crate) use set::Plan;
 pub use set::{Config, LimitSet, LimitSetBuilder, MAX_LIMITS, NO_AMOUNTS, Rejected};
 pub use stats::LimitStats;
 pub use timer::{ManualTimer, Sleep, SystemTimer, Timer};

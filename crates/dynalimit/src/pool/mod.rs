@@ -16,6 +16,7 @@ use rand::Rng;
 use smallvec::SmallVec;
 
 use crate::Error;
+use crate::limitset::Plan;
 use crate::limitset::{
     Acquisition, Backing, InProcess, LimitSet, LimitStats, Rejected, SyncBacking,
 };
@@ -60,7 +61,7 @@ impl FromStr for LoadBalancing {
     }
 }
 
-/// Several [`LimitSet`]s behind one acquire; see the [module documentation](self).
+/// Several [`LimitSet`]s behind one acquire: see the `pool` module documentation.
 ///
 /// ```
 /// use dynalimit::limitset::{LimitSet, ResourceLimit};
@@ -226,6 +227,17 @@ impl<B: Backing> LimitPool<B> {
         (0..len).map(move |k| (start + k) % len)
     }
 
+    /// The sets in trying order (the pick first), each with the request planned for it.
+    fn planned<'r, K: AsRef<str>>(
+        &'r self,
+        request: &'r Request<K>,
+    ) -> impl Iterator<Item = (usize, Result<Plan, Error>)> + 'r {
+        self.order().map(move |i| {
+            let pairs = request.iter().map(|(k, a)| (k.as_ref(), *a));
+            (i, self.sets[i].plan(pairs))
+        })
+    }
+
     fn collect<K, A>(request: impl IntoIterator<Item = (K, A)>) -> Request<K>
     where
         A: Into<f64>,
@@ -270,29 +282,21 @@ impl<B: Backing> LimitPool<B> {
         request: Request<K>,
         timeout: Option<Duration>,
     ) -> Result<Acquisition<'_, B>, Error> {
-        let mut first_error = None;
-        let mut wait_on = None;
-        for i in self.order() {
-            let set = &self.sets[i];
-            match set.plan(request.iter().map(|(k, a)| (k.as_ref(), *a))) {
-                Err(error) => {
-                    first_error.get_or_insert(error);
-                }
-                Ok(plan) => {
-                    if let Some(acquisition) = set.attempt(&plan).await? {
-                        return Ok(acquisition.with_pool_index(i));
-                    }
-                    wait_on.get_or_insert((i, plan));
-                }
+        let mut fallback = Fallback::default();
+        for (i, plan) in self.planned(&request) {
+            let Some(plan) = fallback.valid(plan) else {
+                continue;
+            };
+            if let Some(acquisition) = self.sets[i].attempt(&plan).await? {
+                return Ok(acquisition.with_pool_index(i));
             }
+            fallback.refused(i, plan);
         }
-        match wait_on {
-            Some((i, plan)) => Ok(self.sets[i]
-                .wait_async(plan, timeout)
-                .await?
-                .with_pool_index(i)),
-            None => Err(first_error.unwrap_or(Error::EmptyPool)),
-        }
+        let (i, plan) = fallback.wait_on()?;
+        Ok(self.sets[i]
+            .wait_async(plan, timeout)
+            .await?
+            .with_pool_index(i))
     }
 }
 
@@ -311,25 +315,22 @@ impl<B: SyncBacking> LimitPool<B> {
         A: Into<f64>,
     {
         let request = Self::collect(request);
-        let mut first_error = None;
+        let mut fallback = Fallback::default();
         let mut first_refusal = None;
-        for i in self.order() {
-            let set = &self.sets[i];
-            match set.plan(request.iter().map(|(k, a)| (k.as_ref(), *a))) {
-                Err(error) => {
-                    first_error.get_or_insert(error);
+        for (i, plan) in self.planned(&request) {
+            let Some(plan) = fallback.valid(plan) else {
+                continue;
+            };
+            match self.sets[i].try_plan(plan)? {
+                Ok(acquisition) => return Ok(Ok(acquisition.with_pool_index(i))),
+                Err(rejected) => {
+                    first_refusal.get_or_insert(rejected);
                 }
-                Ok(plan) => match set.try_plan(plan)? {
-                    Ok(acquisition) => return Ok(Ok(acquisition.with_pool_index(i))),
-                    Err(rejected) => {
-                        first_refusal.get_or_insert(rejected);
-                    }
-                },
             }
         }
         match first_refusal {
             Some(rejected) => Ok(Err(rejected)),
-            None => Err(first_error.unwrap_or(Error::EmptyPool)),
+            None => Err(fallback.wait_on().expect_err("no set refused")),
         }
     }
 
@@ -338,28 +339,20 @@ impl<B: SyncBacking> LimitPool<B> {
         request: Request<K>,
         timeout: Option<Duration>,
     ) -> Result<Acquisition<'_, B>, Error> {
-        let mut first_error = None;
-        let mut wait_on = None;
-        for i in self.order() {
-            let set = &self.sets[i];
-            match set.plan(request.iter().map(|(k, a)| (k.as_ref(), *a))) {
-                Err(error) => {
-                    first_error.get_or_insert(error);
-                }
-                Ok(plan) => {
-                    if let Ok(acquisition) = set.try_plan(plan.clone())? {
-                        return Ok(acquisition.with_pool_index(i));
-                    }
-                    wait_on.get_or_insert((i, plan));
-                }
+        let mut fallback = Fallback::default();
+        for (i, plan) in self.planned(&request) {
+            let Some(plan) = fallback.valid(plan) else {
+                continue;
+            };
+            if let Ok(acquisition) = self.sets[i].try_plan(plan.clone())? {
+                return Ok(acquisition.with_pool_index(i));
             }
+            fallback.refused(i, plan);
         }
-        match wait_on {
-            Some((i, plan)) => Ok(self.sets[i]
-                .wait_blocking(plan, timeout)?
-                .with_pool_index(i)),
-            None => Err(first_error.unwrap_or(Error::EmptyPool)),
-        }
+        let (i, plan) = fallback.wait_on()?;
+        Ok(self.sets[i]
+            .wait_blocking(plan, timeout)?
+            .with_pool_index(i))
     }
 
     /// Acquires through the pool, parking the thread as long as needed.
@@ -402,6 +395,32 @@ impl<B: SyncBacking> LimitPool<B> {
             total_dispatched: self.total_dispatched(),
             limit_sets: self.sets.iter().map(LimitSet::stats).collect(),
         }
+    }
+}
+
+/// What a pass over the sets leaves when none admitted the request: the first set that
+/// refused (to wait on) and the first request error (when no set accepted the request).
+#[derive(Default)]
+struct Fallback {
+    first_error: Option<Error>,
+    wait_on: Option<(usize, Plan)>,
+}
+
+impl Fallback {
+    fn valid(&mut self, plan: Result<Plan, Error>) -> Option<Plan> {
+        plan.map_err(|error| {
+            self.first_error.get_or_insert(error);
+        })
+        .ok()
+    }
+
+    fn refused(&mut self, index: usize, plan: Plan) {
+        self.wait_on.get_or_insert((index, plan));
+    }
+
+    fn wait_on(self) -> Result<(usize, Plan), Error> {
+        self.wait_on
+            .ok_or_else(|| self.first_error.unwrap_or(Error::EmptyPool))
     }
 }
 

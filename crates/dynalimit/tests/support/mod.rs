@@ -6,7 +6,9 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dynalimit::limitset::{Algorithm, CallLimit, LimitSet, ManualTimer, RateLimit, ResourceLimit};
+use dynalimit::limitset::{
+    Algorithm, CallLimit, Limit, LimitSet, ManualTimer, RateLimit, ResourceLimit,
+};
 
 /// Runs `f` with a subscriber that records every warning emitted on this thread.
 pub fn capture_warnings<R>(f: impl FnOnce() -> R) -> (R, Vec<String>) {
@@ -84,4 +86,20 @@ pub fn wait_parked(timer: &ManualTimer, n: usize) {
     while timer.parked_threads() < n {
         std::thread::yield_now();
     }
+}
+
+/// An in-process set of `limits` on `timer`.
+pub fn set_of(timer: &ManualTimer, limits: Vec<Limit>) -> LimitSet {
+    LimitSet::builder()
+        .limits(limits)
+        .timer(timer.clone())
+        .build()
+        .unwrap()
+}
+
+/// Takes `amount` of `key`, reports it all used and releases.
+pub fn spend(set: &LimitSet, key: &str, amount: u32) {
+    let mut acquisition = set.try_acquire([(key, amount)]).unwrap().unwrap();
+    acquisition.update([(key, amount)]).unwrap();
+    acquisition.release().unwrap();
 }
