@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rand::Rng;
-use smallvec::SmallVec;
 
 use crate::Error;
 use crate::limitset::Plan;
@@ -128,8 +127,6 @@ pub struct PoolStats {
     pub limit_sets: Vec<Vec<LimitStats>>,
 }
 
-type Request<K> = SmallVec<[(K, f64); 8]>;
-
 impl<B: Backing> LimitPool<B> {
     /// A round-robin pool with offset 0.
     ///
@@ -224,25 +221,21 @@ impl<B: Backing> LimitPool<B> {
     fn order(&self) -> impl Iterator<Item = usize> + use<B> {
         let start = self.select();
         let len = self.sets.len();
-        (0..len).map(move |k| (start + k) % len)
+        (start..len).chain(0..start)
     }
 
     /// The sets in trying order (the pick first), each with the request planned for it.
-    fn planned<'r, K: AsRef<str>>(
+    fn planned<'r, R, K, A>(
         &'r self,
-        request: &'r Request<K>,
-    ) -> impl Iterator<Item = (usize, Result<Plan, Error>)> + 'r {
-        self.order().map(move |i| {
-            let pairs = request.iter().map(|(k, a)| (k.as_ref(), *a));
-            (i, self.sets[i].plan(pairs))
-        })
-    }
-
-    fn collect<K, A>(request: impl IntoIterator<Item = (K, A)>) -> Request<K>
+        request: &'r R,
+    ) -> impl Iterator<Item = (usize, Result<Plan, Error>)> + 'r
     where
+        R: IntoIterator<Item = (K, A)> + Clone,
+        K: AsRef<str>,
         A: Into<f64>,
     {
-        request.into_iter().map(|(k, a)| (k, a.into())).collect()
+        self.order()
+            .map(move |i| (i, self.sets[i].plan(request.clone())))
     }
 
     /// Acquires through the pool, waiting asynchronously as long as needed.
@@ -251,13 +244,13 @@ impl<B: Backing> LimitPool<B> {
     /// The first set's request error when no set accepts the request as valid.
     pub async fn acquire<K, A>(
         &self,
-        request: impl IntoIterator<Item = (K, A)>,
+        request: impl IntoIterator<Item = (K, A)> + Clone,
     ) -> Result<Acquisition<'_, B>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
     {
-        self.acquire_async(Self::collect(request), None).await
+        self.acquire_async(request, None).await
     }
 
     /// Acquires through the pool, waiting asynchronously at most `timeout`.
@@ -266,22 +259,27 @@ impl<B: Backing> LimitPool<B> {
     /// [`Error::Timeout`]; request errors as for [`LimitPool::acquire`].
     pub async fn acquire_timeout<K, A>(
         &self,
-        request: impl IntoIterator<Item = (K, A)>,
+        request: impl IntoIterator<Item = (K, A)> + Clone,
         timeout: Duration,
     ) -> Result<Acquisition<'_, B>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
     {
-        self.acquire_async(Self::collect(request), Some(timeout))
+        self.acquire_async(request, Some(timeout))
             .await
     }
 
-    async fn acquire_async<K: AsRef<str>>(
+    async fn acquire_async<R, K, A>(
         &self,
-        request: Request<K>,
+        request: R,
         timeout: Option<Duration>,
-    ) -> Result<Acquisition<'_, B>, Error> {
+    ) -> Result<Acquisition<'_, B>, Error>
+    where
+        R: IntoIterator<Item = (K, A)> + Clone,
+        K: AsRef<str>,
+        A: Into<f64>,
+    {
         let mut fallback = Fallback::default();
         for (i, plan) in self.planned(&request) {
             let Some(plan) = fallback.valid(plan) else {
@@ -308,13 +306,12 @@ impl<B: SyncBacking> LimitPool<B> {
     /// every set is `Ok(Err(Rejected))` (the first refusal).
     pub fn try_acquire<K, A>(
         &self,
-        request: impl IntoIterator<Item = (K, A)>,
+        request: impl IntoIterator<Item = (K, A)> + Clone,
     ) -> Result<Result<Acquisition<'_, B>, Rejected>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
     {
-        let request = Self::collect(request);
         let mut fallback = Fallback::default();
         let mut first_refusal = None;
         for (i, plan) in self.planned(&request) {
@@ -334,11 +331,16 @@ impl<B: SyncBacking> LimitPool<B> {
         }
     }
 
-    fn acquire_blocking_inner<K: AsRef<str>>(
+    fn acquire_blocking_inner<R, K, A>(
         &self,
-        request: Request<K>,
+        request: R,
         timeout: Option<Duration>,
-    ) -> Result<Acquisition<'_, B>, Error> {
+    ) -> Result<Acquisition<'_, B>, Error>
+    where
+        R: IntoIterator<Item = (K, A)> + Clone,
+        K: AsRef<str>,
+        A: Into<f64>,
+    {
         let mut fallback = Fallback::default();
         for (i, plan) in self.planned(&request) {
             let Some(plan) = fallback.valid(plan) else {
@@ -361,13 +363,13 @@ impl<B: SyncBacking> LimitPool<B> {
     /// As for [`LimitPool::acquire`].
     pub fn acquire_blocking<K, A>(
         &self,
-        request: impl IntoIterator<Item = (K, A)>,
+        request: impl IntoIterator<Item = (K, A)> + Clone,
     ) -> Result<Acquisition<'_, B>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
     {
-        self.acquire_blocking_inner(Self::collect(request), None)
+        self.acquire_blocking_inner(request, None)
     }
 
     /// Acquires through the pool, parking the thread at most `timeout`.
@@ -376,14 +378,14 @@ impl<B: SyncBacking> LimitPool<B> {
     /// As for [`LimitPool::acquire_timeout`].
     pub fn acquire_blocking_timeout<K, A>(
         &self,
-        request: impl IntoIterator<Item = (K, A)>,
+        request: impl IntoIterator<Item = (K, A)> + Clone,
         timeout: Duration,
     ) -> Result<Acquisition<'_, B>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
     {
-        self.acquire_blocking_inner(Self::collect(request), Some(timeout))
+        self.acquire_blocking_inner(request, Some(timeout))
     }
 
     /// A snapshot of the pool and of every set.
