@@ -992,3 +992,29 @@ fn scenario_52_set_stats_in_definition_order_and_lookup() {
     assert!(err.to_string().contains("nope"));
     assert!(set.limit_stats("nope").is_err());
 }
+
+#[test]
+fn long_keys_sharing_a_prefix_are_told_apart() {
+    let timer = ManualTimer::new();
+    let set = set_of(
+        &timer,
+        vec![
+            resource("connections_primary", 1).into(),
+            resource("connections_replica", 2).into(),
+            resource("conn", 3).into(),
+        ],
+    );
+    let acquisition = set
+        .try_acquire([
+            ("connections_replica", 2),
+            ("conn", 3),
+            ("connections_primary", 1),
+        ])
+        .unwrap()
+        .unwrap();
+    assert_eq!(acquisition.requested("connections_replica"), Some(2.0));
+    assert_eq!(acquisition.requested("connections_primary"), Some(1.0));
+    assert_eq!(acquisition.requested("conn"), Some(3.0));
+    assert_eq!(acquisition.requested("connections_other"), None);
+    assert_eq!(set.limit("connections_replica").unwrap().capacity(), 2.0);
+}

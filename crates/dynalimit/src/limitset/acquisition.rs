@@ -55,7 +55,11 @@ pub struct Held<'a> {
 
 impl<'a, B: Backing> Acquisition<'a, B> {
     pub(crate) fn new(set: &'a LimitSet<B>, plan: Plan, ticket: Option<B::Ticket>) -> Self {
-        let used = SmallVec::from_elem(f64::NAN, plan.len());
+        let used = if plan.len() <= 4 {
+            SmallVec::from_buf_and_len([f64::NAN; 4], plan.len())
+        } else {
+            SmallVec::from_elem(f64::NAN, plan.len())
+        };
         Acquisition {
             set,
             plan,

@@ -39,6 +39,9 @@ pub(crate) enum Role {
 pub(crate) struct Shared<B> {
     pub(crate) backing: B,
     pub(crate) keys: Vec<String>,
+    /// Per key: its length and first eight bytes, so that a lookup of a short key compares
+    /// two integers instead of calling `memcmp`.
+    lookup: Vec<(usize, u64)>,
     pub(crate) roles: Vec<Role>,
     capacities: Vec<f64>,
     /// Limits counting whole units only.
@@ -58,7 +61,11 @@ pub(crate) struct Shared<B> {
 
 impl<B: Backing> Shared<B> {
     pub(crate) fn index_of(&self, key: &str) -> Option<usize> {
-        self.keys.iter().position(|k| k == key)
+        let (len, head) = (key.len(), prefix(key));
+        self.lookup
+            .iter()
+            .zip(&self.keys)
+            .position(|(&(l, p), k)| l == len && p == head && (len <= 8 || k == key))
     }
 
     fn check_amount(&self, index: usize, amount: f64) -> Result<(), Error> {
@@ -305,12 +312,14 @@ impl<B: Backing> LimitSet<B> {
             }
             roles.push(role);
         }
-        let keys = limits.iter().map(|l| l.key().to_owned()).collect();
+        let keys: Vec<String> = limits.iter().map(|l| l.key().to_owned()).collect();
+        let lookup = keys.iter().map(|k| (k.len(), prefix(k))).collect();
         let capacities = limits.iter().map(Limit::capacity).collect();
         Ok(LimitSet {
             shared: Arc::new(Shared {
                 backing,
                 keys,
+                lookup,
                 roles,
                 capacities,
                 whole,
@@ -698,4 +707,13 @@ fn check_deadline(
 fn is_whole(amount: f64) -> bool {
     // every f64 from 2^53 up is a whole number
     amount >= 9_007_199_254_740_992.0 || (amount as u64) as f64 == amount
+}
+
+/// The first eight bytes of `key`, zero-padded, as an integer.
+#[inline]
+fn prefix(key: &str) -> u64 {
+    let mut bytes = [0u8; 8];
+    let head = &key.as_bytes()[..key.len().min(8)];
+    bytes[..head.len()].copy_from_slice(head);
+    u64::from_le_bytes(bytes)
 }

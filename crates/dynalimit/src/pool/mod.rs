@@ -266,8 +266,7 @@ impl<B: Backing> LimitPool<B> {
         K: AsRef<str>,
         A: Into<f64>,
     {
-        self.acquire_async(request, Some(timeout))
-            .await
+        self.acquire_async(request, Some(timeout)).await
     }
 
     async fn acquire_async<R, K, A>(
