@@ -1018,3 +1018,89 @@ fn long_keys_sharing_a_prefix_are_told_apart() {
     assert_eq!(acquisition.requested("connections_other"), None);
     assert_eq!(set.limit("connections_replica").unwrap().capacity(), 2.0);
 }
+
+#[test]
+fn scenario_13_eight_threads_get_the_burst_plus_the_refill() {
+    let timer = ManualTimer::new();
+    let set = set_of(&timer, vec![token_bucket("t", 100.0, 1.0).into()]);
+    let hammer = || {
+        let granted = AtomicUsize::new(0);
+        thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| {
+                    while let Ok(mut acquisition) = set.try_acquire([("t", 1)]).unwrap() {
+                        acquisition.update([("t", 1)]).unwrap();
+                        granted.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        granted.into_inner()
+    };
+    let burst = hammer();
+    timer.advance(Duration::from_secs(1));
+    let refilled = hammer();
+    assert_eq!((burst, refilled), (100, 100));
+}
+
+#[test]
+fn scenario_b_blocking_acquire_after_draining_waits_exactly_the_algorithm_time() {
+    for (algorithm, wait) in [
+        (Algorithm::TokenBucket, ms(100)),
+        (Algorithm::Gcra, ms(100)),
+        (Algorithm::SlidingWindow, ms(1_000)),
+        (Algorithm::FixedWindow, ms(1_000)),
+        (Algorithm::LeakyBucket, ms(100)),
+    ] {
+        let timer = ManualTimer::new();
+        let set = set_of(&timer, vec![rate("t", 10.0, 1.0, algorithm).into()]);
+        spend(&set, "t", 10);
+        let granted_at = thread::scope(|scope| {
+            let waiter = scope.spawn(|| {
+                let mut acquisition = set.acquire_blocking([("t", 1)]).unwrap();
+                acquisition.update([("t", 1)]).unwrap();
+                set.now()
+            });
+            wait_parked(&timer, 1);
+            timer.advance(wait - ms(1));
+            wait_parked(&timer, 1);
+            assert!(!waiter.is_finished(), "{algorithm}");
+            timer.advance(ms(1));
+            waiter.join().unwrap()
+        });
+        assert_eq!(granted_at, wait, "{algorithm}");
+    }
+}
+
+#[test]
+fn scenario_22_leaky_bucket_blocking_acquire_succeeds_after_one_drain_interval() {
+    let timer = ManualTimer::new();
+    let set = set_of(
+        &timer,
+        vec![rate("t", 10.0, 1.0, Algorithm::LeakyBucket).into()],
+    );
+    spend(&set, "t", 10);
+    // frequent polls do not stop the drain: 20 grants over 2 s of 50 ms polls
+    let mut grants = 0;
+    for _ in 0..40 {
+        timer.advance(ms(50));
+        if let Ok(mut acquisition) = set.try_acquire([("t", 1)]).unwrap() {
+            acquisition.update([("t", 1)]).unwrap();
+            grants += 1;
+        }
+    }
+    assert_eq!(grants, 20);
+    let granted_at = thread::scope(|scope| {
+        let waiter = scope.spawn(|| {
+            let mut acquisition = set
+                .acquire_blocking_timeout([("t", 1)], Duration::from_secs(3))
+                .unwrap();
+            acquisition.update([("t", 1)]).unwrap();
+            set.now()
+        });
+        wait_parked(&timer, 1);
+        timer.advance(ms(100));
+        waiter.join().unwrap()
+    });
+    assert_eq!(granted_at, ms(2_100));
+}

@@ -120,7 +120,8 @@ impl<B: Backing> Shared<B> {
 /// Unknown keys are ignored with a warning, once per key and set. Every final amount is
 /// checked before any waiting: negative, non-finite or (for counting limits) fractional
 /// amounts are [`Error::InvalidAmount`], amounts above a capacity are
-/// [`Error::ExceedsCapacity`]. A key listed twice takes its last amount.
+/// [`Error::ExceedsCapacity`]. Zero is a valid amount (a plain rate limit taken with zero
+/// still needs its update). A key listed twice takes its last amount.
 ///
 /// # Acquiring
 /// - [`LimitSet::try_acquire`] never waits; a refusal is a [`Rejected`] value.
