@@ -472,27 +472,27 @@ impl<B: Backing> LimitSet<B> {
             return Ok(Acquisition::new(self, plan, None));
         }
         let start = shared.timer.now();
-        let deadline = timeout.map(|t| start.saturating_add(t));
+        let deadline = Deadline::new(start, timeout);
         if shared.queue.is_empty() {
             if let Outcome::Granted(ticket) = shared.backing.take(&plan, start).await? {
                 return Ok(Acquisition::new(self, plan, Some(ticket)));
             }
-            check_deadline(start, deadline, timeout)?;
+            deadline.check(start)?;
         }
         let slot = shared.queue.join_async();
         loop {
             let now = shared.timer.now();
-            let mut wake_at = deadline;
+            let mut wake_at = deadline.at;
             if slot.is_head() {
                 match shared.backing.take(&plan, now).await? {
                     Outcome::Granted(ticket) => {
                         drop(slot);
                         return Ok(Acquisition::new(self, plan, Some(ticket)));
                     }
-                    Outcome::Refused { retry_at } => wake_at = earliest(retry_at, deadline),
+                    Outcome::Refused { retry_at } => wake_at = deadline.or_earlier(retry_at),
                 }
             }
-            check_deadline(now, deadline, timeout)?;
+            deadline.check(now)?;
             if slot.waiter().take_woken() {
                 continue;
             }
@@ -605,27 +605,27 @@ impl<B: SyncBacking> LimitSet<B> {
             return Ok(Acquisition::new(self, plan, None));
         }
         let start = shared.timer.now();
-        let deadline = timeout.map(|t| start.saturating_add(t));
+        let deadline = Deadline::new(start, timeout);
         if shared.queue.is_empty() {
             if let Outcome::Granted(ticket) = shared.backing.take_now(&plan, start)? {
                 return Ok(Acquisition::new(self, plan, Some(ticket)));
             }
-            check_deadline(start, deadline, timeout)?;
+            deadline.check(start)?;
         }
         let slot = shared.queue.join_blocking();
         loop {
             let now = shared.timer.now();
-            let mut wake_at = deadline;
+            let mut wake_at = deadline.at;
             if slot.is_head() {
                 match shared.backing.take_now(&plan, now)? {
                     Outcome::Granted(ticket) => {
                         drop(slot);
                         return Ok(Acquisition::new(self, plan, Some(ticket)));
                     }
-                    Outcome::Refused { retry_at } => wake_at = earliest(retry_at, deadline),
+                    Outcome::Refused { retry_at } => wake_at = deadline.or_earlier(retry_at),
                 }
             }
-            check_deadline(now, deadline, timeout)?;
+            deadline.check(now)?;
             if !slot.waiter().take_woken() {
                 shared.timer.park(wake_at);
             }
@@ -686,21 +686,36 @@ impl<B: SyncBacking> LimitSet<B> {
     }
 }
 
-fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+/// The end of one waiting acquire's timeout, on the set's timer.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    at: Option<Duration>,
+    timeout: Option<Duration>,
 }
 
-fn check_deadline(
-    now: Duration,
-    deadline: Option<Duration>,
-    timeout: Option<Duration>,
-) -> Result<(), Error> {
-    match (deadline, timeout) {
-        (Some(deadline), Some(timeout)) if now >= deadline => Err(Error::Timeout { timeout }),
-        _ => Ok(()),
+impl Deadline {
+    fn new(start: Duration, timeout: Option<Duration>) -> Self {
+        Deadline {
+            at: timeout.map(|t| start.saturating_add(t)),
+            timeout,
+        }
+    }
+
+    /// [`Error::Timeout`] once `now` has reached the deadline (checked after each attempt, so
+    /// a zero timeout still makes one attempt).
+    fn check(self, now: Duration) -> Result<(), Error> {
+        match (self.at, self.timeout) {
+            (Some(at), Some(timeout)) if now >= at => Err(Error::Timeout { timeout }),
+            _ => Ok(()),
+        }
+    }
+
+    /// When a refused head of the queue wakes: at `retry_at`, or at the deadline if sooner.
+    fn or_earlier(self, retry_at: Option<Duration>) -> Option<Duration> {
+        match (retry_at, self.at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
