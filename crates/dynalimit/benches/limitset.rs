@@ -12,7 +12,9 @@ use std::thread;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use dynalimit::limitset::{Algorithm, CallLimit, LimitSet, RateLimit, ResourceLimit};
+use dynalimit::limitset::{
+    Algorithm, CallLimit, LimitSet, RateLimit, ResourceLimit, SystemTimer, Timer,
+};
 use dynalimit::pool::{LimitPool, LoadBalancing};
 use dynalimit_core::{Clock, SystemClock};
 
@@ -118,6 +120,11 @@ fn cycles(c: &mut Criterion) {
     group.finish();
 }
 
+/// The floor under every cycle that holds a rate limit: one reading of the monotonic clock.
+fn clock(c: &mut Criterion) {
+    c.bench_function("clock/system_timer_now", |b| b.iter(|| SystemTimer.now()));
+}
+
 fn pool(c: &mut Criterion) {
     let mut group = c.benchmark_group("pool");
     let sets = || (0..4).map(|_| three_limits()).collect::<Vec<_>>();
@@ -147,6 +154,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = cycles, pool
+    targets = cycles, clock, pool
 }
 criterion_main!(benches);
