@@ -144,7 +144,8 @@ impl<'a, B: Backing> Acquisition<'a, B> {
     /// ignore one.
     ///
     /// # Errors
-    /// Nothing is recorded when any usage is invalid: [`Error::AlreadyReleased`] after release,
+    /// The pairs are applied in order; an invalid one stops the update (earlier pairs stay
+    /// recorded): [`Error::AlreadyReleased`] after release,
     /// [`Error::InvalidAmount`] for a negative or non-finite usage,
     /// [`Error::ImplicitCallUsage`] when an implicitly taken call (amount 1) is given a usage
     /// other than 1.
@@ -156,8 +157,6 @@ impl<'a, B: Backing> Acquisition<'a, B> {
         if self.released {
             return Err(Error::AlreadyReleased);
         }
-        // Written into a copy, so that nothing is recorded when any usage is invalid.
-        let mut recorded: SmallVec<[f64; 4]> = SmallVec::from_slice(&self.used);
         for (key, used) in usage {
             let key = key.as_ref();
             let used = used.into();
@@ -184,9 +183,8 @@ impl<'a, B: Backing> Acquisition<'a, B> {
                 _ if used > take.amount => self.warn_excess(key, used, take),
                 _ => {}
             }
-            recorded[position] = used;
+            self.used[position] = used;
         }
-        self.used = recorded;
         Ok(())
     }
 
