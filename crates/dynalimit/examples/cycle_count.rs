@@ -1,6 +1,7 @@
 //! Runs a fixed number of three-limit cycles (call + token bucket + resource; acquire 10,
-//! use 7, release), for instruction counts under `perf stat`:
-//! `perf stat -e instructions cargo run --release --example cycle_count -- 10000000`.
+//! use 7, release), for profilers:
+//! `cargo build --release -p dynalimit --no-default-features --example cycle_count`, then
+//! `perf record` or `valgrind --tool=cachegrind` on the binary with a cycle count.
 
 use dynalimit::limitset::{Algorithm, CallLimit, LimitSet, RateLimit, ResourceLimit};
 
