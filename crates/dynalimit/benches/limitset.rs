@@ -59,26 +59,31 @@ fn three_cycle(set: &LimitSet) {
     acquisition.release().unwrap();
 }
 
-/// Runs `iters` cycles split over `threads` threads and returns the wall time: the time per
+/// Runs `iters` cycles split over `threads` threads and returns the span from the first
+/// thread's start to the last thread's end (each thread reads the clock itself, so thread
+/// start-up and the scheduling of the coordinating thread are not counted): the time per
 /// cycle criterion reports is then the inverse of the aggregate throughput.
 fn on_threads(threads: u64, iters: u64, set: &LimitSet, cycle: fn(&LimitSet)) -> Duration {
-    let barrier = Barrier::new(threads as usize + 1);
+    let barrier = Barrier::new(threads as usize);
     let per_thread = iters.div_ceil(threads);
-    thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                barrier.wait();
-                for _ in 0..per_thread {
-                    cycle(black_box(set));
-                }
-                barrier.wait();
-            });
-        }
-        barrier.wait();
-        let start = SystemClock.monotonic();
-        barrier.wait();
-        SystemClock.monotonic() - start
-    })
+    let spans: Vec<(Duration, Duration)> = thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    barrier.wait();
+                    let start = SystemClock.monotonic();
+                    for _ in 0..per_thread {
+                        cycle(black_box(set));
+                    }
+                    (start, SystemClock.monotonic())
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let first = spans.iter().map(|s| s.0).min().unwrap_or_default();
+    let last = spans.iter().map(|s| s.1).max().unwrap_or_default();
+    last.saturating_sub(first)
 }
 
 fn cycles(c: &mut Criterion) {
