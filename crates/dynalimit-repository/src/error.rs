@@ -1,0 +1,313 @@
+//! The error type of the repository, and the classification of AWS SDK failures.
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use thiserror::Error;
+
+/// Everything the data plane can report. SDK failures are classified at the boundary; no SDK
+/// type leaks through.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum RepositoryError {
+    /// Bad input, detected before any request was sent.
+    #[error(transparent)]
+    Validation(#[from] dynalimit_core::CoreError),
+
+    /// The named thing does not exist (an entity, a namespace id, a config level, …).
+    #[error("{what} not found")]
+    NotFound {
+        /// What was looked for, e.g. `entity "user-1"`.
+        what: String,
+    },
+
+    /// A create found the thing already there.
+    #[error("{what} already exists")]
+    AlreadyExists {
+        /// What was being created.
+        what: String,
+    },
+
+    /// The namespace is not registered (or is deleted or being purged).
+    #[error("namespace {name:?} is not registered (or was deleted); register it first")]
+    NamespaceNotFound {
+        /// The namespace name.
+        name: String,
+    },
+
+    /// The namespace exists but is in a state that forbids the operation.
+    #[error("namespace {name:?} is {state}: {message}")]
+    NamespaceState {
+        /// The namespace name or id.
+        name: String,
+        /// Its status (`active`, `deleted`, `purging`).
+        state: String,
+        /// Why the operation was refused.
+        message: String,
+    },
+
+    /// The table requires a newer client than this one.
+    #[error(
+        "this table requires clients of version {required} or newer, dynalimit implements \
+         {implemented}: {message}"
+    )]
+    IncompatibleVersion {
+        /// The table's `client_min_version` (or the schema version that does not match).
+        required: String,
+        /// The compatibility version dynalimit declares.
+        implemented: String,
+        /// What to do about it.
+        message: String,
+    },
+
+    /// The table (the stack) does not exist.
+    #[error(
+        "table {table:?} does not exist; deploy it with `dynalimit deploy` or Repository::open"
+    )]
+    TableNotFound {
+        /// The table name.
+        table: String,
+    },
+
+    /// AWS refused the credentials or the permission. Never treated as an outage.
+    #[error("permission denied during {operation}: {message}")]
+    PermissionDenied {
+        /// The DynamoDB operation.
+        operation: &'static str,
+        /// The service's message.
+        message: String,
+    },
+
+    /// DynamoDB throttled the request after the SDK's own retries.
+    #[error("throttled during {operation}: {message}")]
+    Throttled {
+        /// The DynamoDB operation.
+        operation: &'static str,
+        /// The service's message.
+        message: String,
+    },
+
+    /// A transaction or single-item write lost a race with another transaction: contention,
+    /// not an outage.
+    #[error("transaction conflict during {operation}")]
+    TransactionConflict {
+        /// The DynamoDB operation.
+        operation: &'static str,
+    },
+
+    /// DynamoDB could not be reached or failed (network, timeout, 5xx).
+    #[error("DynamoDB unavailable during {operation}: {message}")]
+    Unavailable {
+        /// The DynamoDB operation.
+        operation: &'static str,
+        /// What failed.
+        message: String,
+    },
+
+    /// DynamoDB rejected the request for another reason (a malformed request, a limit).
+    #[error("DynamoDB rejected {operation} ({code}): {message}")]
+    Rejected {
+        /// The DynamoDB operation.
+        operation: &'static str,
+        /// The service's error code.
+        code: String,
+        /// The service's message.
+        message: String,
+    },
+
+    /// An item in the table does not have the shape the format prescribes.
+    #[error("malformed item {key}: {message}")]
+    Corrupt {
+        /// The item's key.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// An item carries a feature of a newer zae-limiter that dynalimit's core profile does not
+    /// implement (session or calendar quotas, schedules). dynalimit refuses to act on it rather
+    /// than misread it; acquires treat this as unavailable (governed by `on_unavailable`).
+    #[error("item {key} uses {feature}, which dynalimit does not implement")]
+    Unsupported {
+        /// The item's key.
+        key: String,
+        /// The feature found.
+        feature: String,
+    },
+
+    /// A configuration was written but not every bucket could be stamped with it; running the
+    /// same call again finishes the job.
+    #[error("configuration written, but only {stamped} buckets were updated: {message}")]
+    FanoutIncomplete {
+        /// Buckets stamped before the failure.
+        stamped: usize,
+        /// What failed.
+        message: String,
+    },
+
+    /// Setting up a local environment failed (installing or starting DynamoDB Local).
+    #[error("{message}")]
+    Setup {
+        /// One line naming the problem and what to install or do.
+        message: String,
+    },
+}
+
+impl RepositoryError {
+    /// True for failures worth retrying later (throttling, contention, outages).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            RepositoryError::Throttled { .. }
+                | RepositoryError::TransactionConflict { .. }
+                | RepositoryError::Unavailable { .. }
+        )
+    }
+
+    /// True when the failure means DynamoDB could not serve the request (what `on_unavailable`
+    /// governs). Permission errors are not outages.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            RepositoryError::Throttled { .. }
+                | RepositoryError::Unavailable { .. }
+                | RepositoryError::Unsupported { .. }
+                | RepositoryError::Corrupt { .. }
+        )
+    }
+
+    pub(crate) fn corrupt(key: impl Into<String>, message: impl Into<String>) -> Self {
+        RepositoryError::Corrupt {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+const THROTTLING_CODES: &[&str] = &[
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "Throttling",
+    "TooManyRequestsException",
+];
+
+const PERMISSION_CODES: &[&str] = &[
+    "AccessDeniedException",
+    "UnrecognizedClientException",
+    "InvalidSignatureException",
+    "MissingAuthenticationTokenException",
+    "ExpiredTokenException",
+    "IncompleteSignatureException",
+];
+
+/// Classifies an SDK failure of `operation` into a [`RepositoryError`].
+pub(crate) fn classify<E, R>(operation: &'static str, err: SdkError<E, R>) -> RepositoryError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug,
+{
+    match &err {
+        SdkError::ServiceError(service) => {
+            let inner = service.err();
+            let code = inner.code().unwrap_or("Unknown").to_string();
+            let message = inner.message().unwrap_or_default().to_string();
+            classify_code(operation, &code, message)
+        }
+        SdkError::TimeoutError(_) => RepositoryError::Unavailable {
+            operation,
+            message: "request timed out".into(),
+        },
+        SdkError::DispatchFailure(_) => RepositoryError::Unavailable {
+            operation,
+            message: format!("cannot reach DynamoDB: {}", error_chain(&err)),
+        },
+        SdkError::ResponseError(_) => RepositoryError::Unavailable {
+            operation,
+            message: format!("unreadable response: {}", error_chain(&err)),
+        },
+        SdkError::ConstructionFailure(_) => RepositoryError::Rejected {
+            operation,
+            code: "ConstructionFailure".into(),
+            message: error_chain(&err),
+        },
+        _ => RepositoryError::Unavailable {
+            operation,
+            message: error_chain(&err),
+        },
+    }
+}
+
+/// Classifies a service error code (also used for transaction cancellation reasons).
+pub(crate) fn classify_code(
+    operation: &'static str,
+    code: &str,
+    message: String,
+) -> RepositoryError {
+    if THROTTLING_CODES.contains(&code) {
+        RepositoryError::Throttled { operation, message }
+    } else if PERMISSION_CODES.contains(&code) {
+        RepositoryError::PermissionDenied { operation, message }
+    } else if code == "TransactionConflictException"
+        || code == "TransactionConflict"
+        || code == "TransactionInProgressException"
+    {
+        RepositoryError::TransactionConflict { operation }
+    } else if code == "ResourceNotFoundException" {
+        RepositoryError::TableNotFound { table: message }
+    } else if code.starts_with("InternalServer")
+        || code == "ServiceUnavailable"
+        || code == "ServiceUnavailableException"
+        || code == "InternalFailure"
+    {
+        RepositoryError::Unavailable { operation, message }
+    } else {
+        RepositoryError::Rejected {
+            operation,
+            code: code.to_string(),
+            message,
+        }
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_map_to_the_documented_classes() {
+        assert!(matches!(
+            classify_code(
+                "UpdateItem",
+                "ProvisionedThroughputExceededException",
+                String::new()
+            ),
+            RepositoryError::Throttled { .. }
+        ));
+        assert!(matches!(
+            classify_code("UpdateItem", "AccessDeniedException", String::new()),
+            RepositoryError::PermissionDenied { .. }
+        ));
+        assert!(matches!(
+            classify_code("UpdateItem", "TransactionConflictException", String::new()),
+            RepositoryError::TransactionConflict { .. }
+        ));
+        assert!(matches!(
+            classify_code("GetItem", "InternalServerError", String::new()),
+            RepositoryError::Unavailable { .. }
+        ));
+        let e = classify_code("GetItem", "ValidationException", "bad".into());
+        assert!(matches!(e, RepositoryError::Rejected { .. }));
+        assert!(!e.is_unavailable());
+        assert!(!classify_code("GetItem", "AccessDeniedException", String::new()).is_unavailable());
+    }
+}

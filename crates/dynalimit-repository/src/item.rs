@@ -1,0 +1,125 @@
+//! Small helpers for reading and writing raw DynamoDB items.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::RepositoryError;
+
+/// A raw DynamoDB item.
+pub type Item = HashMap<String, AttributeValue>;
+
+/// A string attribute value.
+pub fn s(value: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(value.into())
+}
+
+/// A number attribute value.
+pub fn n(value: impl ToString) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+/// The key map `{PK, SK}`.
+pub fn key(pk: impl Into<String>, sk: impl Into<String>) -> Item {
+    HashMap::from([("PK".to_string(), s(pk)), ("SK".to_string(), s(sk))])
+}
+
+/// Reads a string attribute; `None` when absent or NULL.
+pub fn get_s<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
+    match item.get(name) {
+        Some(AttributeValue::S(v)) => Some(v.as_str()),
+        _ => None,
+    }
+}
+
+/// Reads a number attribute as i64; `None` when absent, NULL or not an integer.
+pub fn get_i64(item: &Item, name: &str) -> Option<i64> {
+    match item.get(name) {
+        Some(AttributeValue::N(v)) => parse_number(v),
+        _ => None,
+    }
+}
+
+/// Parses a DynamoDB number that holds an integer (`"12"`, `"12.0"`, `"1.2E1"`).
+pub fn parse_number(text: &str) -> Option<i64> {
+    if let Ok(v) = text.parse::<i64>() {
+        return Some(v);
+    }
+    let f = text.parse::<f64>().ok()?;
+    (f.fract() == 0.0 && f.abs() < 9.0e15).then_some(f as i64)
+}
+
+/// Reads a boolean attribute.
+pub fn get_bool(item: &Item, name: &str) -> Option<bool> {
+    match item.get(name) {
+        Some(AttributeValue::Bool(v)) => Some(*v),
+        _ => None,
+    }
+}
+
+/// Reads a required string attribute.
+///
+/// # Errors
+/// [`RepositoryError::Corrupt`] when missing.
+pub fn require_s(item: &Item, name: &str) -> Result<String, RepositoryError> {
+    get_s(item, name).map(str::to_string).ok_or_else(|| {
+        RepositoryError::corrupt(describe_key(item), format!("missing string {name}"))
+    })
+}
+
+/// `PK/SK` of an item, for messages.
+pub fn describe_key(item: &Item) -> String {
+    format!(
+        "{}|{}",
+        get_s(item, "PK").unwrap_or("?"),
+        get_s(item, "SK").unwrap_or("?")
+    )
+}
+
+/// The current UTC time formatted as `YYYY-MM-DDTHH:MM:SSZ`, from epoch milliseconds.
+pub fn iso_seconds(epoch_millis: i64) -> String {
+    let secs = epoch_millis.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_formatting_matches_known_instants() {
+        assert_eq!(iso_seconds(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso_seconds(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(iso_seconds(1_798_761_599_999), "2026-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn numbers_parse_in_every_shape_dynamodb_returns() {
+        assert_eq!(parse_number("-12"), Some(-12));
+        assert_eq!(parse_number("12.0"), Some(12));
+        assert_eq!(parse_number("1.2E1"), Some(12));
+        assert_eq!(parse_number("1.5"), None);
+    }
+}

@@ -1,0 +1,591 @@
+//! The [`Repository`]: one table, one namespace, shared clients and caches.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use dynalimit_core::{Clock, SystemClock, ids};
+
+use crate::config::ConfigCache;
+use crate::error::classify;
+use crate::item::{self, Item};
+use crate::keys;
+use crate::version::{self, VersionRecord};
+use crate::{RepositoryError, schema};
+
+/// The default stack (and table) name.
+pub const DEFAULT_STACK: &str = "dynalimit";
+/// The default namespace.
+pub const DEFAULT_NAMESPACE: &str = "default";
+/// The default config cache time-to-live.
+pub const DEFAULT_CONFIG_CACHE_TTL: Duration = Duration::from_secs(60);
+/// The default bucket TTL multiplier (reference §2.6).
+pub const DEFAULT_BUCKET_TTL_MULTIPLIER: u32 = 7;
+
+/// State shared by every namespace scope of one repository.
+pub(crate) struct Shared {
+    pub(crate) client: Client,
+    pub(crate) table: String,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) config_cache_ttl: Duration,
+    pub(crate) bucket_ttl_multiplier: u32,
+    /// Who is named as the principal of audit events.
+    pub(crate) principal: Option<String>,
+    /// name → id of registered namespaces seen by this process.
+    pub(crate) namespace_ids: Mutex<HashMap<String, String>>,
+}
+
+/// One namespace of the table.
+pub(crate) struct Scope {
+    pub(crate) name: String,
+    pub(crate) id: String,
+    pub(crate) config: ConfigCache,
+}
+
+/// The DynamoDB data plane for one namespace of one table.
+///
+/// Cheap to clone; clones share the client and caches. [`Repository::namespace`] gives another
+/// namespace of the same table with the same client.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
+/// use dynalimit_repository::Repository;
+///
+/// // Stack from DYNALIMIT_STACK (default "dynalimit"); the table is created when missing.
+/// let repo = Repository::open("tenant-alpha").await?;
+/// let other = repo.namespace("tenant-beta").await?;
+/// assert_eq!(other.namespace_name(), "tenant-beta");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Repository {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) scope: Arc<Scope>,
+}
+
+impl fmt::Debug for Repository {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Repository")
+            .field("table", &self.shared.table)
+            .field("namespace", &self.scope.name)
+            .field("namespace_id", &self.scope.id)
+            .finish()
+    }
+}
+
+impl Repository {
+    /// Opens namespace `namespace` (empty: `$DYNALIMIT_NAMESPACE`, else `default`) of the stack
+    /// named by `$DYNALIMIT_STACK` (else `dynalimit`), with AWS settings from the environment.
+    /// Creates the table when it is missing, registers the namespace, and checks the version
+    /// record.
+    ///
+    /// # Errors
+    /// [`RepositoryError::Validation`] for a bad name (before any request),
+    /// [`RepositoryError::IncompatibleVersion`] when the table requires a newer client, and the
+    /// classified DynamoDB failures.
+    pub async fn open(namespace: &str) -> Result<Repository, RepositoryError> {
+        let mut builder = Repository::builder();
+        if !namespace.is_empty() {
+            builder = builder.namespace(namespace);
+        }
+        builder.open().await
+    }
+
+    /// A builder for every setting.
+    pub fn builder() -> RepositoryBuilder {
+        RepositoryBuilder::default()
+    }
+
+    /// The same table and client, scoped to another namespace (registered when missing), with
+    /// its own config cache.
+    ///
+    /// # Errors
+    /// As [`Repository::register_namespace`].
+    pub async fn namespace(&self, name: &str) -> Result<Repository, RepositoryError> {
+        let id = self.register_namespace(name).await?;
+        Ok(self.scoped(name, id))
+    }
+
+    /// The same table and client, scoped to an existing namespace without registering it.
+    ///
+    /// # Errors
+    /// [`RepositoryError::NamespaceNotFound`] when it is not registered.
+    pub async fn connect_namespace(&self, name: &str) -> Result<Repository, RepositoryError> {
+        let id = self.namespace_id_of(name).await?;
+        Ok(self.scoped(name, id))
+    }
+
+    pub(crate) fn scoped(&self, name: &str, id: String) -> Repository {
+        Repository {
+            shared: Arc::clone(&self.shared),
+            scope: Arc::new(Scope {
+                name: name.to_string(),
+                id,
+                config: ConfigCache::new(self.shared.config_cache_ttl),
+            }),
+        }
+    }
+
+    /// The table name.
+    pub fn table_name(&self) -> &str {
+        &self.shared.table
+    }
+
+    /// The namespace name.
+    pub fn namespace_name(&self) -> &str {
+        &self.scope.name
+    }
+
+    /// The opaque namespace id that prefixes every key of this namespace.
+    pub fn namespace_id(&self) -> &str {
+        &self.scope.id
+    }
+
+    /// The DynamoDB client.
+    pub fn client(&self) -> &Client {
+        &self.shared.client
+    }
+
+    /// The clock this repository reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.shared.clock
+    }
+
+    /// The time-to-live of this namespace's limit configuration cache (zero: disabled).
+    pub fn config_cache_ttl(&self) -> Duration {
+        self.scope.config.ttl()
+    }
+
+    /// The bucket TTL multiplier (reference §2.6; 0 disables bucket TTLs).
+    pub fn bucket_ttl_multiplier(&self) -> u32 {
+        self.shared.bucket_ttl_multiplier
+    }
+
+    /// Checks that the table answers.
+    ///
+    /// # Errors
+    /// [`RepositoryError::TableNotFound`] or the classified failure.
+    pub async fn ping(&self) -> Result<(), RepositoryError> {
+        self.shared
+            .client
+            .describe_table()
+            .table_name(&self.shared.table)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| match classify("DescribeTable", e) {
+                RepositoryError::TableNotFound { .. } => RepositoryError::TableNotFound {
+                    table: self.shared.table.clone(),
+                },
+                other => other,
+            })
+    }
+
+    /// Reads the version record (`None` when the table has none yet).
+    ///
+    /// # Errors
+    /// The classified DynamoDB failure, or [`RepositoryError::Corrupt`].
+    pub async fn version_record(&self) -> Result<Option<VersionRecord>, RepositoryError> {
+        let out = self
+            .shared
+            .client
+            .get_item()
+            .table_name(&self.shared.table)
+            .set_key(Some(item::key(keys::SYSTEM_RESERVED_PK, keys::VERSION_SK)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify("GetItem", e))?;
+        let Some(found) = out.item else {
+            return Ok(None);
+        };
+        Ok(Some(VersionRecord {
+            schema_version: get_s_or(&found, "schema_version", version::SCHEMA_VERSION),
+            lambda_version: item::get_s(&found, "lambda_version").map(str::to_string),
+            client_min_version: get_s_or(&found, "client_min_version", "0.0.0"),
+            updated_at: get_s_or(&found, "updated_at", ""),
+            updated_by: item::get_s(&found, "updated_by").map(str::to_string),
+        }))
+    }
+
+    /// Writes the version record: creates it when missing (`client_min_version = 0.0.0`,
+    /// `lambda_version` NULL unless given), otherwise refreshes the schema, writer and, when
+    /// given, the Lambda version. Never lowers `client_min_version`.
+    ///
+    /// # Errors
+    /// The classified DynamoDB failure.
+    pub async fn write_version_record(
+        &self,
+        lambda_version: Option<&str>,
+    ) -> Result<(), RepositoryError> {
+        let now = item::iso_seconds(self.shared.clock.epoch_millis());
+        let lambda = lambda_version.map_or(AttributeValue::Null(true), item::s);
+        let mut record = item::key(keys::SYSTEM_RESERVED_PK, keys::VERSION_SK);
+        record.insert("schema_version".into(), item::s(version::SCHEMA_VERSION));
+        record.insert("lambda_version".into(), lambda.clone());
+        record.insert("client_min_version".into(), item::s("0.0.0"));
+        record.insert("updated_at".into(), item::s(&now));
+        record.insert("updated_by".into(), item::s(version::writer_tag()));
+        record.insert("GSI4PK".into(), item::s(keys::RESERVED_NS));
+        record.insert("GSI4SK".into(), item::s(keys::SYSTEM_RESERVED_PK));
+        let created = self
+            .shared
+            .client
+            .put_item()
+            .table_name(&self.shared.table)
+            .set_item(Some(record))
+            .condition_expression("attribute_not_exists(PK)")
+            .send()
+            .await;
+        match created {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) => {}
+            Err(e) => return Err(classify("PutItem", e)),
+        }
+        let mut update = self
+            .shared
+            .client
+            .update_item()
+            .table_name(&self.shared.table)
+            .set_key(Some(item::key(keys::SYSTEM_RESERVED_PK, keys::VERSION_SK)))
+            .expression_attribute_values(":s", item::s(version::SCHEMA_VERSION))
+            .expression_attribute_values(":t", item::s(&now))
+            .expression_attribute_values(":b", item::s(version::writer_tag()))
+            .expression_attribute_values(":m", item::s("0.0.0"));
+        let mut set = "SET schema_version = :s, updated_at = :t, updated_by = :b, \
+                       client_min_version = if_not_exists(client_min_version, :m)"
+            .to_string();
+        if lambda_version.is_some() {
+            set.push_str(", lambda_version = :l");
+            update = update.expression_attribute_values(":l", lambda);
+        }
+        update
+            .update_expression(set)
+            .send()
+            .await
+            .map_err(|e| classify("UpdateItem", e))?;
+        Ok(())
+    }
+
+    /// Refuses to run when the table's `client_min_version` is above what dynalimit implements
+    /// or the schema major differs.
+    ///
+    /// # Errors
+    /// [`RepositoryError::IncompatibleVersion`].
+    pub fn check_compatibility(record: &VersionRecord) -> Result<(), RepositoryError> {
+        if !version::satisfies(version::COMPATIBILITY_VERSION, &record.client_min_version) {
+            return Err(RepositoryError::IncompatibleVersion {
+                required: record.client_min_version.clone(),
+                implemented: version::COMPATIBILITY_VERSION.to_string(),
+                message: "a newer client enabled features (session quotas, schedules, soft \
+                          limits, cascade policies or parent moves) that dynalimit's core \
+                          profile does not implement"
+                    .into(),
+            });
+        }
+        let major = |v: &str| v.split('.').next().map(str::to_string);
+        if major(&record.schema_version) != major(version::SCHEMA_VERSION) {
+            return Err(RepositoryError::IncompatibleVersion {
+                required: record.schema_version.clone(),
+                implemented: version::SCHEMA_VERSION.to_string(),
+                message: "the table's schema major version differs".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn get_s_or(item: &Item, name: &str, default: &str) -> String {
+    item::get_s(item, name).unwrap_or(default).to_string()
+}
+
+/// Builds a [`Repository`]. Every setting has a default; see each method.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
+/// use std::time::Duration;
+/// use dynalimit_repository::Repository;
+///
+/// let repo = Repository::builder()
+///     .endpoint_url("http://127.0.0.1:8000")
+///     .stack("limits-dev")
+///     .namespace("tenant-alpha")
+///     .config_cache_ttl(Duration::from_secs(30))
+///     .open()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Default)]
+#[must_use]
+pub struct RepositoryBuilder {
+    endpoint_url: Option<String>,
+    region: Option<String>,
+    stack: Option<String>,
+    namespace: Option<String>,
+    config_cache_ttl: Option<Duration>,
+    bucket_ttl_multiplier: Option<u32>,
+    sdk_config: Option<SdkConfig>,
+    client: Option<Client>,
+    clock: Option<Arc<dyn Clock>>,
+    create_table: Option<bool>,
+    principal: Option<String>,
+}
+
+impl fmt::Debug for RepositoryBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RepositoryBuilder")
+            .field("endpoint_url", &self.endpoint_url)
+            .field("region", &self.region)
+            .field("stack", &self.stack)
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RepositoryBuilder {
+    /// DynamoDB endpoint (DynamoDB Local, LocalStack). Default: `$AWS_ENDPOINT_URL_DYNAMODB`,
+    /// `$AWS_ENDPOINT_URL`, else AWS. A loopback endpoint without configured credentials gets
+    /// static local credentials.
+    pub fn endpoint_url(mut self, url: impl Into<String>) -> Self {
+        self.endpoint_url = Some(url.into());
+        self
+    }
+
+    /// AWS region. Default: the environment's, else `us-east-1`.
+    pub fn region(mut self, region: impl Into<String>) -> Self {
+        self.region = Some(region.into());
+        self
+    }
+
+    /// Stack name, which is also the table name. Default: `$DYNALIMIT_STACK`, else `dynalimit`.
+    pub fn stack(mut self, stack: impl Into<String>) -> Self {
+        self.stack = Some(stack.into());
+        self
+    }
+
+    /// Namespace name. Default: `$DYNALIMIT_NAMESPACE`, else `default`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Time-to-live of the limit configuration cache; zero disables it. Default 60 s.
+    pub fn config_cache_ttl(mut self, ttl: Duration) -> Self {
+        self.config_cache_ttl = Some(ttl);
+        self
+    }
+
+    /// Bucket TTL multiplier (reference §2.6); zero disables bucket TTLs. Default 7.
+    pub fn bucket_ttl_multiplier(mut self, multiplier: u32) -> Self {
+        self.bucket_ttl_multiplier = Some(multiplier);
+        self
+    }
+
+    /// AWS SDK settings to start from (credentials, retry, timeouts, …).
+    pub fn sdk_config(mut self, config: SdkConfig) -> Self {
+        self.sdk_config = Some(config);
+        self
+    }
+
+    /// A ready DynamoDB client (for example one with interceptors). Overrides the endpoint,
+    /// region and SDK settings.
+    pub fn client(mut self, client: Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// The clock (default: the system clock).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The principal named in audit events of changes made through this repository (an ARN,
+    /// or an id following the entity id rule). Default: none.
+    pub fn principal(mut self, principal: impl Into<String>) -> Self {
+        self.principal = Some(principal.into());
+        self
+    }
+
+    /// Whether `open` creates a missing table (default true). When false a missing table is
+    /// [`RepositoryError::TableNotFound`].
+    pub fn create_table(mut self, create: bool) -> Self {
+        self.create_table = Some(create);
+        self
+    }
+
+    fn stack_name(&self) -> String {
+        self.stack
+            .clone()
+            .or_else(|| {
+                std::env::var("DYNALIMIT_STACK")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
+            .unwrap_or_else(|| DEFAULT_STACK.to_string())
+    }
+
+    fn namespace_name(&self) -> String {
+        self.namespace
+            .clone()
+            .or_else(|| {
+                std::env::var("DYNALIMIT_NAMESPACE")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
+    }
+
+    async fn build_client(&mut self) -> Client {
+        if let Some(client) = self.client.take() {
+            return client;
+        }
+        let endpoint = self.endpoint_url.clone().or_else(|| {
+            std::env::var("AWS_ENDPOINT_URL_DYNAMODB")
+                .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
+                .ok()
+                .filter(|s| !s.is_empty())
+        });
+        let base = match self.sdk_config.take() {
+            Some(c) => c,
+            None => {
+                let mut loader = aws_config::defaults(BehaviorVersion::latest());
+                if let Some(region) = &self.region {
+                    loader = loader.region(Region::new(region.clone()));
+                }
+                loader.load().await
+            }
+        };
+        let mut config = aws_sdk_dynamodb::config::Builder::from(&base);
+        if base.region().is_none() || self.region.is_some() {
+            let region = self.region.clone().unwrap_or_else(|| "us-east-1".into());
+            config = config.region(Region::new(region));
+        }
+        if let Some(url) = endpoint {
+            if is_loopback(&url) && base.credentials_provider().is_none() {
+                config = config.credentials_provider(local_credentials());
+            }
+            config = config.endpoint_url(url);
+        }
+        Client::from_conf(config.build())
+    }
+
+    /// Opens the repository: creates the table when missing (unless disabled), reads or
+    /// initialises the version record, refuses an incompatible table, registers the namespace
+    /// (and `default`).
+    ///
+    /// # Errors
+    /// As [`Repository::open`].
+    pub async fn open(mut self) -> Result<Repository, RepositoryError> {
+        let stack = self.stack_name();
+        ids::validate_stack_name(&stack)?;
+        let namespace = self.namespace_name();
+        ids::validate_namespace_name(&namespace)?;
+        if let Some(p) = &self.principal {
+            ids::validate_principal(p)?;
+        }
+        let repo = self.connect_unchecked(&stack).await;
+        if !schema::table_exists(&repo.shared.client, &stack).await? {
+            if self.create_table == Some(false) {
+                return Err(RepositoryError::TableNotFound { table: stack });
+            }
+            schema::create_table(&repo.shared.client, &stack).await?;
+        }
+        match repo.version_record().await? {
+            Some(record) => Repository::check_compatibility(&record)?,
+            None => repo.write_version_record(None).await?,
+        }
+        if namespace != DEFAULT_NAMESPACE {
+            repo.register_namespace(DEFAULT_NAMESPACE).await?;
+        }
+        repo.namespace(&namespace).await
+    }
+
+    /// Connects without writing anything: the table, the version record and the namespace must
+    /// already exist.
+    ///
+    /// # Errors
+    /// [`RepositoryError::TableNotFound`], [`RepositoryError::NamespaceNotFound`],
+    /// [`RepositoryError::IncompatibleVersion`], or the classified failure.
+    pub async fn connect(mut self) -> Result<Repository, RepositoryError> {
+        let stack = self.stack_name();
+        ids::validate_stack_name(&stack)?;
+        let namespace = self.namespace_name();
+        ids::validate_namespace_name(&namespace)?;
+        let repo = self.connect_unchecked(&stack).await;
+        match repo.version_record().await {
+            Ok(Some(record)) => Repository::check_compatibility(&record)?,
+            Ok(None) => return Err(RepositoryError::TableNotFound { table: stack }),
+            Err(RepositoryError::TableNotFound { .. }) => {
+                return Err(RepositoryError::TableNotFound { table: stack });
+            }
+            Err(e) => return Err(e),
+        }
+        repo.connect_namespace(&namespace).await
+    }
+
+    async fn connect_unchecked(&mut self, stack: &str) -> Repository {
+        let client = self.build_client().await;
+        let ttl = self.config_cache_ttl.unwrap_or(DEFAULT_CONFIG_CACHE_TTL);
+        let shared = Arc::new(Shared {
+            client,
+            table: stack.to_string(),
+            clock: self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock)),
+            config_cache_ttl: ttl,
+            bucket_ttl_multiplier: self
+                .bucket_ttl_multiplier
+                .unwrap_or(DEFAULT_BUCKET_TTL_MULTIPLIER),
+            principal: self.principal.clone(),
+            namespace_ids: Mutex::new(HashMap::new()),
+        });
+        Repository {
+            scope: Arc::new(Scope {
+                name: keys::RESERVED_NS.to_string(),
+                id: keys::RESERVED_NS.to_string(),
+                config: ConfigCache::new(ttl),
+            }),
+            shared,
+        }
+    }
+}
+
+/// True for `localhost`, `127.x.x.x` and `[::1]` endpoints.
+pub fn is_loopback(url: &str) -> bool {
+    let host = url
+        .split("://")
+        .nth(1)
+        .unwrap_or(url)
+        .split(['/', '?'])
+        .next()
+        .unwrap_or("");
+    let host = if host.starts_with('[') {
+        host.split(']').next().map(|h| &h[1..]).unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, _)| h)
+    };
+    host == "localhost" || host.starts_with("127.") || host == "::1"
+}
+
+/// Static credentials for local emulators, which accept any.
+pub fn local_credentials() -> aws_credential_types::Credentials {
+    aws_credential_types::Credentials::new("dynalimit", "local", None, None, "dynalimit-local")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_detection() {
+        assert!(is_loopback("http://localhost:4566"));
+        assert!(is_loopback("http://127.0.0.1:8000/"));
+        assert!(is_loopback("http://[::1]:8000"));
+        assert!(!is_loopback("https://dynamodb.us-east-1.amazonaws.com"));
+    }
+}

@@ -1,0 +1,139 @@
+//! The version record (reference §1.4.3, §10) and version comparison.
+
+use std::cmp::Ordering;
+
+/// The schema version of the key layout this crate reads and writes.
+pub const SCHEMA_VERSION: &str = "0.10.0";
+
+/// The zae-limiter version whose feature set dynalimit implements (the core profile of
+/// reference §12.8: everything before the 0.15 session quotas). A table whose
+/// `client_min_version` is above this refuses dynalimit.
+pub const COMPATIBILITY_VERSION: &str = "0.14.0";
+
+/// What `updated_by` says when dynalimit writes the version record.
+pub fn writer_tag() -> String {
+    format!("dynalimit:{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The version record of a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionRecord {
+    /// The key-layout version (`0.10.0`).
+    pub schema_version: String,
+    /// The aggregator code deployed, when known.
+    pub lambda_version: Option<String>,
+    /// The oldest client allowed to use the table.
+    pub client_min_version: String,
+    /// When the record was last written (`YYYY-MM-DDTHH:MM:SSZ`).
+    pub updated_at: String,
+    /// Who wrote it last.
+    pub updated_by: Option<String>,
+}
+
+/// A parsed version: release numbers and an optional pre-release tag (which sorts before the
+/// release). Missing trailing numbers count as zero (`0.10` equals `0.10.0`).
+#[derive(Debug, Clone)]
+pub struct Version {
+    release: Vec<u64>,
+    pre: Option<String>,
+}
+
+impl Version {
+    /// Parses `v1.2.3`, `1.2.3+local`, `1.2.3.dev4`, `1.2.3rc1`, `1.2.3-beta`. Returns `None`
+    /// for text without a leading number.
+    pub fn parse(text: &str) -> Option<Version> {
+        let text = text.trim();
+        let text = text.strip_prefix('v').unwrap_or(text);
+        let text = text.split('+').next().unwrap_or(text);
+        let mut release = Vec::new();
+        let mut rest = text;
+        loop {
+            let digits = rest.chars().take_while(char::is_ascii_digit).count();
+            if digits == 0 {
+                break;
+            }
+            release.push(rest[..digits].parse().ok()?);
+            rest = &rest[digits..];
+            match rest.strip_prefix('.') {
+                Some(r) if r.starts_with(|c: char| c.is_ascii_digit()) => rest = r,
+                _ => break,
+            }
+        }
+        if release.is_empty() {
+            return None;
+        }
+        let pre = rest.trim_start_matches(['.', '-']);
+        Some(Version {
+            release,
+            pre: (!pre.is_empty()).then(|| pre.to_string()),
+        })
+    }
+}
+
+impl PartialEq for Version {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Version {}
+
+impl PartialOrd for Version {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Version {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let n = self.release.len().max(other.release.len());
+        for i in 0..n {
+            let a = self.release.get(i).copied().unwrap_or(0);
+            let b = other.release.get(i).copied().unwrap_or(0);
+            match a.cmp(&b) {
+                Ordering::Equal => {}
+                o => return o,
+            }
+        }
+        match (&self.pre, &other.pre) {
+            (None, None) => Ordering::Equal,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(_), None) => Ordering::Less,
+            (Some(a), Some(b)) => a.cmp(b),
+        }
+    }
+}
+
+/// True when a client declaring `implemented` may use a table whose minimum is `required`.
+/// An unparsable minimum is treated as a refusal.
+pub fn satisfies(implemented: &str, required: &str) -> bool {
+    match (Version::parse(implemented), Version::parse(required)) {
+        (Some(i), Some(r)) => i >= r,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_order_like_the_python_library() {
+        let v = |s| Version::parse(s).unwrap();
+        assert!(v("0.14.0") < v("0.15.0"));
+        assert!(v("0.15.0rc1") < v("0.15.0"));
+        assert!(v("0.15.0.dev3") < v("0.15.0"));
+        assert!(v("v0.10.0+local") == v("0.10.0"));
+        assert!(v("0.10") == v("0.10.0"));
+        assert!(v("1.0.0") > v("0.17.3"));
+        assert!(Version::parse("banana").is_none());
+    }
+
+    #[test]
+    fn the_compatibility_gate() {
+        assert!(satisfies(COMPATIBILITY_VERSION, "0.0.0"));
+        assert!(satisfies(COMPATIBILITY_VERSION, "0.14.0"));
+        assert!(!satisfies(COMPATIBILITY_VERSION, "0.15.0"));
+        assert!(!satisfies(COMPATIBILITY_VERSION, "garbage"));
+    }
+}
