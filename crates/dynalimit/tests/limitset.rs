@@ -365,16 +365,21 @@ fn scenario_31_negative_and_nan_amounts_are_rejected_zero_is_allowed() {
 
 // --------------------------------------------------- D. acquisition, update, release
 
-#[test]
-fn scenario_32_acquisition_is_atomic() {
-    let timer = ManualTimer::new();
-    let set = set_of(
-        &timer,
+/// `t`: token bucket 100 per second; `conn`: one connection.
+fn bucket_and_connection(timer: &ManualTimer) -> LimitSet {
+    set_of(
+        timer,
         vec![
             token_bucket("t", 100.0, 1.0).into(),
             resource("conn", 1).into(),
         ],
-    );
+    )
+}
+
+#[test]
+fn scenario_32_acquisition_is_atomic() {
+    let timer = ManualTimer::new();
+    let set = bucket_and_connection(&timer);
     let _held = set.try_acquire([("conn", 1)]).unwrap().unwrap();
     let refused = set.try_acquire([("t", 50)]).unwrap();
     assert!(refused.is_err());
@@ -846,13 +851,7 @@ fn scenario_48_timeouts() {
 #[test]
 fn scenario_49_try_acquire_never_waits() {
     let timer = ManualTimer::new();
-    let set = set_of(
-        &timer,
-        vec![
-            token_bucket("t", 100.0, 1.0).into(),
-            resource("conn", 1).into(),
-        ],
-    );
+    let set = bucket_and_connection(&timer);
     let held = set.try_acquire([("conn", 1)]).unwrap().unwrap();
     let rejected = set.try_acquire([("t", 50)]).unwrap().unwrap_err();
     assert_eq!(
