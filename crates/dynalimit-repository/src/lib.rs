@@ -29,6 +29,7 @@ pub mod metrics;
 pub mod namespace;
 mod repository;
 pub mod schema;
+pub mod stack;
 pub mod version;
 
 pub use audit::{AuditEvent, AuditPage};
