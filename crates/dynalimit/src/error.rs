@@ -16,6 +16,9 @@ pub enum Error {
     /// Bad input, detected before any I/O.
     #[error(transparent)]
     Invalid(#[from] dynalimit_core::CoreError),
+    /// The shared pause store (see [`crate::backoff::PauseStore`]) failed.
+    #[error("pause store: {0}")]
+    PauseStore(#[source] Box<dyn std::error::Error + Send + Sync>),
 
     /// The request does not fit; nothing was consumed.
     #[error("{0}")]
