@@ -18,6 +18,8 @@ pub(crate) struct DeployArgs {
     #[arg(long, value_name = "ZIP", conflicts_with = "aggregator_binary")]
     pub(crate) aggregator_zip: Option<PathBuf>,
     /// Built aggregator binary (Linux, matching --architecture) to package as `bootstrap`.
+    /// Without this or --aggregator-zip, the output of `cargo lambda build --release -p
+    /// dynalimit-aggregator` (target/lambda/dynalimit-aggregator/) is used when present.
     #[arg(long, value_name = "FILE")]
     pub(crate) aggregator_binary: Option<PathBuf>,
     /// Deploy without the aggregator Lambda, its code bucket, dead-letter queue and alarms.
@@ -142,6 +144,25 @@ impl DeployArgs {
                 std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
             return Ok(Some(package::bootstrap_zip(&bytes)?));
         }
+        if self.no_aggregator {
+            return Ok(None);
+        }
+        // What `cargo lambda build --release -p dynalimit-aggregator` leaves behind.
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("target"));
+        let built = target.join("lambda").join("dynalimit-aggregator");
+        for (file, zipped) in [("bootstrap.zip", true), ("bootstrap", false)] {
+            let path = built.join(file);
+            if let Ok(bytes) = std::fs::read(&path) {
+                eprintln!("packaging the aggregator from {}", path.display());
+                return Ok(Some(if zipped {
+                    bytes
+                } else {
+                    package::bootstrap_zip(&bytes)?
+                }));
+            }
+        }
         Ok(None)
     }
 }
@@ -186,7 +207,8 @@ pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
         if options.aggregator {
             eprintln!(
                 "note: no aggregator code was uploaded (pass --aggregator-zip or \
-                 --aggregator-binary); its stream mapping stays disabled"
+                 --aggregator-binary, or build it with `cargo lambda build --release -p \
+                 dynalimit-aggregator`); its stream mapping stays disabled"
             );
         }
     }

@@ -105,3 +105,46 @@ fn template_prints_or_writes_the_embedded_template() {
     assert!(status.success());
     assert_eq!(std::fs::read_to_string(&out).unwrap(), TEMPLATE);
 }
+
+#[test]
+fn deploy_packages_a_cargo_lambda_build_when_present() {
+    let Some(moto) = MotoServer::start() else {
+        return;
+    };
+    let target = temp_file("placeholder", "").parent().unwrap().to_path_buf();
+    let built = target.join("lambda").join("dynalimit-aggregator");
+    std::fs::create_dir_all(&built).unwrap();
+    std::fs::write(built.join("bootstrap"), "#!/bin/sh\n").unwrap();
+    let target_s = target.to_str().unwrap();
+    let deploy = run_env(
+        &[("CARGO_TARGET_DIR", target_s)],
+        &[
+            "--endpoint-url",
+            moto.url(),
+            "--stack",
+            "dynalimit-built",
+            "--output",
+            "json",
+            "deploy",
+            "--poll-ms",
+            "100",
+        ],
+    );
+    assert!(
+        deploy.stderr.contains("packaging the aggregator from"),
+        "{}",
+        deploy.stderr
+    );
+    assert_eq!(
+        deploy.json()["status"],
+        "UPDATE_COMPLETE",
+        "created, then switched to the code"
+    );
+    let status = run_on(
+        moto.url(),
+        "dynalimit-built",
+        &["status", "--output", "json"],
+    )
+    .json();
+    assert_eq!(status["lambda_version"], env!("CARGO_PKG_VERSION"));
+}
