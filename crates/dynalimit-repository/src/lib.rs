@@ -31,6 +31,7 @@ pub mod namespace;
 mod repository;
 pub mod schema;
 pub mod usage;
+pub mod stack;
 pub mod version;
 
 pub use audit::{AuditEvent, AuditPage};
