@@ -20,6 +20,8 @@
 //! # }
 //! ```
 
+pub mod raw;
+
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -170,6 +172,24 @@ impl TestTable {
         Repository::builder()
             .client(client_with(Some(counter.clone())).await)
             .stack(self.name.clone())
+    }
+
+    /// Opens namespace `namespace` of this table with a client counting its requests in
+    /// `counter`.
+    ///
+    /// # Panics
+    /// When opening fails.
+    pub async fn counted_repository(
+        &self,
+        counter: &RequestCounter,
+        namespace: &str,
+    ) -> Repository {
+        self.counted_builder(counter)
+            .await
+            .namespace(namespace)
+            .open()
+            .await
+            .unwrap_or_else(|e| panic!("test kit: cannot open namespace {namespace}: {e}"))
     }
 
     /// Opens namespace `namespace` of this table.

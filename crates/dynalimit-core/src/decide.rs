@@ -295,6 +295,30 @@ pub fn decide_wcu_exhaustion(
     }
 }
 
+/// What each existing shard gives up when the count doubles from `from` to `to`: per limit,
+/// `cp // to` millitokens (`wcu` excluded).
+///
+/// The `to - from` shards that the doubling brings into use are created later, each funded
+/// with `cp // to`. Debiting each of the `from` existing shards by the same amount (with the
+/// doubling write on shard 0 and the propagation writes on the others) keeps the sum of all
+/// balances unchanged by the split, so tokens spent before the doubling are not handed out a
+/// second time. A shard that was nearly empty goes into debt, which refill repays: the split
+/// can under-admit briefly, never over-admit.
+///
+/// ```
+/// use dynalimit_core::decide::{doubling_donations, BucketImage, LimitState};
+/// let mut img = BucketImage::default();
+/// img.limits.insert("rpm".into(), LimitState { tk: 50_000, cp: 100_000, ra: 100_000, rp: 60_000, tc: 0 });
+/// assert_eq!(doubling_donations(&img, 2), vec![("rpm".to_owned(), 50_000)]);
+/// ```
+pub fn doubling_donations(img: &BucketImage, to: u32) -> Vec<(String, i64)> {
+    img.limits
+        .iter()
+        .map(|(name, s)| (name.clone(), s.cp.div_euclid(i64::from(to.max(1)))))
+        .filter(|(_, d)| *d > 0)
+        .collect()
+}
+
 /// How an rf-locked write treats `ttl` (reference §2.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TtlAction {
@@ -350,8 +374,12 @@ pub struct RefillPlan {
     pub writes: Vec<LimitWrite>,
     /// TTL handling.
     pub ttl: TtlAction,
-    /// `REMOVE vu` pinned on the value read (a `vu = 0` trim stamp).
+    /// `REMOVE vu` pinned on the value read (a `vu = 0` trim stamp), together with a pin on
+    /// the shard count read (a doubling landing in between re-stamps `vu = 0`, which must not
+    /// be erased by a write planned with the old share).
     pub remove_vu: Option<i64>,
+    /// Shard count the plan's ceilings were computed with.
+    pub shard_count: u32,
     /// Millitokens consumed per declared limit.
     pub consumed: BTreeMap<String, i64>,
     /// Statuses of the declared limits (none exceeded).
@@ -493,6 +521,7 @@ pub fn plan_refill(
         writes,
         ttl,
         remove_vu: img.vu,
+        shard_count: shards,
         consumed,
         statuses,
     })

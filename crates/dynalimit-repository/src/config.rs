@@ -404,7 +404,28 @@ impl Repository {
         if !missing.is_empty() {
             let ns = &self.scope.id;
             let wanted: Vec<Item> = missing.iter().map(|&i| slot_key(ns, &slots[i])).collect();
-            let items = self.batch_get(wanted).await?;
+            let items = match self.batch_get(wanted.clone()).await {
+                Ok(items) => items,
+                // A failed batch (a principal without BatchGetItem, a partial outage) falls
+                // back to one GetItem per level.
+                Err(batch_error) => {
+                    tracing::debug!(error = %batch_error, "BatchGetItem failed; reading levels one by one");
+                    let mut items = Vec::with_capacity(wanted.len());
+                    for key in wanted {
+                        let out = self
+                            .shared
+                            .client
+                            .get_item()
+                            .table_name(&self.shared.table)
+                            .set_key(Some(key))
+                            .send()
+                            .await
+                            .map_err(|e| classify("GetItem", e))?;
+                        items.extend(out.item);
+                    }
+                    items
+                }
+            };
             for &i in &missing {
                 let key = slot_key(ns, &slots[i]);
                 let found = items

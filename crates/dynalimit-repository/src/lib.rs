@@ -19,6 +19,7 @@
 //! ```
 
 pub mod audit;
+pub mod bucket;
 pub mod config;
 pub mod entity;
 pub mod error;

@@ -6,5 +6,12 @@
 //! the cooperative backoff gate.
 
 pub mod error;
+#[cfg(feature = "dynamodb")]
+pub mod limiter;
+pub mod rejection;
 
+pub use dynalimit_core::Limit;
 pub use error::Error;
+#[cfg(feature = "dynamodb")]
+pub use limiter::{Lease, OnUnavailable, RateLimiter};
+pub use rejection::{LimitStatus, Rejection};

@@ -1,5 +1,12 @@
 //! The integration suite: every module runs against a real DynamoDB endpoint provided by the
 //! test kit (`dynalimit_tests`), one fresh table per test.
 
+mod audit;
+mod config;
+mod engine;
+mod entities;
+mod format;
 mod kit;
+mod namespaces;
 mod schema;
+mod version;

@@ -545,3 +545,27 @@ proptest! {
         prop_assert!(admitted <= bound, "admitted {} > bound {}", admitted, bound);
     }
 }
+
+#[test]
+fn hard_case_23_doubling_with_donations_never_adds_tokens() {
+    // Shard 0 of rpm 3000 spent 1001 tokens, then doubles: it donates 1500, the new shard is
+    // funded with 1500, the total stays 1999.
+    let limits = [Limit::per_hour("rpm", 3000)];
+    let mut shard0 = fresh(&limits, &demand(&[("rpm", 1001)]), 1, T0);
+    let donations = doubling_donations(&shard0, 2);
+    for (name, d) in &donations {
+        shard0.limits.get_mut(name).unwrap().tk -= d;
+    }
+    shard0.shard_count = 2;
+    shard0.vu = Some(0);
+    let shard1 = fresh(&limits, &BTreeMap::new(), 2, T0);
+    let total = shard0.limits["rpm"].tk + shard1.limits["rpm"].tk;
+    assert_eq!(total, 1_999_000);
+    // The clamp pass keeps it within the new share.
+    let Plan::Write(p) = plan_refill(&shard0, &limits, &BTreeMap::new(), T0, TtlAction::Keep)
+    else {
+        panic!()
+    };
+    assert!(apply_refill(&mut shard0, &p));
+    assert!(shard0.limits["rpm"].tk <= 1_500_000);
+}

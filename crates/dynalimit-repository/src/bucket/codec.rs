@@ -1,0 +1,356 @@
+//! Bucket item codec: keys (reference §1.4.7), attribute names, images and the create item.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use dynalimit_core::bucket::WCU;
+use dynalimit_core::decide::{BucketImage, CreatePlan, LimitState, unsupported_bucket_attribute};
+
+use crate::item::{Item, get_i64, get_s as get_str, key as key_map, parse_number};
+use crate::keys;
+
+use super::expr::num;
+
+/// One bucket item's identity: owner entity, resource and shard.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BucketKey {
+    /// Owner entity.
+    pub entity_id: String,
+    /// Resource.
+    pub resource: String,
+    /// Shard id, 0-based.
+    pub shard: u32,
+}
+
+impl BucketKey {
+    /// A key for `shard` of `(entity_id, resource)`.
+    pub fn new(entity_id: impl Into<String>, resource: impl Into<String>, shard: u32) -> Self {
+        BucketKey {
+            entity_id: entity_id.into(),
+            resource: resource.into(),
+            shard,
+        }
+    }
+
+    /// The same bucket on another shard.
+    #[must_use]
+    pub fn with_shard(&self, shard: u32) -> Self {
+        BucketKey {
+            shard,
+            ..self.clone()
+        }
+    }
+
+    /// `{ns}/BUCKET#{entity}#{resource}#{shard}`.
+    pub fn pk(&self, ns: &str) -> String {
+        keys::bucket_pk(ns, &self.entity_id, &self.resource, self.shard)
+    }
+
+    /// Parses a bucket partition key of namespace `ns`.
+    pub fn parse(ns: &str, pk: &str) -> Option<Self> {
+        let k = keys::parse_bucket_pk(pk)?;
+        (k.namespace_id == ns).then(|| BucketKey::new(k.entity_id, k.resource, k.shard))
+    }
+
+    /// The primary key map of the item.
+    pub fn key_map(&self, ns: &str) -> Item {
+        key_map(self.pk(ns), keys::STATE_SK)
+    }
+}
+
+/// `b_{name}_{field}`.
+pub(crate) fn limit_attr(name: &str, field: &str) -> String {
+    format!("b_{name}_{field}")
+}
+
+/// Decodes a bucket item into the core profile's image. Attributes of 0.15–0.17 features the
+/// core profile cannot interpret are listed in `unsupported`; soft and bypass stamps are
+/// ignored (enforcing them only under-admits).
+pub fn image_from_item(item: &Item) -> BucketImage {
+    let mut partial: BTreeMap<&str, [Option<i64>; 5]> = BTreeMap::new();
+    let mut unsupported = Vec::new();
+    for (attr, value) in item {
+        let text = match value {
+            AttributeValue::S(s) => Some(s.as_str()),
+            _ => None,
+        };
+        if unsupported_bucket_attribute(attr, text) {
+            unsupported.push(attr.clone());
+            continue;
+        }
+        let Some((name, field)) = attr.strip_prefix("b_").and_then(|r| r.rsplit_once('_')) else {
+            continue;
+        };
+        let slot = match field {
+            "tk" => 0,
+            "cp" => 1,
+            "ra" => 2,
+            "rp" => 3,
+            "tc" => 4,
+            _ => continue,
+        };
+        if let AttributeValue::N(n) = value {
+            partial.entry(name).or_default()[slot] = parse_number(n);
+        }
+    }
+    let disabled = match item.get("disabled") {
+        None => false,
+        Some(AttributeValue::Bool(true)) => true,
+        Some(_) => {
+            unsupported.push("disabled".to_owned());
+            true
+        }
+    };
+    let mut limits = BTreeMap::new();
+    let mut wcu = None;
+    for (name, [tk, cp, ra, rp, tc]) in partial {
+        let (Some(tk), Some(cp)) = (tk, cp) else {
+            continue;
+        };
+        let state = LimitState {
+            tk,
+            cp,
+            ra: ra.unwrap_or(0),
+            rp: rp.unwrap_or(0).max(1),
+            tc: tc.unwrap_or(0),
+        };
+        if name == WCU {
+            wcu = Some(state);
+        } else {
+            limits.insert(name.to_owned(), state);
+        }
+    }
+    unsupported.sort();
+    BucketImage {
+        rf: get_i64(item, "rf").unwrap_or(0),
+        shard_count: get_i64(item, "shard_count")
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(1)
+            .max(1),
+        cascade: matches!(item.get("cascade"), Some(AttributeValue::Bool(true))),
+        parent_id: get_str(item, "parent_id").map(str::to_owned),
+        ttl: get_i64(item, "ttl"),
+        disabled,
+        vu: get_i64(item, "vu"),
+        limits,
+        wcu,
+        unsupported,
+    }
+}
+
+/// The owner stamp written on a new bucket item (cascade policy, parent and, when the META
+/// carries them, its generation and incarnation).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// Effective cascade policy of the owner on this resource.
+    pub cascade: bool,
+    /// The owner's parent.
+    pub parent_id: Option<String>,
+    /// Parent generation from the META read (`pgen`).
+    pub pgen: Option<i64>,
+    /// Incarnation from the META read (`pinc`).
+    pub pinc: Option<String>,
+}
+
+/// The full item a create puts (reference §1.4.7 and §3.7.3).
+pub fn create_item(ns: &str, key: &BucketKey, plan: &CreatePlan, owner: &Owner) -> Item {
+    let (e, r, s) = (&key.entity_id, &key.resource, key.shard);
+    let mut item = key.key_map(ns);
+    let mut put = |k: &str, v: AttributeValue| {
+        item.insert(k.to_owned(), v);
+    };
+    put("entity_id", AttributeValue::S(e.clone()));
+    put("resource", AttributeValue::S(r.clone()));
+    put("rf", num(plan.rf));
+    put("shard_count", num(i64::from(plan.shard_count)));
+    put("cascade", AttributeValue::Bool(owner.cascade));
+    if let Some(p) = &owner.parent_id {
+        put("parent_id", AttributeValue::S(p.clone()));
+    }
+    if let Some(g) = owner.pgen {
+        put("pgen", num(g));
+    }
+    if let Some(i) = &owner.pinc {
+        put("pinc", AttributeValue::S(i.clone()));
+    }
+    if let Some(t) = plan.ttl {
+        put("ttl", num(t));
+    }
+    put("GSI2PK", AttributeValue::S(keys::resource_pk(ns, r)));
+    put("GSI2SK", AttributeValue::S(keys::bucket_gsi2sk(e, s)));
+    put("GSI3PK", AttributeValue::S(keys::entity_pk(ns, e)));
+    put("GSI3SK", AttributeValue::S(keys::bucket_gsi3sk(r, s)));
+    put("GSI4PK", AttributeValue::S(ns.to_owned()));
+    put("GSI4SK", AttributeValue::S(keys::bucket_gsi4sk(e, r, s)));
+    let wcu = dynalimit_core::decide::wcu_seed();
+    let rows = plan
+        .limits
+        .iter()
+        .map(|(l, tk, tc)| {
+            (
+                l.name(),
+                [
+                    *tk,
+                    l.capacity_milli(),
+                    l.refill_amount_milli(),
+                    l.refill_period_millis(),
+                    *tc,
+                ],
+            )
+        })
+        .chain([(WCU, [wcu.tk, wcu.cp, wcu.ra, wcu.rp, 0])]);
+    for (name, values) in rows {
+        for (field, v) in ["tk", "cp", "ra", "rp", "tc"].iter().zip(values) {
+            put(&limit_attr(name, field), num(v));
+        }
+    }
+    item
+}
+
+/// What the slow path read of the owner's META, for the create's `ConditionCheck`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetaCheck {
+    /// No META item: the check is `attribute_not_exists(PK)`.
+    Absent,
+    /// META as read: pinned on `pgen`, and on `pinc` (or `created_at` for pre-0.17 entities).
+    Present {
+        /// `pgen`, absent on pre-0.17 entities.
+        pgen: Option<i64>,
+        /// `pinc`, absent on pre-0.17 entities.
+        pinc: Option<String>,
+        /// `created_at`.
+        created_at: Option<String>,
+    },
+}
+
+/// Entity metadata as the acquire path needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Meta {
+    /// `parent_id`.
+    pub parent_id: Option<String>,
+    /// META `cascade` flag.
+    pub cascade: bool,
+    /// What the create pins.
+    pub check: MetaCheck,
+}
+
+impl Meta {
+    /// No META item.
+    pub fn absent() -> Self {
+        Meta {
+            parent_id: None,
+            cascade: false,
+            check: MetaCheck::Absent,
+        }
+    }
+
+    /// Decodes a META item.
+    pub fn from_item(item: &Item) -> Self {
+        Meta {
+            parent_id: get_str(item, "parent_id").map(str::to_owned),
+            cascade: matches!(item.get("cascade"), Some(AttributeValue::Bool(true))),
+            check: MetaCheck::Present {
+                pgen: get_i64(item, "pgen"),
+                pinc: get_str(item, "pinc").map(str::to_owned),
+                created_at: get_str(item, "created_at").map(str::to_owned),
+            },
+        }
+    }
+
+    /// The owner stamp of a new bucket, given the effective cascade policy.
+    pub fn owner(&self, cascade: bool) -> Owner {
+        let (pgen, pinc) = match &self.check {
+            MetaCheck::Present { pgen, pinc, .. } => (*pgen, pinc.clone()),
+            MetaCheck::Absent => (None, None),
+        };
+        Owner {
+            cascade: cascade && self.parent_id.is_some(),
+            parent_id: self.parent_id.clone(),
+            pgen,
+            pinc,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dynalimit_core::Limit;
+    use dynalimit_core::decide::{Plan, plan_create};
+    use std::collections::HashMap;
+
+    const T0: i64 = 1_700_000_000_000;
+
+    #[test]
+    fn keys_match_the_worked_example_and_parse_back() {
+        let key = BucketKey::new("u1", "openai/gpt-4:x", 3);
+        assert_eq!(key.pk("a7x3kq"), "a7x3kq/BUCKET#u1#openai/gpt-4:x#3");
+        assert_eq!(BucketKey::parse("a7x3kq", &key.pk("a7x3kq")), Some(key));
+        assert_eq!(BucketKey::parse("other", "a7x3kq/BUCKET#u1#r#0"), None);
+    }
+
+    #[test]
+    fn create_item_matches_the_worked_example() {
+        let limits = [
+            Limit::per_minute("rpm", 100),
+            Limit::per_minute("tpm", 10_000),
+        ];
+        let demand = BTreeMap::from([("rpm".to_owned(), 1000), ("tpm".to_owned(), 500_000)]);
+        let Plan::Write(plan) = plan_create(&limits, &demand, 1, T0, Some(1_700_000_420)) else {
+            panic!()
+        };
+        let key = BucketKey::new("u1", "gpt-4", 0);
+        let item = create_item("a7x3kq", &key, &plan, &Owner::default());
+        let s = |k: &str| get_str(&item, k).unwrap().to_owned();
+        let n = |k: &str| get_i64(&item, k).unwrap();
+        assert_eq!(s("PK"), "a7x3kq/BUCKET#u1#gpt-4#0");
+        assert_eq!(s("SK"), "#STATE");
+        assert_eq!(s("GSI2PK"), "a7x3kq/RESOURCE#gpt-4");
+        assert_eq!(s("GSI2SK"), "BUCKET#u1#0");
+        assert_eq!(s("GSI3PK"), "a7x3kq/ENTITY#u1");
+        assert_eq!(s("GSI3SK"), "BUCKET#gpt-4#0");
+        assert_eq!(s("GSI4PK"), "a7x3kq");
+        assert_eq!(s("GSI4SK"), "BUCKET#u1#gpt-4#0");
+        assert_eq!(n("ttl"), 1_700_000_420);
+        assert_eq!(n("rf"), T0);
+        assert_eq!(n("shard_count"), 1);
+        assert_eq!(n("b_wcu_tk"), 1_000_000);
+        assert_eq!(n("b_wcu_rp"), 1000);
+        assert_eq!(n("b_rpm_tk"), 99_000);
+        assert_eq!(n("b_rpm_cp"), 100_000);
+        assert_eq!(n("b_rpm_rp"), 60_000);
+        assert_eq!(n("b_rpm_tc"), 1000);
+        assert_eq!(n("b_tpm_tk"), 9_500_000);
+        assert_eq!(n("b_tpm_tc"), 500_000);
+        assert!(matches!(item["cascade"], AttributeValue::Bool(false)));
+        // Decoding gives the same state back.
+        let img = image_from_item(&item);
+        assert_eq!(img.limits["rpm"].tk, 99_000);
+        assert_eq!(img.wcu.unwrap().cp, 1_000_000);
+        assert!(img.unsupported.is_empty());
+    }
+
+    #[test]
+    fn decoding_ignores_bare_tk_and_flags_unsupported_features() {
+        let item = HashMap::from([
+            ("rf".to_owned(), num(5)),
+            ("b_x_tk".to_owned(), num(-3)),
+            ("b_y_tk".to_owned(), num(1)),
+            ("b_y_cp".to_owned(), num(2)),
+            ("b_y_sched".to_owned(), AttributeValue::S("-".into())),
+            ("b_y_soft".to_owned(), num(99)),
+            ("b_z_gc".to_owned(), num(4)),
+            ("disabled".to_owned(), AttributeValue::Bool(true)),
+            ("vu".to_owned(), num(0)),
+            ("parent_id".to_owned(), AttributeValue::Null(true)),
+        ]);
+        let img = image_from_item(&item);
+        assert!(!img.limits.contains_key("x"));
+        assert_eq!(img.limits["y"].cp, 2);
+        assert_eq!(img.unsupported, vec!["b_z_gc".to_owned()]);
+        assert!(img.disabled);
+        assert_eq!(img.vu, Some(0));
+        assert_eq!(img.parent_id, None);
+        assert_eq!(img.shard_count, 1);
+    }
+}

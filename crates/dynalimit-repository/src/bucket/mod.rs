@@ -1,0 +1,643 @@
+//! Bucket items (reference §1.4.7): reads and the conditional writes of the acquire path.
+//!
+//! [`BucketStore`] turns the core's plans ([`dynalimit_core::decide`]) into single DynamoDB
+//! requests and their results back into [`BucketImage`]s. A failed condition is an ordinary
+//! outcome (the image returned with it decides what happens next), a transaction conflict is
+//! retried three times with full jitter and then reported as contention, and every other
+//! failure is a [`RepositoryError`].
+//!
+//! | operation | request | condition |
+//! |---|---|---|
+//! | [`BucketStore::speculative_consume`] | `UpdateItem` | exists, `tk >= amount`, `wcu`, `ttl`, `disabled`, `vu` |
+//! | [`BucketStore::create`] | `TransactWriteItems` (Put + owner META check) | `attribute_not_exists(PK)` |
+//! | [`BucketStore::refill`] | `UpdateItem` | `rf = :read`, floors, pins |
+//! | [`BucketStore::consume_only`] | `UpdateItem` | `tk >= amount` |
+//! | [`BucketStore::apply_delta`] | `UpdateItem` (then a trimming retry) | exists, ceiling guards |
+//! | [`BucketStore::double_shards`] | `UpdateItem` on shard 0, then on shards `1..old` | `shard_count = :old` / `< :new` |
+
+mod codec;
+mod expr;
+mod writes;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, KeysAndAttributes, Put, ReturnValue,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
+use dynalimit_core::decide::{BucketImage, CreatePlan, DeltaPlan, RefillPlan};
+use futures::future::join_all;
+use rand::Rng;
+
+pub use codec::{BucketKey, Meta, MetaCheck, Owner, create_item, image_from_item};
+use expr::Expr;
+
+use crate::RepositoryError;
+use crate::error::classify;
+use crate::item::{Item, get_s as get_str};
+use crate::keys::{META_SK, STATE_SK as BUCKET_SK, entity_pk};
+
+/// Result of a speculative consume or a consumption-only retry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsumeOutcome {
+    /// Written; the item after the write.
+    Consumed(BucketImage),
+    /// The condition failed; the item before the attempt (`None`: no item).
+    Failed(Option<BucketImage>),
+    /// Transaction conflicts persisted through the retries.
+    Contended,
+}
+
+/// Result of a create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateOutcome {
+    /// The item was created.
+    Created,
+    /// Another writer created it first.
+    Lost,
+    /// The owner's META changed since it was read (moved, recreated, created).
+    OwnerChanged,
+    /// Transaction conflicts persisted through the retries.
+    Contended,
+}
+
+/// Result of an rf-locked write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefillOutcome {
+    /// Written.
+    Applied,
+    /// The lock or a guard failed: somebody wrote in between.
+    LostLock,
+    /// Transaction conflicts persisted through the retries.
+    Contended,
+}
+
+/// Result of a lease's net change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeltaOutcome {
+    /// Written within the guards.
+    Applied,
+    /// Written unguarded with `vu = 0` (a credit could exceed the ceiling).
+    Trimmed,
+    /// The item no longer exists; nothing written.
+    Gone,
+}
+
+enum Update {
+    Done(Option<Item>),
+    ConditionFailed(Option<Item>),
+    Conflict,
+}
+
+const CONFLICT_RETRIES: u32 = 3;
+
+/// Full jitter: a random pause in `[0, 25 ms × 2^attempt)`.
+async fn jitter(attempt: u32) {
+    let cap = 25u64 << attempt.min(6);
+    let pause = rand::rng().random_range(0..cap);
+    tokio::time::sleep(Duration::from_millis(pause)).await;
+}
+
+/// Reads and writes bucket items of one namespace in one table.
+#[derive(Debug, Clone)]
+pub struct BucketStore {
+    client: Client,
+    table: String,
+    ns: String,
+}
+
+impl BucketStore {
+    /// A store over `table`, for namespace id `ns`.
+    pub fn new(client: Client, table: impl Into<String>, ns: impl Into<String>) -> Self {
+        BucketStore {
+            client,
+            table: table.into(),
+            ns: ns.into(),
+        }
+    }
+
+    /// The namespace id.
+    pub fn namespace_id(&self) -> &str {
+        &self.ns
+    }
+
+    /// The primary key of an entity's META item.
+    pub fn meta_key(&self, entity_id: &str) -> (String, String) {
+        (entity_pk(&self.ns, entity_id), META_SK.to_owned())
+    }
+
+    async fn update(
+        &self,
+        key: &BucketKey,
+        e: &Expr,
+        return_new: bool,
+    ) -> Result<Update, RepositoryError> {
+        let mut attempt = 0;
+        loop {
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key.key_map(&self.ns)))
+                .set_update_expression(e.update_expression())
+                .set_condition_expression(e.condition_expression())
+                .set_expression_attribute_names(e.names())
+                .set_expression_attribute_values(e.values())
+                .return_values(if return_new {
+                    ReturnValue::AllNew
+                } else {
+                    ReturnValue::None
+                })
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            match result {
+                Ok(out) => return Ok(Update::Done(out.attributes)),
+                Err(err) => match err.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                        return Ok(Update::ConditionFailed(c.item().cloned()));
+                    }
+                    Some(UpdateItemError::TransactionConflictException(_)) => {
+                        if attempt >= CONFLICT_RETRIES {
+                            return Ok(Update::Conflict);
+                        }
+                        jitter(attempt).await;
+                        attempt += 1;
+                    }
+                    _ => return Err(classify("UpdateItem", err)),
+                },
+            }
+        }
+    }
+
+    async fn consume_with(
+        &self,
+        key: &BucketKey,
+        e: &Expr,
+    ) -> Result<ConsumeOutcome, RepositoryError> {
+        Ok(match self.update(key, e, true).await? {
+            Update::Done(item) => {
+                ConsumeOutcome::Consumed(image_from_item(&item.unwrap_or_default()))
+            }
+            Update::ConditionFailed(old) => {
+                ConsumeOutcome::Failed(old.as_ref().map(image_from_item))
+            }
+            Update::Conflict => ConsumeOutcome::Contended,
+        })
+    }
+
+    /// The speculative consume (one `UpdateItem`): debits `demand` (millitokens per limit) and
+    /// one `wcu` token.
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn speculative_consume(
+        &self,
+        key: &BucketKey,
+        demand: &BTreeMap<String, i64>,
+        now: i64,
+    ) -> Result<ConsumeOutcome, RepositoryError> {
+        self.consume_with(key, &writes::speculative_consume(demand, now))
+            .await
+    }
+
+    /// The consumption-only retry after a lost lock or a lost create.
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn consume_only(
+        &self,
+        key: &BucketKey,
+        retry: &[(String, i64)],
+    ) -> Result<ConsumeOutcome, RepositoryError> {
+        self.consume_with(key, &writes::consumption_only(retry))
+            .await
+    }
+
+    /// The rf-locked materialising write.
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn refill(
+        &self,
+        key: &BucketKey,
+        plan: &RefillPlan,
+    ) -> Result<RefillOutcome, RepositoryError> {
+        Ok(
+            match self.update(key, &writes::refill_write(plan), false).await? {
+                Update::Done(_) => RefillOutcome::Applied,
+                Update::ConditionFailed(_) => RefillOutcome::LostLock,
+                Update::Conflict => RefillOutcome::Contended,
+            },
+        )
+    }
+
+    /// Writes a lease's net change: guarded first, then (if a credit could exceed the
+    /// ceiling) unguarded with `SET vu = 0`.
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn apply_delta(
+        &self,
+        key: &BucketKey,
+        plan: &DeltaPlan,
+    ) -> Result<DeltaOutcome, RepositoryError> {
+        if plan.is_empty() {
+            return Ok(DeltaOutcome::Applied);
+        }
+        for trim in [false, true] {
+            loop {
+                match self.update(key, &writes::delta(plan, trim), false).await? {
+                    Update::Done(_) => {
+                        return Ok(if trim {
+                            DeltaOutcome::Trimmed
+                        } else {
+                            DeltaOutcome::Applied
+                        });
+                    }
+                    Update::ConditionFailed(None) => return Ok(DeltaOutcome::Gone),
+                    Update::ConditionFailed(Some(_)) => break,
+                    Update::Conflict => continue,
+                }
+            }
+        }
+        Ok(DeltaOutcome::Gone)
+    }
+
+    /// Creates a missing bucket item in one transaction with a `ConditionCheck` on the
+    /// owner's META as read (reference §3.7.3).
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn create(
+        &self,
+        key: &BucketKey,
+        plan: &CreatePlan,
+        owner: &Owner,
+        check: &MetaCheck,
+    ) -> Result<CreateOutcome, RepositoryError> {
+        let item = create_item(&self.ns, key, plan, owner);
+        let mut put_cond = Expr::default();
+        let c = put_cond.not_exists("PK");
+        put_cond.when(c);
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .set_condition_expression(put_cond.condition_expression())
+            .set_expression_attribute_names(put_cond.names())
+            .build()
+            .map_err(|e| build_error("TransactWriteItems", &e))?;
+        let meta = meta_condition(check);
+        let (pk, sk) = self.meta_key(&key.entity_id);
+        let check = ConditionCheck::builder()
+            .table_name(&self.table)
+            .key("PK", AttributeValue::S(pk))
+            .key("SK", AttributeValue::S(sk))
+            .set_condition_expression(meta.condition_expression())
+            .set_expression_attribute_names(meta.names())
+            .set_expression_attribute_values(meta.values())
+            .build()
+            .map_err(|e| build_error("TransactWriteItems", &e))?;
+        let mut attempt = 0;
+        loop {
+            let result = self
+                .client
+                .transact_write_items()
+                .transact_items(TransactWriteItem::builder().put(put.clone()).build())
+                .transact_items(
+                    TransactWriteItem::builder()
+                        .condition_check(check.clone())
+                        .build(),
+                )
+                .send()
+                .await;
+            let err = match result {
+                Ok(_) => return Ok(CreateOutcome::Created),
+                Err(err) => err,
+            };
+            let reasons: Vec<String> = match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(t)) => t
+                    .cancellation_reasons()
+                    .iter()
+                    .map(|r| r.code().unwrap_or("None").to_owned())
+                    .collect(),
+                Some(TransactWriteItemsError::TransactionInProgressException(_)) => {
+                    vec!["TransactionConflict".to_owned()]
+                }
+                _ => return Err(classify("TransactWriteItems", err)),
+            };
+            let code = |i: usize| reasons.get(i).map(String::as_str);
+            if code(0) == Some("ConditionalCheckFailed") {
+                return Ok(CreateOutcome::Lost);
+            }
+            if code(1) == Some("ConditionalCheckFailed") {
+                return Ok(CreateOutcome::OwnerChanged);
+            }
+            if reasons.iter().any(|r| r == "TransactionConflict") {
+                if attempt >= CONFLICT_RETRIES {
+                    return Ok(CreateOutcome::Contended);
+                }
+                jitter(attempt).await;
+                attempt += 1;
+                continue;
+            }
+            return Err(RepositoryError::Rejected {
+                operation: "TransactWriteItems",
+                code: "TransactionCanceledException".to_owned(),
+                message: format!("bucket create cancelled: {reasons:?}"),
+            });
+        }
+    }
+
+    /// Doubles the shard count of `(entity, resource)` from `from` to `to` on shard 0, then
+    /// propagates the new count to shards `1..from` concurrently (reference §3.8). Each of
+    /// these writes also debits `donations` and stamps `vu = 0`, so the split neither adds
+    /// tokens nor leaves surplus stock spendable on the fast path. Returns the
+    /// count to use: `to` when this call won, the winner's count when another writer changed
+    /// it first, `from` on persistent conflicts.
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn double_shards(
+        &self,
+        key: &BucketKey,
+        from: u32,
+        to: u32,
+        donations: &[(String, i64)],
+    ) -> Result<u32, RepositoryError> {
+        let shard0 = key.with_shard(0);
+        match self
+            .update(&shard0, &writes::double(from, to, donations), false)
+            .await?
+        {
+            Update::Done(_) => {}
+            Update::ConditionFailed(old) => {
+                let seen = old
+                    .as_ref()
+                    .map(|i| image_from_item(i).shards())
+                    .unwrap_or(from);
+                return Ok(seen.max(from));
+            }
+            Update::Conflict => return Ok(from),
+        }
+        let propagate = writes::propagate(to, donations);
+        let writes = (1..from).map(|s| {
+            let k = key.with_shard(s);
+            let e = &propagate;
+            async move { self.update(&k, e, false).await }
+        });
+        for result in join_all(writes).await {
+            result?;
+        }
+        Ok(to)
+    }
+
+    /// Reads one bucket item (eventually consistent).
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn read(&self, key: &BucketKey) -> Result<Option<BucketImage>, RepositoryError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key.key_map(&self.ns)))
+            .send()
+            .await
+            .map_err(|e| classify("GetItem", e))?;
+        Ok(out.item.as_ref().map(image_from_item))
+    }
+
+    /// Reads up to 100 items by `(PK, SK)` in one `BatchGetItem` (eventually consistent),
+    /// retrying unprocessed keys three times.
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached, refuses the request, or leaves
+    /// keys unprocessed after the retries.
+    pub async fn batch_get(
+        &self,
+        keys: &[(String, String)],
+    ) -> Result<HashMap<(String, String), Item>, RepositoryError> {
+        let mut found = HashMap::new();
+        for chunk in keys.chunks(100) {
+            let mut request: Vec<Item> = chunk
+                .iter()
+                .map(|(pk, sk)| {
+                    HashMap::from([
+                        ("PK".to_owned(), AttributeValue::S(pk.clone())),
+                        ("SK".to_owned(), AttributeValue::S(sk.clone())),
+                    ])
+                })
+                .collect();
+            request.sort_by_key(|k| format!("{:?}", k.get("PK")));
+            request.dedup();
+            let mut attempt = 0u32;
+            while !request.is_empty() {
+                let ka = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut request)))
+                    .build()
+                    .map_err(|e| build_error("TransactWriteItems", &e))?;
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, ka)
+                    .send()
+                    .await
+                    .map_err(|e| classify("BatchGetItem", e))?;
+                for item in out
+                    .responses
+                    .unwrap_or_default()
+                    .remove(&self.table)
+                    .unwrap_or_default()
+                {
+                    if let (Some(pk), Some(sk)) = (get_str(&item, "PK"), get_str(&item, "SK")) {
+                        found.insert((pk.to_owned(), sk.to_owned()), item);
+                    }
+                }
+                if let Some(rest) = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)) {
+                    request = rest.keys;
+                }
+                if !request.is_empty() {
+                    if attempt >= CONFLICT_RETRIES {
+                        return Err(RepositoryError::Unavailable {
+                            operation: "BatchGetItem",
+                            message: "keys left unprocessed after 3 retries".to_owned(),
+                        });
+                    }
+                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                    attempt += 1;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Every bucket item of an entity, any resource and shard: GSI3 discovery (every page) and
+    /// `BatchGetItem`. Items of bucket partitions whose sort key is not `#STATE` are ignored.
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn entity_buckets(
+        &self,
+        entity_id: &str,
+    ) -> Result<Vec<(BucketKey, BucketImage)>, RepositoryError> {
+        let mut keys = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name("GSI3")
+                .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+                .expression_attribute_names("#pk", "GSI3PK")
+                .expression_attribute_names("#sk", "GSI3SK")
+                .expression_attribute_values(
+                    ":pk",
+                    AttributeValue::S(entity_pk(&self.ns, entity_id)),
+                )
+                .expression_attribute_values(":prefix", AttributeValue::S("BUCKET#".to_owned()))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| classify("Query", e))?;
+            for item in out.items.unwrap_or_default() {
+                if let (Some(pk), Some(sk)) = (get_str(&item, "PK"), get_str(&item, "SK"))
+                    && sk == BUCKET_SK
+                {
+                    keys.push((pk.to_owned(), sk.to_owned()));
+                }
+            }
+            match out.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        let items = self.batch_get(&keys).await?;
+        let mut found: Vec<_> = items
+            .iter()
+            .filter_map(|((pk, _), item)| {
+                Some((BucketKey::parse(&self.ns, pk)?, image_from_item(item)))
+            })
+            .collect();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(found)
+    }
+
+    /// Every bucket item of a resource, any entity and shard: GSI2 (projection ALL), every
+    /// page.
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn resource_buckets(
+        &self,
+        resource: &str,
+    ) -> Result<Vec<(BucketKey, BucketImage)>, RepositoryError> {
+        let mut found = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name("GSI2")
+                .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
+                .expression_attribute_names("#pk", "GSI2PK")
+                .expression_attribute_names("#sk", "GSI2SK")
+                .expression_attribute_values(
+                    ":pk",
+                    AttributeValue::S(format!("{}/RESOURCE#{resource}", self.ns)),
+                )
+                .expression_attribute_values(":prefix", AttributeValue::S("BUCKET#".to_owned()))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| classify("Query", e))?;
+            for item in out.items.unwrap_or_default() {
+                if get_str(&item, "SK") != Some(BUCKET_SK) {
+                    continue;
+                }
+                if let Some(key) =
+                    get_str(&item, "PK").and_then(|pk| BucketKey::parse(&self.ns, pk))
+                {
+                    found.push((key, image_from_item(&item)));
+                }
+            }
+            match out.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(found)
+    }
+}
+
+/// The owner check of a create: the META must still be what was read.
+fn meta_condition(check: &MetaCheck) -> Expr {
+    let mut e = Expr::default();
+    match check {
+        MetaCheck::Absent => {
+            let c = e.not_exists("PK");
+            e.when(c);
+        }
+        MetaCheck::Present {
+            pgen,
+            pinc,
+            created_at,
+        } => {
+            let c = e.exists("PK");
+            e.when(c);
+            let c = match pgen {
+                Some(g) if *g != 0 => e.cmp("pgen", "=", *g),
+                _ => {
+                    let (missing, zero) = (e.not_exists("pgen"), e.cmp("pgen", "=", 0));
+                    format!("{missing} OR {zero}")
+                }
+            };
+            e.when(c);
+            let c = match (pinc, created_at) {
+                (Some(inc), _) => {
+                    let (a, v) = (e.name("pinc"), e.value(AttributeValue::S(inc.clone())));
+                    format!("{a} = {v}")
+                }
+                (None, Some(at)) => {
+                    let missing = e.not_exists("pinc");
+                    let (a, v) = (e.name("created_at"), e.value(AttributeValue::S(at.clone())));
+                    format!("{missing} AND {a} = {v}")
+                }
+                (None, None) => {
+                    let (a, b) = (e.not_exists("pinc"), e.not_exists("created_at"));
+                    format!("{a} AND {b}")
+                }
+            };
+            e.when(c);
+        }
+    }
+    e
+}
+
+fn build_error(operation: &'static str, e: &dyn std::error::Error) -> RepositoryError {
+    RepositoryError::Rejected {
+        operation,
+        code: "ConstructionFailure".to_owned(),
+        message: e.to_string(),
+    }
+}
+
+impl crate::Repository {
+    /// The bucket reads and writes of this repository's namespace.
+    pub fn buckets(&self) -> BucketStore {
+        BucketStore::new(
+            self.shared.client.clone(),
+            self.shared.table.clone(),
+            self.scope.id.clone(),
+        )
+    }
+}

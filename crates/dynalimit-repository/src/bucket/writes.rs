@@ -1,0 +1,312 @@
+//! The bucket writes as expressions (reference §3.4–§3.9), built from the core's plans.
+
+use std::collections::BTreeMap;
+
+use dynalimit_core::bucket::{WCU, WCU_DEBIT_MILLI};
+use dynalimit_core::decide::{DeltaPlan, RefillPlan, TtlAction};
+
+use super::codec::limit_attr;
+use super::expr::{Expr, num};
+
+fn tk(name: &str) -> String {
+    limit_attr(name, "tk")
+}
+
+fn tc(name: &str) -> String {
+    limit_attr(name, "tc")
+}
+
+/// The speculative consume of the core profile (reference §3.4, minimum interoperable
+/// condition): ADD to every declared limit and to `wcu`, conditioned on existence, balances,
+/// write capacity, `ttl`, `disabled` and `vu`.
+pub(crate) fn speculative_consume(demand: &BTreeMap<String, i64>, now: i64) -> Expr {
+    let mut e = Expr::default();
+    let c = e.exists("PK");
+    e.when(c);
+    for (name, &m) in demand {
+        e.add(&tc(name), m);
+        e.add(&tk(name), -m);
+        let c = e.cmp(&tk(name), ">=", m);
+        e.when(c);
+    }
+    e.add(&tk(WCU), -WCU_DEBIT_MILLI);
+    e.add(&tc(WCU), WCU_DEBIT_MILLI);
+    let c = e.cmp(&tk(WCU), ">=", WCU_DEBIT_MILLI);
+    e.when(c);
+    let (missing, live) = (e.not_exists("ttl"), e.cmp("ttl", ">", now.div_euclid(1000)));
+    e.when(format!("{missing} OR {live}"));
+    let c = e.not_exists("disabled");
+    e.when(c);
+    let (missing, live) = (e.not_exists("vu"), e.cmp("vu", ">", now));
+    e.when(format!("{missing} OR {live}"));
+    e
+}
+
+/// The rf-locked materialising write (reference §3.7.2): `SET rf`, `ttl`, seeds; `ADD` refill
+/// deltas and consumption; conditioned on `rf = :read`, floors, pins and the `vu` read. Owner
+/// stamps are not written on this path (allowed by the core profile; the create writes them).
+pub(crate) fn refill_write(plan: &RefillPlan) -> Expr {
+    let mut e = Expr::default();
+    let c = e.cmp("rf", "=", plan.rf_read);
+    e.when(c);
+    e.set("rf", num(plan.rf_new));
+    match plan.ttl {
+        TtlAction::Set(t) => e.set("ttl", num(t)),
+        TtlAction::Remove => e.remove("ttl"),
+        TtlAction::Keep => {}
+    }
+    if let Some(vu) = plan.remove_vu {
+        e.remove("vu");
+        let c = e.cmp("vu", "=", vu);
+        e.when(c);
+        let c = shard_count_pin(&mut e, plan.shard_count);
+        e.when(c);
+    }
+    for w in &plan.writes {
+        if let Some(seed) = w.seed {
+            e.set(&tk(&w.name), num(seed.tk));
+            e.set(&limit_attr(&w.name, "cp"), num(seed.cp));
+            e.set(&limit_attr(&w.name, "ra"), num(seed.ra));
+            e.set(&limit_attr(&w.name, "rp"), num(seed.rp));
+            e.add(&tc(&w.name), w.add_tc);
+            let (no_cp, no_tk) = (
+                e.not_exists(&limit_attr(&w.name, "cp")),
+                e.not_exists(&tk(&w.name)),
+            );
+            e.when(format!("{no_cp} OR {no_tk}"));
+            continue;
+        }
+        if w.add_tk != 0 {
+            e.add(&tk(&w.name), w.add_tk);
+        }
+        if w.add_tc != 0 {
+            e.add(&tc(&w.name), w.add_tc);
+        }
+        if let Some(floor) = w.floor {
+            let c = e.cmp(&tk(&w.name), ">=", floor);
+            e.when(c);
+        }
+        if let Some(pin) = w.pin_max {
+            let c = e.cmp(&tk(&w.name), "<=", pin);
+            e.when(c);
+        }
+    }
+    e
+}
+
+/// The consumption-only retry (reference §3.7.4): no refill, `rf` untouched.
+pub(crate) fn consumption_only(retry: &[(String, i64)]) -> Expr {
+    let mut e = Expr::default();
+    let c = e.exists("PK");
+    e.when(c);
+    for (name, c) in retry {
+        e.add(&tk(name), -c);
+        e.add(&tc(name), *c);
+        let cond = e.cmp(&tk(name), ">=", *c);
+        e.when(cond);
+    }
+    e
+}
+
+/// A lease's net change (commit of adjustments, rollback, compensation), reference §3.9.
+///
+/// `trim = false`: the guarded shape — every credited limit may land only at or below
+/// `ceiling - credit`, pinned on `b_cp` and `shard_count`. `trim = true`: the fallback after
+/// the guard failed — unguarded, with `SET vu = 0` so the fast path cannot spend the excess
+/// before a slow pass clamps it. Both require the item to exist (an adjustment never
+/// resurrects a swept item).
+pub(crate) fn delta(plan: &DeltaPlan, trim: bool) -> Expr {
+    let mut e = Expr::default();
+    let c = e.exists("PK");
+    e.when(c);
+    for (name, add_tk, add_tc) in &plan.adds {
+        e.add(&tk(name), *add_tk);
+        e.add(&tc(name), *add_tc);
+    }
+    if trim {
+        e.set("vu", num(0));
+        return e;
+    }
+    for g in &plan.guards {
+        let c = e.cmp(&tk(&g.name), "<=", g.max_tk);
+        e.when(c);
+        let c = e.cmp(&limit_attr(&g.name, "cp"), "=", g.cp);
+        e.when(c);
+    }
+    if !plan.guards.is_empty() {
+        let c = shard_count_pin(&mut e, plan.shard_count);
+        e.when(c);
+    }
+    e
+}
+
+/// `shard_count = :n` (an absent count reads as 1).
+fn shard_count_pin(e: &mut Expr, count: u32) -> String {
+    let pinned = e.cmp("shard_count", "=", i64::from(count));
+    if count <= 1 {
+        let missing = e.not_exists("shard_count");
+        format!("{missing} OR {pinned}")
+    } else {
+        pinned
+    }
+}
+
+/// The doubling write on shard 0 (reference §3.8): `SET shard_count = :new` if it still reads
+/// `:old`.
+///
+/// The write also stamps `vu = 0`, as a parameter sync does: the shard's stored balance was
+/// funded for the old count, and the stamp makes its next acquire take one slow pass that
+/// clamps it to the new share `cp // new` instead of letting the fast path spend the surplus.
+///
+/// `donations` (see [`dynalimit_core::decide::doubling_donations`]) are debited from the
+/// shard's balances so the split never adds tokens.
+pub(crate) fn double(from: u32, to: u32, donations: &[(String, i64)]) -> Expr {
+    let mut e = Expr::default();
+    for (name, d) in donations {
+        e.add(&tk(name), -d);
+    }
+    let c = e.exists("PK");
+    e.when(c);
+    e.set("shard_count", num(i64::from(to)));
+    e.set("vu", num(0));
+    let c = shard_count_pin(&mut e, from);
+    e.when(c);
+    e
+}
+
+/// Propagation of a new count to an existing shard: `shard_count < :new` (never
+/// `attribute_not_exists`, which would create a stub item), with the same `vu = 0` clamp
+/// stamp as [`double`], and the same donations.
+pub(crate) fn propagate(to: u32, donations: &[(String, i64)]) -> Expr {
+    let mut e = Expr::default();
+    for (name, d) in donations {
+        e.add(&tk(name), -d);
+    }
+    e.set("shard_count", num(i64::from(to)));
+    e.set("vu", num(0));
+    let c = e.cmp("shard_count", "<", i64::from(to));
+    e.when(c);
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dynalimit_core::Limit;
+    use dynalimit_core::decide::{BucketImage, LimitState, Plan, plan_delta, plan_refill};
+
+    fn render(e: &Expr) -> String {
+        // Substitute aliases and placeholders back, to compare against the reference text.
+        let mut text = format!(
+            "{} IF {}",
+            e.update_expression().unwrap_or_default(),
+            e.condition_expression().unwrap_or_default()
+        );
+        let names = e.names().unwrap_or_default();
+        let values = e.values().unwrap_or_default();
+        let mut aliases: Vec<_> = names.iter().collect();
+        aliases.sort_by_key(|(a, _)| std::cmp::Reverse(a.len()));
+        for (alias, attr) in aliases {
+            text = text.replace(alias.as_str(), attr);
+        }
+        let mut placeholders: Vec<_> = values.iter().collect();
+        placeholders.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+        for (p, v) in placeholders {
+            text = text.replace(p.as_str(), v.as_n().unwrap());
+        }
+        text
+    }
+
+    #[test]
+    fn speculative_consume_has_the_core_profile_condition() {
+        let demand = BTreeMap::from([("rpm".to_owned(), 1000)]);
+        let text = render(&speculative_consume(&demand, 1_700_000_000_500));
+        assert_eq!(
+            text,
+            "ADD b_rpm_tc 1000, b_rpm_tk -1000, b_wcu_tk -1000, b_wcu_tc 1000 IF \
+             (attribute_exists(PK)) AND (b_rpm_tk >= 1000) AND (b_wcu_tk >= 1000) AND \
+             (attribute_not_exists(ttl) OR ttl > 1700000000) AND \
+             (attribute_not_exists(disabled)) AND \
+             (attribute_not_exists(vu) OR vu > 1700000000500)"
+        );
+    }
+
+    #[test]
+    fn refill_write_carries_lock_floors_pins_and_seeds() {
+        let img = BucketImage {
+            rf: 1000,
+            shard_count: 1,
+            vu: Some(0),
+            limits: BTreeMap::from([(
+                "rpm".to_owned(),
+                LimitState {
+                    tk: 0,
+                    cp: 10_000,
+                    ra: 10_000,
+                    rp: 60_000,
+                    tc: 0,
+                },
+            )]),
+            ..BucketImage::default()
+        };
+        let limits = [Limit::per_minute("rpm", 10), Limit::per_minute("tpm", 100)];
+        let demand = BTreeMap::from([("rpm".to_owned(), 1000), ("tpm".to_owned(), 5000)]);
+        let Plan::Write(plan) = plan_refill(&img, &limits, &demand, 7000, TtlAction::Remove) else {
+            panic!()
+        };
+        let text = render(&refill_write(&plan));
+        assert_eq!(
+            text,
+            "SET rf = 7000, b_tpm_tk = 95000, b_tpm_cp = 100000, b_tpm_ra = 100000, \
+             b_tpm_rp = 60000, b_wcu_tk = 1000000, b_wcu_cp = 1000000, b_wcu_ra = 1000000, \
+             b_wcu_rp = 1000 \
+             ADD b_rpm_tc 1000, b_tpm_tc 5000, b_wcu_tc 0 REMOVE vu IF (rf = 1000) AND \
+             (vu = 0) AND (attribute_not_exists(shard_count) OR shard_count = 1) AND \
+             (b_rpm_tk <= 0) AND \
+             (attribute_not_exists(b_tpm_cp) OR attribute_not_exists(b_tpm_tk)) AND \
+             (attribute_not_exists(b_wcu_cp) OR attribute_not_exists(b_wcu_tk))"
+        );
+    }
+
+    #[test]
+    fn credits_are_guarded_then_trimmed() {
+        let states = BTreeMap::from([(
+            "rpm".to_owned(),
+            LimitState {
+                tk: 0,
+                cp: 10_000,
+                ra: 10_000,
+                rp: 60_000,
+                tc: 0,
+            },
+        )]);
+        let plan = plan_delta(&BTreeMap::from([("rpm".to_owned(), -2000)]), &states, 1);
+        assert_eq!(
+            render(&delta(&plan, false)),
+            "ADD b_rpm_tk 2000, b_rpm_tc -2000 IF (attribute_exists(PK)) AND \
+             (b_rpm_tk <= 8000) AND (b_rpm_cp = 10000) AND \
+             (attribute_not_exists(shard_count) OR shard_count = 1)"
+        );
+        assert_eq!(
+            render(&delta(&plan, true)),
+            "SET vu = 0 ADD b_rpm_tk 2000, b_rpm_tc -2000 IF (attribute_exists(PK))"
+        );
+    }
+
+    #[test]
+    fn doubling_and_propagation_conditions() {
+        assert_eq!(
+            render(&double(4, 8, &[("rpm".to_owned(), 12_500)])),
+            "SET shard_count = 8, vu = 0 ADD b_rpm_tk -12500 IF (attribute_exists(PK)) AND \
+             (shard_count = 4)"
+        );
+        assert_eq!(
+            render(&propagate(8, &[])),
+            "SET shard_count = 8, vu = 0 IF (shard_count < 8)"
+        );
+        assert_eq!(
+            render(&consumption_only(&[("rpm".to_owned(), 1000)])),
+            "ADD b_rpm_tk -1000, b_rpm_tc 1000 IF (attribute_exists(PK)) AND (b_rpm_tk >= 1000)"
+        );
+    }
+}

@@ -1,0 +1,507 @@
+//! One bucket owner's acquire: speculative consume, failure handling, slow path, create,
+//! doubling (reference §3.4–§3.8). Cascade is layered on top in `mod.rs`.
+
+use std::collections::BTreeMap;
+
+use dynalimit_core::Limit;
+use dynalimit_core::bucket::bucket_ttl;
+use dynalimit_core::decide::{
+    BucketImage, FastFailure, Gate, LimitState, LimitStatus, Plan, TtlAction, WcuDecision,
+    classify_fast_failure, consumption_retry, decide_wcu_exhaustion, doubling_donations,
+    fast_rejection_gate, plan_create, plan_refill, shard_in, statuses_from_image,
+};
+use dynalimit_core::ids::DEFAULT_RESOURCE;
+use dynalimit_repository::RepositoryError;
+use dynalimit_repository::bucket::{
+    BucketKey, ConsumeOutcome, CreateOutcome, Meta, RefillOutcome, image_from_item,
+};
+use dynalimit_repository::config::{ConfigLevel, DisabledFlag, parse_config_item};
+use dynalimit_repository::item::Item;
+use dynalimit_repository::keys;
+use rand::Rng;
+
+use super::Inner;
+
+/// What one owner's debit produced.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub(crate) key: BucketKey,
+    /// Millitokens debited per declared limit.
+    pub(crate) consumed: BTreeMap<String, i64>,
+    /// The lease's view of the limits (capacity) for credit guards.
+    pub(crate) states: BTreeMap<String, LimitState>,
+    pub(crate) shard_count: u32,
+    /// Owner stamp of the item: cascade policy and parent.
+    pub(crate) cascade: bool,
+    pub(crate) parent_id: Option<String>,
+}
+
+/// Why an owner's debit did not happen.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// Statuses of a rejection (contended when empty and `contended`).
+    Rejected {
+        statuses: Vec<LimitStatus>,
+        contended: bool,
+    },
+    /// The bucket is stamped disabled.
+    Disabled,
+    /// The item carries a feature this client does not implement.
+    Unsupported(String),
+    /// No limits for the pair.
+    NoLimits,
+    /// A DynamoDB failure.
+    Repository(RepositoryError),
+}
+
+impl From<RepositoryError> for Refusal {
+    fn from(e: RepositoryError) -> Self {
+        Refusal::Repository(e)
+    }
+}
+
+fn reject(statuses: Vec<LimitStatus>) -> Refusal {
+    Refusal::Rejected {
+        statuses,
+        contended: false,
+    }
+}
+
+fn contended() -> Refusal {
+    Refusal::Rejected {
+        statuses: Vec::new(),
+        contended: true,
+    }
+}
+
+/// Where the slow path goes next.
+enum Next {
+    Done(Entry),
+    Slow { shard: u32, shard_count: u32 },
+}
+
+/// Shard draws for probes and the slow path.
+fn random_shard(from: u32, to: u32) -> u32 {
+    shard_in(from, to, rand::rng().random())
+}
+
+impl Inner {
+    fn entry_from_image(
+        &self,
+        key: &BucketKey,
+        img: &BucketImage,
+        demand: &BTreeMap<String, i64>,
+    ) -> Entry {
+        self.learn(&key.entity_id, &key.resource, img);
+        Entry {
+            key: key.clone(),
+            consumed: demand.clone(),
+            states: img.limits.clone(),
+            shard_count: img.shards(),
+            cascade: img.cascade,
+            parent_id: img.parent_id.clone(),
+        }
+    }
+
+    /// Debits `demand` from one owner's bucket on `resource`.
+    ///
+    /// `probe` allows trying two other shards on an exhausted shard of a sharded,
+    /// non-cascading owner (never for a cascading child, which must not bypass its parent).
+    pub(crate) async fn acquire_one(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        demand: &BTreeMap<String, i64>,
+        limits: Option<&[Limit]>,
+        probe: bool,
+    ) -> Result<Entry, Refusal> {
+        let now = self.clock.epoch_millis();
+        let known = self.shard_count(entity_id, resource);
+        let shard = random_shard(0, known);
+        let key = BucketKey::new(entity_id, resource, shard);
+        let outcome = self.store.speculative_consume(&key, demand, now).await?;
+        let next = match outcome {
+            ConsumeOutcome::Consumed(img) => Next::Done(self.entry_from_image(&key, &img, demand)),
+            ConsumeOutcome::Contended => Next::Slow {
+                shard,
+                shard_count: known,
+            },
+            ConsumeOutcome::Failed(old) => {
+                self.after_fast_failure(&key, old, demand, now, probe, known)
+                    .await?
+            }
+        };
+        match next {
+            Next::Done(entry) => Ok(entry),
+            Next::Slow { shard, shard_count } => {
+                self.slow_path(&key.with_shard(shard), shard_count, demand, limits)
+                    .await
+            }
+        }
+    }
+
+    async fn after_fast_failure(
+        &self,
+        key: &BucketKey,
+        old: Option<BucketImage>,
+        demand: &BTreeMap<String, i64>,
+        now: i64,
+        probe: bool,
+        known: u32,
+    ) -> Result<Next, Refusal> {
+        if let Some(img) = &old {
+            self.learn(&key.entity_id, &key.resource, img);
+            if let Some(reason) = img.unsupported_reason() {
+                return Err(Refusal::Unsupported(reason));
+            }
+        }
+        let slow_here = |count: u32| Next::Slow {
+            shard: key.shard,
+            shard_count: count,
+        };
+        let class = classify_fast_failure(old.as_ref(), demand, now);
+        let Some(img) = old else {
+            return Ok(slow_here(known));
+        };
+        match class {
+            FastFailure::BucketMissing | FastFailure::ScheduleBoundary => {
+                Ok(slow_here(img.shards()))
+            }
+            FastFailure::Disabled => Err(Refusal::Disabled),
+            FastFailure::WcuExhausted | FastFailure::BothExhausted => {
+                match decide_wcu_exhaustion(&img, demand, now) {
+                    WcuDecision::Reject(statuses) => Err(reject(statuses)),
+                    WcuDecision::SlowPath => Ok(slow_here(img.shards())),
+                    WcuDecision::Double { from, to } => {
+                        let donations = doubling_donations(&img, to);
+                        let count = self.store.double_shards(key, from, to, &donations).await?;
+                        self.raise_shard_count(&key.entity_id, &key.resource, count);
+                        tracing::info!(
+                            entity_id = %key.entity_id, resource = %key.resource,
+                            from, to = count, "shard count doubled"
+                        );
+                        Ok(Next::Slow {
+                            shard: if count > from {
+                                random_shard(from, count)
+                            } else {
+                                key.shard
+                            },
+                            shard_count: count,
+                        })
+                    }
+                }
+            }
+            FastFailure::AppLimitExhausted => {
+                let only_trim = img.vu == Some(0);
+                if img.shards() > 1
+                    && probe
+                    && !img.cascade
+                    && !only_trim
+                    && let Some(next) = self.probe_other_shards(key, &img, demand, now).await?
+                {
+                    return Ok(next);
+                }
+                match fast_rejection_gate(&img, demand, now) {
+                    Gate::Reject(statuses) => Err(reject(statuses)),
+                    Gate::SlowPath => Ok(slow_here(img.shards())),
+                }
+            }
+        }
+    }
+
+    /// Tries the fast path on up to two other shards (reference §3.5).
+    async fn probe_other_shards(
+        &self,
+        key: &BucketKey,
+        img: &BucketImage,
+        demand: &BTreeMap<String, i64>,
+        now: i64,
+    ) -> Result<Option<Next>, Refusal> {
+        let count = img.shards();
+        let mut tried = vec![key.shard];
+        for _ in 0..2 {
+            if tried.len() as u32 >= count {
+                break;
+            }
+            let mut shard = random_shard(0, count);
+            while tried.contains(&shard) {
+                shard = (shard + 1) % count;
+            }
+            tried.push(shard);
+            let probe = key.with_shard(shard);
+            match self.store.speculative_consume(&probe, demand, now).await? {
+                ConsumeOutcome::Consumed(got) => {
+                    return Ok(Some(Next::Done(
+                        self.entry_from_image(&probe, &got, demand),
+                    )));
+                }
+                ConsumeOutcome::Contended => {
+                    return Ok(Some(Next::Slow {
+                        shard,
+                        shard_count: count,
+                    }));
+                }
+                ConsumeOutcome::Failed(old) => {
+                    match classify_fast_failure(old.as_ref(), demand, now) {
+                        FastFailure::BucketMissing | FastFailure::ScheduleBoundary => {
+                            return Ok(Some(Next::Slow {
+                                shard,
+                                shard_count: count,
+                            }));
+                        }
+                        FastFailure::Disabled => return Err(Refusal::Disabled),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Read → plan → conditional write on the given shard (reference §3.7).
+    ///
+    /// One `BatchGetItem` reads the bucket, the owner's META and the four configuration levels
+    /// (uncached: the access walk must see the current `disabled` and cascade flags); the
+    /// limits come from `limits` when given, else from the first level that has any.
+    async fn slow_path(
+        &self,
+        key: &BucketKey,
+        shard_count: u32,
+        demand: &BTreeMap<String, i64>,
+        limits: Option<&[Limit]>,
+    ) -> Result<Entry, Refusal> {
+        let ns = self.store.namespace_id().to_owned();
+        let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
+        let bucket_key = (key.pk(&ns), keys::STATE_SK.to_owned());
+        let meta_key = self.store.meta_key(entity);
+        let levels = config_keys(&ns, entity, resource);
+        let mut wanted = vec![bucket_key.clone(), meta_key.clone()];
+        wanted.extend(levels.iter().map(|(_, k)| k.clone()));
+        // One owner-META re-plan after a changed owner.
+        for _ in 0..2 {
+            let items = self.store.batch_get(&wanted).await?;
+            let access = resolve_access(&items, &levels, limits)?;
+            if access.disabled {
+                return Err(Refusal::Disabled);
+            }
+            let limits = access.limits.as_slice();
+            if limits.is_empty() {
+                return Err(Refusal::NoLimits);
+            }
+            let demand = known_demand(demand, limits);
+            let meta = items
+                .get(&meta_key)
+                .map_or_else(Meta::absent, Meta::from_item);
+            let image = items.get(&bucket_key).map(image_from_item);
+            let now = self.clock.epoch_millis();
+            // Entity-level configuration keeps its buckets; resource/system configuration
+            // and explicit limits give them a TTL so unused buckets are swept (§2.6).
+            let ttl = match access.source {
+                Some(ConfigLevel::Entity | ConfigLevel::EntityDefault) => None,
+                _ => bucket_ttl(now, limits, self.ttl_multiplier),
+            };
+            let Some(img) = image else {
+                let plan = match plan_create(limits, &demand, shard_count, now, ttl) {
+                    Plan::Write(p) => p,
+                    Plan::Reject(statuses) => return Err(reject(statuses)),
+                };
+                let owner = meta.owner(access.cascade.unwrap_or(meta.cascade));
+                match self.store.create(key, &plan, &owner, &meta.check).await? {
+                    CreateOutcome::Created => {
+                        self.learn_count(entity, resource, plan.shard_count, &owner);
+                        let states = plan
+                            .limits
+                            .iter()
+                            .map(|(l, _, _)| {
+                                (
+                                    l.name().to_owned(),
+                                    LimitState::starting(l, plan.shard_count),
+                                )
+                            })
+                            .collect();
+                        return Ok(Entry {
+                            key: key.clone(),
+                            consumed: plan.consumed,
+                            states,
+                            shard_count: plan.shard_count,
+                            cascade: owner.cascade,
+                            parent_id: owner.parent_id,
+                        });
+                    }
+                    CreateOutcome::Lost => {
+                        return self.consume_only(key, &plan.consumed, &demand).await;
+                    }
+                    CreateOutcome::OwnerChanged => continue,
+                    CreateOutcome::Contended => return Err(contended()),
+                }
+            };
+            if let Some(reason) = img.unsupported_reason() {
+                return Err(Refusal::Unsupported(reason));
+            }
+            if img.disabled {
+                return Err(Refusal::Disabled);
+            }
+            let ttl = match (access.source, ttl) {
+                (Some(ConfigLevel::Entity | ConfigLevel::EntityDefault), _) => TtlAction::Remove,
+                (_, Some(t)) => TtlAction::Set(t),
+                (_, None) => TtlAction::Keep,
+            };
+            let plan = match plan_refill(&img, limits, &demand, now, ttl) {
+                Plan::Write(p) => p,
+                Plan::Reject(statuses) => return Err(reject(statuses)),
+            };
+            return match self.store.refill(key, &plan).await? {
+                RefillOutcome::Applied => {
+                    self.learn(entity, resource, &img);
+                    let mut states = img.limits.clone();
+                    for w in &plan.writes {
+                        if let Some(seed) = w.seed {
+                            states.insert(
+                                w.name.clone(),
+                                LimitState {
+                                    tk: seed.tk,
+                                    cp: seed.cp,
+                                    ra: seed.ra,
+                                    rp: seed.rp,
+                                    tc: 0,
+                                },
+                            );
+                        }
+                    }
+                    Ok(Entry {
+                        key: key.clone(),
+                        consumed: plan.consumed,
+                        states,
+                        shard_count: img.shards(),
+                        cascade: img.cascade,
+                        parent_id: img.parent_id.clone(),
+                    })
+                }
+                RefillOutcome::LostLock => self.consume_only(key, &plan.consumed, &demand).await,
+                RefillOutcome::Contended => Err(contended()),
+            };
+        }
+        Err(contended())
+    }
+
+    /// The consumption-only retry after a lost lock or a lost create (reference §3.7.4).
+    async fn consume_only(
+        &self,
+        key: &BucketKey,
+        consumed: &BTreeMap<String, i64>,
+        demand: &BTreeMap<String, i64>,
+    ) -> Result<Entry, Refusal> {
+        let retry = consumption_retry(consumed);
+        if retry.is_empty() {
+            // Nothing to debit (all-zero request): the read already showed it fits.
+            return match self.store.read(key).await? {
+                Some(img) => Ok(self.entry_from_image(key, &img, consumed)),
+                None => Err(contended()),
+            };
+        }
+        match self.store.consume_only(key, &retry).await? {
+            ConsumeOutcome::Consumed(img) => Ok(self.entry_from_image(key, &img, consumed)),
+            ConsumeOutcome::Failed(Some(img)) => {
+                let now = self.clock.epoch_millis();
+                let statuses = statuses_from_image(&img, demand, now);
+                if statuses.iter().any(|s| s.exceeded) {
+                    Err(reject(statuses))
+                } else {
+                    Err(contended())
+                }
+            }
+            ConsumeOutcome::Failed(None) | ConsumeOutcome::Contended => Err(contended()),
+        }
+    }
+}
+
+/// The four configuration levels of `(entity, resource)` with their keys, in precedence order.
+fn config_keys(ns: &str, entity: &str, resource: &str) -> Vec<(ConfigLevel, (String, String))> {
+    let mut out = vec![(
+        ConfigLevel::Entity,
+        (
+            keys::entity_pk(ns, entity),
+            keys::entity_config_sk(resource),
+        ),
+    )];
+    if resource != DEFAULT_RESOURCE {
+        out.push((
+            ConfigLevel::EntityDefault,
+            (
+                keys::entity_pk(ns, entity),
+                keys::entity_config_sk(DEFAULT_RESOURCE),
+            ),
+        ));
+        out.push((
+            ConfigLevel::Resource,
+            (keys::resource_pk(ns, resource), keys::CONFIG_SK.to_owned()),
+        ));
+    }
+    out.push((
+        ConfigLevel::System,
+        (keys::system_pk(ns), keys::CONFIG_SK.to_owned()),
+    ));
+    out
+}
+
+/// What the configuration says about one acquire.
+#[derive(Debug)]
+struct Access {
+    limits: Vec<Limit>,
+    /// Which level supplied the limits (`None` for explicit limits).
+    source: Option<ConfigLevel>,
+    disabled: bool,
+    /// The cascade policy of the walk, when a level sets one.
+    cascade: Option<bool>,
+}
+
+/// Resolves limits (unless given) and walks entity → entity default → resource for the
+/// `disabled` flag and the cascade policy (reference §3.7 step 2, §4.1).
+fn resolve_access(
+    items: &std::collections::HashMap<(String, String), Item>,
+    levels: &[(ConfigLevel, (String, String))],
+    explicit: Option<&[Limit]>,
+) -> Result<Access, Refusal> {
+    let mut access = Access {
+        limits: explicit.map(<[Limit]>::to_vec).unwrap_or_default(),
+        source: None,
+        disabled: false,
+        cascade: None,
+    };
+    let mut disabled_seen = false;
+    for (level, key) in levels {
+        let Some(item) = items.get(key) else {
+            continue;
+        };
+        let config = parse_config_item(item)?;
+        if *level != ConfigLevel::System {
+            if !disabled_seen && let Some(flag) = config.disabled {
+                disabled_seen = true;
+                access.disabled = flag == DisabledFlag::Disabled;
+            }
+            if access.cascade.is_none() {
+                access.cascade = config.cascade;
+            }
+        }
+        if explicit.is_none() && access.source.is_none() && !config.limits.is_empty() {
+            access.limits = config.limits;
+            access.source = Some(*level);
+        }
+    }
+    Ok(access)
+}
+
+/// The demand restricted to the resolved limits; other names are ignored with a warning.
+fn known_demand(demand: &BTreeMap<String, i64>, limits: &[Limit]) -> BTreeMap<String, i64> {
+    demand
+        .iter()
+        .filter(|(name, _)| {
+            let known = limits.iter().any(|l| l.name() == name.as_str());
+            if !known {
+                tracing::warn!(limit = %name, "consumed limit is not configured; ignored");
+            }
+            known
+        })
+        .map(|(n, m)| (n.clone(), *m))
+        .collect()
+}

@@ -1,0 +1,252 @@
+//! The lease: what an acquire consumed, its adjustments, commit and rollback (reference §3.9).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use dynalimit_core::limit::delta_to_milli;
+
+use super::Inner;
+use super::engine::Entry;
+use crate::Error;
+
+#[derive(Debug, Default)]
+struct State {
+    /// Net millitokens per declared limit recorded by `adjust`.
+    adjustments: BTreeMap<String, i64>,
+    /// Committed or rolled back: nothing more to write.
+    settled: bool,
+}
+
+/// What an acquire consumed.
+///
+/// The initial consumption is already written when the lease is returned. [`Lease::adjust`]
+/// records corrections in memory (positive = consume more, negative = give back; the balance
+/// may go negative, which gates later callers until refill repays the debt).
+/// [`Lease::commit`] writes the corrections; [`Lease::rollback`] gives the initial consumption
+/// back and discards them. A lease dropped without either is rolled back in the background
+/// (see the [module documentation](super)).
+///
+/// A *degraded* lease (admitted under `on_unavailable = allow`) wrote nothing and writes
+/// nothing.
+#[derive(Debug)]
+pub struct Lease {
+    inner: Option<Arc<Inner>>,
+    entries: Vec<Entry>,
+    state: Mutex<State>,
+}
+
+impl Lease {
+    pub(crate) fn new(inner: Arc<Inner>, entries: Vec<Entry>) -> Self {
+        Lease {
+            inner: Some(inner),
+            entries,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    pub(crate) fn degraded() -> Self {
+        Lease {
+            inner: None,
+            entries: Vec::new(),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// Whether this lease was admitted without the limiter (`on_unavailable = allow`).
+    pub fn is_degraded(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    /// Whole tokens consumed per declared limit, including adjustments so far (the entity's
+    /// own bucket; a cascade parent was debited the same amounts).
+    pub fn consumed(&self) -> BTreeMap<String, i64> {
+        let state = self.lock();
+        self.entries
+            .first()
+            .map(|e| {
+                e.consumed
+                    .iter()
+                    .map(|(n, c)| {
+                        let adj = state.adjustments.get(n).copied().unwrap_or(0);
+                        (n.clone(), (c + adj).div_euclid(1000))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The entities whose buckets this lease debited (the entity, then its parent).
+    pub fn entities(&self) -> Vec<&str> {
+        self.entries
+            .iter()
+            .map(|e| e.key.entity_id.as_str())
+            .collect()
+    }
+
+    /// Records a correction of `delta` whole tokens for a declared limit. Never fails and
+    /// never rejects; undeclared names are ignored with a warning.
+    pub fn adjust(&self, limit: &str, delta: i64) {
+        if self.entries.is_empty() {
+            return;
+        }
+        if !self.entries[0].consumed.contains_key(limit) {
+            tracing::warn!(%limit, "adjust of a limit the lease did not declare; ignored");
+            return;
+        }
+        let Ok(milli) = delta_to_milli("delta", delta) else {
+            tracing::warn!(%limit, delta, "adjustment out of bounds; ignored");
+            return;
+        };
+        let mut state = self.lock();
+        let slot = state.adjustments.entry(limit.to_owned()).or_insert(0);
+        *slot = slot.saturating_add(milli);
+    }
+
+    /// Gives `amount` whole tokens of a declared limit back (an adjustment of `-amount`).
+    pub fn release(&self, limit: &str, amount: i64) {
+        self.adjust(limit, amount.saturating_neg());
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes the lease's pending work, marking it settled first (a failure part-way never
+    /// triggers a rollback on top of landed writes).
+    fn settle(&self) -> Option<BTreeMap<String, i64>> {
+        let mut state = self.lock();
+        if state.settled {
+            return None;
+        }
+        state.settled = true;
+        Some(std::mem::take(&mut state.adjustments))
+    }
+
+    /// Writes the adjustments: one `UpdateItem` per debited bucket, each conditioned on the
+    /// item still existing (a swept bucket is skipped, never resurrected).
+    ///
+    /// # Errors
+    /// [`Error::LeaseWrite`] when a write fails; the other buckets are still written and
+    /// nothing is rolled back.
+    pub async fn commit(self) -> Result<(), Error> {
+        let Some(adjustments) = self.settle() else {
+            return Ok(());
+        };
+        let Some(inner) = &self.inner else {
+            return Ok(());
+        };
+        write_all(inner, &self.entries, |entry| {
+            entry
+                .consumed
+                .keys()
+                .filter_map(|n| Some((n.clone(), *adjustments.get(n)?)))
+                .collect()
+        })
+        .await
+    }
+
+    /// Gives back the initial consumption and discards the adjustments.
+    ///
+    /// # Errors
+    /// [`Error::LeaseWrite`] when a credit fails; the other credits are still written.
+    pub async fn rollback(self) -> Result<(), Error> {
+        if self.settle().is_none() {
+            return Ok(());
+        }
+        let Some(inner) = &self.inner else {
+            return Ok(());
+        };
+        rollback_entries(inner, &self.entries).await
+    }
+
+    /// Runs `work` under the lease: commits when it returns `Ok`, rolls back when it returns
+    /// `Err` (and when it panics or is cancelled, through the drop rollback).
+    ///
+    /// # Errors
+    /// The work's error, or the commit's converted with `From<Error>`.
+    pub async fn run<T, E, F>(self, work: F) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        match work.await {
+            Ok(value) => {
+                self.commit().await?;
+                Ok(value)
+            }
+            Err(e) => {
+                if let Err(rollback) = self.rollback().await {
+                    tracing::warn!(error = %rollback, "rollback after failed work did not complete");
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+async fn write_all(
+    inner: &Inner,
+    entries: &[Entry],
+    net_of: impl Fn(&Entry) -> BTreeMap<String, i64>,
+) -> Result<(), Error> {
+    let mut first_error = None;
+    for entry in entries {
+        let net = net_of(entry);
+        if net.values().all(|d| *d == 0) {
+            continue;
+        }
+        if let Err(e) = inner.credit(entry, &net).await {
+            tracing::warn!(
+                entity_id = %entry.key.entity_id, resource = %entry.key.resource, error = %e,
+                "lease write failed"
+            );
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), |e| Err(Error::LeaseWrite(e)))
+}
+
+async fn rollback_entries(inner: &Inner, entries: &[Entry]) -> Result<(), Error> {
+    write_all(inner, entries, |entry| {
+        entry
+            .consumed
+            .iter()
+            .map(|(n, c)| (n.clone(), -c))
+            .collect()
+    })
+    .await
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.settle().is_none() {
+            return;
+        }
+        let Some(inner) = self.inner.clone() else {
+            return;
+        };
+        let entries = std::mem::take(&mut self.entries);
+        if entries.iter().all(|e| e.consumed.values().all(|c| *c == 0)) {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                inner.pending.fetch_add(1, Ordering::SeqCst);
+                handle.spawn(async move {
+                    if let Err(e) = rollback_entries(&inner, &entries).await {
+                        tracing::warn!(error = %e, "rollback of a dropped lease failed");
+                    }
+                    inner.pending.fetch_sub(1, Ordering::SeqCst);
+                    inner.settled.notify_waiters();
+                });
+            }
+            Err(_) => tracing::error!(
+                "lease dropped outside a Tokio runtime; its consumption cannot be given back"
+            ),
+        }
+    }
+}

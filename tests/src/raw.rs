@@ -1,0 +1,81 @@
+//! Raw item writers for tests that need items in the reference's exact format (for example
+//! items another client wrote).
+
+use std::collections::HashMap;
+
+use crate::TestTable;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+/// Puts an item made of string attributes.
+pub async fn put_raw(table: &TestTable, attrs: &[(&str, &str)]) {
+    let item: HashMap<String, AttributeValue> = attrs
+        .iter()
+        .map(|(k, v)| (k.to_string(), AttributeValue::S(v.to_string())))
+        .collect();
+    put_item(table, item).await;
+}
+
+/// Puts `item` as it is.
+pub async fn put_item(table: &TestTable, item: HashMap<String, AttributeValue>) {
+    table
+        .client()
+        .put_item()
+        .table_name(table.name())
+        .set_item(Some(item))
+        .send()
+        .await
+        .expect("put item");
+}
+
+/// Puts a bucket item (§1.4.7) with full limits `(name, capacity, refill, period_s)` and the
+/// `wcu` block.
+pub async fn put_bucket(
+    table: &TestTable,
+    ns: &str,
+    entity: &str,
+    resource: &str,
+    shard: u32,
+    limits: &[(&str, i64, i64, i64)],
+) {
+    let s = |v: &str| AttributeValue::S(v.to_string());
+    let n = |v: i64| AttributeValue::N(v.to_string());
+    let mut item = HashMap::from([
+        (
+            "PK".to_string(),
+            s(&format!("{ns}/BUCKET#{entity}#{resource}#{shard}")),
+        ),
+        ("SK".to_string(), s("#STATE")),
+        ("entity_id".to_string(), s(entity)),
+        ("resource".to_string(), s(resource)),
+        ("rf".to_string(), n(1_700_000_000_000)),
+        ("shard_count".to_string(), n(1)),
+        (
+            "GSI2PK".to_string(),
+            s(&format!("{ns}/RESOURCE#{resource}")),
+        ),
+        ("GSI2SK".to_string(), s(&format!("BUCKET#{entity}#{shard}"))),
+        ("GSI3PK".to_string(), s(&format!("{ns}/ENTITY#{entity}"))),
+        (
+            "GSI3SK".to_string(),
+            s(&format!("BUCKET#{resource}#{shard}")),
+        ),
+        ("GSI4PK".to_string(), s(ns)),
+        (
+            "GSI4SK".to_string(),
+            s(&format!("BUCKET#{entity}#{resource}#{shard}")),
+        ),
+        ("b_wcu_tk".to_string(), n(1_000_000)),
+        ("b_wcu_cp".to_string(), n(1_000_000)),
+        ("b_wcu_ra".to_string(), n(1_000_000)),
+        ("b_wcu_rp".to_string(), n(1000)),
+        ("b_wcu_tc".to_string(), n(0)),
+    ]);
+    for (name, cp, ra, rp) in limits {
+        item.insert(format!("b_{name}_tk"), n(cp * 1000));
+        item.insert(format!("b_{name}_cp"), n(cp * 1000));
+        item.insert(format!("b_{name}_ra"), n(ra * 1000));
+        item.insert(format!("b_{name}_rp"), n(rp * 1000));
+        item.insert(format!("b_{name}_tc"), n(0));
+    }
+    put_item(table, item).await;
+}

@@ -1,0 +1,95 @@
+//! The version record and the compatibility gate.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use dynalimit_repository::{Repository, RepositoryError};
+
+/// What a newer zae-limiter does when it enables a feature older readers would mishandle.
+async fn set_client_min_version(table: &dynalimit_tests::TestTable, version: &str) {
+    table
+        .client()
+        .update_item()
+        .table_name(table.name())
+        .key("PK", AttributeValue::S("_/SYSTEM#".into()))
+        .key("SK", AttributeValue::S("#VERSION".into()))
+        .update_expression("SET client_min_version = :m")
+        .expression_attribute_values(":m", AttributeValue::S(version.into()))
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn open_writes_the_version_record_once_and_ping_answers() {
+    let table = dynalimit_tests::table().await;
+    let repo = table.repository("v").await;
+    repo.ping().await.unwrap();
+    let record = repo
+        .version_record()
+        .await
+        .unwrap()
+        .expect("written on open");
+    assert_eq!(record.schema_version, "0.10.0");
+    assert_eq!(record.client_min_version, "0.0.0");
+    assert_eq!(record.lambda_version, None);
+    assert!(record.updated_by.unwrap().starts_with("dynalimit:"));
+    // A later write never lowers a ratcheted minimum.
+    set_client_min_version(&table, "0.12.0").await;
+    repo.write_version_record(Some("0.1.0")).await.unwrap();
+    let record = repo.version_record().await.unwrap().unwrap();
+    assert_eq!(record.client_min_version, "0.12.0");
+    assert_eq!(record.lambda_version.as_deref(), Some("0.1.0"));
+    // 0.12 is within what dynalimit implements: opening still works.
+    table.repository("v").await;
+}
+
+#[tokio::test]
+async fn a_table_ratcheted_past_the_core_profile_is_refused() {
+    let table = dynalimit_tests::table().await;
+    table.repository("v").await;
+    set_client_min_version(&table, "0.15.0").await;
+    for result in [
+        table.builder().namespace("v").open().await,
+        table.builder().namespace("v").connect().await,
+    ] {
+        match result {
+            Err(RepositoryError::IncompatibleVersion {
+                required,
+                implemented,
+                ..
+            }) => {
+                assert_eq!(required, "0.15.0");
+                assert_eq!(implemented, "0.14.0");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn connect_writes_nothing_and_needs_an_existing_namespace() {
+    let table = dynalimit_tests::table().await;
+    let err = table.builder().namespace("x").connect().await.unwrap_err();
+    assert!(
+        matches!(err, RepositoryError::TableNotFound { .. }),
+        "{err}"
+    );
+    assert!(table.scan_all().await.is_empty(), "connect wrote nothing");
+    table.repository("x").await;
+    table.builder().namespace("x").connect().await.unwrap();
+    let err = table.builder().namespace("y").connect().await.unwrap_err();
+    assert!(
+        matches!(err, RepositoryError::NamespaceNotFound { .. }),
+        "{err}"
+    );
+    let missing = Repository::builder()
+        .client(table.client().clone())
+        .stack("no-such-table")
+        .create_table(false)
+        .open()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(missing, RepositoryError::TableNotFound { .. }),
+        "{missing}"
+    );
+}
