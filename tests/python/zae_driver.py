@@ -11,6 +11,9 @@ standard output: ``{"results": [{"ok": <value>} | {"error": {"type": ..., "messa
 An operation that fails stops the run unless it carries ``"continue": true``. The process exits
 0 whenever it could write that document, so the caller decides what an error means.
 
+An operation with ``"now_ms"`` runs with zae-limiter's token-bucket clock fixed at that epoch
+millisecond (``Repository._now_ms``, the one clock its refill, ``rf`` stamps and TTLs read).
+
 Limits travel as ``{"name", "capacity", "refill_amount", "refill_period_seconds"}``, entities
 as their ``zae_limiter.Entity`` fields, buckets as their raw DynamoDB attribute values
 (``{"N": "..."}``, ``{"S": "..."}``, ...) so the caller compares stored values exactly.
@@ -110,6 +113,12 @@ class Driver:
                 key=lambda n: n["name"],
             )
         repo = await self.repo(ns)
+        if "now_ms" in op:
+            # The token-bucket clock of zae-limiter: refill, rf stamps and TTLs all read it.
+            fixed = int(op["now_ms"])
+            repo._now_ms = lambda: fixed  # type: ignore[method-assign]
+        else:
+            repo.__dict__.pop("_now_ms", None)
         if name == "create_entity":
             entity = await repo.create_entity(
                 op["id"],
@@ -177,7 +186,10 @@ class Driver:
                     await lease.adjust(**op["adjust"])
             return {"admitted": True}
         except RateLimitExceeded as e:
-            return {"admitted": False, "retry_after_seconds": e.retry_after_seconds}
+            return {
+                "admitted": False,
+                "retry_after_ms": round(e.retry_after_seconds * 1000),
+            }
 
     async def hammer(self, repo: Repository, op: dict[str, Any]) -> dict[str, Any]:
         """`count` acquires of `consume` by `concurrency` workers until `deadline` (epoch s)."""

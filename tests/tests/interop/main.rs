@@ -18,6 +18,7 @@
 
 mod python;
 
+mod buckets;
 mod config;
 mod entities;
 mod namespaces;
