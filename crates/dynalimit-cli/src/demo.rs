@@ -140,7 +140,10 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
 }
 
 async fn simulate(args: &DemoArgs, target: &Target) -> anyhow::Result<()> {
-    println!("Endpoint {}  table {}  namespace {}", target.url, args.stack, args.namespace);
+    println!(
+        "Endpoint {}  table {}  namespace {}",
+        target.url, args.stack, args.namespace
+    );
     let repo = Repository::builder()
         .client(target.client(None).await)
         .stack(&args.stack)
