@@ -6,7 +6,9 @@
 
 mod aggregator;
 mod audit;
+mod bench;
 mod context;
+mod demo;
 mod entity;
 mod infra;
 mod limit_spec;
@@ -76,6 +78,13 @@ enum Command {
         after_help = "Examples:\n  dynalimit audit --entity key-1\n  dynalimit audit --system --limit 10"
     )]
     Audit(audit::AuditArgs),
+    /// Simulate an LLM gateway on a private DynamoDB Local (or --endpoint-url) and show the
+    /// buckets.
+    #[command(after_help = "Example:\n  dynalimit demo\n  dynalimit demo --seconds 20 --tasks 64")]
+    Demo(demo::DemoArgs),
+    /// Measure latency, throughput, requests and client CPU against a fresh DynamoDB Local.
+    #[command(after_help = "Example:\n  dynalimit bench\n  dynalimit bench --json > bench.json")]
+    Bench(bench::BenchArgs),
     /// Maintain usage snapshots from the table's stream without Lambda.
     #[command(
         subcommand,
@@ -100,6 +109,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Limits(c) => limits::run(g, c).await,
         Command::Audit(args) => audit::run(g, args).await,
         Command::Local(c) => local::run(g, c).await,
+        Command::Demo(args) => demo::run(args, g.endpoint_url.clone(), &g.stack).await,
+        Command::Bench(args) => bench::run(args, g.endpoint_url.clone(), &g.stack).await,
         Command::Aggregator(c) => {
             aggregator::run(g.endpoint_url.as_deref(), g.region.as_deref(), &g.stack, c).await
         }

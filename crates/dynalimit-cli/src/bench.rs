@@ -1,0 +1,552 @@
+//! `dynalimit bench`: latency, throughput, requests and client CPU of the hot paths.
+//!
+//! One run starts a fresh DynamoDB Local (the emulator slows down as it fills, so runs never
+//! share one) unless `--endpoint-url` is given, and measures, at each concurrency, on one hot
+//! entity and on many entities:
+//!
+//! | operation | what one operation is |
+//! |---|---|
+//! | `raw-update` | one plain `UpdateItem` (`ADD n 1`): the floor every acquire is measured against |
+//! | `warm-acquire` | acquire `rpm=1, tpm=100` on an existing bucket, then commit |
+//! | `first-touch` | the first acquire of a bucket (new resource on the hot entity, new entity otherwise), then commit |
+//! | `warm-cascade` | a warm acquire by a child whose bucket cascades to its parent, then commit |
+//! | `adjust` | a warm acquire, `adjust(tpm, +50)`, commit |
+//!
+//! For each: p50, p90, p99 and mean latency, operations per second, DynamoDB requests per
+//! operation (counted by an SDK interceptor) and client CPU per operation (the CPU time of
+//! every thread of this process, from `/proc/self/task/*/schedstat`, divided by operations).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use clap::Args;
+use dynalimit::{Limit, RateLimiter};
+use dynalimit_core::{Clock as _, SystemClock};
+use dynalimit_repository::Repository;
+use dynalimit_repository::entity::NewEntity;
+use dynalimit_repository::metrics::RequestCounter;
+use serde_json::{Value, json};
+
+use crate::demo::{Target, print_table};
+
+/// Options of `dynalimit bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// Print the results as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// DynamoDB endpoint. Default: a fresh private DynamoDB Local for the run.
+    #[arg(long, env = "DYNALIMIT_ENDPOINT_URL")]
+    endpoint_url: Option<String>,
+    /// Measured operations per case.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
+    ops: u64,
+    /// Entities in the "many" shape.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(2..=100_000))]
+    entities: u64,
+    /// Concurrency levels (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    concurrency: Vec<usize>,
+}
+
+/// What one measured operation does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    RawUpdate,
+    WarmAcquire,
+    FirstTouch,
+    WarmCascade,
+    Adjust,
+}
+
+impl Op {
+    const ALL: [Op; 5] = [
+        Op::RawUpdate,
+        Op::WarmAcquire,
+        Op::WarmCascade,
+        Op::Adjust,
+        Op::FirstTouch,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Op::RawUpdate => "raw-update",
+            Op::WarmAcquire => "warm-acquire",
+            Op::FirstTouch => "first-touch",
+            Op::WarmCascade => "warm-cascade",
+            Op::Adjust => "adjust",
+        }
+    }
+}
+
+/// One entity for everything, or many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Hot,
+    Many,
+}
+
+impl Shape {
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Hot => "hot",
+            Shape::Many => "many",
+        }
+    }
+}
+
+/// The figures of one case.
+#[derive(Debug, Clone)]
+struct Figures {
+    op: Op,
+    shape: Shape,
+    concurrency: usize,
+    ops: u64,
+    p50_us: f64,
+    p90_us: f64,
+    p99_us: f64,
+    mean_us: f64,
+    ops_per_s: f64,
+    requests_per_op: f64,
+    /// Requests per operation by DynamoDB operation name.
+    requests_by_operation: BTreeMap<String, f64>,
+    cpu_us_per_op: f64,
+}
+
+impl Figures {
+    fn to_json(&self) -> Value {
+        json!({
+            "op": self.op.name(),
+            "shape": self.shape.name(),
+            "concurrency": self.concurrency,
+            "ops": self.ops,
+            "p50_us": self.p50_us.round(),
+            "p90_us": self.p90_us.round(),
+            "p99_us": self.p99_us.round(),
+            "mean_us": self.mean_us.round(),
+            "ops_per_s": self.ops_per_s.round(),
+            "requests_per_op": (self.requests_per_op * 100.0).round() / 100.0,
+            "requests_by_operation": self
+                .requests_by_operation
+                .iter()
+                .map(|(k, v)| (k.clone(), json!((v * 100.0).round() / 100.0)))
+                .collect::<serde_json::Map<_, _>>(),
+            "cpu_us_per_op": (self.cpu_us_per_op * 10.0).round() / 10.0,
+        })
+    }
+}
+
+/// Everything a case needs.
+#[derive(Debug, Clone)]
+struct Bench {
+    client: Client,
+    table: String,
+    limiter: RateLimiter,
+    counter: RequestCounter,
+    entities: u64,
+    /// Distinguishes first-touch buckets across cases.
+    fresh: Arc<AtomicUsize>,
+}
+
+const RESOURCE: &str = "model";
+const STACK: &str = "dynalimit-bench";
+
+/// Runs the benchmark.
+pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !args.concurrency.is_empty() && args.concurrency.iter().all(|c| (1..=1024).contains(c)),
+        "--concurrency takes levels between 1 and 1024"
+    );
+    if !args.json {
+        eprintln!(
+            "Starting the endpoint and preparing {} entities...",
+            args.entities
+        );
+    }
+    let target = Target::resolve(args.endpoint_url.clone()).await?;
+    let outcome = measure(&args, &target).await;
+    target.stop().await;
+    let results = outcome?;
+    if args.json {
+        let doc = json!({
+            "machine": machine(),
+            "ops_per_case": args.ops,
+            "entities": args.entities,
+            "results": results.iter().map(Figures::to_json).collect::<Vec<_>>(),
+            "targets": targets(&results),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print_results(&results);
+    }
+    Ok(())
+}
+
+async fn measure(args: &BenchArgs, target: &Target) -> anyhow::Result<Vec<Figures>> {
+    let counter = RequestCounter::default();
+    let client = target.client(Some(counter.clone())).await;
+    let repo = Repository::builder()
+        .client(client.clone())
+        .stack(STACK)
+        .namespace("bench")
+        .open()
+        .await
+        .context("opening the benchmark table")?;
+    // Limits far above what any run can spend, so every acquire is admitted. Hourly, so the
+    // buckets' TTL (7 x the time to fill, reference §2.6) outlives the run: a per-second
+    // limit's buckets would expire after 7 s and send warm acquires down the slow path.
+    repo.set_system_defaults(
+        &[
+            Limit::per_hour("rpm", 1_000_000_000_000),
+            Limit::per_hour("tpm", 1_000_000_000_000),
+        ],
+        None,
+    )
+    .await?;
+    let bench = Bench {
+        client,
+        table: STACK.to_string(),
+        limiter: RateLimiter::new(repo.clone()),
+        counter,
+        entities: args.entities,
+        fresh: Arc::new(AtomicUsize::new(0)),
+    };
+    prepare(&bench, &repo).await?;
+
+    let mut results = Vec::new();
+    for &concurrency in &args.concurrency {
+        for op in Op::ALL {
+            for shape in [Shape::Hot, Shape::Many] {
+                let figures = bench.case(op, shape, concurrency, args.ops).await?;
+                if !args.json {
+                    eprintln!(
+                        "  {:<13} {:<4} c={:<3} p50 {:>7.0} us  {:>6.0} ops/s",
+                        op.name(),
+                        shape.name(),
+                        concurrency,
+                        figures.p50_us,
+                        figures.ops_per_s
+                    );
+                }
+                results.push(figures);
+            }
+        }
+    }
+    Ok(results)
+}
+
+/// Creates the cascade parents and children, warms every bucket the warm cases use, and
+/// warms the emulator's JIT with unmeasured raw updates.
+async fn prepare(bench: &Bench, repo: &Repository) -> anyhow::Result<()> {
+    let ids: Vec<u64> = (0..bench.entities).collect();
+    run_parallel(16, &ids, |i| async move {
+        repo.create_entity(NewEntity::new(format!("p-{i}"))).await?;
+        repo.create_entity(
+            NewEntity::new(format!("c-{i}"))
+                .parent(format!("p-{i}"))
+                .cascade(true),
+        )
+        .await?;
+        let limiter = &bench.limiter;
+        for entity in [format!("e-{i}"), format!("c-{i}")] {
+            limiter
+                .acquire(&entity, RESOURCE, [("rpm", 1), ("tpm", 1)])
+                .await?
+                .commit()
+                .await?;
+        }
+        Ok(())
+    })
+    .await?;
+    let warm: Vec<u64> = (0..2000).collect();
+    run_parallel(8, &warm, |i| async move {
+        bench.raw_update(i % bench.entities).await
+    })
+    .await
+}
+
+/// Runs `work` on every item with `workers` concurrent workers.
+async fn run_parallel<'a, F, Fut>(workers: usize, items: &'a [u64], work: F) -> anyhow::Result<()>
+where
+    F: Fn(u64) -> Fut + Clone + 'a,
+    Fut: Future<Output = anyhow::Result<()>> + 'a,
+{
+    let next = AtomicUsize::new(0);
+    let worker = |work: F| {
+        let next = &next;
+        async move {
+            while let Some(&i) = items.get(next.fetch_add(1, Ordering::Relaxed)) {
+                work(i).await?;
+            }
+            anyhow::Ok(())
+        }
+    };
+    let all = (0..workers).map(|_| worker(work.clone()));
+    futures::future::try_join_all(all).await.map(|_| ())
+}
+
+impl Bench {
+    fn entity_index(&self, shape: Shape, i: u64) -> u64 {
+        match shape {
+            Shape::Hot => 0,
+            Shape::Many => i % self.entities,
+        }
+    }
+
+    async fn raw_update(&self, index: u64) -> anyhow::Result<()> {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("PK", AttributeValue::S(format!("bench/RAW#{index}")))
+            .key("SK", AttributeValue::S("#STATE".into()))
+            .update_expression("ADD n :one")
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .send()
+            .await?;
+        Ok(())
+    }
+
+    async fn one(&self, op: Op, shape: Shape, i: u64) -> anyhow::Result<()> {
+        let e = self.entity_index(shape, i);
+        let consume = [("rpm", 1), ("tpm", 100)];
+        match op {
+            Op::RawUpdate => self.raw_update(e).await,
+            Op::WarmAcquire => {
+                let lease = self
+                    .limiter
+                    .acquire(&format!("e-{e}"), RESOURCE, consume)
+                    .await?;
+                Ok(lease.commit().await?)
+            }
+            Op::WarmCascade => {
+                let lease = self
+                    .limiter
+                    .acquire(&format!("c-{e}"), RESOURCE, consume)
+                    .await?;
+                Ok(lease.commit().await?)
+            }
+            Op::Adjust => {
+                let lease = self
+                    .limiter
+                    .acquire(&format!("e-{e}"), RESOURCE, consume)
+                    .await?;
+                lease.adjust("tpm", 50);
+                Ok(lease.commit().await?)
+            }
+            Op::FirstTouch => {
+                let n = self.fresh.fetch_add(1, Ordering::Relaxed);
+                let (entity, resource) = match shape {
+                    Shape::Hot => ("e-0".to_string(), format!("fresh-{n}")),
+                    Shape::Many => (format!("fresh-{n}"), RESOURCE.to_string()),
+                };
+                let lease = self.limiter.acquire(&entity, &resource, consume).await?;
+                Ok(lease.commit().await?)
+            }
+        }
+    }
+
+    async fn case(
+        &self,
+        op: Op,
+        shape: Shape,
+        concurrency: usize,
+        ops: u64,
+    ) -> anyhow::Result<Figures> {
+        let next = Arc::new(AtomicUsize::new(0));
+        let total = usize::try_from(ops)?;
+        let requests_before = self.counter.total();
+        let by_op_before = self.counter.snapshot();
+        let cpu_before = process_cpu()?;
+        let started = SystemClock.monotonic();
+        let mut workers = Vec::new();
+        for _ in 0..concurrency {
+            let (bench, next) = (self.clone(), Arc::clone(&next));
+            workers.push(tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= total {
+                        return anyhow::Ok(latencies);
+                    }
+                    let t0 = SystemClock.monotonic();
+                    bench.one(op, shape, u64::try_from(i)?).await?;
+                    latencies.push(SystemClock.monotonic() - t0);
+                }
+            }));
+        }
+        let mut latencies = Vec::with_capacity(total);
+        for w in workers {
+            latencies.extend(w.await??);
+        }
+        let wall = SystemClock.monotonic() - started;
+        let cpu = process_cpu()? - cpu_before;
+        let requests = self.counter.total() - requests_before;
+        let by_op_after = self.counter.snapshot();
+        self.limiter.settle().await;
+        latencies.sort_unstable();
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let pick = |q: f64| {
+            let idx = ((latencies.len() as f64 - 1.0) * q).round() as usize;
+            us(latencies[idx.min(latencies.len() - 1)])
+        };
+        let n = latencies.len() as f64;
+        Ok(Figures {
+            op,
+            shape,
+            concurrency,
+            ops,
+            p50_us: pick(0.50),
+            p90_us: pick(0.90),
+            p99_us: pick(0.99),
+            mean_us: latencies.iter().map(|d| us(*d)).sum::<f64>() / n,
+            ops_per_s: n / wall.as_secs_f64(),
+            requests_per_op: requests as f64 / n,
+            requests_by_operation: by_op_after
+                .iter()
+                .map(|(k, v)| {
+                    let before = by_op_before.get(k).copied().unwrap_or(0);
+                    (k.clone(), (v - before) as f64 / n)
+                })
+                .filter(|(_, v)| *v > 0.0)
+                .collect(),
+            cpu_us_per_op: us(cpu) / n,
+        })
+    }
+}
+
+/// CPU time used so far by every live thread of this process (nanosecond resolution).
+fn process_cpu() -> anyhow::Result<Duration> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").context("reading /proc/self/task")? {
+        let path = task?.path().join("schedstat");
+        // A thread may end between the listing and the read.
+        if let Ok(text) = std::fs::read_to_string(path) {
+            total += text
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Ok(Duration::from_nanos(total))
+}
+
+/// The machine, for the record: cores, CPU model, memory.
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_default();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kb: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    json!({
+        "cpus": std::thread::available_parallelism().map_or(0, usize::from),
+        "cpu_model": model,
+        "memory_gib": (mem_kb as f64 / 1024.0 / 1024.0 * 10.0).round() / 10.0,
+    })
+}
+
+fn find(results: &[Figures], op: Op, shape: Shape, concurrency: usize) -> Option<&Figures> {
+    results
+        .iter()
+        .find(|f| f.op == op && f.shape == shape && f.concurrency == concurrency)
+}
+
+/// The three targets, evaluated on this run's figures.
+fn targets(results: &[Figures]) -> Value {
+    let mut out = Vec::new();
+    for shape in [Shape::Hot, Shape::Many] {
+        if let (Some(raw), Some(warm)) = (
+            find(results, Op::RawUpdate, shape, 1),
+            find(results, Op::WarmAcquire, shape, 1),
+        ) {
+            let ratio = warm.p50_us / raw.p50_us;
+            out.push(json!({
+                "target": format!("warm acquire p50 <= 1.15 x raw UpdateItem p50 (c=1, {})",
+                                  shape.name()),
+                "value": (ratio * 1000.0).round() / 1000.0,
+                "met": ratio <= 1.15,
+            }));
+        }
+    }
+    let worst_cpu = results
+        .iter()
+        .filter(|f| f.op == Op::WarmAcquire)
+        .map(|f| f.cpu_us_per_op)
+        .fold(0.0, f64::max);
+    out.push(json!({
+        "target": "client CPU per warm acquire <= 50 us (worst case)",
+        "value": (worst_cpu * 10.0).round() / 10.0,
+        "met": worst_cpu <= 50.0,
+    }));
+    if let (Some(raw), Some(warm)) = (
+        find(results, Op::RawUpdate, Shape::Many, 32),
+        find(results, Op::WarmAcquire, Shape::Many, 32),
+    ) {
+        let ratio = warm.ops_per_s / raw.ops_per_s;
+        out.push(json!({
+            "target": "warm acquire throughput >= 0.9 x raw UpdateItem (c=32, many)",
+            "value": (ratio * 1000.0).round() / 1000.0,
+            "met": ratio >= 0.9,
+        }));
+    }
+    Value::Array(out)
+}
+
+fn print_results(results: &[Figures]) {
+    let m = machine();
+    println!(
+        "\nMachine: {} CPUs, {}, {} GiB",
+        m["cpus"],
+        m["cpu_model"].as_str().unwrap_or("?"),
+        m["memory_gib"]
+    );
+    let mut rows = vec![[
+        "operation".to_string(),
+        "shape".into(),
+        "conc".into(),
+        "p50 us".into(),
+        "p90 us".into(),
+        "p99 us".into(),
+        "mean us".into(),
+        "ops/s".into(),
+        "req/op".into(),
+        "cpu us/op".into(),
+    ]];
+    for f in results {
+        rows.push([
+            f.op.name().to_string(),
+            f.shape.name().to_string(),
+            f.concurrency.to_string(),
+            format!("{:.0}", f.p50_us),
+            format!("{:.0}", f.p90_us),
+            format!("{:.0}", f.p99_us),
+            format!("{:.0}", f.mean_us),
+            format!("{:.0}", f.ops_per_s),
+            format!("{:.2}", f.requests_per_op),
+            format!("{:.1}", f.cpu_us_per_op),
+        ]);
+    }
+    print_table(&rows);
+    println!("\nTargets:");
+    for t in targets(results).as_array().into_iter().flatten() {
+        println!(
+            "  [{}] {}: {}",
+            if t["met"] == true { "met" } else { "MISSED" },
+            t["target"].as_str().unwrap_or(""),
+            t["value"]
+        );
+    }
+}
