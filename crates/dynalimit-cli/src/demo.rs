@@ -31,13 +31,6 @@ use rand::Rng as _;
 /// Options of `dynalimit demo`.
 #[derive(Debug, Args)]
 pub(crate) struct DemoArgs {
-    /// DynamoDB endpoint (LocalStack, a running DynamoDB Local, or AWS). Default: start a
-    /// private DynamoDB Local for the run.
-    #[arg(long, env = "DYNALIMIT_ENDPOINT_URL")]
-    endpoint_url: Option<String>,
-    /// Table (stack) name.
-    #[arg(long, default_value = "dynalimit-demo")]
-    stack: String,
     /// Namespace.
     #[arg(long, default_value = "demo")]
     namespace: String,
@@ -121,13 +114,20 @@ struct Tally {
 }
 
 /// Runs the demo.
-pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
+///
+/// `endpoint_url` (the global `--endpoint-url`) points it at an existing endpoint; without it a
+/// private DynamoDB Local is started. `stack` is the table.
+pub(crate) async fn run(
+    args: &DemoArgs,
+    endpoint_url: Option<String>,
+    stack: &str,
+) -> anyhow::Result<()> {
     let started = SystemClock.epoch_millis();
-    if args.endpoint_url.is_none() {
+    if endpoint_url.is_none() {
         println!("Starting a private DynamoDB Local (installed on first use)...");
     }
-    let target = Target::resolve(args.endpoint_url.clone()).await?;
-    let outcome = simulate(&args, &target).await;
+    let target = Target::resolve(endpoint_url).await?;
+    let outcome = simulate(args, &target, stack).await;
     let private = target.is_private();
     target.stop().await;
     if private {
@@ -139,14 +139,14 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn simulate(args: &DemoArgs, target: &Target) -> anyhow::Result<()> {
+async fn simulate(args: &DemoArgs, target: &Target, stack: &str) -> anyhow::Result<()> {
     println!(
-        "Endpoint {}  table {}  namespace {}",
-        target.url, args.stack, args.namespace
+        "Endpoint {}  table {stack}  namespace {}",
+        target.url, args.namespace
     );
     let repo = Repository::builder()
         .client(target.client(None).await)
-        .stack(&args.stack)
+        .stack(stack)
         .namespace(&args.namespace)
         .open()
         .await

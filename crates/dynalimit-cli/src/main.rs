@@ -1,10 +1,8 @@
-//! The `dynalimit` command. This file holds only the command tree and the dispatch; each
-//! command group lives in its own module.
+//! The `dynalimit` command.
 
+mod aggregator;
 mod bench;
 mod demo;
-
-use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -12,45 +10,61 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "dynalimit", version)]
 struct Cli {
+    /// Endpoint of DynamoDB, e.g. DynamoDB Local or LocalStack.
+    #[arg(
+        long,
+        global = true,
+        env = "DYNALIMIT_ENDPOINT_URL",
+        value_name = "URL"
+    )]
+    endpoint_url: Option<String>,
+    /// AWS region (default: the AWS configuration's, else us-east-1).
+    #[arg(long, global = true, env = "AWS_REGION")]
+    region: Option<String>,
+    /// Stack name, which is also the table name.
+    #[arg(long, global = true, env = "DYNALIMIT_STACK", default_value = dynalimit_repository::DEFAULT_STACK)]
+    stack: String,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Maintain usage snapshots from the table's stream without Lambda.
+    #[command(subcommand)]
+    Aggregator(aggregator::AggregatorCommand),
     /// Simulate an LLM gateway on a private DynamoDB Local (or --endpoint-url) and show the
     /// buckets.
     #[command(after_help = "Example:\n  dynalimit demo\n  dynalimit demo --seconds 20 --tasks 64")]
     Demo(demo::DemoArgs),
-    /// Measure acquire latency, throughput, requests and client CPU against a fresh DynamoDB
-    /// Local.
+    /// Measure latency, throughput, requests and client CPU against a fresh DynamoDB Local.
     #[command(after_help = "Example:\n  dynalimit bench\n  dynalimit bench --json > bench.json")]
     Bench(bench::BenchArgs),
 }
 
-fn main() -> ExitCode {
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DYNALIMIT_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match &cli.command {
+        Command::Aggregator(c) => {
+            let (url, region) = (cli.endpoint_url.as_deref(), cli.region.as_deref());
+            aggregator::run(url, region, &cli.stack, c).await
         }
+        Command::Demo(args) => demo::run(args, cli.endpoint_url.clone(), &cli.stack).await,
+        Command::Bench(args) => bench::run(args, cli.endpoint_url.clone(), &cli.stack).await,
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Demo(args) => demo::run(args).await,
-            Command::Bench(args) => bench::run(args).await,
-        }
-    });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            std::process::ExitCode::FAILURE
         }
     }
 }

@@ -3,6 +3,8 @@
 //! Everything here is deterministic and takes time from an injected [`Clock`], so the
 //! decisions the DynamoDB data plane makes can be tested without DynamoDB and without sleeps.
 
+pub mod adaptive;
+pub mod algorithms;
 pub mod bucket;
 pub mod clock;
 pub mod decide;

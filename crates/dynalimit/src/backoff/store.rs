@@ -1,0 +1,97 @@
+//! Where a pause is shared between processes.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+
+use crate::Error;
+
+/// A shared record of pause deadlines, as wall-clock epoch milliseconds per scope.
+///
+/// Implementations must max-merge: a publish never moves a stored deadline backward, whatever
+/// order concurrent publishes land in.
+///
+/// The DynamoDB implementation keeps the deadline on the bucket items of the scope's entity and
+/// resource (scopes built with [`bucket_scope`]), in the attribute [`PAUSE_ATTRIBUTE`] (type
+/// N, epoch ms), written to every existing shard with
+///
+/// ```text
+/// UpdateItem  Key = {PK: {ns}/BUCKET#{entity}#{resource}#{shard}, SK: #STATE}
+///   SET #p = :until
+///   IF attribute_exists(PK) AND (attribute_not_exists(#p) OR #p < :until)
+///   ReturnValuesOnConditionCheckFailure = ALL_OLD   (a later stamp already there wins)
+/// ```
+///
+/// It touches no other attribute (not `rf`, `tk`, `tc`, `ttl`, `vu`, `wcu`), so no other
+/// writer's condition is affected, and its name carries none of the `b_` / `l_` / `w_`
+/// prefixes the zae-limiter readers parse, so they ignore it. A RateLimiter honours it by
+/// adding `(attribute_not_exists(#p) OR #p <= :now)` to its speculative write and reading the
+/// stamp from the returned old image, so a paused bucket is refused before any token is spent.
+pub trait PauseStore: Send + Sync + fmt::Debug + 'static {
+    /// Max-merges `until_epoch_ms` into the stamp of `scope` and returns the stamp now stored
+    /// (which may be later than the one published).
+    fn publish<'a>(
+        &'a self,
+        scope: &'a str,
+        until_epoch_ms: i64,
+    ) -> BoxFuture<'a, Result<i64, Error>>;
+
+    /// The stamp of `scope`, if any (it may lie in the past).
+    fn load<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, Error>>;
+}
+
+/// The bucket-item attribute that carries a shared pause deadline (N, epoch ms).
+pub const PAUSE_ATTRIBUTE: &str = "dl_pause_until";
+
+/// The scope of the buckets of `entity_id` on `resource`: `"{entity_id}#{resource}"`.
+/// Unambiguous because neither identifier may contain `#`.
+///
+/// ```
+/// assert_eq!(dynalimit::backoff::bucket_scope("acme", "ads-api"), "acme#ads-api");
+/// ```
+pub fn bucket_scope(entity_id: &str, resource: &str) -> String {
+    format!("{entity_id}#{resource}")
+}
+
+/// A [`PauseStore`] in memory, shared by clones: for tests, and for several gates inside one
+/// process.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryPauseStore {
+    stamps: Arc<Mutex<HashMap<String, i64>>>,
+}
+
+impl MemoryPauseStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn stamps(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        self.stamps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl PauseStore for MemoryPauseStore {
+    fn publish<'a>(
+        &'a self,
+        scope: &'a str,
+        until_epoch_ms: i64,
+    ) -> BoxFuture<'a, Result<i64, Error>> {
+        let stored = {
+            let mut stamps = self.stamps();
+            let slot = stamps.entry(scope.to_owned()).or_insert(until_epoch_ms);
+            *slot = (*slot).max(until_epoch_ms);
+            *slot
+        };
+        Box::pin(async move { Ok(stored) })
+    }
+
+    fn load<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, Error>> {
+        let stamp = self.stamps().get(scope).copied();
+        Box::pin(async move { Ok(stamp) })
+    }
+}

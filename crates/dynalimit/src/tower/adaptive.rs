@@ -1,0 +1,168 @@
+//! The adaptive concurrency limit as a tower layer.
+
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::BoxError;
+use crate::adaptive::AdaptiveLimiter;
+
+/// Tells whether a successful response is in fact the downstream refusing the request
+/// (a 429 or 503, say): such a response is recorded as a loss signal
+/// ([`Permit::record_overload`](crate::adaptive::Permit::record_overload)) instead of a
+/// round-trip sample. Any `Fn(&Response) -> bool` is one.
+pub trait OverloadClassifier<Res> {
+    /// `true` when `response` reports an overload.
+    fn is_overload(&self, response: &Res) -> bool;
+}
+
+impl<Res, F: Fn(&Res) -> bool> OverloadClassifier<Res> for F {
+    fn is_overload(&self, response: &Res) -> bool {
+        self(response)
+    }
+}
+
+/// The default classifier: no response is an overload.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NeverOverloaded;
+
+impl<Res> OverloadClassifier<Res> for NeverOverloaded {
+    fn is_overload(&self, _: &Res) -> bool {
+        false
+    }
+}
+
+/// Applies an [`AdaptiveLimiter`] to a service.
+///
+/// By default a request waits in the limiter's queue for a permit (and may be shed by it);
+/// [`AdaptiveLimitLayer::max_wait`] bounds the wait, and a zero wait refuses at once when the
+/// limit is reached. The limiter is shared: clone it to read its metrics elsewhere.
+#[derive(Debug, Clone)]
+pub struct AdaptiveLimitLayer<C = NeverOverloaded> {
+    limiter: AdaptiveLimiter,
+    max_wait: Option<Duration>,
+    classifier: C,
+}
+
+impl AdaptiveLimitLayer {
+    /// A layer over `limiter`, waiting for a permit as long as the queue keeps the request.
+    pub fn new(limiter: AdaptiveLimiter) -> Self {
+        Self {
+            limiter,
+            max_wait: None,
+            classifier: NeverOverloaded,
+        }
+    }
+}
+
+impl<C> AdaptiveLimitLayer<C> {
+    /// Waits at most `max_wait` for a permit; `Duration::ZERO` never waits.
+    #[must_use]
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = Some(max_wait);
+        self
+    }
+
+    /// Records responses for which `classifier` answers `true` as overloads (loss signals)
+    /// rather than samples, e.g. `|r: &http::Response<_>| r.status() == 429`.
+    pub fn overload_when<K>(self, classifier: K) -> AdaptiveLimitLayer<K> {
+        AdaptiveLimitLayer {
+            limiter: self.limiter,
+            max_wait: self.max_wait,
+            classifier,
+        }
+    }
+}
+
+impl<S, C: Clone> Layer<S> for AdaptiveLimitLayer<C> {
+    type Service = AdaptiveLimit<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AdaptiveLimit {
+            inner,
+            limiter: self.limiter.clone(),
+            max_wait: self.max_wait,
+            classifier: self.classifier.clone(),
+        }
+    }
+}
+
+/// A service behind an [`AdaptiveLimiter`]; built by [`AdaptiveLimitLayer`].
+///
+/// The inner service must be `Clone`: the request waits for its permit inside the response
+/// future, and the clone that was polled ready is the one that handles it.
+#[derive(Debug, Clone)]
+pub struct AdaptiveLimit<S, C = NeverOverloaded> {
+    inner: S,
+    limiter: AdaptiveLimiter,
+    max_wait: Option<Duration>,
+    classifier: C,
+}
+
+impl<S, C> AdaptiveLimit<S, C> {
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The limiter.
+    pub fn limiter(&self) -> &AdaptiveLimiter {
+        &self.limiter
+    }
+}
+
+impl<S, C, Req> Service<Req> for AdaptiveLimit<S, C>
+where
+    S: Service<Req> + Clone + Send + 'static,
+    C: OverloadClassifier<S::Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    Req: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<S::Response, BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let fresh = self.inner.clone();
+        let mut ready = std::mem::replace(&mut self.inner, fresh);
+        let limiter = self.limiter.clone();
+        let max_wait = self.max_wait;
+        let classifier = self.classifier.clone();
+        Box::pin(async move {
+            let permit = match max_wait {
+                Some(d) if d.is_zero() => limiter.try_acquire(),
+                Some(d) => limiter.acquire_timeout(d).await,
+                None => limiter.acquire().await,
+            }?;
+            match ready.call(req).await {
+                Ok(response) => {
+                    if classifier.is_overload(&response) {
+                        permit.record_overload();
+                    } else {
+                        permit.record();
+                    }
+                    Ok(response)
+                }
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+}
