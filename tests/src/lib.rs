@@ -20,6 +20,7 @@
 //! # }
 //! ```
 
+pub mod moto;
 pub mod raw;
 
 use std::sync::OnceLock;
@@ -248,4 +249,97 @@ impl Drop for TestTable {
         })
         .join();
     }
+}
+
+/// Every way `described` differs from [`schema::TABLE_SCHEMA`] (keys, attribute types,
+/// indexes and their projections, stream, billing); empty when it matches.
+pub fn schema_mismatches(described: &aws_sdk_dynamodb::types::TableDescription) -> Vec<String> {
+    use aws_sdk_dynamodb::types::{KeySchemaElement, Projection};
+    let s = schema::TABLE_SCHEMA;
+    let mut out = Vec::new();
+    let keys = |k: &[KeySchemaElement]| -> Vec<String> {
+        k.iter()
+            .map(|e| format!("{}:{}", e.attribute_name(), e.key_type().as_str()))
+            .collect()
+    };
+    let expect_keys = |h: &str, r: &str| vec![format!("{h}:HASH"), format!("{r}:RANGE")];
+    let projection = |p: Option<&Projection>| {
+        p.and_then(|p| p.projection_type())
+            .map(|t| t.as_str().to_string())
+    };
+    if keys(described.key_schema()) != expect_keys(s.hash_key, s.range_key) {
+        out.push(format!("table keys {:?}", keys(described.key_schema())));
+    }
+    let mut attrs: Vec<String> = described
+        .attribute_definitions()
+        .iter()
+        .map(|a| format!("{}:{}", a.attribute_name(), a.attribute_type().as_str()))
+        .collect();
+    attrs.sort();
+    let mut expected: Vec<String> = s
+        .key_attributes()
+        .iter()
+        .map(|a| format!("{a}:S"))
+        .collect();
+    expected.sort();
+    if attrs != expected {
+        out.push(format!("attributes {attrs:?}, expected {expected:?}"));
+    }
+    let global: Vec<_> = described
+        .global_secondary_indexes()
+        .iter()
+        .map(|x| {
+            (
+                x.index_name(),
+                keys(x.key_schema()),
+                projection(x.projection()),
+            )
+        })
+        .collect();
+    let local: Vec<_> = described
+        .local_secondary_indexes()
+        .iter()
+        .map(|x| {
+            (
+                x.index_name(),
+                keys(x.key_schema()),
+                projection(x.projection()),
+            )
+        })
+        .collect();
+    for (kind, found, wanted) in [
+        ("global", global, s.global_indexes),
+        ("local", local, s.local_indexes),
+    ] {
+        if found.len() != wanted.len() {
+            out.push(format!("{} {kind} indexes", found.len()));
+        }
+        for w in wanted {
+            match found.iter().find(|(name, _, _)| *name == Some(w.name)) {
+                None => out.push(format!("{} missing", w.name)),
+                Some((_, k, p)) => {
+                    if *k != expect_keys(w.hash_key, w.range_key) {
+                        out.push(format!("{} keys {k:?}", w.name));
+                    }
+                    if p.as_deref() != Some(w.projection.as_str()) {
+                        out.push(format!("{} projection {p:?}", w.name));
+                    }
+                }
+            }
+        }
+    }
+    let stream = described.stream_specification();
+    if !stream.is_some_and(|st| {
+        st.stream_enabled() && st.stream_view_type().map(|v| v.as_str()) == Some(s.stream_view)
+    }) {
+        out.push(format!("stream {stream:?}"));
+    }
+    let billing = described
+        .billing_mode_summary()
+        .and_then(|b| b.billing_mode())
+        .map(|b| b.as_str());
+    if billing != Some(s.billing_mode) {
+        out.push(format!("billing {billing:?}"));
+    }
+    out
 }

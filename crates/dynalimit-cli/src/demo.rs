@@ -31,9 +31,6 @@ use rand::Rng as _;
 /// Options of `dynalimit demo`.
 #[derive(Debug, Args)]
 pub(crate) struct DemoArgs {
-    /// Namespace.
-    #[arg(long, default_value = "demo")]
-    namespace: String,
     /// How long the simulated traffic runs, in seconds.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
     seconds: u64,
@@ -121,13 +118,14 @@ pub(crate) async fn run(
     args: &DemoArgs,
     endpoint_url: Option<String>,
     stack: &str,
+    namespace: &str,
 ) -> anyhow::Result<()> {
     let started = SystemClock.epoch_millis();
     if endpoint_url.is_none() {
         println!("Starting a private DynamoDB Local (installed on first use)...");
     }
     let target = Target::resolve(endpoint_url).await?;
-    let outcome = simulate(args, &target, stack).await;
+    let outcome = simulate(args, &target, stack, namespace).await;
     let private = target.is_private();
     target.stop().await;
     if private {
@@ -139,15 +137,20 @@ pub(crate) async fn run(
     Ok(())
 }
 
-async fn simulate(args: &DemoArgs, target: &Target, stack: &str) -> anyhow::Result<()> {
+async fn simulate(
+    args: &DemoArgs,
+    target: &Target,
+    stack: &str,
+    namespace: &str,
+) -> anyhow::Result<()> {
     println!(
-        "Endpoint {}  table {stack}  namespace {}",
-        target.url, args.namespace
+        "Endpoint {}  table {stack}  namespace {namespace}",
+        target.url
     );
     let repo = Repository::builder()
         .client(target.client(None).await)
         .stack(stack)
-        .namespace(&args.namespace)
+        .namespace(namespace)
         .open()
         .await
         .context("opening the table")?;

@@ -1,38 +1,92 @@
-//! The `dynalimit` command.
+//! The `dynalimit` command: deploy and operate the table, manage namespaces, entities and
+//! limits, read the audit log, and run a local DynamoDB.
+//!
+//! This file holds only the command tree and the dispatch; each command group lives in its own
+//! module.
 
 mod aggregator;
+mod audit;
 mod bench;
+mod context;
 mod demo;
+mod entity;
+mod infra;
+mod limit_spec;
+mod limits;
+mod local;
+mod namespace;
+mod output;
+mod package;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use dynalimit_repository::RepositoryError;
+
+use crate::context::Global;
 
 /// dynalimit: distributed rate limits on one DynamoDB table.
 #[derive(Debug, Parser)]
-#[command(name = "dynalimit", version)]
+#[command(
+    name = "dynalimit",
+    version,
+    after_help = "Example, a first session on a local DynamoDB:\n  dynalimit local up\n  export DYNALIMIT_ENDPOINT_URL=http://127.0.0.1:8000\n  dynalimit limits set --resource gpt-4 'rpm=100/min,tpm=10000/min:burst=20000'\n  dynalimit entity create key-1\n  dynalimit limits get --entity key-1 --resource gpt-4 --resolved\n  dynalimit local down"
+)]
 struct Cli {
-    /// Endpoint of DynamoDB, e.g. DynamoDB Local or LocalStack.
-    #[arg(
-        long,
-        global = true,
-        env = "DYNALIMIT_ENDPOINT_URL",
-        value_name = "URL"
-    )]
-    endpoint_url: Option<String>,
-    /// AWS region (default: the AWS configuration's, else us-east-1).
-    #[arg(long, global = true, env = "AWS_REGION")]
-    region: Option<String>,
-    /// Stack name, which is also the table name.
-    #[arg(long, global = true, env = "DYNALIMIT_STACK", default_value = dynalimit_repository::DEFAULT_STACK)]
-    stack: String,
+    #[command(flatten)]
+    global: Global,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Create or update the CloudFormation stack (table, aggregator, alarms, IAM) and wait.
+    #[command(
+        after_help = "Examples:\n  dynalimit deploy --stack limits-prod --aggregator-zip aggregator.zip\n  dynalimit deploy --no-aggregator --pitr-days 7 --tag team=payments"
+    )]
+    Deploy(Box<infra::DeployArgs>),
+    /// Show the stack, its outputs, the table and its version record.
+    #[command(after_help = "Example:\n  dynalimit status --stack limits-prod")]
+    Status,
+    /// Delete the stack and its table (or, on an emulator without a stack, the table).
+    #[command(after_help = "Example:\n  dynalimit delete --stack limits-dev --yes")]
+    Delete(infra::DeleteArgs),
+    /// Print the CloudFormation template.
+    #[command(after_help = "Example:\n  dynalimit template -o template.yaml")]
+    Template(infra::TemplateArgs),
+    /// Print the client's versions and, with --table, the table's version record.
+    #[command(after_help = "Example:\n  dynalimit version --table --stack limits-prod")]
+    Version(infra::VersionArgs),
+    /// Register, list, inspect, delete, recover and purge namespaces.
+    #[command(subcommand, after_help = "Example:\n  dynalimit namespace list")]
+    Namespace(namespace::NamespaceCommand),
+    /// Create, inspect, delete entities and list their children.
+    #[command(
+        subcommand,
+        after_help = "Example:\n  dynalimit entity create key-1 --parent proj-1"
+    )]
+    Entity(entity::EntityCommand),
+    /// Set, get, delete and list limits at the entity, resource and system levels.
+    #[command(
+        subcommand,
+        after_help = "Example:\n  dynalimit limits set --entity key-1 --resource gpt-4 rpm=500/min"
+    )]
+    Limits(limits::LimitsCommand),
+    /// Show the audit log of an entity, a resource or the namespace.
+    #[command(
+        after_help = "Examples:\n  dynalimit audit --entity key-1\n  dynalimit audit --system --limit 10"
+    )]
+    Audit(audit::AuditArgs),
     /// Maintain usage snapshots from the table's stream without Lambda.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Example:\n  dynalimit aggregator run --endpoint-url http://127.0.0.1:8000"
+    )]
     Aggregator(aggregator::AggregatorCommand),
+    /// Run a local DynamoDB (DynamoDB Local, or LocalStack with --localstack).
+    #[command(subcommand, after_help = "Example:\n  dynalimit local up --port 8000")]
+    Local(local::LocalCommand),
     /// Simulate an LLM gateway on a private DynamoDB Local (or --endpoint-url) and show the
     /// buckets.
     #[command(after_help = "Example:\n  dynalimit demo\n  dynalimit demo --seconds 20 --tasks 64")]
@@ -42,29 +96,77 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> std::process::ExitCode {
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let g = &cli.global;
+    match &cli.command {
+        Command::Deploy(args) => infra::deploy(g, args).await,
+        Command::Status => infra::status(g).await,
+        Command::Delete(args) => infra::delete(g, args).await,
+        Command::Template(args) => infra::template(args),
+        Command::Version(args) => infra::version(g, args).await,
+        Command::Namespace(c) => namespace::run(g, c).await,
+        Command::Entity(c) => entity::run(g, c).await,
+        Command::Limits(c) => limits::run(g, c).await,
+        Command::Audit(args) => audit::run(g, args).await,
+        Command::Local(c) => local::run(g, c).await,
+        Command::Demo(args) => {
+            demo::run(args, g.endpoint_url.clone(), &g.stack, &g.namespace).await
+        }
+        Command::Bench(args) => bench::run(args, g.endpoint_url.clone(), &g.stack).await,
+        Command::Aggregator(c) => {
+            aggregator::run(g.endpoint_url.as_deref(), g.region.as_deref(), &g.stack, c).await
+        }
+    }
+}
+
+/// Exit codes: 1 error, 2 bad input, 3 AWS failure, 4 stack or table not found.
+fn exit_code(error: &anyhow::Error) -> u8 {
+    if error
+        .chain()
+        .any(|e| e.is::<dynalimit_core::CoreError>() || e.is::<context::BadInput>())
+    {
+        return 2;
+    }
+    match error.downcast_ref::<RepositoryError>() {
+        Some(RepositoryError::Validation(_)) => 2,
+        Some(RepositoryError::StackNotFound { .. } | RepositoryError::TableNotFound { .. }) => 4,
+        Some(
+            RepositoryError::PermissionDenied { .. }
+            | RepositoryError::Throttled { .. }
+            | RepositoryError::Unavailable { .. }
+            | RepositoryError::Rejected { .. }
+            | RepositoryError::StackFailed { .. },
+        ) => 3,
+        _ => 1,
+    }
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DYNALIMIT_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,aws_config=error")),
         )
         .with_writer(std::io::stderr)
         .init();
-    let result = match &cli.command {
-        Command::Aggregator(c) => {
-            let (url, region) = (cli.endpoint_url.as_deref(), cli.region.as_deref());
-            aggregator::run(url, region, &cli.stack, c).await
-        }
-        Command::Demo(args) => demo::run(args, cli.endpoint_url.clone(), &cli.stack).await,
-        Command::Bench(args) => bench::run(args, cli.endpoint_url.clone(), &cli.stack).await,
-    };
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
-            std::process::ExitCode::FAILURE
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let line = format!("{e:#}").replace('\n', " ");
+            eprintln!("error: {line}");
+            ExitCode::from(exit_code(&e))
         }
     }
 }

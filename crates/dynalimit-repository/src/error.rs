@@ -143,6 +143,24 @@ pub enum RepositoryError {
         message: String,
     },
 
+    /// The CloudFormation stack does not exist.
+    #[error("stack {stack:?} does not exist; deploy it with `dynalimit deploy`")]
+    StackNotFound {
+        /// The stack name.
+        stack: String,
+    },
+
+    /// A CloudFormation operation on the stack did not reach the state it aimed for.
+    #[error("stack {stack:?} ended in {status}: {reason}")]
+    StackFailed {
+        /// The stack name.
+        stack: String,
+        /// The status it ended in (e.g. `ROLLBACK_COMPLETE`).
+        status: String,
+        /// The first failure CloudFormation reported, or the stack's status reason.
+        reason: String,
+    },
+
     /// Setting up a local environment failed (installing or starting DynamoDB Local).
     #[error("{message}")]
     Setup {

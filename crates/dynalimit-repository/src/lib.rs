@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod namespace;
 mod repository;
 pub mod schema;
+pub mod stack;
 pub mod usage;
 pub mod version;
 

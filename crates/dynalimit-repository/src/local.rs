@@ -248,16 +248,19 @@ impl DynamoDbLocal {
         let jar = dir.join(JAR);
         // The watchdog: java runs in the background; `read` returns when our end of the pipe
         // closes (this process ended, however it ended), and the JVM is stopped.
-        let script = r#"java -Xmx1g -XX:+UseSerialGC "-Djava.library.path=$1" -jar "$2" -inMemory -sharedDb -disableTelemetry -port "$3" </dev/null &
+        let script = format!(
+            "{JAVA_COMMAND} </dev/null &{}",
+            r#"
 pid=$!
 trap 'kill $pid 2>/dev/null' EXIT HUP INT TERM
 read _unused
 kill $pid 2>/dev/null
 wait $pid 2>/dev/null
-exit 0"#;
+exit 0"#
+        );
         let mut child = Command::new("sh")
             .arg("-c")
-            .arg(script)
+            .arg(&script)
             .arg("dynalimit-dynamodb-local")
             .arg(&lib)
             .arg(&jar)
@@ -333,6 +336,75 @@ impl Drop for DynamoDbLocal {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// The JVM command line of an in-memory instance; `$1` is the native library directory, `$2`
+/// the jar, `$3` the port.
+const JAVA_COMMAND: &str = r#"java -Xmx1g -XX:+UseSerialGC "-Djava.library.path=$1" -jar "$2" -inMemory -sharedDb -disableTelemetry -port "$3""#;
+
+/// Starts an in-memory instance from installation `dir` on `port` in the background, detached
+/// from this process (it keeps running after this process exits, with its output in `log`),
+/// and returns the JVM's process id once it answers requests. Stop it by signalling that pid.
+///
+/// # Errors
+/// As [`DynamoDbLocal::start_in`].
+pub fn spawn_detached(dir: &Path, port: u16, log: &Path) -> Result<u32, RepositoryError> {
+    if which("java").is_none() {
+        return Err(setup_error(
+            "java was not found on PATH; DynamoDB Local needs a Java 17+ runtime: install one \
+             (e.g. `apt-get install openjdk-17-jre-headless`)",
+        ));
+    }
+    if !is_installed(dir) {
+        return Err(setup_error(format!(
+            "{} does not hold DynamoDB Local ({JAR} and {LIB_DIR}/)",
+            dir.display()
+        )));
+    }
+    let script = format!(r#"nohup {JAVA_COMMAND} >"$4" 2>&1 </dev/null & echo $!"#);
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .arg("dynalimit-dynamodb-local")
+        .arg(dir.join(LIB_DIR))
+        .arg(dir.join(JAR))
+        .arg(port.to_string())
+        .arg(log)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .map_err(|e| setup_error(format!("cannot start sh for DynamoDB Local: {e}")))?;
+    let pid: u32 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .map_err(|_| setup_error("could not read the process id of DynamoDB Local"))?;
+    let step = Duration::from_millis(100);
+    for _ in 0..600 {
+        if is_answering(port) {
+            return Ok(pid);
+        }
+        if Path::new("/proc").is_dir() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let last = std::fs::read_to_string(log).unwrap_or_default();
+            let last = last
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            return Err(setup_error(format!(
+                "DynamoDB Local exited during start-up: {last}"
+            )));
+        }
+        std::thread::sleep(step);
+    }
+    Err(setup_error(format!(
+        "DynamoDB Local did not answer on port {port} within 60s (see {})",
+        log.display()
+    )))
+}
+
+/// True when a DynamoDB endpoint answers on loopback `port`.
+pub fn is_answering(port: u16) -> bool {
+    answers(SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
 /// True when something on `addr` answers a DynamoDB `ListTables` call with an HTTP response.

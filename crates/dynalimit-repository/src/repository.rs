@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_config::{Region, SdkConfig};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::{Clock, SystemClock, ids};
@@ -80,8 +80,8 @@ impl fmt::Debug for Repository {
 impl Repository {
     /// Opens namespace `namespace` (empty: `$DYNALIMIT_NAMESPACE`, else `default`) of the stack
     /// named by `$DYNALIMIT_STACK` (else `dynalimit`), with AWS settings from the environment.
-    /// Creates the table when it is missing, registers the namespace, and checks the version
-    /// record.
+    /// Provisions the table when it is missing (see [`RepositoryBuilder::open`]), registers the
+    /// namespace, and checks the version record.
     ///
     /// # Errors
     /// [`RepositoryError::Validation`] for a bad name (before any request),
@@ -442,25 +442,25 @@ impl RepositoryBuilder {
             .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
     }
 
-    async fn build_client(&mut self) -> Client {
-        if let Some(client) = self.client.take() {
-            return client;
-        }
-        let endpoint = self.endpoint_url.clone().or_else(|| {
+    /// The endpoint override: the configured one, else `$AWS_ENDPOINT_URL_DYNAMODB`, else
+    /// `$AWS_ENDPOINT_URL`.
+    fn endpoint(&self) -> Option<String> {
+        self.endpoint_url.clone().or_else(|| {
             std::env::var("AWS_ENDPOINT_URL_DYNAMODB")
                 .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
                 .ok()
                 .filter(|s| !s.is_empty())
-        });
+        })
+    }
+
+    async fn build_client(&mut self) -> Client {
+        if let Some(client) = self.client.take() {
+            return client;
+        }
+        let endpoint = self.endpoint();
         let base = match self.sdk_config.take() {
             Some(c) => c,
-            None => {
-                let mut loader = aws_config::defaults(BehaviorVersion::latest());
-                if let Some(region) = &self.region {
-                    loader = loader.region(Region::new(region.clone()));
-                }
-                loader.load().await
-            }
+            None => crate::stack::sdk_config(endpoint.as_deref(), self.region.as_deref()).await,
         };
         let mut config = aws_sdk_dynamodb::config::Builder::from(&base);
         if base.region().is_none() || self.region.is_some() {
@@ -476,9 +476,14 @@ impl RepositoryBuilder {
         Client::from_conf(config.build())
     }
 
-    /// Opens the repository: creates the table when missing (unless disabled), reads or
+    /// Opens the repository: provisions the table when missing (unless disabled), reads or
     /// initialises the version record, refuses an incompatible table, registers the namespace
     /// (and `default`).
+    ///
+    /// A missing table is provisioned as the CloudFormation stack of `infra/` (without the
+    /// aggregator; `dynalimit deploy` adds it) when the repository talks to AWS itself: no
+    /// endpoint override and no ready client. With an endpoint override (DynamoDB Local,
+    /// LocalStack) or a ready client, the table is created directly with `CreateTable`.
     ///
     /// # Errors
     /// As [`Repository::open`].
@@ -490,12 +495,32 @@ impl RepositoryBuilder {
         if let Some(p) = &self.principal {
             ids::validate_principal(p)?;
         }
+        let through_stack = self.client.is_none() && self.endpoint().is_none();
+        let stack_config = self.sdk_config.clone();
+        let region = self.region.clone();
         let repo = self.connect_unchecked(&stack).await;
         if !schema::table_exists(&repo.shared.client, &stack).await? {
             if self.create_table == Some(false) {
                 return Err(RepositoryError::TableNotFound { table: stack });
             }
-            schema::create_table(&repo.shared.client, &stack).await?;
+            if through_stack {
+                let config = match stack_config {
+                    Some(c) => c,
+                    None => crate::stack::sdk_config(None, region.as_deref()).await,
+                };
+                let options = crate::stack::StackOptions {
+                    aggregator: false,
+                    ..Default::default()
+                };
+                crate::stack::StackManager::from_sdk_config(&stack, &config)
+                    .deploy(&options, None, &mut |event| {
+                        tracing::info!(stack = %stack, "{event}");
+                    })
+                    .await?;
+                schema::wait_active(&repo.shared.client, &stack).await?;
+            } else {
+                schema::create_table(&repo.shared.client, &stack).await?;
+            }
         }
         match repo.version_record().await? {
             Some(record) => Repository::check_compatibility(&record)?,

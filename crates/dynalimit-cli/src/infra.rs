@@ -1,0 +1,378 @@
+//! `deploy`, `status`, `delete`, `template`, `version`: the stack and the table.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::Args;
+use dynalimit_repository::stack::{self, StackEvent, StackInfo, StackOptions};
+use dynalimit_repository::{Repository, RepositoryError, version};
+use serde_json::{Value, json};
+
+use crate::context::Global;
+use crate::package;
+
+/// Options of `deploy`; unset ones keep the template's defaults.
+#[derive(Debug, Args)]
+pub(crate) struct DeployArgs {
+    /// Aggregator Lambda zip to upload (its `bootstrap` built for provided.al2023).
+    #[arg(long, value_name = "ZIP", conflicts_with = "aggregator_binary")]
+    pub(crate) aggregator_zip: Option<PathBuf>,
+    /// Built aggregator binary (Linux, matching --architecture) to package as `bootstrap`.
+    /// Without this or --aggregator-zip, the output of `cargo lambda build --release -p
+    /// dynalimit-aggregator` (target/lambda/dynalimit-aggregator/) is used when present.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) aggregator_binary: Option<PathBuf>,
+    /// Deploy without the aggregator Lambda, its code bucket, dead-letter queue and alarms.
+    #[arg(long, conflicts_with_all = ["aggregator_zip", "aggregator_binary"])]
+    pub(crate) no_aggregator: bool,
+    /// Aggregator architecture.
+    #[arg(long, value_parser = ["arm64", "x86_64"])]
+    pub(crate) architecture: Option<String>,
+    /// Aggregator memory in MB (default 256).
+    #[arg(long, value_name = "MB")]
+    pub(crate) lambda_memory: Option<u32>,
+    /// Aggregator timeout in seconds (default 60).
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) lambda_timeout: Option<u32>,
+    /// Aggregator log level.
+    #[arg(long, value_parser = ["error", "warn", "info", "debug", "trace"])]
+    pub(crate) log_level: Option<String>,
+    /// Retention of the aggregator's logs in days (default 30).
+    #[arg(long, value_name = "DAYS")]
+    pub(crate) log_retention_days: Option<u32>,
+    /// Usage snapshot windows (default hourly,daily).
+    #[arg(long, value_name = "LIST")]
+    pub(crate) snapshot_windows: Option<String>,
+    /// Days usage snapshots are kept (default 90).
+    #[arg(long, value_name = "DAYS")]
+    pub(crate) snapshot_retention_days: Option<u32>,
+    /// Stream records per aggregator invocation (default 100).
+    #[arg(long, value_name = "N")]
+    pub(crate) batch_size: Option<u32>,
+    /// Seconds the stream mapping gathers records (default 1).
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) batching_window: Option<u32>,
+    /// Retries of a failing batch before the dead-letter queue (default 3).
+    #[arg(long, value_name = "N")]
+    pub(crate) max_retries: Option<u32>,
+    /// Enable point-in-time recovery with this period (1-35 days).
+    #[arg(long, value_name = "DAYS")]
+    pub(crate) pitr_days: Option<u32>,
+    /// Protect the table against deletion.
+    #[arg(long)]
+    pub(crate) deletion_protection: bool,
+    /// Do not create CloudWatch alarms.
+    #[arg(long)]
+    pub(crate) no_alarms: bool,
+    /// SNS topic ARN the alarms notify.
+    #[arg(long, value_name = "ARN")]
+    pub(crate) alarm_topic: Option<String>,
+    /// Do not create the managed IAM policies.
+    #[arg(long)]
+    pub(crate) no_iam: bool,
+    /// Also create application, admin and read-only roles.
+    #[arg(long, conflicts_with = "no_iam")]
+    pub(crate) iam_roles: bool,
+    /// Permission boundary ARN for every role the stack creates.
+    #[arg(long, value_name = "ARN")]
+    pub(crate) permission_boundary: Option<String>,
+    /// Role name format, `{}` standing for the role (e.g. `team-{}-prod`).
+    #[arg(long, value_name = "FORMAT")]
+    pub(crate) role_name_format: Option<String>,
+    /// Existing role (name) for the aggregator instead of a created one.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) aggregator_role: Option<String>,
+    /// Stack tag (repeatable).
+    #[arg(long = "tag", value_name = "KEY=VALUE")]
+    pub(crate) tags: Vec<String>,
+    /// How often to poll CloudFormation while waiting, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 5000, hide = true)]
+    pub(crate) poll_ms: u64,
+}
+
+impl DeployArgs {
+    fn options(&self) -> Result<StackOptions> {
+        let mut o = StackOptions::default();
+        o.aggregator = !self.no_aggregator;
+        macro_rules! set {
+            ($($field:ident => $target:ident),* $(,)?) => {
+                $(if let Some(v) = &self.$field { o.$target = v.clone(); })*
+            };
+        }
+        set!(
+            architecture => architecture,
+            lambda_memory => lambda_memory_mb,
+            lambda_timeout => lambda_timeout_seconds,
+            log_level => log_level,
+            log_retention_days => log_retention_days,
+            snapshot_windows => snapshot_windows,
+            snapshot_retention_days => snapshot_retention_days,
+            batch_size => stream_batch_size,
+            batching_window => stream_batching_window_seconds,
+            max_retries => stream_max_retries,
+        );
+        o.pitr_recovery_days = self.pitr_days;
+        o.deletion_protection = self.deletion_protection;
+        o.alarms = !self.no_alarms;
+        o.alarm_topic_arn = self.alarm_topic.clone();
+        o.iam = !self.no_iam;
+        o.iam_roles = self.iam_roles;
+        o.permission_boundary = self.permission_boundary.clone();
+        o.role_name_format = self.role_name_format.clone();
+        o.aggregator_role_name = self.aggregator_role.clone();
+        for tag in &self.tags {
+            let (k, v) = tag
+                .split_once('=')
+                .ok_or_else(|| anyhow!("tag {tag:?} must look like KEY=VALUE"))?;
+            o.tags.push((k.to_string(), v.to_string()));
+        }
+        o.validate()?;
+        Ok(o)
+    }
+
+    fn code(&self) -> Result<Option<Vec<u8>>> {
+        if let Some(path) = &self.aggregator_zip {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            if !bytes.starts_with(b"PK") {
+                bail!("{} is not a zip archive", path.display());
+            }
+            return Ok(Some(bytes));
+        }
+        if let Some(path) = &self.aggregator_binary {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            return Ok(Some(package::bootstrap_zip(&bytes)?));
+        }
+        if self.no_aggregator {
+            return Ok(None);
+        }
+        // What `cargo lambda build --release -p dynalimit-aggregator` leaves behind.
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("target"));
+        let built = target.join("lambda").join("dynalimit-aggregator");
+        for (file, zipped) in [("bootstrap.zip", true), ("bootstrap", false)] {
+            let path = built.join(file);
+            if let Ok(bytes) = std::fs::read(&path) {
+                eprintln!("packaging the aggregator from {}", path.display());
+                return Ok(Some(if zipped {
+                    bytes
+                } else {
+                    package::bootstrap_zip(&bytes)?
+                }));
+            }
+        }
+        Ok(None)
+    }
+}
+
+fn progress(event: &StackEvent) {
+    eprintln!("  {event}");
+}
+
+fn stack_json(info: &StackInfo) -> Value {
+    let mut v = json!({
+        "stack": info.name,
+        "status": info.status,
+    });
+    if let Some(reason) = &info.reason {
+        v["reason"] = json!(reason);
+    }
+    for (k, out) in &info.outputs {
+        v[k] = json!(out);
+    }
+    v
+}
+
+/// `deploy`: creates or updates the stack, uploads the aggregator, writes the version record
+/// and registers the namespace.
+pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
+    let options = args.options()?;
+    let code = args.code()?;
+    let manager = global
+        .stacks()
+        .await
+        .poll_interval(std::time::Duration::from_millis(args.poll_ms));
+    eprintln!("deploying stack {} …", global.stack);
+    let info = manager
+        .deploy(&options, code.as_deref(), &mut progress)
+        .await?;
+    let repo = global.writer().await?;
+    if code.is_some() {
+        repo.write_version_record(Some(env!("CARGO_PKG_VERSION")))
+            .await?;
+    } else {
+        repo.write_version_record(None).await?;
+        if options.aggregator {
+            eprintln!(
+                "note: no aggregator code was uploaded (pass --aggregator-zip or \
+                 --aggregator-binary, or build it with `cargo lambda build --release -p \
+                 dynalimit-aggregator`); its stream mapping stays disabled"
+            );
+        }
+    }
+    global.print(&stack_json(&info));
+    Ok(())
+}
+
+/// The stack's state. An emulator without CloudFormation (DynamoDB Local) has no stacks.
+async fn stack_status(global: &Global) -> Result<Option<StackInfo>> {
+    match global.stacks().await.status().await {
+        Ok(info) => Ok(info),
+        Err(RepositoryError::Rejected { .. }) if global.endpoint_url.is_some() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `status`: the stack, the table and its version record.
+pub(crate) async fn status(global: &Global) -> Result<()> {
+    let stack = stack_status(global).await?;
+    let config = stack::sdk_config(global.endpoint_url.as_deref(), global.region.as_deref()).await;
+    let client = aws_sdk_dynamodb::Client::new(&config);
+    let table = match client
+        .describe_table()
+        .table_name(&global.stack)
+        .send()
+        .await
+    {
+        Ok(out) => out.table,
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception()) =>
+        {
+            None
+        }
+        Err(e) => return Err(anyhow!("DescribeTable failed: {}", e.into_service_error())),
+    };
+    if stack.is_none() && table.is_none() {
+        return Err(RepositoryError::StackNotFound {
+            stack: global.stack.clone(),
+        }
+        .into());
+    }
+    let mut v = match &stack {
+        Some(info) => stack_json(info),
+        None => json!({ "stack": global.stack, "status": "NO_STACK (table created directly)" }),
+    };
+    if let Some(t) = &table {
+        v["table_status"] = json!(t.table_status().map(|s| s.as_str()));
+        v["item_count"] = json!(t.item_count());
+        let repo = Repository::builder()
+            .client(client.clone())
+            .stack(global.stack.clone())
+            .connect()
+            .await;
+        if let Ok(repo) = repo
+            && let Ok(Some(record)) = repo.version_record().await
+        {
+            v["schema_version"] = json!(record.schema_version);
+            v["lambda_version"] = json!(record.lambda_version);
+            v["client_min_version"] = json!(record.client_min_version);
+        }
+    } else {
+        v["table_status"] = json!("MISSING");
+    }
+    global.print(&v);
+    Ok(())
+}
+
+/// Options of `delete`.
+#[derive(Debug, Args)]
+pub(crate) struct DeleteArgs {
+    /// Confirm: the table and everything in it is deleted.
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
+    /// How often to poll CloudFormation while waiting, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 5000, hide = true)]
+    pub(crate) poll_ms: u64,
+}
+
+/// `delete`: deletes the stack (or, on an emulator without a stack, the table).
+pub(crate) async fn delete(global: &Global, args: &DeleteArgs) -> Result<()> {
+    if !args.yes {
+        bail!(
+            "this deletes stack {} and its table with every limit and bucket; rerun with --yes",
+            global.stack
+        );
+    }
+    let manager = global
+        .stacks()
+        .await
+        .poll_interval(std::time::Duration::from_millis(args.poll_ms));
+    let has_stack = stack_status(global).await?.is_some();
+    if has_stack {
+        eprintln!("deleting stack {} …", global.stack);
+        manager.delete(&mut progress).await?;
+        global.print(&json!({ "stack": global.stack, "status": "DELETE_COMPLETE" }));
+        return Ok(());
+    }
+    if global.endpoint_url.is_some() {
+        let config =
+            stack::sdk_config(global.endpoint_url.as_deref(), global.region.as_deref()).await;
+        let client = aws_sdk_dynamodb::Client::new(&config);
+        if client
+            .delete_table()
+            .table_name(&global.stack)
+            .send()
+            .await
+            .is_ok()
+        {
+            global.print(&json!({ "stack": global.stack, "status": "TABLE_DELETED" }));
+            return Ok(());
+        }
+    }
+    Err(RepositoryError::StackNotFound {
+        stack: global.stack.clone(),
+    }
+    .into())
+}
+
+/// Options of `template`.
+#[derive(Debug, Args)]
+pub(crate) struct TemplateArgs {
+    /// Write the template to this file instead of standard output.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub(crate) output_file: Option<PathBuf>,
+}
+
+/// `template`: prints the CloudFormation template.
+pub(crate) fn template(args: &TemplateArgs) -> Result<()> {
+    match &args.output_file {
+        Some(path) => std::fs::write(path, stack::TEMPLATE)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => print!("{}", stack::TEMPLATE),
+    }
+    Ok(())
+}
+
+/// Options of `version`.
+#[derive(Debug, Args)]
+pub(crate) struct VersionArgs {
+    /// Also read the table's version record and check compatibility.
+    #[arg(long)]
+    pub(crate) table: bool,
+}
+
+/// `version`: this client's versions and, with `--table`, the table's.
+pub(crate) async fn version(global: &Global, args: &VersionArgs) -> Result<()> {
+    let mut v = json!({
+        "dynalimit": env!("CARGO_PKG_VERSION"),
+        "schema_version": version::SCHEMA_VERSION,
+        "compatible_with": format!("zae-limiter {}", version::COMPATIBILITY_VERSION),
+    });
+    if args.table {
+        let repo = global.reader().await?;
+        let record = repo
+            .version_record()
+            .await?
+            .ok_or_else(|| anyhow!("table {} has no version record", global.stack))?;
+        v["table_schema_version"] = json!(record.schema_version);
+        v["table_lambda_version"] = json!(record.lambda_version);
+        v["table_client_min_version"] = json!(record.client_min_version);
+        v["table_updated_by"] = json!(record.updated_by);
+        v["compatible"] = json!(Repository::check_compatibility(&record).is_ok());
+    }
+    global.print(&v);
+    Ok(())
+}

@@ -1,0 +1,379 @@
+//! namespace, entity, limits, audit, status and version against the test kit's DynamoDB.
+
+use serde_json::json;
+
+use crate::{Run, run_on, temp_file};
+
+struct Fixture {
+    table: dynalimit_tests::TestTable,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        Fixture {
+            table: dynalimit_tests::table().await,
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        run_on(
+            dynalimit_tests::endpoint().url(),
+            self.table.name(),
+            &[args, &["--output", "json"]].concat(),
+        )
+    }
+}
+
+#[tokio::test]
+async fn namespace_register_list_get_delete_orphans_recover_purge() {
+    let f = Fixture::new().await;
+    let registered = f
+        .run(&["namespace", "register", "tenant-a", "tenant-b"])
+        .json();
+    let ids: Vec<&str> = registered
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert_ne!(ids[0], ids[1]);
+    let again = f.run(&["namespace", "register", "tenant-a"]).json();
+    assert_eq!(again[0]["id"], ids[0], "registering is idempotent");
+
+    let names: Vec<String> = f
+        .run(&["namespace", "list"])
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap().to_string())
+        .collect();
+    for n in ["default", "tenant-a", "tenant-b"] {
+        assert!(names.contains(&n.to_string()), "{names:?}");
+    }
+    let a = f.run(&["namespace", "get", "tenant-a"]).json();
+    assert_eq!(
+        (a["id"].as_str(), a["status"].as_str()),
+        (Some(ids[0]), Some("active"))
+    );
+
+    f.run(&["namespace", "delete", "tenant-a"])
+        .fails(1, "--yes");
+    let deleted = f.run(&["namespace", "delete", "tenant-a", "--yes"]).json();
+    assert_eq!(deleted["id"], ids[0]);
+    f.run(&["namespace", "get", "tenant-a"])
+        .fails(1, "tenant-a");
+    let orphans = f.run(&["namespace", "orphans"]).json();
+    assert!(
+        orphans
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["id"] == ids[0])
+    );
+
+    let recovered = f.run(&["namespace", "recover", ids[0]]).json();
+    assert_eq!(recovered["status"], "active");
+    assert_eq!(
+        f.run(&["namespace", "get", "tenant-a"]).json()["status"],
+        "active"
+    );
+
+    // Purge: give tenant-b data, delete it, purge it.
+    let run_b = |args: &[&str]| f.run(&[&["-N", "tenant-b"], args].concat());
+    run_b(&["entity", "create", "k1"]).json();
+    f.run(&["namespace", "delete", "tenant-b", "--yes"]).json();
+    f.run(&["namespace", "purge", ids[1]]).fails(1, "--yes");
+    let purged = f.run(&["namespace", "purge", ids[1], "--yes"]).json();
+    assert!(purged["items_deleted"].as_u64().unwrap() >= 1, "{purged}");
+    let orphans = f.run(&["namespace", "orphans"]).json();
+    assert!(
+        !orphans
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["id"] == ids[1])
+    );
+}
+
+#[tokio::test]
+async fn entity_create_get_children_delete() {
+    let f = Fixture::new().await;
+    let parent = f
+        .run(&[
+            "entity",
+            "create",
+            "proj-1",
+            "--name",
+            "Project one",
+            "--meta",
+            "tier=gold",
+        ])
+        .json();
+    assert_eq!(parent["name"], "Project one");
+    assert_eq!(parent["metadata"], json!({ "tier": "gold" }));
+    let child = f
+        .run(&[
+            "entity",
+            "create",
+            "key-1",
+            "--parent",
+            "proj-1",
+            "--cascade",
+        ])
+        .json();
+    assert_eq!(
+        (child["parent_id"].as_str(), child["cascade"].as_bool()),
+        (Some("proj-1"), Some(true))
+    );
+    f.run(&["entity", "create", "key-1"])
+        .fails(1, "already exists");
+
+    let got = f.run(&["entity", "get", "key-1"]).json();
+    assert_eq!(got["id"], "key-1");
+    let children = f.run(&["entity", "children", "proj-1"]).json();
+    assert_eq!(children.as_array().unwrap().len(), 1);
+    assert_eq!(children[0]["id"], "key-1");
+
+    f.run(&["entity", "delete", "key-1"]).fails(1, "--yes");
+    let deleted = f.run(&["entity", "delete", "key-1", "--yes"]).json();
+    assert!(deleted["items_deleted"].as_u64().unwrap() >= 1);
+    f.run(&["entity", "get", "key-1"]).fails(1, "not found");
+    assert_eq!(f.run(&["entity", "children", "proj-1"]).json(), json!([]));
+    f.run(&["entity", "create", "bad id!"]).fails(2, "entity");
+}
+
+#[tokio::test]
+async fn limits_set_get_resolve_list_delete_at_every_level() {
+    let f = Fixture::new().await;
+    let system = f
+        .run(&[
+            "limits",
+            "set",
+            "--system",
+            "rpm=1000/min",
+            "--on-unavailable",
+            "allow",
+        ])
+        .json();
+    assert_eq!(system["limits"], json!(["rpm=1000/min"]));
+    assert_eq!(system["on_unavailable"], "allow");
+    let resource = f
+        .run(&[
+            "limits",
+            "set",
+            "--resource",
+            "gpt-4",
+            "rpm=100/min,tpm=10000/min:burst=20000",
+        ])
+        .json();
+    assert_eq!(
+        resource["limits"],
+        json!(["rpm=100/min", "tpm=10000/min:burst=20000"])
+    );
+    f.run(&["entity", "create", "key-1"]).json();
+    let file = temp_file(
+        "limits.yaml",
+        "rpm: 500/min\ntpm:\n  rate: 50000\n  per: min\n  burst: 90000\n",
+    );
+    let entity = f
+        .run(&[
+            "limits",
+            "set",
+            "--entity",
+            "key-1",
+            "--resource",
+            "gpt-4",
+            "--file",
+            file.to_str().unwrap(),
+        ])
+        .json();
+    assert_eq!(
+        entity["limits"],
+        json!(["rpm=500/min", "tpm=50000/min:burst=90000"])
+    );
+    let default = f
+        .run(&["limits", "set", "--entity", "key-1", "rps=5/sec"])
+        .json();
+    assert_eq!(default["level"], "entity key-1 on _default_");
+
+    let got = f.run(&["limits", "get", "--resource", "gpt-4"]).json();
+    assert_eq!(got["limits"], resource["limits"]);
+    let resolved = f
+        .run(&[
+            "limits",
+            "get",
+            "--entity",
+            "key-1",
+            "--resource",
+            "gpt-4",
+            "--resolved",
+        ])
+        .json();
+    assert_eq!(
+        (resolved["source"].as_str(), resolved["limits"][0].as_str()),
+        (Some("entity"), Some("rpm=500/min"))
+    );
+    let other = f
+        .run(&[
+            "limits",
+            "get",
+            "--entity",
+            "key-1",
+            "--resource",
+            "claude",
+            "--resolved",
+        ])
+        .json();
+    assert_eq!(other["source"], "entity_default");
+
+    let levels = f.run(&["limits", "list"]).json();
+    let pairs: Vec<(String, String)> = levels
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["level"].as_str().unwrap().into(),
+                l["resource"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    for want in [("system", ""), ("resource", "gpt-4"), ("entity", "gpt-4")] {
+        assert!(pairs.contains(&(want.0.into(), want.1.into())), "{pairs:?}");
+    }
+    let entities = f.run(&["limits", "list", "--resource", "gpt-4"]).json();
+    assert_eq!(
+        entities,
+        json!([{ "entity": "key-1", "resource": "gpt-4" }])
+    );
+
+    let deleted = f
+        .run(&[
+            "limits",
+            "delete",
+            "--entity",
+            "key-1",
+            "--resource",
+            "gpt-4",
+        ])
+        .json();
+    assert_eq!(deleted["deleted"], true);
+    f.run(&["limits", "get", "--entity", "key-1", "--resource", "gpt-4"])
+        .fails(1, "no limits");
+    f.run(&["limits", "delete", "--resource", "gpt-4"]).json();
+    f.run(&["limits", "delete", "--system"]).json();
+    f.run(&["limits", "delete", "--system"])
+        .fails(1, "no limits");
+
+    // Bad input: nothing written, one line, exit 2.
+    f.run(&["limits", "set", "--resource", "gpt-4", "rpm=fast"])
+        .fails(2, "whole number");
+    f.run(&["limits", "set", "rpm=1/min"])
+        .fails(1, "choose a level");
+    assert!(f.run(&["limits", "get", "--resource", "gpt-4"]).code != 0);
+}
+
+#[tokio::test]
+async fn audit_lists_entity_resource_and_system_events() {
+    let f = Fixture::new().await;
+    f.run(&["entity", "create", "key-1"]).json();
+    f.run(&["limits", "set", "--entity", "key-1", "rpm=10/min"])
+        .json();
+    f.run(&["limits", "set", "--resource", "gpt-4", "rpm=10/min"])
+        .json();
+    f.run(&["limits", "set", "--system", "rpm=10/min"]).json();
+    let events = f.run(&["audit", "--entity", "key-1"]).json();
+    let actions: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["limits_set", "entity_created"], "newest first");
+    assert_eq!(events[0]["principal"], "dynalimit-cli");
+    let one = f
+        .run(&["audit", "--entity", "key-1", "--limit", "1"])
+        .json();
+    assert_eq!(one.as_array().unwrap().len(), 1);
+    let rest = f
+        .run(&[
+            "audit",
+            "--entity",
+            "key-1",
+            "--after",
+            one[0]["event_id"].as_str().unwrap(),
+        ])
+        .json();
+    assert_eq!(rest[0]["action"], "entity_created");
+    assert_eq!(
+        f.run(&["audit", "--resource", "gpt-4"]).json()[0]["action"],
+        "limits_set"
+    );
+    assert_eq!(
+        f.run(&["audit", "--system"]).json()[0]["action"],
+        "limits_set"
+    );
+    f.run(&["audit", "--entity", "key-1", "--limit", "0"])
+        .fails(2, "limit");
+}
+
+#[tokio::test]
+async fn status_and_version_read_the_table() {
+    let f = Fixture::new().await;
+    // The kit's table has no version record until a repository opens it.
+    f.run(&["namespace", "register", "default"]).json();
+    let status = f.run(&["status"]).json();
+    assert_eq!(status["table_status"], "ACTIVE");
+    assert_eq!(
+        status["schema_version"],
+        dynalimit_repository::version::SCHEMA_VERSION
+    );
+    let version = f.run(&["version", "--table"]).json();
+    assert_eq!(version["dynalimit"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(version["compatible"], true);
+    assert_eq!(
+        version["table_updated_by"],
+        dynalimit_repository::version::writer_tag()
+    );
+    let plain = f.run(&["version"]).json();
+    assert!(plain.get("table_schema_version").is_none());
+
+    let missing = run_on(
+        dynalimit_tests::endpoint().url(),
+        "no-such-table",
+        &["status"],
+    );
+    missing.fails(4, "does not exist");
+    let missing = run_on(
+        dynalimit_tests::endpoint().url(),
+        "no-such-table",
+        &["entity", "get", "x"],
+    );
+    missing.fails(4, "does not exist");
+}
+
+#[tokio::test]
+async fn table_output_is_aligned_text() {
+    let f = Fixture::new().await;
+    let run = run_on(
+        dynalimit_tests::endpoint().url(),
+        f.table.name(),
+        &["limits", "set", "--resource", "gpt-4", "rpm=100/min"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("limits") && l.ends_with("rpm=100/min")),
+        "{}",
+        run.stdout
+    );
+    let run = run_on(
+        dynalimit_tests::endpoint().url(),
+        f.table.name(),
+        &["namespace", "list"],
+    );
+    assert!(run.stdout.starts_with("CREATED_AT"), "{}", run.stdout);
+}

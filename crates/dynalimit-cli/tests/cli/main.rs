@@ -1,0 +1,162 @@
+//! The `dynalimit` binary, run as a user runs it: data-plane commands against the test kit's
+//! DynamoDB (a fresh table per test), `local` against a DynamoDB Local it starts itself, and
+//! `deploy`/`status`/`delete` against a private moto server.
+
+mod data;
+mod infra;
+mod local;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// One invocation's result.
+#[derive(Debug)]
+pub(crate) struct Run {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+impl Run {
+    /// Asserts success and parses standard output as JSON.
+    pub(crate) fn json(&self) -> Value {
+        assert_eq!(self.code, 0, "failed: {}", self.stderr);
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
+    }
+
+    /// Asserts failure with `code` and a single error line containing `needle`.
+    pub(crate) fn fails(&self, code: i32, needle: &str) {
+        assert_eq!(
+            self.code, code,
+            "stdout: {} stderr: {}",
+            self.stdout, self.stderr
+        );
+        let lines: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{}", self.stderr);
+        assert!(lines[0].contains(needle), "{:?} lacks {needle:?}", lines[0]);
+    }
+}
+
+fn from_output(out: Output) -> Run {
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A clean command: no inherited dynalimit settings.
+pub(crate) fn command() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dynalimit"));
+    for var in [
+        "DYNALIMIT_ENDPOINT_URL",
+        "DYNALIMIT_STACK",
+        "DYNALIMIT_NAMESPACE",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_DYNAMODB",
+    ] {
+        c.env_remove(var);
+    }
+    c
+}
+
+/// Runs `dynalimit ARGS` against `endpoint` and `stack`.
+pub(crate) fn run_on(endpoint: &str, stack: &str, args: &[&str]) -> Run {
+    let out = command()
+        .args(["--endpoint-url", endpoint, "--stack", stack])
+        .args(args)
+        .output()
+        .expect("run dynalimit");
+    from_output(out)
+}
+
+/// Runs `dynalimit ARGS` with extra environment.
+pub(crate) fn run_env(env: &[(&str, &str)], args: &[&str]) -> Run {
+    let mut c = command();
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    from_output(c.args(args).output().expect("run dynalimit"))
+}
+
+/// Writes `text` to a fresh file under the target's temporary directory.
+pub(crate) fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "cli-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+pub(crate) fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::thread::current().id())
+}
+
+#[test]
+fn every_command_has_help_with_an_example() {
+    let commands: &[&[&str]] = &[
+        &[],
+        &["deploy"],
+        &["status"],
+        &["delete"],
+        &["template"],
+        &["version"],
+        &["namespace"],
+        &["namespace", "register"],
+        &["namespace", "list"],
+        &["namespace", "get"],
+        &["namespace", "delete"],
+        &["namespace", "recover"],
+        &["namespace", "orphans"],
+        &["namespace", "purge"],
+        &["entity"],
+        &["entity", "create"],
+        &["entity", "get"],
+        &["entity", "delete"],
+        &["entity", "children"],
+        &["limits"],
+        &["limits", "set"],
+        &["limits", "get"],
+        &["limits", "delete"],
+        &["limits", "list"],
+        &["audit"],
+        &["local"],
+        &["local", "up"],
+        &["local", "down"],
+        &["local", "status"],
+    ];
+    for args in commands {
+        let run = run_env(&[], &[*args, &["--help"][..]].concat());
+        assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stdout.contains("Example"),
+            "{args:?} help has no example"
+        );
+        assert!(
+            run.stdout
+                .lines()
+                .next()
+                .is_some_and(|l| !l.trim().is_empty())
+        );
+    }
+}
+
+#[test]
+fn bad_arguments_exit_with_usage_errors() {
+    let run = run_env(&[], &["limits", "set"]);
+    assert_eq!(run.code, 2);
+    let run = run_env(&[], &["--output", "yaml", "status"]);
+    assert_eq!(run.code, 2);
+}

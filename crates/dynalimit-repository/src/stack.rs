@@ -1,0 +1,800 @@
+//! The CloudFormation stack: the template of `infra/`, embedded, and a [`StackManager`] that
+//! creates, updates, inspects and deletes it.
+//!
+//! The stack is named like the table it holds. The aggregator Lambda starts with placeholder
+//! code and a disabled event source mapping; [`StackManager::deploy`] uploads the real zip to
+//! the stack's code bucket once the stack exists and points the function at it with a second
+//! update, which also enables the mapping.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
+//! use dynalimit_repository::stack::{StackManager, StackOptions};
+//!
+//! let manager = StackManager::connect("limits-prod", None, Some("eu-west-1")).await;
+//! let options = StackOptions::default();
+//! let zip = std::fs::read("aggregator.zip").ok();
+//! let info = manager
+//!     .deploy(&options, zip.as_deref(), &mut |event| println!("{event}"))
+//!     .await?;
+//! println!("{} is {}", info.name, info.status);
+//! # Ok(()) }
+//! ```
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::time::Duration;
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_cloudformation::types::{Capability, Parameter, Tag};
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use dynalimit_core::{CoreError, ids};
+
+use crate::RepositoryError;
+use crate::error::classify;
+use crate::repository::{is_loopback, local_credentials};
+use crate::version::SCHEMA_VERSION;
+
+/// The CloudFormation template (`infra/template.yaml`).
+pub const TEMPLATE: &str = include_str!("../../../infra/template.yaml");
+
+/// Log retention periods CloudWatch Logs accepts, in days.
+pub const LOG_RETENTION_DAYS: &[u32] = &[
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
+    3288, 3653,
+];
+
+/// Aggregator log levels.
+pub const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
+
+/// Everything a deployment can choose; [`StackOptions::default`] matches the template's
+/// defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StackOptions {
+    /// Create the aggregator Lambda, its code bucket, dead-letter queue and alarms.
+    pub aggregator: bool,
+    /// `arm64` or `x86_64`.
+    pub architecture: String,
+    /// Aggregator memory, 128–10240 MB.
+    pub lambda_memory_mb: u32,
+    /// Aggregator timeout, 1–900 s.
+    pub lambda_timeout_seconds: u32,
+    /// Aggregator log level (one of [`LOG_LEVELS`]).
+    pub log_level: String,
+    /// Log group retention (one of [`LOG_RETENTION_DAYS`]).
+    pub log_retention_days: u32,
+    /// Usage snapshot windows, e.g. `hourly,daily`.
+    pub snapshot_windows: String,
+    /// Days usage snapshots are kept.
+    pub snapshot_retention_days: u32,
+    /// Stream records per invocation, 1–10000.
+    pub stream_batch_size: u32,
+    /// Batching window of the event source mapping, 0–300 s.
+    pub stream_batching_window_seconds: u32,
+    /// Retries of a failing batch before it goes to the dead-letter queue, 0–10000.
+    pub stream_max_retries: u32,
+    /// Point-in-time recovery period, 1–35 days; `None` disables PITR.
+    pub pitr_recovery_days: Option<u32>,
+    /// DynamoDB deletion protection of the table.
+    pub deletion_protection: bool,
+    /// CloudWatch alarms.
+    pub alarms: bool,
+    /// SNS topic the alarms notify.
+    pub alarm_topic_arn: Option<String>,
+    /// Stream iterator age (ms) that raises the alarm.
+    pub iterator_age_threshold_ms: u32,
+    /// The six managed policies.
+    pub iam: bool,
+    /// Application, admin and read-only roles.
+    pub iam_roles: bool,
+    /// Permission boundary ARN for every role the stack creates.
+    pub permission_boundary: Option<String>,
+    /// Role name format with `{}` for the role's own name.
+    pub role_name_format: Option<String>,
+    /// An existing role (name with path) for the aggregator instead of a created one.
+    pub aggregator_role_name: Option<String>,
+    /// Extra stack tags (`Application=dynalimit` is always set).
+    pub tags: Vec<(String, String)>,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        StackOptions {
+            aggregator: true,
+            architecture: "arm64".into(),
+            lambda_memory_mb: 256,
+            lambda_timeout_seconds: 60,
+            log_level: "info".into(),
+            log_retention_days: 30,
+            snapshot_windows: "hourly,daily".into(),
+            snapshot_retention_days: 90,
+            stream_batch_size: 100,
+            stream_batching_window_seconds: 1,
+            stream_max_retries: 3,
+            pitr_recovery_days: None,
+            deletion_protection: false,
+            alarms: true,
+            alarm_topic_arn: None,
+            iterator_age_threshold_ms: 60_000,
+            iam: true,
+            iam_roles: false,
+            permission_boundary: None,
+            role_name_format: None,
+            aggregator_role_name: None,
+            tags: Vec::new(),
+        }
+    }
+}
+
+fn invalid(field: &'static str, value: impl ToString, reason: &str) -> RepositoryError {
+    CoreError::invalid_value(field, value, reason).into()
+}
+
+fn in_range(field: &'static str, value: u32, min: u32, max: u32) -> Result<(), RepositoryError> {
+    if value < min || value > max {
+        return Err(invalid(
+            field,
+            value,
+            &format!("must be between {min} and {max}"),
+        ));
+    }
+    Ok(())
+}
+
+impl StackOptions {
+    /// Checks every option against what the template accepts.
+    ///
+    /// # Errors
+    /// [`RepositoryError::Validation`] naming the first bad option.
+    pub fn validate(&self) -> Result<(), RepositoryError> {
+        if !["arm64", "x86_64"].contains(&self.architecture.as_str()) {
+            return Err(invalid(
+                "architecture",
+                &self.architecture,
+                "must be arm64 or x86_64",
+            ));
+        }
+        in_range("lambda memory", self.lambda_memory_mb, 128, 10_240)?;
+        in_range("lambda timeout", self.lambda_timeout_seconds, 1, 900)?;
+        if !LOG_LEVELS.contains(&self.log_level.as_str()) {
+            return Err(invalid(
+                "log level",
+                &self.log_level,
+                "must be error, warn, info, debug or trace",
+            ));
+        }
+        if !LOG_RETENTION_DAYS.contains(&self.log_retention_days) {
+            return Err(invalid(
+                "log retention days",
+                self.log_retention_days,
+                "must be a CloudWatch Logs retention (1, 3, 5, 7, 14, 30, 60, 90, …, 3653)",
+            ));
+        }
+        let windows_ok = !self.snapshot_windows.is_empty()
+            && self
+                .snapshot_windows
+                .split(',')
+                .all(|w| ["hourly", "daily", "monthly"].contains(&w));
+        if !windows_ok {
+            return Err(invalid(
+                "snapshot windows",
+                &self.snapshot_windows,
+                "must be a comma-separated list of hourly, daily, monthly",
+            ));
+        }
+        in_range(
+            "snapshot retention days",
+            self.snapshot_retention_days,
+            1,
+            36_500,
+        )?;
+        in_range("stream batch size", self.stream_batch_size, 1, 10_000)?;
+        in_range(
+            "stream batching window",
+            self.stream_batching_window_seconds,
+            0,
+            300,
+        )?;
+        in_range("stream retries", self.stream_max_retries, 0, 10_000)?;
+        if let Some(days) = self.pitr_recovery_days {
+            in_range("PITR recovery days", days, 1, 35)?;
+        }
+        in_range(
+            "iterator age threshold",
+            self.iterator_age_threshold_ms,
+            1000,
+            u32::MAX,
+        )?;
+        if let Some(format) = &self.role_name_format
+            && format.matches("{}").count() != 1
+        {
+            return Err(invalid(
+                "role name format",
+                format,
+                "must contain {} exactly once",
+            ));
+        }
+        for (field, arn) in [
+            ("alarm topic", &self.alarm_topic_arn),
+            ("permission boundary", &self.permission_boundary),
+        ] {
+            if let Some(arn) = arn
+                && !arn.starts_with("arn:")
+            {
+                return Err(invalid(field, arn, "must be an ARN"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The template parameters these options set (all but `AggregatorCodeKey`).
+    pub fn parameters(&self) -> Vec<(&'static str, String)> {
+        let flag = |b: bool| if b { "true" } else { "false" }.to_string();
+        let opt = |o: &Option<String>| o.clone().unwrap_or_default();
+        vec![
+            ("SchemaVersion", SCHEMA_VERSION.to_string()),
+            (
+                "PITRRecoveryPeriodDays",
+                self.pitr_recovery_days
+                    .map(|d| d.to_string())
+                    .unwrap_or_default(),
+            ),
+            ("EnableDeletionProtection", flag(self.deletion_protection)),
+            ("EnableAggregator", flag(self.aggregator)),
+            ("AggregatorArchitecture", self.architecture.clone()),
+            ("LambdaMemorySize", self.lambda_memory_mb.to_string()),
+            ("LambdaTimeout", self.lambda_timeout_seconds.to_string()),
+            ("LogLevel", self.log_level.clone()),
+            ("LogRetentionDays", self.log_retention_days.to_string()),
+            ("SnapshotWindows", self.snapshot_windows.clone()),
+            (
+                "SnapshotRetentionDays",
+                self.snapshot_retention_days.to_string(),
+            ),
+            ("StreamBatchSize", self.stream_batch_size.to_string()),
+            (
+                "StreamBatchingWindowSeconds",
+                self.stream_batching_window_seconds.to_string(),
+            ),
+            (
+                "StreamMaximumRetryAttempts",
+                self.stream_max_retries.to_string(),
+            ),
+            ("AggregatorRoleName", opt(&self.aggregator_role_name)),
+            ("EnableAlarms", flag(self.alarms)),
+            ("AlarmSNSTopicArn", opt(&self.alarm_topic_arn)),
+            (
+                "IteratorAgeThresholdMs",
+                self.iterator_age_threshold_ms.to_string(),
+            ),
+            ("EnableIAM", flag(self.iam)),
+            ("EnableIAMRoles", flag(self.iam_roles)),
+            ("PermissionBoundary", opt(&self.permission_boundary)),
+            ("RoleNameFormat", opt(&self.role_name_format)),
+        ]
+    }
+}
+
+/// The state of a stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackInfo {
+    /// The stack name.
+    pub name: String,
+    /// CloudFormation's status, e.g. `CREATE_COMPLETE`.
+    pub status: String,
+    /// CloudFormation's status reason.
+    pub reason: Option<String>,
+    /// The outputs (`TableName`, `TableArn`, `StreamArn`, policy ARNs, …).
+    pub outputs: BTreeMap<String, String>,
+    /// The parameters the stack runs with.
+    pub parameters: BTreeMap<String, String>,
+}
+
+/// One resource event of a stack operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackEvent {
+    /// When it happened (ISO 8601).
+    pub timestamp: String,
+    /// The resource's logical id (the stack's own name for stack-level events).
+    pub logical_id: String,
+    /// The resource type.
+    pub resource_type: String,
+    /// The resource status, e.g. `CREATE_IN_PROGRESS`.
+    pub status: String,
+    /// CloudFormation's reason, mostly on failures.
+    pub reason: Option<String>,
+}
+
+impl fmt::Display for StackEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {:<24} {:<34} {}",
+            self.timestamp, self.status, self.logical_id, self.resource_type
+        )?;
+        if let Some(reason) = &self.reason {
+            write!(f, " ({reason})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Creates, updates, inspects and deletes one dynalimit stack.
+#[derive(Debug, Clone)]
+pub struct StackManager {
+    name: String,
+    cfn: aws_sdk_cloudformation::Client,
+    s3: aws_sdk_s3::Client,
+    poll: Duration,
+    max_wait: Duration,
+}
+
+/// AWS settings for `endpoint` and `region`, otherwise the environment's. For a loopback
+/// endpoint (an emulator) the credentials are static local ones unless `AWS_ACCESS_KEY_ID` or
+/// `AWS_PROFILE` is set, and the region defaults to `us-east-1`, so nothing waits for instance
+/// metadata.
+pub async fn sdk_config(endpoint: Option<&str>, region: Option<&str>) -> SdkConfig {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty());
+    let local = endpoint.is_some_and(is_loopback);
+    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    if let Some(url) = endpoint {
+        loader = loader.endpoint_url(url);
+    }
+    if local && !set("AWS_ACCESS_KEY_ID") && !set("AWS_PROFILE") {
+        loader = loader.credentials_provider(local_credentials());
+    }
+    match region {
+        Some(region) => loader = loader.region(Region::new(region.to_string())),
+        None if local && !set("AWS_REGION") && !set("AWS_DEFAULT_REGION") => {
+            loader = loader.region(Region::new("us-east-1"));
+        }
+        None => {}
+    }
+    let config = loader.load().await;
+    if config.region().is_some() {
+        return config;
+    }
+    config.to_builder().region(Region::new("us-east-1")).build()
+}
+
+impl StackManager {
+    /// A manager of stack `name` with AWS settings from the environment, `endpoint` (an
+    /// emulator such as LocalStack or moto) and `region` when given.
+    pub async fn connect(name: &str, endpoint: Option<&str>, region: Option<&str>) -> StackManager {
+        StackManager::from_sdk_config(name, &sdk_config(endpoint, region).await)
+    }
+
+    /// A manager of stack `name` with the given AWS settings.
+    pub fn from_sdk_config(name: &str, config: &SdkConfig) -> StackManager {
+        let s3_config = aws_sdk_s3::config::Builder::from(config)
+            .force_path_style(config.endpoint_url().is_some())
+            .build();
+        StackManager {
+            name: name.to_string(),
+            cfn: aws_sdk_cloudformation::Client::new(config),
+            s3: aws_sdk_s3::Client::from_conf(s3_config),
+            poll: Duration::from_secs(5),
+            max_wait: Duration::from_secs(3600),
+        }
+    }
+
+    /// How often a wait polls CloudFormation (default 5 s).
+    #[must_use]
+    pub fn poll_interval(mut self, interval: Duration) -> StackManager {
+        self.poll = interval.max(Duration::from_millis(10));
+        self
+    }
+
+    /// The stack name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The stack's state, `None` when it does not exist.
+    ///
+    /// # Errors
+    /// The classified CloudFormation failure.
+    pub async fn status(&self) -> Result<Option<StackInfo>, RepositoryError> {
+        let out = match self
+            .cfn
+            .describe_stacks()
+            .stack_name(&self.name)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) if is_missing_stack(&e) => return Ok(None),
+            Err(e) => return Err(classify("DescribeStacks", e)),
+        };
+        let Some(stack) = out.stacks().first() else {
+            return Ok(None);
+        };
+        let status = stack
+            .stack_status()
+            .map(|s| s.as_str().to_string())
+            .unwrap_or_default();
+        if status == "DELETE_COMPLETE" {
+            return Ok(None);
+        }
+        Ok(Some(StackInfo {
+            name: self.name.clone(),
+            status,
+            reason: stack.stack_status_reason().map(str::to_string),
+            outputs: stack
+                .outputs()
+                .iter()
+                .filter_map(|o| Some((o.output_key()?.to_string(), o.output_value()?.to_string())))
+                .collect(),
+            parameters: stack
+                .parameters()
+                .iter()
+                .filter_map(|p| {
+                    Some((
+                        p.parameter_key()?.to_string(),
+                        p.parameter_value().unwrap_or_default().to_string(),
+                    ))
+                })
+                .collect(),
+        }))
+    }
+
+    /// Creates the stack, or updates it when it exists (a stack whose creation failed is
+    /// deleted and created again), and waits. With `aggregator_zip`, the code is then uploaded
+    /// to the stack's code bucket and the function switched to it. Every resource event is
+    /// passed to `progress`.
+    ///
+    /// # Errors
+    /// [`RepositoryError::Validation`] for bad options (before any request),
+    /// [`RepositoryError::StackFailed`] when CloudFormation rolls back, and the classified
+    /// failures.
+    pub async fn deploy(
+        &self,
+        options: &StackOptions,
+        aggregator_zip: Option<&[u8]>,
+        progress: &mut (dyn FnMut(&StackEvent) + Send),
+    ) -> Result<StackInfo, RepositoryError> {
+        ids::validate_stack_name(&self.name)?;
+        options.validate()?;
+        if aggregator_zip.is_some() && !options.aggregator {
+            return Err(invalid(
+                "aggregator",
+                "disabled",
+                "aggregator code was given but the aggregator is disabled",
+            ));
+        }
+        let mut existing = self.status().await?;
+        if let Some(info) = &existing {
+            if info.status.ends_with("_IN_PROGRESS") {
+                return Err(RepositoryError::StackFailed {
+                    stack: self.name.clone(),
+                    status: info.status.clone(),
+                    reason: "another operation is in progress; wait for it and retry".into(),
+                });
+            }
+            if info.status == "ROLLBACK_COMPLETE" || info.status == "ROLLBACK_FAILED" {
+                self.delete(progress).await?;
+                existing = None;
+            }
+        }
+        let mut info = match existing {
+            None => {
+                self.create(options, progress).await?;
+                self.expect_status().await?
+            }
+            Some(info) => {
+                let key = info.parameters.get("AggregatorCodeKey").cloned();
+                let key = key.filter(|_| options.aggregator).unwrap_or_default();
+                self.update(options, &key, progress).await?;
+                self.expect_status().await?
+            }
+        };
+        if let Some(zip) = aggregator_zip {
+            let bucket = info.outputs.get("CodeBucketName").cloned().ok_or_else(|| {
+                RepositoryError::StackFailed {
+                    stack: self.name.clone(),
+                    status: info.status.clone(),
+                    reason: "the stack has no CodeBucketName output".into(),
+                }
+            })?;
+            let key = code_key(zip);
+            self.s3
+                .put_object()
+                .bucket(&bucket)
+                .key(&key)
+                .body(zip.to_vec().into())
+                .send()
+                .await
+                .map_err(|e| classify("PutObject", e))?;
+            if info.parameters.get("AggregatorCodeKey") != Some(&key) {
+                self.update(options, &key, progress).await?;
+                info = self.expect_status().await?;
+            }
+        }
+        Ok(info)
+    }
+
+    /// Deletes the stack (emptying its code bucket first) and waits until it is gone.
+    /// Returns false when there was no stack.
+    ///
+    /// # Errors
+    /// [`RepositoryError::StackFailed`] when the deletion fails (for example because the table
+    /// has deletion protection), and the classified failures.
+    pub async fn delete(
+        &self,
+        progress: &mut (dyn FnMut(&StackEvent) + Send),
+    ) -> Result<bool, RepositoryError> {
+        let Some(info) = self.status().await? else {
+            return Ok(false);
+        };
+        if let Some(bucket) = info.outputs.get("CodeBucketName") {
+            self.empty_bucket(bucket).await?;
+        }
+        let seen = self.event_ids().await?;
+        self.cfn
+            .delete_stack()
+            .stack_name(&self.name)
+            .send()
+            .await
+            .map_err(|e| classify("DeleteStack", e))?;
+        self.wait("DELETE_COMPLETE", seen, progress).await?;
+        Ok(true)
+    }
+
+    async fn empty_bucket(&self, bucket: &str) -> Result<(), RepositoryError> {
+        let mut token = None;
+        loop {
+            let page = match self
+                .s3
+                .list_objects_v2()
+                .bucket(bucket)
+                .set_continuation_token(token)
+                .send()
+                .await
+            {
+                Ok(page) => page,
+                Err(e) if e.code() == Some("NoSuchBucket") => return Ok(()),
+                Err(e) => return Err(classify("ListObjectsV2", e)),
+            };
+            for object in page.contents() {
+                if let Some(key) = object.key() {
+                    self.s3
+                        .delete_object()
+                        .bucket(bucket)
+                        .key(key)
+                        .send()
+                        .await
+                        .map_err(|e| classify("DeleteObject", e))?;
+                }
+            }
+            match page.next_continuation_token() {
+                Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    async fn expect_status(&self) -> Result<StackInfo, RepositoryError> {
+        self.status()
+            .await?
+            .ok_or_else(|| RepositoryError::StackNotFound {
+                stack: self.name.clone(),
+            })
+    }
+
+    fn cfn_parameters(options: &StackOptions, code_key: &str) -> Vec<Parameter> {
+        options
+            .parameters()
+            .into_iter()
+            .chain([("AggregatorCodeKey", code_key.to_string())])
+            .map(|(k, v)| {
+                Parameter::builder()
+                    .parameter_key(k)
+                    .parameter_value(v)
+                    .build()
+            })
+            .collect()
+    }
+
+    fn tags(options: &StackOptions) -> Vec<Tag> {
+        std::iter::once(("Application".to_string(), "dynalimit".to_string()))
+            .chain(options.tags.iter().cloned())
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect()
+    }
+
+    async fn create(
+        &self,
+        options: &StackOptions,
+        progress: &mut (dyn FnMut(&StackEvent) + Send),
+    ) -> Result<(), RepositoryError> {
+        self.cfn
+            .create_stack()
+            .stack_name(&self.name)
+            .template_body(TEMPLATE)
+            .set_parameters(Some(Self::cfn_parameters(options, "")))
+            .capabilities(Capability::CapabilityNamedIam)
+            .set_tags(Some(Self::tags(options)))
+            .send()
+            .await
+            .map_err(|e| classify("CreateStack", e))?;
+        self.wait("CREATE_COMPLETE", HashSet::new(), progress).await
+    }
+
+    async fn update(
+        &self,
+        options: &StackOptions,
+        code_key: &str,
+        progress: &mut (dyn FnMut(&StackEvent) + Send),
+    ) -> Result<(), RepositoryError> {
+        let seen = self.event_ids().await?;
+        let result = self
+            .cfn
+            .update_stack()
+            .stack_name(&self.name)
+            .template_body(TEMPLATE)
+            .set_parameters(Some(Self::cfn_parameters(options, code_key)))
+            .capabilities(Capability::CapabilityNamedIam)
+            .set_tags(Some(Self::tags(options)))
+            .send()
+            .await;
+        match result {
+            Ok(_) => self.wait("UPDATE_COMPLETE", seen, progress).await,
+            Err(e)
+                if e.message()
+                    .is_some_and(|m| m.contains("No updates are to be performed")) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(classify("UpdateStack", e)),
+        }
+    }
+
+    async fn event_ids(&self) -> Result<HashSet<String>, RepositoryError> {
+        Ok(self.events().await?.into_iter().map(|(id, _)| id).collect())
+    }
+
+    /// The newest page of events, oldest first, with their ids.
+    async fn events(&self) -> Result<Vec<(String, StackEvent)>, RepositoryError> {
+        let out = match self
+            .cfn
+            .describe_stack_events()
+            .stack_name(&self.name)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) if is_missing_stack(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(classify("DescribeStackEvents", e)),
+        };
+        let mut events: Vec<_> = out
+            .stack_events()
+            .iter()
+            .map(|e| {
+                let id = e.event_id().unwrap_or_default().to_string();
+                let event = StackEvent {
+                    timestamp: e
+                        .timestamp()
+                        .and_then(|t| t.fmt(aws_smithy_types::date_time::Format::DateTime).ok())
+                        .unwrap_or_default(),
+                    logical_id: e.logical_resource_id().unwrap_or_default().to_string(),
+                    resource_type: e.resource_type().unwrap_or_default().to_string(),
+                    status: e
+                        .resource_status()
+                        .map(|s| s.as_str().to_string())
+                        .unwrap_or_default(),
+                    reason: e
+                        .resource_status_reason()
+                        .filter(|r| !r.is_empty())
+                        .map(str::to_string),
+                };
+                (id, event)
+            })
+            .collect();
+        events.reverse();
+        Ok(events)
+    }
+
+    async fn wait(
+        &self,
+        goal: &str,
+        mut seen: HashSet<String>,
+        progress: &mut (dyn FnMut(&StackEvent) + Send),
+    ) -> Result<(), RepositoryError> {
+        let polls = (self.max_wait.as_millis() / self.poll.as_millis().max(1)).max(1);
+        let mut first_failure: Option<String> = None;
+        for _ in 0..polls {
+            for (id, event) in self.events().await? {
+                if seen.insert(id) {
+                    if event.status.ends_with("_FAILED")
+                        && first_failure.is_none()
+                        && let Some(reason) = &event.reason
+                    {
+                        first_failure = Some(format!("{}: {reason}", event.logical_id));
+                    }
+                    progress(&event);
+                }
+            }
+            let status = self.status().await?;
+            let current = status
+                .as_ref()
+                .map_or_else(|| "DELETE_COMPLETE".to_string(), |s| s.status.clone());
+            if current == goal {
+                return Ok(());
+            }
+            if !current.ends_with("_IN_PROGRESS") {
+                let reason = first_failure
+                    .or_else(|| status.and_then(|s| s.reason))
+                    .unwrap_or_else(|| format!("expected {goal}"));
+                return Err(RepositoryError::StackFailed {
+                    stack: self.name.clone(),
+                    status: current,
+                    reason,
+                });
+            }
+            tokio::time::sleep(self.poll).await;
+        }
+        Err(RepositoryError::StackFailed {
+            stack: self.name.clone(),
+            status: "TIMEOUT".into(),
+            reason: format!("did not reach {goal} within {} s", self.max_wait.as_secs()),
+        })
+    }
+}
+
+fn is_missing_stack<E: ProvideErrorMetadata>(e: &E) -> bool {
+    e.message().is_some_and(|m| m.contains("does not exist"))
+}
+
+/// The object key of an aggregator zip: `aggregator/{fnv1a-64 of the bytes}.zip`, so a new
+/// build gets a new key and CloudFormation updates the function.
+pub fn code_key(zip: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in zip {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("aggregator/{hash:016x}-{}.zip", zip.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_name_every_parameter_but_the_code_key() {
+        let options = StackOptions::default();
+        options.validate().unwrap();
+        let names: Vec<_> = options.parameters().iter().map(|(k, _)| *k).collect();
+        for name in &names {
+            assert!(TEMPLATE.contains(&format!("\n  {name}:\n")), "{name}");
+        }
+        assert!(!names.contains(&"AggregatorCodeKey"));
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        let cases: [fn(&mut StackOptions); 9] = [
+            |o| o.architecture = "mips".into(),
+            |o| o.lambda_memory_mb = 64,
+            |o| o.lambda_timeout_seconds = 901,
+            |o| o.log_level = "loud".into(),
+            |o| o.log_retention_days = 2,
+            |o| o.snapshot_windows = "weekly".into(),
+            |o| o.pitr_recovery_days = Some(36),
+            |o| o.role_name_format = Some("no-placeholder".into()),
+            |o| o.alarm_topic_arn = Some("topic".into()),
+        ];
+        for change in cases {
+            let mut o = StackOptions::default();
+            change(&mut o);
+            assert!(matches!(o.validate(), Err(RepositoryError::Validation(_))));
+        }
+    }
+
+    #[test]
+    fn code_keys_differ_by_content() {
+        assert_ne!(code_key(b"a"), code_key(b"b"));
+        assert_eq!(code_key(b"a"), code_key(b"a"));
+        assert!(code_key(b"abc").starts_with("aggregator/"));
+    }
+}

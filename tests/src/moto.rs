@@ -1,0 +1,95 @@
+//! A private moto server (an AWS emulator with CloudFormation) for the deploy tests.
+//!
+//! moto is a Python package; `scripts/test` installs it into the virtualenv `.cache/venv` and
+//! exports `DYNALIMIT_PYTHON_VENV` and `DYNALIMIT_REQUIRE_MOTO=1`. [`MotoServer::start`] looks
+//! for `moto_server` in `$DYNALIMIT_PYTHON_VENV/bin`, then in the repository's `.cache/venv/bin`,
+//! then on `PATH`, and starts it on a free loopback port; dropping the server stops it.
+//!
+//! When moto is not installed, [`MotoServer::start`] returns `None` after printing why, so a bare
+//! `cargo test` skips the deploy tests; under `scripts/test` (`DYNALIMIT_REQUIRE_MOTO=1`) it
+//! panics instead, so the gate cannot pass without them.
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use dynalimit_repository::local::free_port;
+
+/// A running moto server on loopback. Dropping it stops the process.
+#[derive(Debug)]
+pub struct MotoServer {
+    child: Child,
+    url: String,
+}
+
+fn find_moto() -> Option<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Some(venv) = std::env::var_os("DYNALIMIT_PYTHON_VENV").filter(|v| !v.is_empty()) {
+        candidates.push(PathBuf::from(venv).join("bin").join("moto_server"));
+    }
+    candidates.push(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(".cache/venv/bin/moto_server"),
+    );
+    if let Some(path) = std::env::var_os("PATH") {
+        candidates.extend(std::env::split_paths(&path).map(|p| p.join("moto_server")));
+    }
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+impl MotoServer {
+    /// Starts moto on a free loopback port, or returns `None` (printing the reason) when moto
+    /// is not installed and `DYNALIMIT_REQUIRE_MOTO` is not set.
+    ///
+    /// # Panics
+    /// When moto is required but missing, or does not answer within 60 seconds.
+    pub fn start() -> Option<MotoServer> {
+        let Some(program) = find_moto() else {
+            let message = "moto_server not found: run ./scripts/test (it installs moto into \
+                           .cache/venv) or set DYNALIMIT_PYTHON_VENV to a virtualenv with \
+                           moto[server]";
+            if std::env::var("DYNALIMIT_REQUIRE_MOTO").is_ok_and(|v| v == "1") {
+                panic!("{message}");
+            }
+            eprintln!("skipped: {message}");
+            return None;
+        };
+        let port = free_port().expect("free port");
+        let child = Command::new(&program)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+        let mut server = MotoServer {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        for _ in 0..600 {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("moto_server exited during start-up ({status})");
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+                return Some(server);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("moto_server did not answer on port {port} within 60 s");
+    }
+
+    /// The endpoint URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for MotoServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,166 @@
+//! The stack on moto: create, update with aggregator code, delete; and `Repository::open`
+//! provisioning a missing table through CloudFormation.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use dynalimit_repository::stack::{self, StackEvent, StackManager, StackOptions};
+use dynalimit_repository::{Repository, RepositoryError};
+use dynalimit_tests::moto::MotoServer;
+use dynalimit_tests::schema_mismatches;
+
+async fn manager(moto: &MotoServer, name: &str) -> StackManager {
+    StackManager::connect(name, Some(moto.url()), Some("us-east-1"))
+        .await
+        .poll_interval(Duration::from_millis(100))
+}
+
+async fn dynamodb(moto: &MotoServer) -> Client {
+    Client::new(&stack::sdk_config(Some(moto.url()), Some("us-east-1")).await)
+}
+
+async fn describe(
+    client: &Client,
+    table: &str,
+) -> Option<aws_sdk_dynamodb::types::TableDescription> {
+    match client.describe_table().table_name(table).send().await {
+        Ok(out) => out.table,
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception()) =>
+        {
+            None
+        }
+        Err(e) => panic!("DescribeTable: {e:?}"),
+    }
+}
+
+#[tokio::test]
+async fn deploy_update_with_code_and_delete_cycle() {
+    let Some(moto) = MotoServer::start() else {
+        return;
+    };
+    let name = "dynalimit-cycle";
+    let m = manager(&moto, name).await;
+    assert_eq!(m.status().await.unwrap(), None);
+
+    // Create.
+    let mut events: Vec<StackEvent> = Vec::new();
+    let info = m
+        .deploy(&StackOptions::default(), None, &mut |e| {
+            events.push(e.clone())
+        })
+        .await
+        .expect("create");
+    assert_eq!(info.status, "CREATE_COMPLETE");
+    assert_eq!(
+        info.outputs.get("TableName").map(String::as_str),
+        Some(name)
+    );
+    for output in [
+        "TableArn",
+        "StreamArn",
+        "CodeBucketName",
+        "AcquireOnlyPolicyArn",
+    ] {
+        assert!(info.outputs.contains_key(output), "{output}");
+    }
+    assert_eq!(info.parameters["AggregatorCodeKey"], "");
+    // moto reports stack-level events only; AWS adds one per resource.
+    assert!(
+        events
+            .iter()
+            .any(|e| e.logical_id == name && e.status == "CREATE_COMPLETE"),
+        "{events:?}"
+    );
+    let client = dynamodb(&moto).await;
+    let table = describe(&client, name).await.expect("table exists");
+    assert_eq!(schema_mismatches(&table), Vec::<String>::new());
+
+    // Update: new options and the aggregator code, uploaded after the stack exists.
+    let mut options = StackOptions::default();
+    options.log_retention_days = 90;
+    options.lambda_memory_mb = 512;
+    let zip = b"PK\x05\x06 not really a zip, moto does not run it";
+    let mut events = Vec::new();
+    let info = m
+        .deploy(&options, Some(zip), &mut |e| events.push(e.clone()))
+        .await
+        .expect("update");
+    assert_eq!(info.status, "UPDATE_COMPLETE");
+    assert_eq!(info.parameters["AggregatorCodeKey"], stack::code_key(zip));
+    assert_eq!(info.parameters["LogRetentionDays"], "90");
+    assert_eq!(info.parameters["LambdaMemorySize"], "512");
+    assert!(info.outputs.contains_key("AggregatorFunctionArn"));
+    assert!(!events.is_empty());
+
+    // A repository works on the deployed table.
+    let repo = Repository::builder()
+        .endpoint_url(moto.url())
+        .region("us-east-1")
+        .stack(name)
+        .open()
+        .await
+        .expect("open on the deployed table");
+    repo.ping().await.unwrap();
+    assert!(repo.version_record().await.unwrap().is_some());
+
+    // Delete.
+    assert!(m.delete(&mut |_| {}).await.expect("delete"));
+    assert_eq!(m.status().await.unwrap(), None);
+    assert!(describe(&client, name).await.is_none());
+    assert!(
+        !m.delete(&mut |_| {}).await.unwrap(),
+        "second delete finds nothing"
+    );
+}
+
+#[tokio::test]
+async fn repository_open_provisions_a_missing_table_through_the_stack() {
+    let Some(moto) = MotoServer::start() else {
+        return;
+    };
+    let name = "dynalimit-provisioned";
+    // Settings that point at moto without an endpoint override: `open` then behaves as on AWS.
+    let config = stack::sdk_config(Some(moto.url()), Some("us-east-1")).await;
+    let repo = Repository::builder()
+        .sdk_config(config)
+        .stack(name)
+        .namespace("tenant-a")
+        .open()
+        .await
+        .expect("open provisions");
+    repo.ping().await.unwrap();
+    let info = manager(&moto, name)
+        .await
+        .status()
+        .await
+        .unwrap()
+        .expect("the stack was created");
+    assert_eq!(info.status, "CREATE_COMPLETE");
+    assert_eq!(info.parameters["EnableAggregator"], "false");
+    let table = describe(&dynamodb(&moto).await, name).await.unwrap();
+    assert_eq!(schema_mismatches(&table), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn bad_options_are_refused_before_any_request() {
+    // No server at all: validation must fail first.
+    let m = StackManager::connect(
+        "dynalimit-bad",
+        Some("http://127.0.0.1:9"),
+        Some("us-east-1"),
+    )
+    .await;
+    let mut options = StackOptions::default();
+    options.lambda_timeout_seconds = 0;
+    let err = m.deploy(&options, None, &mut |_| {}).await.unwrap_err();
+    assert!(matches!(err, RepositoryError::Validation(_)), "{err}");
+    let mut options = StackOptions::default();
+    options.aggregator = false;
+    let err = m
+        .deploy(&options, Some(b"zip"), &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RepositoryError::Validation(_)), "{err}");
+}

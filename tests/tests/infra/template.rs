@@ -1,0 +1,375 @@
+//! The CloudFormation template agrees with `schema::TABLE_SCHEMA` and carries the TTL, PITR,
+//! alarm, stream-processing and IAM settings no emulator checks.
+
+use dynalimit_repository::schema::TABLE_SCHEMA;
+use dynalimit_repository::stack::{StackOptions, TEMPLATE};
+use serde_json::{Value, json};
+
+/// The template as JSON, short-form tags (`!Ref`, `!If`, …) turned into their long form.
+fn template() -> Value {
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(TEMPLATE).expect("template parses");
+    to_json(yaml)
+}
+
+fn to_json(v: serde_yaml_ng::Value) -> Value {
+    use serde_yaml_ng::Value as Y;
+    match v {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(b),
+        Y::Number(n) => serde_json::to_value(n).expect("number"),
+        Y::String(s) => Value::String(s),
+        Y::Sequence(s) => Value::Array(s.into_iter().map(to_json).collect()),
+        Y::Mapping(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| (k.as_str().expect("string key").to_string(), to_json(v)))
+                .collect(),
+        ),
+        Y::Tagged(t) => {
+            let tag = t.tag.to_string();
+            let tag = tag.trim_start_matches('!');
+            let value = to_json(t.value);
+            match tag {
+                "Ref" | "Condition" => json!({ tag: value }),
+                "GetAtt" => {
+                    let parts: Vec<Value> = value
+                        .as_str()
+                        .expect("GetAtt string")
+                        .split('.')
+                        .map(|p| Value::String(p.into()))
+                        .collect();
+                    json!({ "Fn::GetAtt": parts })
+                }
+                other => json!({ format!("Fn::{other}"): value }),
+            }
+        }
+    }
+}
+
+fn resources_of_type<'a>(t: &'a Value, ty: &str) -> Vec<(&'a String, &'a Value)> {
+    t["Resources"]
+        .as_object()
+        .expect("Resources")
+        .iter()
+        .filter(|(_, r)| r["Type"] == ty)
+        .collect()
+}
+
+fn key_schema(hash: &str, range: &str) -> Value {
+    json!([
+        { "AttributeName": hash, "KeyType": "HASH" },
+        { "AttributeName": range, "KeyType": "RANGE" },
+    ])
+}
+
+#[test]
+fn table_keys_indexes_stream_and_billing_match_the_schema() {
+    let t = template();
+    let table = &t["Resources"]["RateLimitsTable"];
+    assert_eq!(table["Type"], "AWS::DynamoDB::Table");
+    let p = &table["Properties"];
+    assert_eq!(p["TableName"], json!({ "Ref": "AWS::StackName" }));
+    assert_eq!(
+        p["KeySchema"],
+        key_schema(TABLE_SCHEMA.hash_key, TABLE_SCHEMA.range_key)
+    );
+    assert_eq!(p["BillingMode"], TABLE_SCHEMA.billing_mode);
+    assert_eq!(
+        p["StreamSpecification"]["StreamViewType"],
+        TABLE_SCHEMA.stream_view
+    );
+
+    let mut declared: Vec<(String, String)> = p["AttributeDefinitions"]
+        .as_array()
+        .expect("attributes")
+        .iter()
+        .map(|a| {
+            (
+                a["AttributeName"].as_str().unwrap().to_string(),
+                a["AttributeType"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    declared.sort();
+    let mut expected: Vec<(String, String)> = TABLE_SCHEMA
+        .key_attributes()
+        .iter()
+        .map(|a| (a.to_string(), "S".to_string()))
+        .collect();
+    expected.sort();
+    assert_eq!(declared, expected);
+
+    for (section, indexes) in [
+        ("GlobalSecondaryIndexes", TABLE_SCHEMA.global_indexes),
+        ("LocalSecondaryIndexes", TABLE_SCHEMA.local_indexes),
+    ] {
+        let listed = p[section].as_array().expect(section);
+        assert_eq!(listed.len(), indexes.len(), "{section}");
+        for (got, want) in listed.iter().zip(indexes) {
+            assert_eq!(got["IndexName"], want.name, "{section}");
+            assert_eq!(
+                got["KeySchema"],
+                key_schema(want.hash_key, want.range_key),
+                "{}",
+                want.name
+            );
+            assert_eq!(
+                got["Projection"]["ProjectionType"],
+                want.projection.as_str(),
+                "{}",
+                want.name
+            );
+        }
+    }
+}
+
+#[test]
+fn ttl_pitr_and_deletion_protection_are_set_from_parameters() {
+    let t = template();
+    let p = &t["Resources"]["RateLimitsTable"]["Properties"];
+    assert_eq!(
+        p["TimeToLiveSpecification"],
+        json!({ "AttributeName": TABLE_SCHEMA.ttl_attribute, "Enabled": true })
+    );
+    assert_eq!(
+        p["PointInTimeRecoverySpecification"],
+        json!({ "Fn::If": [
+            "PITREnabled",
+            { "PointInTimeRecoveryEnabled": true,
+              "RecoveryPeriodInDays": { "Ref": "PITRRecoveryPeriodDays" } },
+            { "PointInTimeRecoveryEnabled": false },
+        ]})
+    );
+    assert_eq!(
+        t["Conditions"]["PITREnabled"],
+        json!({ "Fn::Not": [{ "Fn::Equals": [{ "Ref": "PITRRecoveryPeriodDays" }, ""] }] })
+    );
+    assert_eq!(
+        p["DeletionProtectionEnabled"],
+        json!({ "Fn::If": ["DeletionProtected", true, false] })
+    );
+    assert_eq!(t["Parameters"]["PITRRecoveryPeriodDays"]["Default"], "");
+}
+
+#[test]
+fn alarms_cover_lambda_errors_iterator_age_dlq_depth_and_throttles() {
+    let t = template();
+    let alarms = resources_of_type(&t, "AWS::CloudWatch::Alarm");
+    let metrics: Vec<(String, String)> = alarms
+        .iter()
+        .map(|(_, a)| {
+            (
+                a["Properties"]["Namespace"].as_str().unwrap().to_string(),
+                a["Properties"]["MetricName"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for want in [
+        ("AWS/Lambda", "Errors"),
+        ("AWS/Lambda", "IteratorAge"),
+        ("AWS/SQS", "ApproximateNumberOfMessagesVisible"),
+        ("AWS/DynamoDB", "ReadThrottleEvents"),
+        ("AWS/DynamoDB", "WriteThrottleEvents"),
+    ] {
+        assert!(
+            metrics.contains(&(want.0.to_string(), want.1.to_string())),
+            "no alarm on {want:?}"
+        );
+    }
+    for (name, alarm) in alarms {
+        assert_eq!(
+            alarm["Properties"]["AlarmActions"],
+            json!({ "Fn::If": ["HasAlarmTopic", [{ "Ref": "AlarmSNSTopicArn" }], { "Ref": "AWS::NoValue" }] }),
+            "{name}"
+        );
+        let condition = alarm["Condition"].as_str().unwrap();
+        assert!(t["Conditions"][condition].is_object(), "{name}");
+    }
+}
+
+#[test]
+fn aggregator_reads_the_stream_with_bisect_partial_batches_and_a_dead_letter_queue() {
+    let t = template();
+    let f = &t["Resources"]["AggregatorFunction"]["Properties"];
+    assert_eq!(
+        f["Runtime"],
+        json!({ "Fn::If": ["HasAggregatorCode", "provided.al2023", "python3.13"] })
+    );
+    assert_eq!(
+        f["Architectures"],
+        json!([{ "Ref": "AggregatorArchitecture" }])
+    );
+    assert_eq!(
+        t["Parameters"]["AggregatorArchitecture"]["Default"],
+        "arm64"
+    );
+    assert_eq!(f["MemorySize"], json!({ "Ref": "LambdaMemorySize" }));
+    assert_eq!(f["Timeout"], json!({ "Ref": "LambdaTimeout" }));
+    assert_eq!(
+        f["Environment"]["Variables"]["RUST_LOG"],
+        json!({ "Ref": "LogLevel" })
+    );
+    let m = &t["Resources"]["AggregatorEventSourceMapping"]["Properties"];
+    assert_eq!(
+        m["EventSourceArn"],
+        json!({ "Fn::GetAtt": ["RateLimitsTable", "StreamArn"] })
+    );
+    assert_eq!(m["BatchSize"], json!({ "Ref": "StreamBatchSize" }));
+    assert_eq!(
+        m["MaximumBatchingWindowInSeconds"],
+        json!({ "Ref": "StreamBatchingWindowSeconds" })
+    );
+    assert_eq!(m["BisectBatchOnFunctionError"], true);
+    assert_eq!(
+        m["FunctionResponseTypes"],
+        json!(["ReportBatchItemFailures"])
+    );
+    assert_eq!(
+        m["MaximumRetryAttempts"],
+        json!({ "Ref": "StreamMaximumRetryAttempts" })
+    );
+    assert_eq!(
+        m["DestinationConfig"]["OnFailure"]["Destination"],
+        json!({ "Fn::GetAtt": ["AggregatorDLQ", "Arn"] })
+    );
+    assert_eq!(
+        m["Enabled"],
+        json!({ "Fn::If": ["HasAggregatorCode", true, false] })
+    );
+    let logs = &t["Resources"]["AggregatorLogGroup"]["Properties"];
+    assert_eq!(
+        logs["RetentionInDays"],
+        json!({ "Ref": "LogRetentionDays" })
+    );
+}
+
+#[test]
+fn iam_policies_separate_acquire_full_and_read_access_and_scope_namespaces() {
+    let t = template();
+    let statements = |name: &str| -> Vec<Value> {
+        t["Resources"][name]["Properties"]["PolicyDocument"]["Statement"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}"))
+            .clone()
+    };
+    let actions = |s: &Value| -> Vec<String> {
+        match &s["Action"] {
+            Value::String(a) => vec![a.clone()],
+            Value::Array(a) => a.iter().map(|x| x.as_str().unwrap().to_string()).collect(),
+            other => panic!("action {other}"),
+        }
+    };
+    let writes = [
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+    ];
+    // Read-only never writes.
+    for policy in ["ReadOnlyPolicy", "NamespaceReadOnlyPolicy"] {
+        for s in statements(policy) {
+            assert!(
+                actions(&s).iter().all(|a| !writes.contains(&a.as_str())),
+                "{policy}"
+            );
+        }
+    }
+    // Acquire-only writes only bucket items, and never deletes.
+    for (policy, prefix) in [
+        ("AcquireOnlyPolicy", "*/BUCKET#*"),
+        (
+            "NamespaceAcquirePolicy",
+            "${aws:PrincipalTag/dynalimit_namespace_id}/BUCKET#*",
+        ),
+    ] {
+        for s in statements(policy) {
+            let acts = actions(&s);
+            assert!(!acts.iter().any(|a| a == "dynamodb:DeleteItem"), "{policy}");
+            if acts.iter().any(|a| writes.contains(&a.as_str())) {
+                assert_eq!(
+                    s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"],
+                    json!([prefix]),
+                    "{policy}"
+                );
+            }
+        }
+    }
+    // Namespace variants: every data statement is limited by LeadingKeys.
+    for policy in [
+        "NamespaceAcquirePolicy",
+        "NamespaceFullAccessPolicy",
+        "NamespaceReadOnlyPolicy",
+    ] {
+        for s in statements(policy) {
+            if actions(&s) == ["dynamodb:DescribeTable"] {
+                continue;
+            }
+            assert!(
+                s["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"].is_array(),
+                "{policy} {s}"
+            );
+        }
+    }
+    // Full access can delete.
+    assert!(
+        statements("FullAccessPolicy")
+            .iter()
+            .any(|s| actions(s).iter().any(|a| a == "dynamodb:DeleteItem"))
+    );
+    // Roles honour the permission boundary.
+    for role in ["AggregatorRole", "AppRole", "AdminRole", "ReadOnlyRole"] {
+        assert_eq!(
+            t["Resources"][role]["Properties"]["PermissionsBoundary"],
+            json!({ "Fn::If": ["HasPermissionBoundary", { "Ref": "PermissionBoundary" }, { "Ref": "AWS::NoValue" }] }),
+            "{role}"
+        );
+    }
+}
+
+#[test]
+fn outputs_name_table_stream_roles_and_policies() {
+    let t = template();
+    for output in [
+        "TableName",
+        "TableArn",
+        "StreamArn",
+        "AggregatorRoleArn",
+        "AcquireOnlyPolicyArn",
+        "FullAccessPolicyArn",
+        "ReadOnlyPolicyArn",
+        "NamespaceAcquirePolicyArn",
+        "NamespaceFullAccessPolicyArn",
+        "NamespaceReadOnlyPolicyArn",
+        "AppRoleArn",
+        "AdminRoleArn",
+        "ReadOnlyRoleArn",
+    ] {
+        assert!(t["Outputs"][output]["Value"].is_object(), "{output}");
+    }
+}
+
+#[test]
+fn stack_options_set_exactly_the_template_parameters() {
+    let t = template();
+    let mut declared: Vec<&String> = t["Parameters"].as_object().unwrap().keys().collect();
+    declared.sort();
+    let options = StackOptions::default();
+    let mut set: Vec<String> = options
+        .parameters()
+        .iter()
+        .map(|(k, _)| k.to_string())
+        .chain(["AggregatorCodeKey".to_string()])
+        .collect();
+    set.sort();
+    assert_eq!(declared, set.iter().collect::<Vec<_>>());
+    // The defaults of the options are the template's defaults.
+    for (name, value) in options.parameters() {
+        if name == "SchemaVersion" {
+            continue;
+        }
+        let default = &t["Parameters"][name]["Default"];
+        let default = match default {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        assert_eq!(default, value, "{name}");
+    }
+}
