@@ -1,8 +1,8 @@
 //! A private moto server (an AWS emulator with CloudFormation) for the deploy tests.
 //!
-//! moto is a Python package; `scripts/test` installs it into the virtualenv `.cache/venv-tools` and
+//! moto is a Python package; `scripts/test` installs it into the virtualenv `.cache/venv` and
 //! exports `DYNALIMIT_PYTHON_VENV` and `DYNALIMIT_REQUIRE_MOTO=1`. [`MotoServer::start`] looks
-//! for `moto_server` in `$DYNALIMIT_PYTHON_VENV/bin`, then in the repository's `.cache/venv-tools/bin`,
+//! for `moto_server` in `$DYNALIMIT_PYTHON_VENV/bin`, then in the repository's `.cache/venv/bin`,
 //! then on `PATH`, and starts it on a free loopback port; dropping the server stops it.
 //!
 //! When moto is not installed, [`MotoServer::start`] returns `None` after printing why, so a bare
@@ -31,7 +31,7 @@ fn find_moto() -> Option<PathBuf> {
     candidates.push(
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("..")
-            .join(".cache/venv-tools/bin/moto_server"),
+            .join(".cache/venv/bin/moto_server"),
     );
     if let Some(path) = std::env::var_os("PATH") {
         candidates.extend(std::env::split_paths(&path).map(|p| p.join("moto_server")));
@@ -48,7 +48,7 @@ impl MotoServer {
     pub fn start() -> Option<MotoServer> {
         let Some(program) = find_moto() else {
             let message = "moto_server not found: run ./scripts/test (it installs moto into \
-                           .cache/venv-tools) or set DYNALIMIT_PYTHON_VENV to a virtualenv with \
+                           .cache/venv) or set DYNALIMIT_PYTHON_VENV to a virtualenv with \
                            moto[server]";
             if std::env::var("DYNALIMIT_REQUIRE_MOTO").is_ok_and(|v| v == "1") {
                 panic!("{message}");

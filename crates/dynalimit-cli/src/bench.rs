@@ -40,9 +40,6 @@ pub(crate) struct BenchArgs {
     /// Print the results as JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// DynamoDB endpoint. Default: a fresh private DynamoDB Local for the run.
-    #[arg(long, env = "DYNALIMIT_ENDPOINT_URL")]
-    endpoint_url: Option<String>,
     /// Measured operations per case.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
     ops: u64,
@@ -154,10 +151,14 @@ struct Bench {
 }
 
 const RESOURCE: &str = "model";
-const STACK: &str = "dynalimit-bench";
 
-/// Runs the benchmark.
-pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
+/// Runs the benchmark against `endpoint_url` (the global `--endpoint-url`), or a fresh private
+/// DynamoDB Local when it is not given; `stack` is the table.
+pub(crate) async fn run(
+    args: &BenchArgs,
+    endpoint_url: Option<String>,
+    stack: &str,
+) -> anyhow::Result<()> {
     anyhow::ensure!(
         !args.concurrency.is_empty() && args.concurrency.iter().all(|c| (1..=1024).contains(c)),
         "--concurrency takes levels between 1 and 1024"
@@ -168,8 +169,8 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
             args.entities
         );
     }
-    let target = Target::resolve(args.endpoint_url.clone()).await?;
-    let outcome = measure(&args, &target).await;
+    let target = Target::resolve(endpoint_url).await?;
+    let outcome = measure(args, &target, stack).await;
     target.stop().await;
     let results = outcome?;
     if args.json {
@@ -187,12 +188,12 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn measure(args: &BenchArgs, target: &Target) -> anyhow::Result<Vec<Figures>> {
+async fn measure(args: &BenchArgs, target: &Target, stack: &str) -> anyhow::Result<Vec<Figures>> {
     let counter = RequestCounter::default();
     let client = target.client(Some(counter.clone())).await;
     let repo = Repository::builder()
         .client(client.clone())
-        .stack(STACK)
+        .stack(stack)
         .namespace("bench")
         .open()
         .await
@@ -210,7 +211,7 @@ async fn measure(args: &BenchArgs, target: &Target) -> anyhow::Result<Vec<Figure
     .await?;
     let bench = Bench {
         client,
-        table: STACK.to_string(),
+        table: stack.to_string(),
         limiter: RateLimiter::new(repo.clone()),
         counter,
         entities: args.entities,

@@ -31,16 +31,6 @@ use rand::Rng as _;
 /// Options of `dynalimit demo`.
 #[derive(Debug, Args)]
 pub(crate) struct DemoArgs {
-    /// DynamoDB endpoint (LocalStack, a running DynamoDB Local, or AWS). Default: start a
-    /// private DynamoDB Local for the run.
-    #[arg(long, env = "DYNALIMIT_ENDPOINT_URL")]
-    endpoint_url: Option<String>,
-    /// Table (stack) name.
-    #[arg(long, default_value = "dynalimit-demo")]
-    stack: String,
-    /// Namespace.
-    #[arg(long, default_value = "demo")]
-    namespace: String,
     /// How long the simulated traffic runs, in seconds.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
     seconds: u64,
@@ -121,13 +111,21 @@ struct Tally {
 }
 
 /// Runs the demo.
-pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
+///
+/// `endpoint_url` (the global `--endpoint-url`) points it at an existing endpoint; without it a
+/// private DynamoDB Local is started. `stack` is the table.
+pub(crate) async fn run(
+    args: &DemoArgs,
+    endpoint_url: Option<String>,
+    stack: &str,
+    namespace: &str,
+) -> anyhow::Result<()> {
     let started = SystemClock.epoch_millis();
-    if args.endpoint_url.is_none() {
+    if endpoint_url.is_none() {
         println!("Starting a private DynamoDB Local (installed on first use)...");
     }
-    let target = Target::resolve(args.endpoint_url.clone()).await?;
-    let outcome = simulate(&args, &target).await;
+    let target = Target::resolve(endpoint_url).await?;
+    let outcome = simulate(args, &target, stack, namespace).await;
     let private = target.is_private();
     target.stop().await;
     if private {
@@ -139,15 +137,20 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn simulate(args: &DemoArgs, target: &Target) -> anyhow::Result<()> {
+async fn simulate(
+    args: &DemoArgs,
+    target: &Target,
+    stack: &str,
+    namespace: &str,
+) -> anyhow::Result<()> {
     println!(
-        "Endpoint {}  table {}  namespace {}",
-        target.url, args.stack, args.namespace
+        "Endpoint {}  table {stack}  namespace {namespace}",
+        target.url
     );
     let repo = Repository::builder()
         .client(target.client(None).await)
-        .stack(&args.stack)
-        .namespace(&args.namespace)
+        .stack(stack)
+        .namespace(namespace)
         .open()
         .await
         .context("opening the table")?;

@@ -78,13 +78,6 @@ enum Command {
         after_help = "Examples:\n  dynalimit audit --entity key-1\n  dynalimit audit --system --limit 10"
     )]
     Audit(audit::AuditArgs),
-    /// Simulate an LLM gateway on a private DynamoDB Local (or --endpoint-url) and show the
-    /// buckets.
-    #[command(after_help = "Example:\n  dynalimit demo\n  dynalimit demo --seconds 20 --tasks 64")]
-    Demo(demo::DemoArgs),
-    /// Measure latency, throughput, requests and client CPU against a fresh DynamoDB Local.
-    #[command(after_help = "Example:\n  dynalimit bench\n  dynalimit bench --json > bench.json")]
-    Bench(bench::BenchArgs),
     /// Maintain usage snapshots from the table's stream without Lambda.
     #[command(
         subcommand,
@@ -94,6 +87,13 @@ enum Command {
     /// Run a local DynamoDB (DynamoDB Local, or LocalStack with --localstack).
     #[command(subcommand, after_help = "Example:\n  dynalimit local up --port 8000")]
     Local(local::LocalCommand),
+    /// Simulate an LLM gateway on a private DynamoDB Local (or --endpoint-url) and show the
+    /// buckets.
+    #[command(after_help = "Example:\n  dynalimit demo\n  dynalimit demo --seconds 20 --tasks 64")]
+    Demo(demo::DemoArgs),
+    /// Measure latency, throughput, requests and client CPU against a fresh DynamoDB Local.
+    #[command(after_help = "Example:\n  dynalimit bench\n  dynalimit bench --json > bench.json")]
+    Bench(bench::BenchArgs),
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -109,7 +109,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Limits(c) => limits::run(g, c).await,
         Command::Audit(args) => audit::run(g, args).await,
         Command::Local(c) => local::run(g, c).await,
-        Command::Demo(args) => demo::run(args, g.endpoint_url.clone(), &g.stack).await,
+        Command::Demo(args) => {
+            demo::run(args, g.endpoint_url.clone(), &g.stack, &g.namespace).await
+        }
         Command::Bench(args) => bench::run(args, g.endpoint_url.clone(), &g.stack).await,
         Command::Aggregator(c) => {
             aggregator::run(g.endpoint_url.as_deref(), g.region.as_deref(), &g.stack, c).await

@@ -30,8 +30,8 @@ pub mod metrics;
 pub mod namespace;
 mod repository;
 pub mod schema;
-pub mod usage;
 pub mod stack;
+pub mod usage;
 pub mod version;
 
 pub use audit::{AuditEvent, AuditPage};

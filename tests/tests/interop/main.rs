@@ -8,7 +8,7 @@
 //!
 //! The Python side needs an interpreter with `zae-limiter==0.17.0`, named by
 //! `DYNALIMIT_PYTHON`. `./scripts/test` creates it (`./scripts/python-env`, into
-//! `.cache/venv`) and exports the variable. When `DYNALIMIT_PYTHON` is unset:
+//! `.cache/venv-zae`) and exports the variable. When `DYNALIMIT_PYTHON` is unset:
 //! * with `CI` set, every test fails with a message saying how to set it up;
 //! * otherwise every test prints a skip reason and returns.
 //!
