@@ -17,6 +17,7 @@ mod local;
 mod namespace;
 mod output;
 mod package;
+mod usage;
 
 use std::process::ExitCode;
 
@@ -73,6 +74,17 @@ enum Command {
         after_help = "Example:\n  dynalimit limits set --entity key-1 --resource gpt-4 rpm=500/min"
     )]
     Limits(limits::LimitsCommand),
+    /// Show usage snapshots written by the aggregator, or a summary of them.
+    #[command(
+        after_help = "Examples:\n  dynalimit usage --entity key-1 --resource gpt-4 --window hourly\n  dynalimit usage summary --resource gpt-4 --start 2026-11-01T00:00:00Z"
+    )]
+    Usage(usage::UsageArgs),
+    /// Maintain usage snapshots from the table's stream without Lambda.
+    #[command(
+        subcommand,
+        after_help = "Example:\n  dynalimit aggregator run --until-idle"
+    )]
+    Aggregator(aggregator::AggregatorCommand),
     /// Show the audit log of an entity, a resource or the namespace.
     #[command(
         after_help = "Examples:\n  dynalimit audit --entity key-1\n  dynalimit audit --system --limit 10"
@@ -107,6 +119,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Namespace(c) => namespace::run(g, c).await,
         Command::Entity(c) => entity::run(g, c).await,
         Command::Limits(c) => limits::run(g, c).await,
+        Command::Usage(args) => usage::run(g, args).await,
+        Command::Aggregator(c) => {
+            aggregator::run(g.endpoint_url.as_deref(), g.region.as_deref(), &g.stack, c).await
+        }
         Command::Audit(args) => audit::run(g, args).await,
         Command::Local(c) => local::run(g, c).await,
         Command::Demo(args) => {

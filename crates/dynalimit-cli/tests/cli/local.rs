@@ -50,6 +50,12 @@ fn local_up_status_down_runs_dynamodb_local_in_the_background() {
     ])
     .json();
     assert_eq!(resolved["source"], "resource");
+    let usage = on(&["usage", "--entity", "key-1"]).json();
+    assert_eq!(
+        usage,
+        serde_json::json!([]),
+        "no aggregator ran: no snapshots yet"
+    );
 
     let status = run(&["local", "status"]).json();
     assert_eq!(

@@ -5,6 +5,7 @@
 mod data;
 mod infra;
 mod local;
+mod usage;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -132,6 +133,7 @@ fn every_command_has_help_with_an_example() {
         &["limits", "delete"],
         &["limits", "list"],
         &["audit"],
+        &["usage"],
         &["local"],
         &["local", "up"],
         &["local", "down"],
