@@ -37,6 +37,7 @@
 
 mod engine;
 mod lease;
+mod pause;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::{Future, IntoFuture};
@@ -56,6 +57,7 @@ use tokio::sync::Notify;
 use crate::{Error, Rejection};
 use engine::{Entry, Refusal};
 pub use lease::Lease;
+pub use pause::{DynamoPauseStore, MAX_PAUSE};
 
 /// What an acquire does when the limiter cannot decide (DynamoDB unavailable, or an item this
 /// client cannot interpret): `Allow` admits with a no-op lease (logged at `warn`), `Block`
@@ -387,6 +389,14 @@ impl RateLimiter {
                     resource,
                     statuses,
                     contended,
+                    paused: None,
+                })),
+                Refusal::Paused(until) => Err(Error::RateLimited(Rejection {
+                    entity_id: owner,
+                    resource,
+                    statuses: Vec::new(),
+                    contended: false,
+                    paused: Some(pause::remaining(until, self.inner.clock.epoch_millis())),
                 })),
                 Refusal::Disabled => Err(Error::ResourceDisabled {
                     entity_id: owner,
@@ -405,6 +415,7 @@ impl RateLimiter {
                         resource,
                         statuses: Vec::new(),
                         contended: true,
+                        paused: None,
                     }))
                 }
                 other => {
