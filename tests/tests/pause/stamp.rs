@@ -5,12 +5,16 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use dynalimit::Error;
+use std::sync::Arc;
+
 use dynalimit::backoff::{Backoff, bucket_scope};
+use dynalimit::{Error, RateLimiter};
 use dynalimit_core::Clock;
 use dynalimit_core::decide::{Plan, TtlAction, plan_refill};
+use dynalimit_core::{ManualClock, SystemClock};
 use dynalimit_repository::bucket::{BucketKey, ConsumeOutcome, PAUSE_ATTRIBUTE, RefillOutcome};
 use dynalimit_repository::item::get_i64;
+use dynalimit_repository::metrics::RequestCounter;
 
 use super::{balances, bucket_item, limiter, paused, rpm, spend_one};
 
@@ -253,4 +257,39 @@ async fn a_backoff_gate_over_the_bucket_store_pauses_the_limiter() {
     assert!(other.check(&scope).is_ok());
     let seen = other.refresh(&scope).await.unwrap().expect("paused");
     assert_eq!(seen.until_epoch_ms(), reported.until_epoch_ms());
+}
+
+#[tokio::test]
+async fn a_warm_paused_acquire_costs_one_request_and_a_pause_one_per_shard_plus_a_read() {
+    let table = dynalimit_tests::table().await;
+    let counter = RequestCounter::default();
+    let clock = ManualClock::new(SystemClock.epoch_millis());
+    let repo = table
+        .counted_builder(&counter)
+        .await
+        .namespace(NS)
+        .clock(Arc::new(clock.clone()))
+        .open()
+        .await
+        .unwrap();
+    let limiter = RateLimiter::new(repo);
+    spend_one(&limiter).await.unwrap();
+    counter.reset();
+    limiter
+        .pause("user-1", "llm", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(counter.count("GetItem"), 1);
+    assert_eq!(counter.count("UpdateItem"), 1);
+    assert_eq!(counter.total(), 2);
+    counter.reset();
+    for _ in 0..5 {
+        assert!(paused(spend_one(&limiter).await).is_some());
+    }
+    assert_eq!(
+        counter.total(),
+        5,
+        "one conditional write per refusal: {:?}",
+        counter.snapshot()
+    );
 }
