@@ -12,7 +12,7 @@ pub use dynalimit_core::decide::LimitStatus;
 /// reported is that shard's share, see [`LimitStatus`]), and how long to wait. `contended`
 /// means nothing was written because writers kept colliding; retrying after
 /// [`Rejection::retry_after`] (100 ms) is the right response. `paused` means the bucket
-/// carries a shared pause stamp (see [`crate::RateLimiter::pause`]) and holds the time left.
+/// carries a shared pause stamp (see `RateLimiter::pause`) and holds the time left.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
     /// The entity whose bucket refused.

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use dynalimit::{Error, Limit, RateLimiter};
 use dynalimit_core::{Clock, ManualClock, SystemClock};
+use dynalimit_repository::RepositoryBuilder;
 use dynalimit_repository::item::{Item, get_i64};
 use dynalimit_tests::TestTable;
 
@@ -21,9 +22,13 @@ fn rpm() -> Limit {
 
 /// A limiter on namespace `ns` of `table` with a manual clock started at the wall-clock time.
 async fn limiter(table: &TestTable, ns: &str) -> (RateLimiter, ManualClock) {
-    let clock = ManualClock::new(SystemClock.epoch_millis());
-    let repo = table
-        .builder()
+    open_limiter(table.builder(), ns, SystemClock.epoch_millis()).await
+}
+
+/// A limiter on namespace `ns` opened from `builder`, with a manual clock started at `t0`.
+async fn open_limiter(builder: RepositoryBuilder, ns: &str, t0: i64) -> (RateLimiter, ManualClock) {
+    let clock = ManualClock::new(t0);
+    let repo = builder
         .namespace(ns)
         .clock(Arc::new(clock.clone()))
         .open()

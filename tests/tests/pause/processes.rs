@@ -6,15 +6,14 @@
 //! compares the stamp with the `:now` each client sends.
 
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
+use dynalimit::Error;
 use dynalimit::backoff::{Backoff, bucket_scope};
-use dynalimit::{Error, RateLimiter};
-use dynalimit_core::{Clock, ManualClock, SystemClock};
+use dynalimit_core::{Clock, SystemClock};
 use dynalimit_repository::Repository;
 
-use super::{paused, spend_one};
+use super::{open_limiter, paused, spend_one};
 
 const NS: &str = "pause-procs";
 const CHILD: &str = "processes::child_acquires_on_the_parents_table";
@@ -36,16 +35,10 @@ async fn child_acquires_on_the_parents_table() {
     };
     let t0: i64 = var("DYNALIMIT_PAUSE_CHILD_T0").parse().unwrap();
     let until: i64 = var("DYNALIMIT_PAUSE_CHILD_UNTIL").parse().unwrap();
-    let clock = ManualClock::new(t0);
-    let repo = Repository::builder()
+    let builder = Repository::builder()
         .client(dynalimit_tests::client().await)
-        .stack(table)
-        .namespace(NS)
-        .clock(Arc::new(clock.clone()))
-        .open()
-        .await
-        .expect("open the parent's namespace");
-    let limiter = RateLimiter::new(repo);
+        .stack(table);
+    let (limiter, clock) = open_limiter(builder, NS, t0).await;
     let mut report = Vec::new();
     // Refused from the start to one millisecond before the deadline.
     for at in [t0, t0 + 10_000, until - 1] {
@@ -81,15 +74,7 @@ async fn child_acquires_on_the_parents_table() {
 async fn a_pause_in_one_process_holds_the_other() {
     let table = dynalimit_tests::table().await;
     let t0 = SystemClock.epoch_millis();
-    let clock = ManualClock::new(t0);
-    let repo = table
-        .builder()
-        .namespace(NS)
-        .clock(Arc::new(clock.clone()))
-        .open()
-        .await
-        .unwrap();
-    let limiter = RateLimiter::new(repo);
+    let (limiter, clock) = open_limiter(table.builder(), NS, t0).await;
     spend_one(&limiter).await.unwrap();
     let until = limiter
         .pause("user-1", "llm", Duration::from_secs(20))

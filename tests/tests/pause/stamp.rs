@@ -5,18 +5,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use std::sync::Arc;
 
+use dynalimit::Error;
 use dynalimit::backoff::{Backoff, bucket_scope};
-use dynalimit::{Error, RateLimiter};
 use dynalimit_core::Clock;
+use dynalimit_core::SystemClock;
 use dynalimit_core::decide::{Plan, TtlAction, plan_refill};
-use dynalimit_core::{ManualClock, SystemClock};
 use dynalimit_repository::bucket::{BucketKey, ConsumeOutcome, PAUSE_ATTRIBUTE, RefillOutcome};
 use dynalimit_repository::item::get_i64;
 use dynalimit_repository::metrics::RequestCounter;
 
-use super::{balances, bucket_item, limiter, paused, rpm, spend_one};
+use super::{balances, bucket_item, limiter, open_limiter, paused, rpm, spend_one};
 
 const NS: &str = "pause";
 
@@ -263,16 +262,8 @@ async fn a_backoff_gate_over_the_bucket_store_pauses_the_limiter() {
 async fn a_warm_paused_acquire_costs_one_request_and_a_pause_one_per_shard_plus_a_read() {
     let table = dynalimit_tests::table().await;
     let counter = RequestCounter::default();
-    let clock = ManualClock::new(SystemClock.epoch_millis());
-    let repo = table
-        .counted_builder(&counter)
-        .await
-        .namespace(NS)
-        .clock(Arc::new(clock.clone()))
-        .open()
-        .await
-        .unwrap();
-    let limiter = RateLimiter::new(repo);
+    let builder = table.counted_builder(&counter).await;
+    let (limiter, _clock) = open_limiter(builder, NS, SystemClock.epoch_millis()).await;
     spend_one(&limiter).await.unwrap();
     counter.reset();
     limiter
