@@ -136,13 +136,9 @@ async fn the_refill_write_and_the_consumption_retry_refuse_a_stamped_item() {
     ));
 }
 
-#[tokio::test]
-async fn the_slow_path_refuses_an_unborn_shard_of_a_paused_pair() {
-    let table = dynalimit_tests::table().await;
-    let (limiter, clock) = limiter(&table, NS).await;
-    spend_one(&limiter).await.unwrap();
-    // Another writer doubled the count to 2 but shard 1 is not created yet; this limiter
-    // learns the count from shard 0 and may draw shard 1, whose create must be refused too.
+/// Doubles `user-1`/`llm` to two shards behind the limiter's back (shard 1 not created), then
+/// lets the limiter learn the count with one acquire on shard 0.
+async fn double_to_two(table: &dynalimit_tests::TestTable, limiter: &dynalimit::RateLimiter) {
     let ns = table
         .repository(NS)
         .await
@@ -159,16 +155,12 @@ async fn the_slow_path_refuses_an_unborn_shard_of_a_paused_pair() {
         .send()
         .await
         .unwrap();
-    // The next acquire lands on shard 0 (the only one known) and learns the count.
-    spend_one(&limiter).await.unwrap();
-    limiter
-        .pause("user-1", "llm", Duration::from_secs(30))
-        .await
-        .unwrap();
-    for _ in 0..20 {
-        assert!(paused(spend_one(&limiter).await).is_some_and(|d| d > Duration::ZERO));
-    }
-    let buckets = table
+    spend_one(limiter).await.unwrap();
+}
+
+/// Every bucket item of `user-1`/`llm`, any shard.
+async fn shard_items(table: &dynalimit_tests::TestTable) -> Vec<dynalimit_repository::item::Item> {
+    table
         .scan_all()
         .await
         .into_iter()
@@ -177,8 +169,29 @@ async fn the_slow_path_refuses_an_unborn_shard_of_a_paused_pair() {
                 .and_then(|v| v.as_s().ok())
                 .is_some_and(|pk| pk.contains("/BUCKET#user-1#llm#"))
         })
-        .count();
-    assert_eq!(buckets, 1, "no shard was created while paused");
+        .collect()
+}
+
+#[tokio::test]
+async fn the_slow_path_refuses_an_unborn_shard_of_a_paused_pair() {
+    let table = dynalimit_tests::table().await;
+    let (limiter, clock) = limiter(&table, NS).await;
+    spend_one(&limiter).await.unwrap();
+    // Another writer doubled the count to 2 but shard 1 is not created yet; this limiter
+    // knows the count and may draw shard 1, whose create must be refused too.
+    double_to_two(&table, &limiter).await;
+    limiter
+        .pause("user-1", "llm", Duration::from_secs(30))
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        assert!(paused(spend_one(&limiter).await).is_some_and(|d| d > Duration::ZERO));
+    }
+    assert_eq!(
+        shard_items(&table).await.len(),
+        1,
+        "no shard was created while paused"
+    );
     clock.advance(Duration::from_secs(30));
     assert_eq!(paused(spend_one(&limiter).await), None);
 }
@@ -283,4 +296,34 @@ async fn a_warm_paused_acquire_costs_one_request_and_a_pause_one_per_shard_plus_
         "one conditional write per refusal: {:?}",
         counter.snapshot()
     );
+}
+
+#[tokio::test]
+async fn a_pause_stamps_every_existing_shard() {
+    let table = dynalimit_tests::table().await;
+    let (limiter, clock) = limiter(&table, NS).await;
+    spend_one(&limiter).await.unwrap();
+    double_to_two(&table, &limiter).await;
+    // Acquire until shard 1 exists (a draw of shard 1, or a probe once shard 0 is spent).
+    for _ in 0..10 {
+        if shard_items(&table).await.len() == 2 {
+            break;
+        }
+        spend_one(&limiter).await.unwrap();
+    }
+    assert_eq!(shard_items(&table).await.len(), 2);
+    let until = limiter
+        .pause("user-1", "llm", Duration::from_secs(45))
+        .await
+        .unwrap();
+    assert_eq!(until, Some(clock.epoch_millis() + 45_000));
+    for item in shard_items(&table).await {
+        assert_eq!(get_i64(&item, PAUSE_ATTRIBUTE), until);
+    }
+    for _ in 0..6 {
+        assert_eq!(
+            paused(spend_one(&limiter).await),
+            Some(Duration::from_secs(45))
+        );
+    }
 }
