@@ -4,6 +4,7 @@
 //! decisions the DynamoDB data plane makes can be tested without DynamoDB and without sleeps.
 
 pub mod adaptive;
+pub mod algorithms;
 pub mod bucket;
 pub mod clock;
 pub mod decide;

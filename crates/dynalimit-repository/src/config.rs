@@ -1141,7 +1141,7 @@ impl Repository {
     }
 }
 
-fn encode_cursor(key: &Item) -> String {
+pub(crate) fn encode_cursor(key: &Item) -> String {
     let map: serde_json::Map<String, serde_json::Value> = key
         .iter()
         .filter_map(|(k, v)| {
@@ -1154,7 +1154,7 @@ fn encode_cursor(key: &Item) -> String {
         .encode(serde_json::Value::Object(map).to_string())
 }
 
-fn decode_cursor(cursor: &str) -> Result<Item, RepositoryError> {
+pub(crate) fn decode_cursor(cursor: &str) -> Result<Item, RepositoryError> {
     let bad = || CoreError::invalid_value("cursor", cursor, "not a cursor returned by this call");
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(cursor)

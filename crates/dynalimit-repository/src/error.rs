@@ -200,7 +200,7 @@ const PERMISSION_CODES: &[&str] = &[
 ];
 
 /// Classifies an SDK failure of `operation` into a [`RepositoryError`].
-pub(crate) fn classify<E, R>(operation: &'static str, err: SdkError<E, R>) -> RepositoryError
+pub fn classify<E, R>(operation: &'static str, err: SdkError<E, R>) -> RepositoryError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug,
@@ -237,11 +237,7 @@ where
 }
 
 /// Classifies a service error code (also used for transaction cancellation reasons).
-pub(crate) fn classify_code(
-    operation: &'static str,
-    code: &str,
-    message: String,
-) -> RepositoryError {
+pub fn classify_code(operation: &'static str, code: &str, message: String) -> RepositoryError {
     if THROTTLING_CODES.contains(&code) {
         RepositoryError::Throttled { operation, message }
     } else if PERMISSION_CODES.contains(&code) {

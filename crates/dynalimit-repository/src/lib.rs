@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod namespace;
 mod repository;
 pub mod schema;
+pub mod usage;
 pub mod version;
 
 pub use audit::{AuditEvent, AuditPage};
@@ -43,4 +44,5 @@ pub use repository::{
     DEFAULT_BUCKET_TTL_MULTIPLIER, DEFAULT_CONFIG_CACHE_TTL, DEFAULT_NAMESPACE, DEFAULT_STACK,
     Repository, RepositoryBuilder, is_loopback, local_credentials,
 };
+pub use usage::{UsagePage, UsageQuery, UsageSnapshot, UsageSummary};
 pub use version::VersionRecord;

@@ -10,6 +10,8 @@ pub mod backoff;
 pub mod error;
 #[cfg(feature = "dynamodb")]
 pub mod limiter;
+pub mod limitset;
+pub mod pool;
 pub mod rejection;
 pub mod time;
 #[cfg(feature = "tower")]

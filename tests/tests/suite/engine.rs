@@ -6,6 +6,7 @@
 //! conditions are evaluated by the emulator; only the client's clock is simulated.
 
 use std::collections::BTreeMap;
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -1273,8 +1274,20 @@ async fn dropped_leases_are_rolled_back_when_work_panics_or_is_cancelled() {
     })
     .await;
     assert!(cancelled.is_err());
+    // Acquires abandoned while their writes are in flight.
+    for ms in 0..20 {
+        let abandoned = tokio::time::timeout(
+            Duration::from_millis(ms),
+            r.limiter
+                .acquire("drop", "gpt-4", [("rpm", 1)])
+                .limits(limits.clone())
+                .into_future(),
+        )
+        .await;
+        drop(abandoned);
+    }
     r.limiter.settle().await;
-    assert_eq!(r.tc("drop", "rpm").await, 0, "both leases were given back");
+    assert_eq!(r.tc("drop", "rpm").await, 0, "every lease was given back");
     assert_eq!(
         hammer(&r.limiter, "drop", &limits, 1, 12).await,
         10,
@@ -1374,4 +1387,122 @@ async fn buckets_of_an_entity_and_of_a_resource_are_listed() {
         available["rpm"] <= 100 - 13 + 50,
         "shard shares, not double capacity"
     );
+}
+
+#[tokio::test]
+async fn hard_case_25_capacity_shrink_surplus_is_not_spent() {
+    let r = rig().await;
+    r.repo
+        .set_limits("shrink", "gpt-4", &[rpm(100)])
+        .await
+        .unwrap();
+    assert_eq!(hammer(&r.limiter, "shrink", &[], 1, 10).await, 10);
+    // The operator lowers the entity's limit; the sync stamps the bucket (cp, vu = 0).
+    r.repo
+        .set_limits("shrink", "gpt-4", &[rpm(20)])
+        .await
+        .unwrap();
+    r.repo.invalidate_config_cache().await;
+    let granted = hammer(&r.limiter, "shrink", &[], 2, 40).await;
+    assert_eq!(
+        granted, 20,
+        "the 90 tokens above the new capacity were clamped, not spent"
+    );
+    assert_eq!(get_i64(&r.buckets("shrink").await[0], "vu"), None);
+}
+
+#[tokio::test]
+async fn a_disabled_bucket_refuses_for_the_entity_and_for_its_children() {
+    let r = rig().await;
+    r.child_of("kid", "org").await;
+    let limits = [rpm(10)];
+    assert_eq!(hammer(&r.limiter, "kid", &limits, 1, 1).await, 1);
+    r.poke(
+        "org",
+        "gpt-4",
+        0,
+        "SET disabled = :d",
+        &[(":d", AttributeValue::Bool(true))],
+    )
+    .await;
+    for entity in ["org", "kid"] {
+        let err = r
+            .limiter
+            .acquire(entity, "gpt-4", [("rpm", 1)])
+            .limits(limits.clone())
+            .await
+            .unwrap_err();
+        match err {
+            Error::ResourceDisabled { entity_id, .. } => assert_eq!(entity_id, "org"),
+            other => panic!("expected ResourceDisabled, got {other}"),
+        }
+    }
+    r.limiter.settle().await;
+    assert_eq!(
+        r.tc("kid", "rpm").await,
+        1,
+        "the child's debit was compensated"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refill_bound_on_the_wall_clock_16_tasks_for_10_seconds() {
+    let table = dynalimit_tests::table().await;
+    let repo = Repository::builder()
+        .client(dynalimit_tests::client().await)
+        .stack(table.name().to_owned())
+        .namespace(NS)
+        .open()
+        .await
+        .unwrap();
+    let limiter = RateLimiter::new(repo);
+    let limits = [Limit::custom("rpm", 50, 10, 1)];
+    // The bucket is created by a first acquire (slow on a fresh table); the 10 s run starts
+    // after it, the over-admission bound counts refill from before it.
+    let created_before = SystemClock.epoch_millis();
+    limiter
+        .acquire("wall-steady", "gpt-4", [("rpm", 1)])
+        .limits(limits.clone())
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+    let start = SystemClock.epoch_millis();
+    let deadline = start + 10_000;
+    let granted = Arc::new(AtomicI64::new(1));
+    let mut handles = Vec::new();
+    for _ in 0..16 {
+        let (limiter, granted, limits) = (limiter.clone(), granted.clone(), limits.to_vec());
+        handles.push(tokio::spawn(async move {
+            while SystemClock.epoch_millis() < deadline {
+                match limiter
+                    .acquire("wall-steady", "gpt-4", [("rpm", 1)])
+                    .limits(limits.clone())
+                    .await
+                {
+                    Ok(lease) => {
+                        lease.commit().await.unwrap();
+                        granted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(Error::RateLimited(_)) => tokio::task::yield_now().await,
+                    Err(e) => panic!("unexpected error: {e}"),
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let elapsed = SystemClock.epoch_millis() - start;
+    let granted = granted.load(Ordering::SeqCst);
+    let ideal = 50 + 10 * 10;
+    let bound = 50 + (SystemClock.epoch_millis() - created_before) * 10 / 1000;
+    let pct = granted as f64 * 100.0 / ideal as f64;
+    println!(
+        "refill-bound (wall clock, 50 + 10/s, 16 tasks, {elapsed} ms): granted {granted} of {ideal} \
+         ({pct:.1}%), bound {bound}"
+    );
+    assert!(granted <= bound, "over-admitted: {granted} > {bound}");
+    assert!(pct >= 97.0, "granted only {pct:.1}% of {ideal}");
 }

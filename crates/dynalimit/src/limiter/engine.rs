@@ -154,6 +154,9 @@ impl Inner {
     ) -> Result<Next, Refusal> {
         if let Some(img) = &old {
             self.learn(&key.entity_id, &key.resource, img);
+            if img.disabled {
+                return Err(Refusal::Disabled);
+            }
             if let Some(reason) = img.unsupported_reason() {
                 return Err(Refusal::Unsupported(reason));
             }

@@ -2,13 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use dynalimit_core::limit::delta_to_milli;
 
-use super::Inner;
 use super::engine::Entry;
+use super::{Inner, Pending};
 use crate::Error;
 
 #[derive(Debug, Default)]
@@ -127,40 +126,50 @@ impl Lease {
     }
 
     /// Writes the adjustments: one `UpdateItem` per debited bucket, each conditioned on the
-    /// item still existing (a swept bucket is skipped, never resurrected).
+    /// item still existing (a swept bucket is skipped, never resurrected). The writes run on a
+    /// task of their own and finish even if this future is dropped.
     ///
     /// # Errors
     /// [`Error::LeaseWrite`] when a write fails; the other buckets are still written and
     /// nothing is rolled back.
-    pub async fn commit(self) -> Result<(), Error> {
+    pub async fn commit(mut self) -> Result<(), Error> {
         let Some(adjustments) = self.settle() else {
             return Ok(());
         };
-        let Some(inner) = &self.inner else {
+        let Some(inner) = self.inner.clone() else {
             return Ok(());
         };
-        write_all(inner, &self.entries, |entry| {
-            entry
-                .consumed
-                .keys()
-                .filter_map(|n| Some((n.clone(), *adjustments.get(n)?)))
-                .collect()
+        let entries = std::mem::take(&mut self.entries);
+        detached(inner, move |inner| async move {
+            write_all(&inner, &entries, |entry| {
+                entry
+                    .consumed
+                    .keys()
+                    .filter_map(|n| Some((n.clone(), *adjustments.get(n)?)))
+                    .collect()
+            })
+            .await
         })
         .await
     }
 
-    /// Gives back the initial consumption and discards the adjustments.
+    /// Gives back the initial consumption and discards the adjustments. The credits run on a
+    /// task of their own and finish even if this future is dropped.
     ///
     /// # Errors
     /// [`Error::LeaseWrite`] when a credit fails; the other credits are still written.
-    pub async fn rollback(self) -> Result<(), Error> {
+    pub async fn rollback(mut self) -> Result<(), Error> {
         if self.settle().is_none() {
             return Ok(());
         }
-        let Some(inner) = &self.inner else {
+        let Some(inner) = self.inner.clone() else {
             return Ok(());
         };
-        rollback_entries(inner, &self.entries).await
+        let entries = std::mem::take(&mut self.entries);
+        detached(inner, move |inner| async move {
+            rollback_entries(&inner, &entries).await
+        })
+        .await
     }
 
     /// Runs `work` under the lease: commits when it returns `Ok`, rolls back when it returns
@@ -184,6 +193,29 @@ impl Lease {
                 }
                 Err(e)
             }
+        }
+    }
+}
+
+/// Runs lease writes on a spawned task counted by [`RateLimiter::settle`](super::RateLimiter::settle),
+/// so dropping the awaiting future does not cut them short.
+async fn detached<F, Fut>(inner: Arc<Inner>, work: F) -> Result<(), Error>
+where
+    F: FnOnce(Arc<Inner>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), Error>> + Send + 'static,
+{
+    let pending = Pending::new(&inner);
+    let task = tokio::spawn(async move {
+        let result = work(inner).await;
+        drop(pending);
+        result
+    });
+    match task.await {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => {
+            tracing::warn!(error = %e, "lease write task ended early");
+            Ok(())
         }
     }
 }
@@ -235,13 +267,12 @@ impl Drop for Lease {
         }
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                inner.pending.fetch_add(1, Ordering::SeqCst);
+                let pending = Pending::new(&inner);
                 handle.spawn(async move {
                     if let Err(e) = rollback_entries(&inner, &entries).await {
                         tracing::warn!(error = %e, "rollback of a dropped lease failed");
                     }
-                    inner.pending.fetch_sub(1, Ordering::SeqCst);
-                    inner.settled.notify_waiters();
+                    drop(pending);
                 });
             }
             Err(_) => tracing::error!(

@@ -30,7 +30,9 @@
 //! A [`Lease`] holds what was consumed. [`Lease::adjust`] records corrections in memory;
 //! [`Lease::commit`] writes them; [`Lease::rollback`] gives everything back. A lease dropped
 //! without `commit` or `rollback` is rolled back by a task spawned on the current Tokio
-//! runtime, so tokens never leak when the caller's work fails, panics or is cancelled.
+//! runtime, so tokens never leak when the caller's work fails, panics or is cancelled. The
+//! acquire itself runs on a task of its own, so abandoning it while its write is in flight
+//! (a timeout around `acquire(..).await`) also ends in a rollback instead of a lost debit.
 //! [`RateLimiter::settle`] waits for those background rollbacks (use it before shutting the
 //! runtime down). Dropping a lease outside a Tokio runtime cannot write; it is logged at
 //! `error` level and the tokens stay consumed (refill returns them over time).
@@ -215,6 +217,9 @@ impl RateLimiter {
     /// [`Error::Invalid`] for bad input (before any I/O), [`Error::RateLimited`] when the
     /// request does not fit, [`Error::ResourceDisabled`], [`Error::NoLimits`],
     /// [`Error::PermissionDenied`], and [`Error::Unavailable`] under `block`.
+    ///
+    /// # Panics (when awaited)
+    /// Outside a Tokio runtime: the requests run on a spawned task (see [`Acquire`]).
     pub fn acquire<K, I>(&self, entity_id: &str, resource: &str, consume: I) -> Acquire<'_>
     where
         K: Into<String>,
@@ -222,11 +227,13 @@ impl RateLimiter {
     {
         Acquire {
             limiter: self,
-            entity_id: entity_id.to_owned(),
-            resource: resource.to_owned(),
-            consume: consume.into_iter().map(|(k, v)| (k.into(), v)).collect(),
-            limits: None,
-            on_unavailable: None,
+            request: Request {
+                entity_id: entity_id.to_owned(),
+                resource: resource.to_owned(),
+                consume: consume.into_iter().map(|(k, v)| (k.into(), v)).collect(),
+                limits: None,
+                on_unavailable: None,
+            },
         }
     }
 
@@ -335,7 +342,8 @@ impl RateLimiter {
         ))
     }
 
-    /// Waits until every rollback of a dropped lease has been written (or has failed).
+    /// Waits until every rollback of a dropped lease has been written (or has failed), and
+    /// every acquire whose caller stopped waiting has finished (and rolled back).
     pub async fn settle(&self) {
         loop {
             let notified = self.inner.settled.notified();
@@ -346,15 +354,14 @@ impl RateLimiter {
         }
     }
 
-    async fn run(&self, a: Acquire<'_>) -> Result<Lease, Error> {
-        let Acquire {
+    async fn run(&self, request: Request) -> Result<Lease, Error> {
+        let Request {
             entity_id,
             resource,
             consume,
             limits,
             on_unavailable,
-            ..
-        } = a;
+        } = request;
         validate_entity_id(&entity_id)?;
         validate_resource(&resource)?;
         let mut demand = BTreeMap::new();
@@ -549,10 +556,19 @@ fn repo_error(entity_id: &str, resource: &str, e: RepositoryError) -> Error {
 }
 
 /// An acquire being set up; await it to run it.
+///
+/// The requests run on a task of their own: if the awaiting future is dropped (a timeout, a
+/// cancelled request handler) while a write is in flight, the task still finishes, and a lease
+/// nobody receives is rolled back like any dropped lease.
 #[derive(Debug)]
 #[must_use = "an acquire does nothing until awaited"]
 pub struct Acquire<'a> {
     limiter: &'a RateLimiter,
+    request: Request,
+}
+
+#[derive(Debug)]
+struct Request {
     entity_id: String,
     resource: String,
     consume: Vec<(String, i64)>,
@@ -563,14 +579,32 @@ pub struct Acquire<'a> {
 impl Acquire<'_> {
     /// Uses these limits instead of the stored configuration.
     pub fn limits(mut self, limits: impl IntoIterator<Item = Limit>) -> Self {
-        self.limits = Some(limits.into_iter().collect());
+        self.request.limits = Some(limits.into_iter().collect());
         self
     }
 
     /// Overrides the limiter's `on_unavailable` policy for this acquire.
     pub fn on_unavailable(mut self, mode: OnUnavailable) -> Self {
-        self.on_unavailable = Some(mode);
+        self.request.on_unavailable = Some(mode);
         self
+    }
+}
+
+/// Counts work that [`RateLimiter::settle`] waits for; released on drop.
+#[derive(Debug)]
+pub(crate) struct Pending(Arc<Inner>);
+
+impl Pending {
+    pub(crate) fn new(inner: &Arc<Inner>) -> Self {
+        inner.pending.fetch_add(1, Ordering::SeqCst);
+        Pending(Arc::clone(inner))
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.0.pending.fetch_sub(1, Ordering::SeqCst);
+        self.0.settled.notify_waiters();
     }
 }
 
@@ -579,7 +613,21 @@ impl<'a> IntoFuture for Acquire<'a> {
     type IntoFuture = Pin<Box<dyn Future<Output = Result<Lease, Error>> + Send + 'a>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        let limiter = self.limiter;
-        Box::pin(limiter.run(self))
+        let limiter = self.limiter.clone();
+        let pending = Pending::new(&limiter.inner);
+        // The lease is dropped before `pending` when nobody awaits the result, so its rollback
+        // is registered before the acquire stops counting.
+        let task = tokio::spawn(async move { (limiter.run(self.request).await, pending) });
+        Box::pin(async move {
+            match task.await {
+                Ok((result, _pending)) => result,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => Err(Error::Unavailable {
+                    entity_id: String::new(),
+                    resource: String::new(),
+                    message: format!("acquire task ended early: {e}"),
+                }),
+            }
+        })
     }
 }

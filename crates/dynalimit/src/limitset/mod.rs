@@ -1,0 +1,35 @@
+//! LimitSet: several in-process or distributed limits acquired atomically.
+//!
+//! - Limits: [`RateLimit`] (`capacity` per window under an [`Algorithm`]; the default is
+//!   [`Algorithm::DEFAULT`], the sliding window), [`CallLimit`] (a rate limit on calls, taken
+//!   once per acquisition automatically) and [`ResourceLimit`] (units held until release).
+//! - [`LimitSet`]: partial requests with auto-included call and resource limits, validation
+//!   before any waiting, atomic acquisition, FIFO waiting (blocking or async) woken at the
+//!   computed instant, RAII [`Acquisition`] guards with usage updates and refunds, stats.
+//! - [`Backing`]: the seam between the LimitSet front end and where the counters live
+//!   ([`InProcess`] now; a distributed backing over the DynamoDB bucket plugs in there).
+//! - [`Timer`]: injected monotonic time; [`ManualTimer`] makes every wait deterministic.
+//!
+//! The behaviour follows the LimitSet contract of the project's reference documents, with its
+//! corrections: monotonic injected time, a continuously draining leaky bucket, negative amounts
+//! rejected, a refused `try_acquire` that holds nothing, and a missing update that never leaks
+//! a resource.
+
+mod acquisition;
+mod backing;
+mod limit;
+mod queue;
+mod set;
+mod stats;
+mod timer;
+
+pub use acquisition::{Acquisition, Held};
+pub use backing::{Backing, InProcess, Outcome, Settle, SyncBacking, Take};
+pub use dynalimit_core::algorithms::{Algorithm, RateStats, Window};
+pub use limit::{
+    CALL_COUNT_KEY, CallLimit, Limit, RateLimit, RateLimitBuilder, ResourceLimit, WindowSpec,
+};
+pub(crate) use set::Plan;
+pub use set::{Config, LimitSet, LimitSetBuilder, MAX_LIMITS, NO_AMOUNTS, Rejected};
+pub use stats::LimitStats;
+pub use timer::{ManualTimer, Sleep, SystemTimer, Timer};

@@ -1,0 +1,735 @@
+//! The LimitSet front end: request planning, validation, the three ways to acquire, stats.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use super::acquisition::Acquisition;
+use super::backing::{Backing, InProcess, Outcome, SyncBacking, Take};
+use super::limit::Limit;
+use super::queue::WaitQueue;
+use super::stats::LimitStats;
+use super::timer::{SystemTimer, Timer};
+use crate::Error;
+
+/// Free-form metadata of a LimitSet (account, region, endpoint, …), visible on every
+/// acquisition it grants.
+pub type Config = BTreeMap<String, String>;
+
+/// An empty request: takes every call and resource limit once (and is refused with
+/// [`Error::AmountRequired`] when the set has plain rate limits).
+pub const NO_AMOUNTS: [(&str, f64); 0] = [];
+
+/// The most limits one LimitSet can hold.
+pub const MAX_LIMITS: usize = 64;
+
+/// A plan: the amounts to take, in request order then auto-included limits.
+pub(crate) type Plan = SmallVec<[Take; 4]>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Rate,
+    Call,
+    Resource,
+}
+
+pub(crate) struct Shared<B> {
+    pub(crate) backing: B,
+    pub(crate) keys: Vec<String>,
+    /// Per key: its length and first eight bytes, so that a lookup of a short key compares
+    /// two integers instead of calling `memcmp`.
+    lookup: Vec<(usize, u64)>,
+    pub(crate) roles: Vec<Role>,
+    capacities: Vec<f64>,
+    /// Limits counting whole units only.
+    whole: u64,
+    /// Call and resource limits: taken once when a request does not name them.
+    auto: u64,
+    /// Rate and call limits whose algorithm can refund.
+    pub(crate) refundable: u64,
+    first_rate: Option<usize>,
+    /// Call and resource limits whose capacity is below 1, so that taking them once fails.
+    auto_too_small: u64,
+    pub(crate) config: Config,
+    warned: Mutex<HashSet<String>>,
+    pub(crate) queue: WaitQueue,
+    pub(crate) timer: Arc<dyn Timer>,
+}
+
+impl<B: Backing> Shared<B> {
+    pub(crate) fn index_of(&self, key: &str) -> Option<usize> {
+        let (len, head) = (key.len(), prefix(key));
+        self.lookup
+            .iter()
+            .zip(&self.keys)
+            .position(|(&(l, p), k)| l == len && p == head && (len <= 8 || k == key))
+    }
+
+    fn check_amount(&self, index: usize, amount: f64) -> Result<(), Error> {
+        let invalid = |reason: &str| Error::InvalidAmount {
+            key: self.keys[index].clone(),
+            amount,
+            reason: reason.to_owned(),
+        };
+        if !(amount.is_finite() && amount >= 0.0) {
+            return Err(invalid("amounts must be finite and not negative"));
+        }
+        if self.whole & (1 << index) != 0 && !is_whole(amount) {
+            return Err(invalid(
+                "this limit counts whole units: the amount must be an integer \
+                 (use a TokenBucket or GCRA rate limit for fractional amounts)",
+            ));
+        }
+        let capacity = self.capacities[index];
+        if amount > capacity {
+            return Err(Error::ExceedsCapacity {
+                key: self.keys[index].clone(),
+                requested: amount,
+                capacity,
+            });
+        }
+        Ok(())
+    }
+
+    fn warn_unknown(&self, key: &str) {
+        let first_time = self
+            .warned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.to_owned());
+        if first_time {
+            tracing::warn!(
+                key,
+                "unknown limit key {key:?} ignored; available keys: {:?}",
+                self.keys
+            );
+        }
+    }
+}
+
+/// Several limits acquired together, atomically: either every requested amount is taken, or
+/// nothing is.
+///
+/// # Requests
+/// A request is a list of `(key, amount)` pairs. Listed keys take the given amounts; every
+/// call and resource limit not listed is taken once; plain rate limits not listed are not
+/// taken. An empty request ([`NO_AMOUNTS`]) is refused when the set has plain rate limits.
+/// Unknown keys are ignored with a warning, once per key and set. Every final amount is
+/// checked before any waiting: negative, non-finite or (for counting limits) fractional
+/// amounts are [`Error::InvalidAmount`], amounts above a capacity are
+/// [`Error::ExceedsCapacity`]. Zero is a valid amount (a plain rate limit taken with zero
+/// still needs its update). A key listed twice takes its last amount.
+///
+/// # Acquiring
+/// - [`LimitSet::try_acquire`] never waits; a refusal is a [`Rejected`] value.
+/// - [`LimitSet::acquire_blocking`] / [`LimitSet::acquire_blocking_timeout`] park the thread.
+/// - [`LimitSet::acquire`] / [`LimitSet::acquire_timeout`] are async.
+///
+/// Waiters are served first come, first served: only the oldest waiter tries, and it sleeps
+/// until the instant its limits compute (or until a release wakes it); while anybody waits,
+/// `try_acquire` is refused so it cannot overtake them.
+///
+/// # Releasing
+/// The [`Acquisition`] is a guard: give the actual usage of each rate limit with
+/// [`Acquisition::update`], then [`Acquisition::release`] (or drop it). Resources always come
+/// back; unused rate units are refunded where the algorithm allows (token bucket, GCRA).
+///
+/// ```
+/// use dynalimit::limitset::{Algorithm, CallLimit, LimitSet, RateLimit, ResourceLimit};
+///
+/// let set = LimitSet::builder()
+///     .limit(CallLimit::new(100, "second")?)
+///     .limit(RateLimit::new("tokens", 1000, "minute")?.with_algorithm(Algorithm::TokenBucket))
+///     .limit(ResourceLimit::new("connections", 4)?)
+///     .config("region", "eu-west-1")
+///     .build()?;
+///
+/// let mut acquisition = set.try_acquire([("tokens", 100)])?.expect("capacity available");
+/// assert_eq!(acquisition.requested("connections"), Some(1.0)); // auto-included
+/// assert_eq!(acquisition.config()["region"], "eu-west-1");
+/// acquisition.update([("tokens", 60)])?;
+/// acquisition.release()?; // 40 tokens refunded, the connection given back
+/// # Ok::<(), dynalimit::Error>(())
+/// ```
+pub struct LimitSet<B: Backing = InProcess> {
+    pub(crate) shared: Arc<Shared<B>>,
+}
+
+impl<B: Backing> Clone for LimitSet<B> {
+    fn clone(&self) -> Self {
+        LimitSet {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<B: Backing> fmt::Debug for LimitSet<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimitSet")
+            .field("keys", &self.shared.keys)
+            .field("config", &self.shared.config)
+            .field("backing", &self.shared.backing)
+            .finish()
+    }
+}
+
+/// A refused [`LimitSet::try_acquire`]: nothing was taken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejected {
+    requested: Vec<(String, f64)>,
+    retry_after: Option<Duration>,
+}
+
+impl Rejected {
+    /// The amounts that were asked for (after defaults), none of which was taken.
+    pub fn requested(&self) -> &[(String, f64)] {
+        &self.requested
+    }
+
+    /// How long until the request could fit if nothing else happened; `None` when it waits
+    /// for a release (a held resource, or earlier waiters in the queue).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "limits exhausted for {:?}", self.requested)?;
+        if let Some(after) = self.retry_after {
+            write!(f, "; retry after {}s", after.as_secs_f64())?;
+        }
+        Ok(())
+    }
+}
+
+/// Builds an in-process [`LimitSet`]; see [`LimitSet::builder`].
+#[derive(Debug, Default)]
+#[must_use]
+pub struct LimitSetBuilder {
+    limits: Vec<Limit>,
+    config: Config,
+    timer: Option<Arc<dyn Timer>>,
+}
+
+impl LimitSetBuilder {
+    /// Adds a limit.
+    pub fn limit(mut self, limit: impl Into<Limit>) -> Self {
+        self.limits.push(limit.into());
+        self
+    }
+
+    /// Adds several limits.
+    pub fn limits<L: Into<Limit>>(mut self, limits: impl IntoIterator<Item = L>) -> Self {
+        self.limits.extend(limits.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds a metadata entry, copied into every acquisition.
+    pub fn config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.insert(key.into(), value.into());
+        self
+    }
+
+    /// The time source ([`SystemTimer`] by default; [`ManualTimer`](super::ManualTimer) in
+    /// tests).
+    pub fn timer(mut self, timer: impl Timer) -> Self {
+        self.timer = Some(Arc::new(timer));
+        self
+    }
+
+    /// The set, with every limit full.
+    ///
+    /// # Errors
+    /// [`Error::DuplicateKey`] when two limits share a key, [`Error::TooManyLimits`] beyond
+    /// [`MAX_LIMITS`].
+    pub fn build(self) -> Result<LimitSet, Error> {
+        let timer = self.timer.unwrap_or_else(|| Arc::new(SystemTimer));
+        check_keys(&self.limits)?;
+        let backing = InProcess::new(self.limits, timer.now());
+        LimitSet::from_backing(backing, self.config, timer)
+    }
+}
+
+fn check_keys(limits: &[Limit]) -> Result<(), Error> {
+    if limits.len() > MAX_LIMITS {
+        return Err(Error::TooManyLimits {
+            max: MAX_LIMITS,
+            given: limits.len(),
+        });
+    }
+    let mut seen = HashSet::new();
+    for limit in limits {
+        if !seen.insert(limit.key()) {
+            return Err(Error::DuplicateKey {
+                key: limit.key().to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+impl LimitSet {
+    /// A builder for an in-process set.
+    pub fn builder() -> LimitSetBuilder {
+        LimitSetBuilder::default()
+    }
+}
+
+impl<B: Backing> LimitSet<B> {
+    /// A set over any backing (the in-process one, or a distributed one).
+    ///
+    /// # Errors
+    /// As for [`LimitSetBuilder::build`].
+    pub fn from_backing(backing: B, config: Config, timer: Arc<dyn Timer>) -> Result<Self, Error> {
+        let limits = backing.limits();
+        check_keys(limits)?;
+        let (mut whole, mut auto, mut refundable, mut first_rate) = (0u64, 0u64, 0u64, None);
+        let mut auto_too_small = 0u64;
+        let mut roles = Vec::with_capacity(limits.len());
+        for (i, limit) in limits.iter().enumerate() {
+            let bit = 1u64 << i;
+            let role = match limit {
+                Limit::Rate(_) => Role::Rate,
+                Limit::Call(_) => Role::Call,
+                _ => Role::Resource,
+            };
+            if limit.whole_amounts_only() {
+                whole |= bit;
+            }
+            if role != Role::Rate {
+                auto |= bit;
+                if limit.capacity() < 1.0 {
+                    auto_too_small |= bit;
+                }
+            } else if first_rate.is_none() {
+                first_rate = Some(i);
+            }
+            if limit.as_rate().is_some_and(|r| r.algorithm().refunds()) {
+                refundable |= bit;
+            }
+            roles.push(role);
+        }
+        let keys: Vec<String> = limits.iter().map(|l| l.key().to_owned()).collect();
+        let lookup = keys.iter().map(|k| (k.len(), prefix(k))).collect();
+        let capacities = limits.iter().map(Limit::capacity).collect();
+        Ok(LimitSet {
+            shared: Arc::new(Shared {
+                backing,
+                keys,
+                lookup,
+                roles,
+                capacities,
+                whole,
+                auto,
+                refundable,
+                first_rate,
+                auto_too_small,
+                config,
+                warned: Mutex::new(HashSet::new()),
+                queue: WaitQueue::default(),
+                timer,
+            }),
+        })
+    }
+
+    /// Whether `other` is a handle on this same set (clones share one set).
+    pub fn ptr_eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// The limits, in definition order.
+    pub fn limits(&self) -> &[Limit] {
+        self.shared.backing.limits()
+    }
+
+    /// The limit with this key.
+    ///
+    /// # Errors
+    /// [`Error::UnknownLimit`] naming the key.
+    pub fn limit(&self, key: &str) -> Result<&Limit, Error> {
+        self.shared
+            .index_of(key)
+            .map(|i| &self.limits()[i])
+            .ok_or_else(|| Error::UnknownLimit {
+                key: key.to_owned(),
+            })
+    }
+
+    /// The keys, in definition order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.shared.keys.iter().map(String::as_str)
+    }
+
+    /// The number of limits.
+    pub fn len(&self) -> usize {
+        self.shared.keys.len()
+    }
+
+    /// Whether the set has no limit (every acquire then succeeds at once, holding nothing).
+    pub fn is_empty(&self) -> bool {
+        self.shared.keys.is_empty()
+    }
+
+    /// The set's metadata.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// The backing.
+    pub fn backing(&self) -> &B {
+        &self.shared.backing
+    }
+
+    /// The timer's current reading.
+    pub fn now(&self) -> Duration {
+        self.shared.timer.now()
+    }
+
+    /// The timer's reading, or zero when `plan` holds only resources (which need no time).
+    #[inline]
+    fn now_for(&self, plan: &Plan) -> Duration {
+        if plan
+            .iter()
+            .all(|t| self.shared.roles[t.index] == Role::Resource)
+        {
+            Duration::ZERO
+        } else {
+            self.shared.timer.now()
+        }
+    }
+
+    /// Turns a request into validated amounts (see the type's documentation).
+    pub(crate) fn plan<K, A>(
+        &self,
+        request: impl IntoIterator<Item = (K, A)>,
+    ) -> Result<Plan, Error>
+    where
+        K: AsRef<str>,
+        A: Into<f64>,
+    {
+        let shared = &*self.shared;
+        let mut plan = Plan::new();
+        let mut seen = 0u64;
+        let mut any = false;
+        for (key, amount) in request {
+            any = true;
+            let key = key.as_ref();
+            let amount = amount.into();
+            match shared.index_of(key) {
+                Some(index) => {
+                    shared.check_amount(index, amount)?;
+                    let bit = 1u64 << index;
+                    if seen & bit == 0 {
+                        seen |= bit;
+                        plan.push(Take { index, amount });
+                    } else if let Some(take) = plan.iter_mut().find(|t| t.index == index) {
+                        take.amount = amount;
+                    }
+                }
+                None => shared.warn_unknown(key),
+            }
+        }
+        if !any && let Some(first) = shared.first_rate {
+            return Err(Error::AmountRequired {
+                key: shared.keys[first].clone(),
+            });
+        }
+        let mut missing = shared.auto & !seen;
+        while missing != 0 {
+            let index = missing.trailing_zeros() as usize;
+            missing &= missing - 1;
+            if shared.auto_too_small & (1 << index) != 0 {
+                shared.check_amount(index, 1.0)?;
+            }
+            plan.push(Take { index, amount: 1.0 });
+        }
+        Ok(plan)
+    }
+
+    pub(crate) fn rejected(&self, plan: &Plan, retry_at: Option<Duration>) -> Rejected {
+        let now = self.shared.timer.now();
+        Rejected {
+            requested: plan
+                .iter()
+                .map(|t| (self.shared.keys[t.index].clone(), t.amount))
+                .collect(),
+            retry_after: retry_at.map(|at| at.saturating_sub(now)),
+        }
+    }
+
+    /// Waits for `plan` asynchronously; `timeout` bounds the wait.
+    pub(crate) async fn wait_async(
+        &self,
+        plan: Plan,
+        timeout: Option<Duration>,
+    ) -> Result<Acquisition<'_, B>, Error> {
+        let shared = &*self.shared;
+        if plan.is_empty() {
+            return Ok(Acquisition::new(self, plan, None));
+        }
+        let start = shared.timer.now();
+        let deadline = Deadline::new(start, timeout);
+        if shared.queue.is_empty() {
+            if let Outcome::Granted(ticket) = shared.backing.take(&plan, start).await? {
+                return Ok(Acquisition::new(self, plan, Some(ticket)));
+            }
+            deadline.check(start)?;
+        }
+        let slot = shared.queue.join_async();
+        loop {
+            let now = shared.timer.now();
+            let mut wake_at = deadline.at;
+            if slot.is_head() {
+                match shared.backing.take(&plan, now).await? {
+                    Outcome::Granted(ticket) => {
+                        drop(slot);
+                        return Ok(Acquisition::new(self, plan, Some(ticket)));
+                    }
+                    Outcome::Refused { retry_at } => wake_at = deadline.or_earlier(retry_at),
+                }
+            }
+            deadline.check(now)?;
+            if slot.waiter().take_woken() {
+                continue;
+            }
+            match wake_at {
+                Some(at) => {
+                    tokio::select! {
+                        () = slot.waiter().woken() => {}
+                        () = shared.timer.sleep_until(at) => {}
+                    }
+                }
+                None => slot.waiter().woken().await,
+            }
+        }
+    }
+
+    /// One attempt at `plan` through the backing's async take, respecting the queue; `None`
+    /// when refused.
+    pub(crate) async fn attempt(&self, plan: &Plan) -> Result<Option<Acquisition<'_, B>>, Error> {
+        let shared = &*self.shared;
+        if plan.is_empty() {
+            return Ok(Some(Acquisition::new(self, plan.clone(), None)));
+        }
+        if !shared.queue.is_empty() {
+            return Ok(None);
+        }
+        Ok(match shared.backing.take(plan, shared.timer.now()).await? {
+            Outcome::Granted(ticket) => Some(Acquisition::new(self, plan.clone(), Some(ticket))),
+            Outcome::Refused { .. } => None,
+        })
+    }
+
+    /// Acquires `request`, waiting asynchronously as long as needed.
+    ///
+    /// # Errors
+    /// Request errors (see the type's documentation) before any waiting; backing failures.
+    pub async fn acquire<K, A>(
+        &self,
+        request: impl IntoIterator<Item = (K, A)>,
+    ) -> Result<Acquisition<'_, B>, Error>
+    where
+        K: AsRef<str>,
+        A: Into<f64>,
+    {
+        let plan = self.plan(request)?;
+        self.wait_async(plan, None).await
+    }
+
+    /// Acquires `request`, waiting asynchronously at most `timeout` (zero: one attempt).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the limits could not be taken in time; request errors before any
+    /// waiting.
+    pub async fn acquire_timeout<K, A>(
+        &self,
+        request: impl IntoIterator<Item = (K, A)>,
+        timeout: Duration,
+    ) -> Result<Acquisition<'_, B>, Error>
+    where
+        K: AsRef<str>,
+        A: Into<f64>,
+    {
+        let plan = self.plan(request)?;
+        self.wait_async(plan, Some(timeout)).await
+    }
+}
+
+impl<B: SyncBacking> LimitSet<B> {
+    /// Takes `plan` now or refuses, respecting the queue.
+    pub(crate) fn try_plan(
+        &self,
+        plan: Plan,
+    ) -> Result<Result<Acquisition<'_, B>, Rejected>, Error> {
+        if plan.is_empty() {
+            return Ok(Ok(Acquisition::new(self, plan, None)));
+        }
+        let shared = &*self.shared;
+        if !shared.queue.is_empty() {
+            return Ok(Err(self.rejected(&plan, None)));
+        }
+        match shared.backing.take_now(&plan, self.now_for(&plan))? {
+            Outcome::Granted(ticket) => Ok(Ok(Acquisition::new(self, plan, Some(ticket)))),
+            Outcome::Refused { retry_at } => Ok(Err(self.rejected(&plan, retry_at))),
+        }
+    }
+
+    /// Takes `request` now, or returns why not; never waits.
+    ///
+    /// # Errors
+    /// Request errors (see the type's documentation); a refusal is `Ok(Err(Rejected))`.
+    pub fn try_acquire<K, A>(
+        &self,
+        request: impl IntoIterator<Item = (K, A)>,
+    ) -> Result<Result<Acquisition<'_, B>, Rejected>, Error>
+    where
+        K: AsRef<str>,
+        A: Into<f64>,
+    {
+        let plan = self.plan(request)?;
+        self.try_plan(plan)
+    }
+
+    /// Waits for `plan` on this thread; `timeout` bounds the wait.
+    pub(crate) fn wait_blocking(
+        &self,
+        plan: Plan,
+        timeout: Option<Duration>,
+    ) -> Result<Acquisition<'_, B>, Error> {
+        let shared = &*self.shared;
+        if plan.is_empty() {
+            return Ok(Acquisition::new(self, plan, None));
+        }
+        let start = shared.timer.now();
+        let deadline = Deadline::new(start, timeout);
+        if shared.queue.is_empty() {
+            if let Outcome::Granted(ticket) = shared.backing.take_now(&plan, start)? {
+                return Ok(Acquisition::new(self, plan, Some(ticket)));
+            }
+            deadline.check(start)?;
+        }
+        let slot = shared.queue.join_blocking();
+        loop {
+            let now = shared.timer.now();
+            let mut wake_at = deadline.at;
+            if slot.is_head() {
+                match shared.backing.take_now(&plan, now)? {
+                    Outcome::Granted(ticket) => {
+                        drop(slot);
+                        return Ok(Acquisition::new(self, plan, Some(ticket)));
+                    }
+                    Outcome::Refused { retry_at } => wake_at = deadline.or_earlier(retry_at),
+                }
+            }
+            deadline.check(now)?;
+            if !slot.waiter().take_woken() {
+                shared.timer.park(wake_at);
+            }
+        }
+    }
+
+    /// Acquires `request`, parking the thread as long as needed.
+    ///
+    /// # Errors
+    /// Request errors (see the type's documentation) before any waiting.
+    pub fn acquire_blocking<K, A>(
+        &self,
+        request: impl IntoIterator<Item = (K, A)>,
+    ) -> Result<Acquisition<'_, B>, Error>
+    where
+        K: AsRef<str>,
+        A: Into<f64>,
+    {
+        let plan = self.plan(request)?;
+        self.wait_blocking(plan, None)
+    }
+
+    /// Acquires `request`, parking the thread at most `timeout` (zero: one attempt).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the limits could not be taken in time; request errors before any
+    /// waiting.
+    pub fn acquire_blocking_timeout<K, A>(
+        &self,
+        request: impl IntoIterator<Item = (K, A)>,
+        timeout: Duration,
+    ) -> Result<Acquisition<'_, B>, Error>
+    where
+        K: AsRef<str>,
+        A: Into<f64>,
+    {
+        let plan = self.plan(request)?;
+        self.wait_blocking(plan, Some(timeout))
+    }
+
+    /// A snapshot of every limit, in definition order (time-based state refreshed first).
+    pub fn stats(&self) -> Vec<LimitStats> {
+        self.shared.backing.stats(self.shared.timer.now())
+    }
+
+    /// A snapshot of the limit with this key.
+    ///
+    /// # Errors
+    /// [`Error::UnknownLimit`] naming the key.
+    pub fn limit_stats(&self, key: &str) -> Result<LimitStats, Error> {
+        let index = self
+            .shared
+            .index_of(key)
+            .ok_or_else(|| Error::UnknownLimit {
+                key: key.to_owned(),
+            })?;
+        Ok(self.stats().swap_remove(index))
+    }
+}
+
+/// The end of one waiting acquire's timeout, on the set's timer.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    at: Option<Duration>,
+    timeout: Option<Duration>,
+}
+
+impl Deadline {
+    fn new(start: Duration, timeout: Option<Duration>) -> Self {
+        Deadline {
+            at: timeout.map(|t| start.saturating_add(t)),
+            timeout,
+        }
+    }
+
+    /// [`Error::Timeout`] once `now` has reached the deadline (checked after each attempt, so
+    /// a zero timeout still makes one attempt).
+    fn check(self, now: Duration) -> Result<(), Error> {
+        match (self.at, self.timeout) {
+            (Some(at), Some(timeout)) if now >= at => Err(Error::Timeout { timeout }),
+            _ => Ok(()),
+        }
+    }
+
+    /// When a refused head of the queue wakes: at `retry_at`, or at the deadline if sooner.
+    fn or_earlier(self, retry_at: Option<Duration>) -> Option<Duration> {
+        match (retry_at, self.at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Whether a finite, non-negative `amount` is a whole number (without a libm call).
+fn is_whole(amount: f64) -> bool {
+    // every f64 from 2^53 up is a whole number
+    amount >= 9_007_199_254_740_992.0 || (amount as u64) as f64 == amount
+}
+
+/// The first eight bytes of `key`, zero-padded, as an integer.
+#[inline]
+fn prefix(key: &str) -> u64 {
+    let mut bytes = [0u8; 8];
+    let head = &key.as_bytes()[..key.len().min(8)];
+    bytes[..head.len()].copy_from_slice(head);
+    u64::from_le_bytes(bytes)
+}

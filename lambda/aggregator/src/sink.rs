@@ -1,0 +1,341 @@
+//! The I/O half: reads watermarks, commits the planned transactions, runs the proactive
+//! passes, and reports which records must be delivered again.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::KeysAndAttributes;
+use dynalimit_core::{Clock, SystemClock};
+use dynalimit_repository::RepositoryError;
+use dynalimit_repository::error::classify;
+use dynalimit_repository::item::{get_s, key};
+use futures::StreamExt;
+
+use crate::config::Settings;
+use crate::processor::{self, BucketRef, GroupPlan, Transaction, Usage};
+use crate::record::{SequenceNumber, StreamRecord};
+use crate::writes::transact_items;
+
+/// How many (entity, resource) groups are committed at once.
+const GROUP_CONCURRENCY: usize = 8;
+/// Attempts per group when a watermark moved or a transaction conflicted.
+const GROUP_ATTEMPTS: u32 = 4;
+
+/// What one batch did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchReport {
+    /// Records received.
+    pub records: usize,
+    /// Records whose usage was counted now.
+    pub counted: usize,
+    /// Records whose usage had already been counted (a redelivery).
+    pub duplicates: usize,
+    /// Records that must be delivered again (their usage is not counted yet).
+    pub failed: Vec<SequenceNumber>,
+    /// Snapshot item writes committed.
+    pub snapshots_written: usize,
+    /// Transactions committed.
+    pub transactions: usize,
+    /// Proactive refill writes that landed.
+    pub refills_written: usize,
+    /// Shard counts doubled or propagated.
+    pub shards_stamped: usize,
+    /// What went wrong, one line each.
+    pub errors: Vec<String>,
+}
+
+/// Outcome of one committed group.
+#[derive(Debug, Default)]
+struct GroupOutcome {
+    counted: BTreeSet<SequenceNumber>,
+    failed: Vec<SequenceNumber>,
+    snapshots: usize,
+    transactions: usize,
+    errors: Vec<String>,
+}
+
+enum TxError {
+    /// A watermark moved since it was read, or another transaction got in the way: re-read and
+    /// re-plan.
+    Retry(String),
+    /// Anything else.
+    Fatal(String),
+}
+
+/// The stream processor bound to a table: build it once per process (Lambda container or
+/// runner) and feed it batches.
+#[derive(Debug, Clone)]
+pub struct Aggregator {
+    client: Client,
+    settings: Arc<Settings>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Aggregator {
+    /// An aggregator writing through `client` with `settings`, on the system clock.
+    pub fn new(client: Client, settings: Settings) -> Self {
+        Self::with_clock(client, settings, Arc::new(SystemClock))
+    }
+
+    /// As [`Aggregator::new`] with an injected clock (snapshot TTLs and refills read it).
+    pub fn with_clock(client: Client, settings: Settings, clock: Arc<dyn Clock>) -> Self {
+        Aggregator {
+            client,
+            settings: Arc::new(settings),
+            clock,
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The DynamoDB client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Processes one batch of stream records, in stream order.
+    ///
+    /// Usage already counted by an earlier delivery is skipped (see the crate documentation);
+    /// the report lists the records whose usage could not be committed, which the caller must
+    /// deliver again. Proactive refill and sharding run afterwards; their failures are logged
+    /// in the report but never fail a record.
+    pub async fn process(&self, records: &[StreamRecord]) -> BatchReport {
+        let extracted = processor::extract(records);
+        let mut report = BatchReport {
+            records: records.len(),
+            ..BatchReport::default()
+        };
+        let usage_records: BTreeSet<&SequenceNumber> =
+            extracted.usage.iter().map(|u| &u.sequence_number).collect();
+
+        let mut by_group: HashMap<processor::GroupKey, Vec<Usage>> = HashMap::new();
+        for u in &extracted.usage {
+            by_group
+                .entry(u.bucket.group())
+                .or_default()
+                .push(u.clone());
+        }
+        let outcomes: Vec<GroupOutcome> = futures::stream::iter(by_group.into_values())
+            .map(|usage| async move { self.commit_group(&usage).await })
+            .buffer_unordered(GROUP_CONCURRENCY)
+            .collect()
+            .await;
+        let mut failed = BTreeSet::new();
+        for o in outcomes {
+            report.counted += o.counted.len();
+            report.snapshots_written += o.snapshots;
+            report.transactions += o.transactions;
+            report.errors.extend(o.errors);
+            failed.extend(o.failed);
+        }
+        report.duplicates = usage_records
+            .len()
+            .saturating_sub(report.counted + failed.len());
+        report.failed = failed.into_iter().collect();
+
+        if self.settings.proactive_refill || self.settings.proactive_sharding {
+            let p = crate::proactive::run(self, &extracted.activity).await;
+            report.refills_written = p.refills;
+            report.shards_stamped = p.shards_stamped;
+            report.errors.extend(p.errors);
+        }
+        for e in &report.errors {
+            tracing::warn!(error = %e, "aggregator");
+        }
+        report
+    }
+
+    /// Commits the usage of one (namespace, entity, resource), re-planning from fresh
+    /// watermarks when another writer moved them.
+    async fn commit_group(&self, usage: &[Usage]) -> GroupOutcome {
+        let mut outcome = GroupOutcome::default();
+        let buckets = processor::watermark_keys(usage);
+        let mut last_error = String::new();
+        for attempt in 0..GROUP_ATTEMPTS {
+            if attempt > 0 {
+                let cap = 25u64 << attempt.min(4);
+                tokio::time::sleep(Duration::from_millis(rand::random_range(0..=cap))).await;
+            }
+            let watermarks = match self.read_watermarks(&buckets).await {
+                Ok(w) => w,
+                Err(e) => {
+                    last_error = format!("reading watermarks: {e}");
+                    if e.is_retryable() {
+                        continue;
+                    }
+                    break;
+                }
+            };
+            let plans: Vec<GroupPlan> = processor::plan(usage, &watermarks, &self.settings.windows);
+            let Some(plan) = plans.into_iter().next() else {
+                // Everything was counted already.
+                return outcome;
+            };
+            match self.commit_plan(&plan, &mut outcome).await {
+                Ok(()) => return outcome,
+                Err(TxError::Retry(e)) => last_error = e,
+                Err(TxError::Fatal(e)) => {
+                    last_error = e;
+                    break;
+                }
+            }
+        }
+        // Whatever is not counted now must come again.
+        outcome.failed = usage
+            .iter()
+            .map(|u| u.sequence_number.clone())
+            .filter(|s| !outcome.counted.contains(s))
+            .collect();
+        outcome.errors.push(last_error);
+        outcome
+    }
+
+    async fn commit_plan(
+        &self,
+        plan: &GroupPlan,
+        outcome: &mut GroupOutcome,
+    ) -> Result<(), TxError> {
+        let ttl = self.settings.snapshot_ttl(self.clock.epoch_millis());
+        for tx in &plan.transactions {
+            self.commit(tx, ttl).await?;
+            outcome.transactions += 1;
+            outcome.snapshots += tx.snapshots.len();
+            outcome.counted.extend(tx.records.iter().cloned());
+        }
+        Ok(())
+    }
+
+    async fn commit(&self, tx: &Transaction, ttl: i64) -> Result<(), TxError> {
+        let items = transact_items(&self.settings.table_name, tx, ttl)
+            .map_err(|e| TxError::Fatal(format!("building TransactWriteItems: {e}")))?;
+        match self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(err) => {
+                if let Some(TransactWriteItemsError::TransactionCanceledException(c)) =
+                    err.as_service_error()
+                {
+                    let codes: Vec<&str> = c
+                        .cancellation_reasons()
+                        .iter()
+                        .filter_map(|r| r.code())
+                        .filter(|c| *c != "None")
+                        .collect();
+                    let message = format!("snapshot transaction cancelled: {codes:?}");
+                    let retry = codes.iter().all(|c| {
+                        matches!(
+                            *c,
+                            "ConditionalCheckFailed"
+                                | "TransactionConflict"
+                                | "ThrottlingError"
+                                | "ProvisionedThroughputExceeded"
+                        )
+                    });
+                    return Err(if retry {
+                        TxError::Retry(message)
+                    } else {
+                        TxError::Fatal(message)
+                    });
+                }
+                let code = err.code().map(str::to_owned);
+                let e = classify("TransactWriteItems", err);
+                let message = format!("{e}{}", code.map(|c| format!(" ({c})")).unwrap_or_default());
+                Err(if e.is_retryable() {
+                    TxError::Retry(message)
+                } else {
+                    TxError::Fatal(message)
+                })
+            }
+        }
+    }
+
+    /// Reads the watermarks of `buckets` (strongly consistent).
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB fails or keeps keys unprocessed.
+    pub async fn read_watermarks(
+        &self,
+        buckets: &[BucketRef],
+    ) -> Result<HashMap<BucketRef, SequenceNumber>, RepositoryError> {
+        let by_key: HashMap<(String, String), &BucketRef> =
+            buckets.iter().map(|b| (b.marker_key(), b)).collect();
+        let mut out = HashMap::new();
+        let table = &self.settings.table_name;
+        for chunk in buckets.chunks(100) {
+            let mut pending: Vec<_> = chunk
+                .iter()
+                .map(|b| {
+                    let (pk, sk) = b.marker_key();
+                    key(pk, sk)
+                })
+                .collect();
+            for attempt in 0..5u32 {
+                if pending.is_empty() {
+                    break;
+                }
+                if attempt > 0 {
+                    tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+                }
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut pending)))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| RepositoryError::Rejected {
+                        operation: "BatchGetItem",
+                        code: "ConstructionFailure".into(),
+                        message: e.to_string(),
+                    })?;
+                let resp = self
+                    .client
+                    .batch_get_item()
+                    .request_items(table.clone(), request)
+                    .send()
+                    .await
+                    .map_err(|e| classify("BatchGetItem", e))?;
+                for item in resp
+                    .responses()
+                    .and_then(|r| r.get(table))
+                    .into_iter()
+                    .flatten()
+                {
+                    let (Some(pk), Some(sk)) = (get_s(item, "PK"), get_s(item, "SK")) else {
+                        continue;
+                    };
+                    let Some(bucket) = by_key.get(&(pk.to_owned(), sk.to_owned())) else {
+                        continue;
+                    };
+                    if let Some(seq) = get_s(item, "seq").and_then(SequenceNumber::parse) {
+                        out.insert((*bucket).clone(), seq);
+                    }
+                }
+                if let Some(left) = resp.unprocessed_keys().and_then(|u| u.get(table)) {
+                    pending = left.keys().to_vec();
+                }
+            }
+            if !pending.is_empty() {
+                return Err(RepositoryError::Throttled {
+                    operation: "BatchGetItem",
+                    message: format!("{} watermark keys left unprocessed", pending.len()),
+                });
+            }
+        }
+        Ok(out)
+    }
+}
