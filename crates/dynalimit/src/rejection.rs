@@ -11,7 +11,8 @@ pub use dynalimit_core::decide::LimitStatus;
 /// was refused), carries every declared limit's status on the shard that was tried (the limit
 /// reported is that shard's share, see [`LimitStatus`]), and how long to wait. `contended`
 /// means nothing was written because writers kept colliding; retrying after
-/// [`Rejection::retry_after`] (100 ms) is the right response.
+/// [`Rejection::retry_after`] (100 ms) is the right response. `paused` means the bucket
+/// carries a shared pause stamp (see `RateLimiter::pause`) and holds the time left.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
     /// The entity whose bucket refused.
@@ -22,11 +23,18 @@ pub struct Rejection {
     pub statuses: Vec<LimitStatus>,
     /// Lost races persisted; nothing was written.
     pub contended: bool,
+    /// The bucket is paused by a shared stamp: the time left until its deadline. The statuses
+    /// are empty then (no balance was examined).
+    pub paused: Option<Duration>,
 }
 
 impl Rejection {
-    /// How long until the largest deficit is refilled (100 ms for a contended rejection).
+    /// How long until the largest deficit is refilled (100 ms for a contended rejection, the
+    /// time left for a paused bucket).
     pub fn retry_after(&self) -> Duration {
+        if let Some(left) = self.paused {
+            return left;
+        }
         if self.contended {
             return Duration::from_millis(100);
         }
@@ -57,6 +65,15 @@ impl Rejection {
 
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(left) = self.paused {
+            return write!(
+                f,
+                "rate limit paused for {}/{}; retry after {:.3}s",
+                self.entity_id,
+                self.resource,
+                left.as_secs_f64()
+            );
+        }
         if self.contended {
             return write!(
                 f,
@@ -98,6 +115,7 @@ mod tests {
             resource: "r".into(),
             statuses: vec![status("rpm", true, 6_001), status("tpm", false, 0)],
             contended: false,
+            paused: None,
         };
         assert_eq!(r.retry_after(), Duration::from_millis(6_001));
         assert_eq!(r.retry_after_header(), 7);
@@ -110,5 +128,13 @@ mod tests {
             ..r
         };
         assert_eq!(c.retry_after(), Duration::from_millis(100));
+        let p = Rejection {
+            contended: false,
+            paused: Some(Duration::from_millis(2_500)),
+            ..c
+        };
+        assert_eq!(p.retry_after(), Duration::from_millis(2_500));
+        assert_eq!(p.retry_after_header(), 3);
+        assert!(p.to_string().contains("paused"));
     }
 }

@@ -8,15 +8,17 @@
 //!
 //! | operation | request | condition |
 //! |---|---|---|
-//! | [`BucketStore::speculative_consume`] | `UpdateItem` | exists, `tk >= amount`, `wcu`, `ttl`, `disabled`, `vu` |
+//! | [`BucketStore::speculative_consume`] | `UpdateItem` | exists, `tk >= amount`, `wcu`, `ttl`, `disabled`, `vu`, no pause in force |
 //! | [`BucketStore::create`] | `TransactWriteItems` (Put + owner META check) | `attribute_not_exists(PK)` |
-//! | [`BucketStore::refill`] | `UpdateItem` | `rf = :read`, floors, pins |
-//! | [`BucketStore::consume_only`] | `UpdateItem` | `tk >= amount` |
+//! | [`BucketStore::refill`] | `UpdateItem` | `rf = :read`, no pause in force, floors, pins |
+//! | [`BucketStore::consume_only`] | `UpdateItem` | `tk >= amount`, no pause in force |
 //! | [`BucketStore::apply_delta`] | `UpdateItem` (then a trimming retry) | exists, ceiling guards |
+//! | [`BucketStore::stamp_pause`] | `UpdateItem` on every existing shard | exists, stamp absent or earlier |
 //! | [`BucketStore::double_shards`] | `UpdateItem` on shard 0, then on shards `1..old` | `shard_count = :old` / `< :new` |
 
 mod codec;
 mod expr;
+mod pause;
 mod writes;
 
 use std::collections::{BTreeMap, HashMap};
@@ -35,6 +37,7 @@ use rand::Rng;
 
 pub use codec::{BucketKey, Meta, MetaCheck, Owner, create_item, image_from_item};
 use expr::Expr;
+pub use pause::{PAUSE_ATTRIBUTE, live_pause, pause_stamp};
 
 use crate::RepositoryError;
 use crate::error::classify;
@@ -48,6 +51,9 @@ pub enum ConsumeOutcome {
     Consumed(BucketImage),
     /// The condition failed; the item before the attempt (`None`: no item).
     Failed(Option<BucketImage>),
+    /// The item carries a pause stamp in force until this deadline (epoch ms); nothing was
+    /// written.
+    Paused(i64),
     /// Transaction conflicts persisted through the retries.
     Contended,
 }
@@ -180,14 +186,16 @@ impl BucketStore {
         &self,
         key: &BucketKey,
         e: &Expr,
+        now: i64,
     ) -> Result<ConsumeOutcome, RepositoryError> {
         Ok(match self.update(key, e, true).await? {
             Update::Done(item) => {
                 ConsumeOutcome::Consumed(image_from_item(&item.unwrap_or_default()))
             }
-            Update::ConditionFailed(old) => {
-                ConsumeOutcome::Failed(old.as_ref().map(image_from_item))
-            }
+            Update::ConditionFailed(old) => match old.as_ref().and_then(|i| live_pause(i, now)) {
+                Some(until) => ConsumeOutcome::Paused(until),
+                None => ConsumeOutcome::Failed(old.as_ref().map(image_from_item)),
+            },
             Update::Conflict => ConsumeOutcome::Contended,
         })
     }
@@ -203,11 +211,12 @@ impl BucketStore {
         demand: &BTreeMap<String, i64>,
         now: i64,
     ) -> Result<ConsumeOutcome, RepositoryError> {
-        self.consume_with(key, &writes::speculative_consume(demand, now))
+        self.consume_with(key, &writes::speculative_consume(demand, now), now)
             .await
     }
 
-    /// The consumption-only retry after a lost lock or a lost create.
+    /// The consumption-only retry after a lost lock or a lost create (refused while a pause
+    /// stamp is in force at `now`).
     ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
@@ -215,8 +224,9 @@ impl BucketStore {
         &self,
         key: &BucketKey,
         retry: &[(String, i64)],
+        now: i64,
     ) -> Result<ConsumeOutcome, RepositoryError> {
-        self.consume_with(key, &writes::consumption_only(retry))
+        self.consume_with(key, &writes::consumption_only(retry, now), now)
             .await
     }
 

@@ -7,6 +7,7 @@ use dynalimit_core::decide::{DeltaPlan, RefillPlan, TtlAction};
 
 use super::codec::limit_attr;
 use super::expr::{Expr, num};
+use super::pause::not_paused;
 
 fn tk(name: &str) -> String {
     limit_attr(name, "tk")
@@ -18,7 +19,7 @@ fn tc(name: &str) -> String {
 
 /// The speculative consume of the core profile (reference §3.4, minimum interoperable
 /// condition): ADD to every declared limit and to `wcu`, conditioned on existence, balances,
-/// write capacity, `ttl`, `disabled` and `vu`.
+/// write capacity, `ttl`, `disabled` and `vu`, and on the absence of a pause stamp in force.
 pub(crate) fn speculative_consume(demand: &BTreeMap<String, i64>, now: i64) -> Expr {
     let mut e = Expr::default();
     let c = e.exists("PK");
@@ -39,16 +40,19 @@ pub(crate) fn speculative_consume(demand: &BTreeMap<String, i64>, now: i64) -> E
     e.when(c);
     let (missing, live) = (e.not_exists("vu"), e.cmp("vu", ">", now));
     e.when(format!("{missing} OR {live}"));
+    not_paused(&mut e, now);
     e
 }
 
 /// The rf-locked materialising write (reference §3.7.2): `SET rf`, `ttl`, seeds; `ADD` refill
 /// deltas and consumption; conditioned on `rf = :read`, floors, pins and the `vu` read. Owner
 /// stamps are not written on this path (allowed by the core profile; the create writes them).
+/// A pause stamp later than the new refill time fails the write.
 pub(crate) fn refill_write(plan: &RefillPlan) -> Expr {
     let mut e = Expr::default();
     let c = e.cmp("rf", "=", plan.rf_read);
     e.when(c);
+    not_paused(&mut e, plan.rf_new);
     e.set("rf", num(plan.rf_new));
     match plan.ttl {
         TtlAction::Set(t) => e.set("ttl", num(t)),
@@ -94,8 +98,9 @@ pub(crate) fn refill_write(plan: &RefillPlan) -> Expr {
     e
 }
 
-/// The consumption-only retry (reference §3.7.4): no refill, `rf` untouched.
-pub(crate) fn consumption_only(retry: &[(String, i64)]) -> Expr {
+/// The consumption-only retry (reference §3.7.4): no refill, `rf` untouched; refused while a
+/// pause stamp is in force at `now`.
+pub(crate) fn consumption_only(retry: &[(String, i64)], now: i64) -> Expr {
     let mut e = Expr::default();
     let c = e.exists("PK");
     e.when(c);
@@ -105,6 +110,7 @@ pub(crate) fn consumption_only(retry: &[(String, i64)]) -> Expr {
         let cond = e.cmp(&tk(name), ">=", *c);
         e.when(cond);
     }
+    not_paused(&mut e, now);
     e
 }
 
@@ -227,7 +233,8 @@ mod tests {
              (attribute_exists(PK)) AND (b_rpm_tk >= 1000) AND (b_wcu_tk >= 1000) AND \
              (attribute_not_exists(ttl) OR ttl > 1700000000) AND \
              (attribute_not_exists(disabled)) AND \
-             (attribute_not_exists(vu) OR vu > 1700000000500)"
+             (attribute_not_exists(vu) OR vu > 1700000000500) AND \
+             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 1700000000500)"
         );
     }
 
@@ -261,7 +268,7 @@ mod tests {
              b_tpm_rp = 60000, b_wcu_tk = 1000000, b_wcu_cp = 1000000, b_wcu_ra = 1000000, \
              b_wcu_rp = 1000 \
              ADD b_rpm_tc 1000, b_tpm_tc 5000, b_wcu_tc 0 REMOVE vu IF (rf = 1000) AND \
-             (vu = 0) AND (attribute_not_exists(shard_count) OR shard_count = 1) AND \
+             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 7000) AND (vu = 0) AND (attribute_not_exists(shard_count) OR shard_count = 1) AND \
              (b_rpm_tk <= 0) AND \
              (attribute_not_exists(b_tpm_cp) OR attribute_not_exists(b_tpm_tk)) AND \
              (attribute_not_exists(b_wcu_cp) OR attribute_not_exists(b_wcu_tk))"
@@ -294,6 +301,15 @@ mod tests {
     }
 
     #[test]
+    fn the_pause_stamp_max_merges_on_existing_items() {
+        assert_eq!(
+            render(&super::super::pause::stamp(1_700_000_060_000)),
+            "SET dl_pause_until = 1700000060000 IF (attribute_exists(PK)) AND \
+             (attribute_not_exists(dl_pause_until) OR dl_pause_until < 1700000060000)"
+        );
+    }
+
+    #[test]
     fn doubling_and_propagation_conditions() {
         assert_eq!(
             render(&double(4, 8, &[("rpm".to_owned(), 12_500)])),
@@ -305,8 +321,9 @@ mod tests {
             "SET shard_count = 8, vu = 0 IF (shard_count < 8)"
         );
         assert_eq!(
-            render(&consumption_only(&[("rpm".to_owned(), 1000)])),
-            "ADD b_rpm_tk -1000, b_rpm_tc 1000 IF (attribute_exists(PK)) AND (b_rpm_tk >= 1000)"
+            render(&consumption_only(&[("rpm".to_owned(), 1000)], 5000)),
+            "ADD b_rpm_tk -1000, b_rpm_tc 1000 IF (attribute_exists(PK)) AND (b_rpm_tk >= 1000) \
+             AND (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 5000)"
         );
     }
 }

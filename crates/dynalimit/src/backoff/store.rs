@@ -13,9 +13,10 @@ use crate::Error;
 /// Implementations must max-merge: a publish never moves a stored deadline backward, whatever
 /// order concurrent publishes land in.
 ///
-/// The DynamoDB implementation keeps the deadline on the bucket items of the scope's entity and
-/// resource (scopes built with [`bucket_scope`]), in the attribute [`PAUSE_ATTRIBUTE`] (type
-/// N, epoch ms), written to every existing shard with
+/// The DynamoDB implementation (`RateLimiter::pause_store`, feature `dynamodb`) keeps the
+/// deadline on the bucket items of the scope's entity and resource (scopes built with
+/// [`bucket_scope`]), in the attribute [`PAUSE_ATTRIBUTE`] (type N, epoch ms), written to every
+/// existing shard (the count read from shard 0) with
 ///
 /// ```text
 /// UpdateItem  Key = {PK: {ns}/BUCKET#{entity}#{resource}#{shard}, SK: #STATE}
@@ -27,8 +28,12 @@ use crate::Error;
 /// It touches no other attribute (not `rf`, `tk`, `tc`, `ttl`, `vu`, `wcu`), so no other
 /// writer's condition is affected, and its name carries none of the `b_` / `l_` / `w_`
 /// prefixes the zae-limiter readers parse, so they ignore it. A RateLimiter honours it by
-/// adding `(attribute_not_exists(#p) OR #p <= :now)` to its speculative write and reading the
-/// stamp from the returned old image, so a paused bucket is refused before any token is spent.
+/// adding `(attribute_not_exists(#p) OR #p <= :now)` to its speculative write, its
+/// consumption-only retry and its rf-locked refill write, reading the stamp from the old image
+/// returned with a failed condition, and checking it (on the shard and on shard 0) in the slow
+/// path's read before a refill or a create, so a paused bucket is refused before any token is
+/// spent. A pair without any bucket item has nothing to stamp: the publish then stores nothing.
+/// Lease commits and rollbacks are not held by a pause.
 pub trait PauseStore: Send + Sync + fmt::Debug + 'static {
     /// Max-merges `until_epoch_ms` into the stamp of `scope` and returns the stamp now stored
     /// (which may be later than the one published).

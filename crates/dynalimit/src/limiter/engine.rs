@@ -13,7 +13,7 @@ use dynalimit_core::decide::{
 use dynalimit_core::ids::DEFAULT_RESOURCE;
 use dynalimit_repository::RepositoryError;
 use dynalimit_repository::bucket::{
-    BucketKey, ConsumeOutcome, CreateOutcome, Meta, RefillOutcome, image_from_item,
+    BucketKey, ConsumeOutcome, CreateOutcome, Meta, RefillOutcome, image_from_item, live_pause,
 };
 use dynalimit_repository::config::{ConfigLevel, DisabledFlag, parse_config_item};
 use dynalimit_repository::item::Item;
@@ -46,6 +46,8 @@ pub(crate) enum Refusal {
     },
     /// The bucket is stamped disabled.
     Disabled,
+    /// The bucket carries a shared pause until this deadline (epoch ms).
+    Paused(i64),
     /// The item carries a feature this client does not implement.
     Unsupported(String),
     /// No limits for the pair.
@@ -126,6 +128,7 @@ impl Inner {
                 shard,
                 shard_count: known,
             },
+            ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
             ConsumeOutcome::Failed(old) => {
                 self.after_fast_failure(&key, old, demand, now, probe, known)
                     .await?
@@ -244,6 +247,7 @@ impl Inner {
                         shard_count: count,
                     }));
                 }
+                ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
                 ConsumeOutcome::Failed(old) => {
                     match classify_fast_failure(old.as_ref(), demand, now) {
                         FastFailure::BucketMissing | FastFailure::ScheduleBoundary => {
@@ -278,7 +282,9 @@ impl Inner {
         let bucket_key = (key.pk(&ns), keys::STATE_SK.to_owned());
         let meta_key = self.store.meta_key(entity);
         let levels = config_keys(&ns, entity, resource);
-        let mut wanted = vec![bucket_key.clone(), meta_key.clone()];
+        // Shard 0 carries the pause stamp of a pair whose shard `key` is not created yet.
+        let first_key = (key.with_shard(0).pk(&ns), keys::STATE_SK.to_owned());
+        let mut wanted = vec![bucket_key.clone(), meta_key.clone(), first_key.clone()];
         wanted.extend(levels.iter().map(|(_, k)| k.clone()));
         // One owner-META re-plan after a changed owner.
         for _ in 0..2 {
@@ -290,6 +296,13 @@ impl Inner {
             let limits = access.limits.as_slice();
             if limits.is_empty() {
                 return Err(Refusal::NoLimits);
+            }
+            let paused = [&bucket_key, &first_key]
+                .into_iter()
+                .filter_map(|k| live_pause(items.get(k)?, self.clock.epoch_millis()))
+                .max();
+            if let Some(until) = paused {
+                return Err(Refusal::Paused(until));
             }
             let demand = known_demand(demand, limits);
             let meta = items
@@ -402,10 +415,11 @@ impl Inner {
                 None => Err(contended()),
             };
         }
-        match self.store.consume_only(key, &retry).await? {
+        let now = self.clock.epoch_millis();
+        match self.store.consume_only(key, &retry, now).await? {
             ConsumeOutcome::Consumed(img) => Ok(self.entry_from_image(key, &img, consumed)),
+            ConsumeOutcome::Paused(until) => Err(Refusal::Paused(until)),
             ConsumeOutcome::Failed(Some(img)) => {
-                let now = self.clock.epoch_millis();
                 let statuses = statuses_from_image(&img, demand, now);
                 if statuses.iter().any(|s| s.exceeded) {
                     Err(reject(statuses))

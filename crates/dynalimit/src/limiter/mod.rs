@@ -39,6 +39,7 @@
 
 mod engine;
 mod lease;
+mod pause;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::{Future, IntoFuture};
@@ -58,6 +59,7 @@ use tokio::sync::Notify;
 use crate::{Error, Rejection};
 use engine::{Entry, Refusal};
 pub use lease::Lease;
+pub use pause::{DynamoPauseStore, MAX_PAUSE};
 
 /// What an acquire does when the limiter cannot decide (DynamoDB unavailable, or an item this
 /// client cannot interpret): `Allow` admits with a no-op lease (logged at `warn`), `Block`
@@ -394,6 +396,14 @@ impl RateLimiter {
                     resource,
                     statuses,
                     contended,
+                    paused: None,
+                })),
+                Refusal::Paused(until) => Err(Error::RateLimited(Rejection {
+                    entity_id: owner,
+                    resource,
+                    statuses: Vec::new(),
+                    contended: false,
+                    paused: Some(pause::remaining(until, self.inner.clock.epoch_millis())),
                 })),
                 Refusal::Disabled => Err(Error::ResourceDisabled {
                     entity_id: owner,
@@ -412,6 +422,7 @@ impl RateLimiter {
                         resource,
                         statuses: Vec::new(),
                         contended: true,
+                        paused: None,
                     }))
                 }
                 other => {

@@ -7,9 +7,19 @@
 //! which an HTTP stack maps to a response, for instance `503 Service Unavailable` with axum's
 //! `HandleErrorLayer`.
 
+//!
+//! [`RateLimitLayer`] (with the `dynamodb` feature) puts the DynamoDB
+//! [`RateLimiter`](crate::RateLimiter) in front of an HTTP service: a refused request is
+//! answered `429 Too Many Requests` with `Retry-After`, an admitted one holds its lease while
+//! the inner service runs, committed on success and rolled back on failure.
+
 mod adaptive;
+#[cfg(feature = "dynamodb")]
+mod rate_limit;
 
 pub use adaptive::{AdaptiveLimit, AdaptiveLimitLayer, NeverOverloaded, OverloadClassifier};
+#[cfg(feature = "dynamodb")]
+pub use rate_limit::{RateLimit, RateLimitKey, RateLimitLayer};
 
 /// The error type of the services in this module.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
