@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use super::Algorithm;
 use super::backing::{Backing, Outcome, Settle, Take};
 use super::limit::{Limit, RateLimit};
-use super::set::{Config, LimitSet};
+use super::set::{LimitSet, LimitSetBuilder};
 use super::timer::{SystemTimer, Timer};
 use crate::{Error, Lease, RateLimiter};
 
@@ -149,9 +149,7 @@ impl Distributed {
             limiter: limiter.clone(),
             entity_id: entity_id.into(),
             resource: resource.into(),
-            limits: Vec::new(),
-            config: Config::new(),
-            timer: None,
+            set: LimitSetBuilder::default(),
         }
     }
 
@@ -301,9 +299,8 @@ pub struct DistributedBuilder {
     limiter: RateLimiter,
     entity_id: String,
     resource: String,
-    limits: Vec<Limit>,
-    config: Config,
-    timer: Option<Arc<dyn Timer>>,
+    /// Limits, metadata and timer, as for an in-process set.
+    set: LimitSetBuilder,
 }
 
 impl fmt::Debug for DistributedBuilder {
@@ -311,8 +308,7 @@ impl fmt::Debug for DistributedBuilder {
         f.debug_struct("DistributedBuilder")
             .field("entity_id", &self.entity_id)
             .field("resource", &self.resource)
-            .field("limits", &self.limits)
-            .field("config", &self.config)
+            .field("set", &self.set)
             .finish_non_exhaustive()
     }
 }
@@ -320,26 +316,26 @@ impl fmt::Debug for DistributedBuilder {
 impl DistributedBuilder {
     /// Adds a limit (a token-bucket or GCRA [`RateLimit`] or [`CallLimit`](super::CallLimit)).
     pub fn limit(mut self, limit: impl Into<Limit>) -> Self {
-        self.limits.push(limit.into());
+        self.set = self.set.limit(limit);
         self
     }
 
     /// Adds several limits.
     pub fn limits<L: Into<Limit>>(mut self, limits: impl IntoIterator<Item = L>) -> Self {
-        self.limits.extend(limits.into_iter().map(Into::into));
+        self.set = self.set.limits(limits);
         self
     }
 
     /// Adds a metadata entry, copied into every acquisition.
     pub fn config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.config.insert(key.into(), value.into());
+        self.set = self.set.config(key, value);
         self
     }
 
     /// The time source the set waits on ([`SystemTimer`] by default). The bucket itself runs on
     /// the repository's clock.
     pub fn timer(mut self, timer: impl Timer) -> Self {
-        self.timer = Some(Arc::new(timer));
+        self.set = self.set.timer(timer);
         self
     }
 
@@ -353,6 +349,7 @@ impl DistributedBuilder {
         validate_entity_id(&self.entity_id)?;
         validate_resource(&self.resource)?;
         let table = self
+            .set
             .limits
             .iter()
             .map(table_limit)
@@ -389,7 +386,7 @@ impl DistributedBuilder {
                 resource: self.resource,
             });
         }
-        self.limits = resolved
+        self.set.limits = resolved
             .iter()
             .map(|limit| {
                 RateLimit::builder(limit.name())
@@ -406,18 +403,23 @@ impl DistributedBuilder {
     }
 
     fn finish(self, explicit: Option<Vec<TableLimit>>) -> Result<LimitSet<Distributed>, Error> {
-        let timer = self.timer.unwrap_or_else(|| Arc::new(SystemTimer));
-        let names = self.limits.iter().map(|l| l.key().to_owned()).collect();
+        let LimitSetBuilder {
+            limits,
+            config,
+            timer,
+        } = self.set;
+        let timer = timer.unwrap_or_else(|| Arc::new(SystemTimer));
+        let names = limits.iter().map(|l| l.key().to_owned()).collect();
         let backing = Distributed {
             limiter: self.limiter,
             entity_id: self.entity_id,
             resource: self.resource,
-            limits: self.limits,
+            limits,
             explicit,
             names,
             settling: Arc::default(),
         };
-        LimitSet::from_backing(backing, self.config, timer)
+        LimitSet::from_backing(backing, config, timer)
     }
 }
 
