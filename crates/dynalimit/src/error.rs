@@ -102,6 +102,16 @@ pub enum Error {
         keys: Vec<String>,
     },
 
+    /// A limit or an amount cannot be kept in the shared DynamoDB bucket of a distributed
+    /// LimitSet (a resource limit, a counting algorithm, a fractional capacity or window).
+    #[error("limit {key:?} cannot be distributed: {reason}")]
+    NotDistributable {
+        /// The limit's key.
+        key: String,
+        /// Why not.
+        reason: String,
+    },
+
     /// A waiting acquire did not succeed within its timeout.
     #[error("could not acquire the limits within {}s", timeout.as_secs_f64())]
     Timeout {

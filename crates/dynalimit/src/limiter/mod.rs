@@ -209,6 +209,11 @@ impl RateLimiter {
         }
     }
 
+    /// The repository this limiter writes to.
+    pub(crate) fn repository(&self) -> &Repository {
+        &self.inner.repo
+    }
+
     /// Starts an acquire of `consume` (whole tokens per limit name) on `entity_id`'s bucket for
     /// `resource`. Await the returned builder, after optionally setting
     /// [`Acquire::limits`] and [`Acquire::on_unavailable`].

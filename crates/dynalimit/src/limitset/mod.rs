@@ -7,7 +7,8 @@
 //!   before any waiting, atomic acquisition, FIFO waiting (blocking or async) woken at the
 //!   computed instant, RAII [`Acquisition`] guards with usage updates and refunds, stats.
 //! - [`Backing`]: the seam between the LimitSet front end and where the counters live
-//!   ([`InProcess`] now; a distributed backing over the DynamoDB bucket plugs in there).
+//!   ([`InProcess`], and with the `dynamodb` feature [`Distributed`], whose limits are one
+//!   DynamoDB entity+resource bucket shared by every process).
 //! - [`Timer`]: injected monotonic time; [`ManualTimer`] makes every wait deterministic.
 //!
 //! The behaviour follows the LimitSet contract of the project's reference documents, with its
@@ -17,6 +18,8 @@
 
 mod acquisition;
 mod backing;
+#[cfg(feature = "dynamodb")]
+mod dynamo;
 mod limit;
 mod queue;
 mod set;
@@ -26,6 +29,8 @@ mod timer;
 pub use acquisition::{Acquisition, Held};
 pub use backing::{Backing, InProcess, Outcome, Settle, SyncBacking, Take};
 pub use dynalimit_core::algorithms::{Algorithm, RateStats, Window};
+#[cfg(feature = "dynamodb")]
+pub use dynamo::{Distributed, DistributedBuilder, DistributedTicket};
 pub use limit::{
     CALL_COUNT_KEY, CallLimit, Limit, RateLimit, RateLimitBuilder, ResourceLimit, WindowSpec,
 };

@@ -210,9 +210,9 @@ impl fmt::Display for Rejected {
 #[derive(Debug, Default)]
 #[must_use]
 pub struct LimitSetBuilder {
-    limits: Vec<Limit>,
-    config: Config,
-    timer: Option<Arc<dyn Timer>>,
+    pub(super) limits: Vec<Limit>,
+    pub(super) config: Config,
+    pub(super) timer: Option<Arc<dyn Timer>>,
 }
 
 impl LimitSetBuilder {
