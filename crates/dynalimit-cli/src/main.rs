@@ -90,12 +90,6 @@ enum Command {
         after_help = "Examples:\n  dynalimit audit --entity key-1\n  dynalimit audit --system --limit 10"
     )]
     Audit(audit::AuditArgs),
-    /// Maintain usage snapshots from the table's stream without Lambda.
-    #[command(
-        subcommand,
-        after_help = "Example:\n  dynalimit aggregator run --endpoint-url http://127.0.0.1:8000"
-    )]
-    Aggregator(aggregator::AggregatorCommand),
     /// Run a local DynamoDB (DynamoDB Local, or LocalStack with --localstack).
     #[command(subcommand, after_help = "Example:\n  dynalimit local up --port 8000")]
     Local(local::LocalCommand),
@@ -129,9 +123,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             demo::run(args, g.endpoint_url.clone(), &g.stack, &g.namespace).await
         }
         Command::Bench(args) => bench::run(args, g.endpoint_url.clone(), &g.stack).await,
-        Command::Aggregator(c) => {
-            aggregator::run(g.endpoint_url.as_deref(), g.region.as_deref(), &g.stack, c).await
-        }
     }
 }
 
