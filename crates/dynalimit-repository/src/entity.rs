@@ -245,38 +245,22 @@ impl Repository {
     /// [`RepositoryError::Validation`] for a bad id; the classified failure.
     pub async fn children(&self, parent_id: &str) -> Result<Vec<Entity>, RepositoryError> {
         ids::validate_entity_id(parent_id)?;
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .shared
-                .client
-                .query()
-                .table_name(&self.shared.table)
-                .index_name("GSI1")
-                .key_condition_expression("GSI1PK = :p")
-                .expression_attribute_values(
-                    ":p",
-                    item::s(keys::parent_gsi1pk(&self.scope.id, parent_id)),
-                )
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| classify("Query", e))?;
-            for found in page.items() {
-                out.push(entity_from_item(found)?);
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
-            }
-        }
+        let mut out = self
+            .query_items(
+                Some("GSI1"),
+                "GSI1PK = :p",
+                &[(":p", keys::parent_gsi1pk(&self.scope.id, parent_id))],
+            )
+            .await?
+            .iter()
+            .map(entity_from_item)
+            .collect::<Result<Vec<_>, _>>()?;
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
     }
 
-    /// Every key of a query (all pages), optionally on an index.
-    pub(crate) async fn query_keys(
+    /// Every item of a query (all pages), optionally on an index.
+    pub(crate) async fn query_items(
         &self,
         index: Option<&str>,
         condition: &str,
@@ -297,17 +281,33 @@ impl Repository {
                 q = q.expression_attribute_values(*k, item::s(v));
             }
             let page = q.send().await.map_err(|e| classify("Query", e))?;
-            for found in page.items() {
-                if let (Some(pk), Some(sk)) = (item::get_s(found, "PK"), item::get_s(found, "SK")) {
-                    out.push(item::key(pk, sk));
-                }
-            }
+            out.extend(page.items().iter().cloned());
             match page.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
                 _ => break,
             }
         }
         Ok(out)
+    }
+
+    /// Every key (`PK`, `SK`) of a query (all pages), optionally on an index.
+    pub(crate) async fn query_keys(
+        &self,
+        index: Option<&str>,
+        condition: &str,
+        values: &[(&str, String)],
+    ) -> Result<Vec<Item>, RepositoryError> {
+        Ok(self
+            .query_items(index, condition, values)
+            .await?
+            .iter()
+            .filter_map(|found| {
+                Some(item::key(
+                    item::get_s(found, "PK")?,
+                    item::get_s(found, "SK")?,
+                ))
+            })
+            .collect())
     }
 
     /// Deletes an entity and every item that belongs to it — operation records, then bucket

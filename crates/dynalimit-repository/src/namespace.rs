@@ -234,30 +234,27 @@ impl Repository {
     }
 
     async fn query_registry(&self, prefix: &str) -> Result<Vec<NamespaceInfo>, RepositoryError> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .shared
-                .client
-                .query()
-                .table_name(&self.shared.table)
-                .key_condition_expression("PK = :pk AND begins_with(SK, :p)")
-                .expression_attribute_values(":pk", item::s(keys::SYSTEM_RESERVED_PK))
-                .expression_attribute_values(":p", item::s(prefix))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| classify("Query", e))?;
-            for found in page.items() {
-                out.push(NamespaceInfo::from_item(found)?);
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
-            }
-        }
-        Ok(out)
+        self.query_items(
+            None,
+            "PK = :pk AND begins_with(SK, :p)",
+            &[
+                (":pk", keys::SYSTEM_RESERVED_PK.to_string()),
+                (":p", prefix.to_string()),
+            ],
+        )
+        .await?
+        .iter()
+        .map(NamespaceInfo::from_item)
+        .collect()
+    }
+
+    /// The reverse record of `id`, or [`RepositoryError::NotFound`].
+    async fn existing_namespace_by_id(&self, id: &str) -> Result<NamespaceInfo, RepositoryError> {
+        self.get_namespace_by_id(id)
+            .await?
+            .ok_or_else(|| RepositoryError::NotFound {
+                what: format!("namespace id {id:?}"),
+            })
     }
 
     /// Every active namespace, sorted by name.
@@ -326,12 +323,7 @@ impl Repository {
             )
             .into());
         }
-        let info =
-            self.get_namespace_by_id(id)
-                .await?
-                .ok_or_else(|| RepositoryError::NotFound {
-                    what: format!("namespace id {id:?}"),
-                })?;
+        let info = self.existing_namespace_by_id(id).await?;
         if info.status != "deleted" {
             return Err(RepositoryError::NamespaceState {
                 name: info.name,
@@ -411,12 +403,7 @@ impl Repository {
             )
             .into());
         }
-        let info =
-            self.get_namespace_by_id(id)
-                .await?
-                .ok_or_else(|| RepositoryError::NotFound {
-                    what: format!("namespace id {id:?}"),
-                })?;
+        let info = self.existing_namespace_by_id(id).await?;
         if info.status == "active" {
             return Err(RepositoryError::NamespaceState {
                 name: info.name,
