@@ -497,38 +497,12 @@ impl BucketStore {
         &self,
         entity_id: &str,
     ) -> Result<Vec<(BucketKey, BucketImage)>, RepositoryError> {
-        let mut keys = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name("GSI3")
-                .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
-                .expression_attribute_names("#pk", "GSI3PK")
-                .expression_attribute_names("#sk", "GSI3SK")
-                .expression_attribute_values(
-                    ":pk",
-                    AttributeValue::S(entity_pk(&self.ns, entity_id)),
-                )
-                .expression_attribute_values(":prefix", AttributeValue::S("BUCKET#".to_owned()))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| classify("Query", e))?;
-            for item in out.items.unwrap_or_default() {
-                if let (Some(pk), Some(sk)) = (get_str(&item, "PK"), get_str(&item, "SK"))
-                    && sk == BUCKET_SK
-                {
-                    keys.push((pk.to_owned(), sk.to_owned()));
-                }
-            }
-            match out.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
-            }
-        }
+        let keys: Vec<(String, String)> = self
+            .query_bucket_index("GSI3", entity_pk(&self.ns, entity_id))
+            .await?
+            .iter()
+            .filter_map(|item| Some((get_str(item, "PK")?.to_owned(), BUCKET_SK.to_owned())))
+            .collect();
         let items = self.batch_get(&keys).await?;
         let mut found: Vec<_> = items
             .iter()
@@ -550,41 +524,53 @@ impl BucketStore {
         resource: &str,
     ) -> Result<Vec<(BucketKey, BucketImage)>, RepositoryError> {
         let mut found = Vec::new();
+        for item in self
+            .query_bucket_index("GSI2", format!("{}/RESOURCE#{resource}", self.ns))
+            .await?
+        {
+            if let Some(key) = get_str(&item, "PK").and_then(|pk| BucketKey::parse(&self.ns, pk)) {
+                found.push((key, image_from_item(&item)));
+            }
+        }
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(found)
+    }
+
+    /// Every `#STATE` item of a bucket index partition (`GSI2` or `GSI3`), all pages: the
+    /// index's partition key equals `pk` and its sort key starts with `BUCKET#`.
+    async fn query_bucket_index(
+        &self,
+        index: &str,
+        pk: String,
+    ) -> Result<Vec<Item>, RepositoryError> {
+        let mut found = Vec::new();
         let mut start: Option<Item> = None;
         loop {
             let out = self
                 .client
                 .query()
                 .table_name(&self.table)
-                .index_name("GSI2")
+                .index_name(index)
                 .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
-                .expression_attribute_names("#pk", "GSI2PK")
-                .expression_attribute_names("#sk", "GSI2SK")
-                .expression_attribute_values(
-                    ":pk",
-                    AttributeValue::S(format!("{}/RESOURCE#{resource}", self.ns)),
-                )
+                .expression_attribute_names("#pk", format!("{index}PK"))
+                .expression_attribute_names("#sk", format!("{index}SK"))
+                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
                 .expression_attribute_values(":prefix", AttributeValue::S("BUCKET#".to_owned()))
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
                 .map_err(|e| classify("Query", e))?;
-            for item in out.items.unwrap_or_default() {
-                if get_str(&item, "SK") != Some(BUCKET_SK) {
-                    continue;
-                }
-                if let Some(key) =
-                    get_str(&item, "PK").and_then(|pk| BucketKey::parse(&self.ns, pk))
-                {
-                    found.push((key, image_from_item(&item)));
-                }
-            }
+            found.extend(
+                out.items
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|item| get_str(item, "SK") == Some(BUCKET_SK)),
+            );
             match out.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
                 _ => break,
             }
         }
-        found.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(found)
     }
 }
