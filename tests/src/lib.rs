@@ -20,6 +20,7 @@
 //! # }
 //! ```
 
+pub mod fault;
 pub mod moto;
 pub mod raw;
 
@@ -172,6 +173,7 @@ impl TestTable {
     pub async fn counted_builder(&self, counter: &RequestCounter) -> RepositoryBuilder {
         Repository::builder()
             .client(client_with(Some(counter.clone())).await)
+            .request_counter(counter.clone())
             .stack(self.name.clone())
     }
 

@@ -6,7 +6,9 @@
 //!
 //! | operation | what one operation is |
 //! |---|---|
-//! | `raw-update` | one plain `UpdateItem` (`ADD n 1`): the floor every acquire is measured against |
+//! | `raw-update` | one plain `UpdateItem` (`ADD n 1`) through the transport acquires use (the fast path when it is on): the floor every acquire is measured against |
+//! | `raw-sdk` | the same `UpdateItem` through the AWS SDK's client |
+//! | `store-consume` | the warm acquire's own `UpdateItem` (every condition of the speculative consume, `ALL_NEW`), sent by the bucket store without the limiter around it |
 //! | `warm-acquire` | acquire `rpm=1, tpm=100` on an existing bucket, then commit |
 //! | `first-touch` | the first acquire of a bucket (new resource on the hot entity, new entity otherwise), then commit |
 //! | `warm-cascade` | a warm acquire by a child whose bucket cascades to its parent, then commit |
@@ -28,8 +30,11 @@ use clap::Args;
 use dynalimit::{Limit, RateLimiter};
 use dynalimit_core::{Clock as _, SystemClock};
 use dynalimit_repository::Repository;
+use dynalimit_repository::bucket::{BucketKey, BucketStore};
 use dynalimit_repository::entity::NewEntity;
+use dynalimit_repository::item::Item;
 use dynalimit_repository::metrics::RequestCounter;
+use dynalimit_repository::wire::{UpdateItem, Wire};
 use serde_json::{Value, json};
 
 use crate::demo::{Target, print_table};
@@ -49,12 +54,37 @@ pub(crate) struct BenchArgs {
     /// Concurrency levels (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     concurrency: Vec<usize>,
+    /// The client's Tokio runtime: `multi-thread` (two workers) or `current-thread`.
+    #[arg(long, default_value = "multi-thread", value_parser = ["multi-thread", "current-thread"])]
+    runtime: String,
+    /// Only these operations (comma-separated names, e.g. `raw-update,warm-acquire`).
+    #[arg(long, value_delimiter = ',', value_parser = parse_op)]
+    only: Vec<Op>,
+}
+
+impl BenchArgs {
+    /// Whether the benchmark runs on a current-thread runtime.
+    pub(crate) fn current_thread(&self) -> bool {
+        self.runtime == "current-thread"
+    }
+}
+
+fn parse_op(name: &str) -> Result<Op, String> {
+    Op::ALL
+        .into_iter()
+        .find(|op| op.name() == name)
+        .ok_or_else(|| {
+            let names: Vec<_> = Op::ALL.iter().map(|op| op.name()).collect();
+            format!("unknown operation {name:?}; one of {}", names.join(", "))
+        })
 }
 
 /// What one measured operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
     RawUpdate,
+    RawSdk,
+    StoreConsume,
     WarmAcquire,
     FirstTouch,
     WarmCascade,
@@ -62,8 +92,10 @@ enum Op {
 }
 
 impl Op {
-    const ALL: [Op; 5] = [
+    const ALL: [Op; 7] = [
+        Op::RawSdk,
         Op::RawUpdate,
+        Op::StoreConsume,
         Op::WarmAcquire,
         Op::WarmCascade,
         Op::Adjust,
@@ -73,6 +105,8 @@ impl Op {
     fn name(self) -> &'static str {
         match self {
             Op::RawUpdate => "raw-update",
+            Op::RawSdk => "raw-sdk",
+            Op::StoreConsume => "store-consume",
             Op::WarmAcquire => "warm-acquire",
             Op::FirstTouch => "first-touch",
             Op::WarmCascade => "warm-cascade",
@@ -142,6 +176,10 @@ impl Figures {
 #[derive(Debug, Clone)]
 struct Bench {
     client: Client,
+    /// The bucket store of the benchmark's namespace.
+    store: BucketStore,
+    /// The fast path of the benchmark's repository, when it is on.
+    wire: Option<Arc<Wire>>,
     table: String,
     limiter: RateLimiter,
     counter: RequestCounter,
@@ -193,6 +231,7 @@ async fn measure(args: &BenchArgs, target: &Target, stack: &str) -> anyhow::Resu
     let client = target.client(Some(counter.clone())).await;
     let repo = Repository::builder()
         .client(client.clone())
+        .request_counter(counter.clone())
         .stack(stack)
         .namespace("bench")
         .open()
@@ -209,8 +248,19 @@ async fn measure(args: &BenchArgs, target: &Target, stack: &str) -> anyhow::Resu
         None,
     )
     .await?;
+    if !args.json {
+        eprintln!(
+            "UpdateItem transport: {}",
+            match repo.fast_path() {
+                Some(wire) => format!("fast path to {}", wire.uri()),
+                None => "AWS SDK (the fast path is off)".into(),
+            }
+        );
+    }
     let bench = Bench {
         client,
+        wire: repo.fast_path().cloned(),
+        store: repo.buckets(),
         table: stack.to_string(),
         limiter: RateLimiter::new(repo.clone()),
         counter,
@@ -221,7 +271,10 @@ async fn measure(args: &BenchArgs, target: &Target, stack: &str) -> anyhow::Resu
 
     let mut results = Vec::new();
     for &concurrency in &args.concurrency {
-        for op in Op::ALL {
+        for op in Op::ALL
+            .into_iter()
+            .filter(|op| args.only.is_empty() || args.only.contains(op))
+        {
             for shape in [Shape::Hot, Shape::Many] {
                 let figures = bench.case(op, shape, concurrency, args.ops).await?;
                 if !args.json {
@@ -299,7 +352,36 @@ impl Bench {
         }
     }
 
+    /// The raw `UpdateItem` through the transport acquires use.
     async fn raw_update(&self, index: u64) -> anyhow::Result<()> {
+        let Some(wire) = &self.wire else {
+            return self.raw_sdk(index).await;
+        };
+        let key: Item = [
+            (
+                "PK".to_string(),
+                AttributeValue::S(format!("bench/RAW#{index}")),
+            ),
+            ("SK".to_string(), AttributeValue::S("#STATE".into())),
+        ]
+        .into();
+        let values = [(":one".to_string(), AttributeValue::N("1".into()))];
+        wire.update_item(&UpdateItem {
+            table: &self.table,
+            key: &key,
+            update_expression: Some("ADD n :one"),
+            condition_expression: None,
+            names: &[],
+            values: &values,
+            return_all_new: false,
+            return_old_on_failure: false,
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The raw `UpdateItem` through the SDK's client.
+    async fn raw_sdk(&self, index: u64) -> anyhow::Result<()> {
         self.client
             .update_item()
             .table_name(&self.table)
@@ -317,6 +399,18 @@ impl Bench {
         let consume = [("rpm", 1), ("tpm", 100)];
         match op {
             Op::RawUpdate => self.raw_update(e).await,
+            Op::RawSdk => self.raw_sdk(e).await,
+            Op::StoreConsume => {
+                let key = BucketKey::new(format!("e-{e}"), RESOURCE, 0);
+                let demand =
+                    BTreeMap::from([("rpm".to_string(), 1000), ("tpm".to_string(), 100_000)]);
+                // Any answer counts: the request is what is measured (a hot bucket's write
+                // capacity may refuse some at high concurrency).
+                self.store
+                    .speculative_consume(&key, &demand, SystemClock.epoch_millis())
+                    .await?;
+                Ok(())
+            }
             Op::WarmAcquire => {
                 let lease = self
                     .limiter

@@ -33,6 +33,7 @@ pub mod schema;
 pub mod stack;
 pub mod usage;
 pub mod version;
+pub mod wire;
 
 pub use audit::{AuditEvent, AuditPage};
 pub use config::{

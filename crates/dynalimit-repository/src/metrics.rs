@@ -2,8 +2,10 @@
 //!
 //! [`RequestCounter`] is an SDK interceptor: attach it to a DynamoDB client and it counts every
 //! attempt that goes on the wire (retries included), keyed by operation (`UpdateItem`,
-//! `BatchGetItem`, …). The tests use it to prove "one request per warm acquire"; the benchmark
-//! uses it to report requests per operation.
+//! `BatchGetItem`, …), and how many were on the wire at once. The tests use it to prove "one
+//! request per warm acquire"; the benchmark uses it to report requests per operation. Hand it
+//! to [`crate::RepositoryBuilder::request_counter`] as well, so the fast path
+//! ([`crate::wire`]) reports its requests too.
 //!
 //! ```
 //! use dynalimit_repository::metrics::RequestCounter;
@@ -18,21 +20,52 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeTransmitInterceptorContextRef, FinalizerInterceptorContextRef,
+};
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::config_bag::ConfigBag;
+use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 
 /// Counts requests per DynamoDB operation. Clones share the counts.
 #[derive(Debug, Clone, Default)]
 pub struct RequestCounter {
     counts: Arc<Mutex<BTreeMap<String, u64>>>,
+    in_flight: Arc<(AtomicUsize, AtomicUsize)>,
 }
 
 impl RequestCounter {
+    /// The interceptor's name, as the SDK reports it.
+    pub const NAME: &'static str = "dynalimit::RequestCounter";
+
+    /// Counts one request of `operation` going on the wire (the fast path reports its
+    /// requests here); [`RequestCounter::finished`] must follow when its answer is in.
+    pub fn started(&self, operation: &str) {
+        if let Ok(mut c) = self.counts.lock() {
+            *c.entry(operation.to_string()).or_default() += 1;
+        }
+        let (now, max) = &*self.in_flight;
+        let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+        max.fetch_max(n, Ordering::SeqCst);
+    }
+
+    /// One request's answer (or failure) is in.
+    pub fn finished(&self) {
+        let _ = self
+            .in_flight
+            .0
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    }
+
+    /// The most requests on the wire at once since the last reset.
+    pub fn max_in_flight(&self) -> usize {
+        self.in_flight.1.load(Ordering::SeqCst)
+    }
+
     /// Requests sent so far, all operations.
     pub fn total(&self) -> u64 {
         self.counts.lock().map(|c| c.values().sum()).unwrap_or(0)
@@ -52,34 +85,56 @@ impl RequestCounter {
         self.counts.lock().map(|c| c.clone()).unwrap_or_default()
     }
 
-    /// Sets every count back to zero.
+    /// Sets every count back to zero, and the in-flight maximum to what is in flight now.
     pub fn reset(&self) {
         if let Ok(mut c) = self.counts.lock() {
             c.clear();
         }
+        let (now, max) = &*self.in_flight;
+        max.store(now.load(Ordering::SeqCst), Ordering::SeqCst);
     }
+}
+
+/// Marks an attempt whose request went on the wire.
+#[derive(Debug, Clone)]
+struct OnTheWire;
+
+impl Storable for OnTheWire {
+    type Storer = StoreReplace<Self>;
 }
 
 impl Intercept for RequestCounter {
     fn name(&self) -> &'static str {
-        "dynalimit::RequestCounter"
+        Self::NAME
     }
 
     fn read_before_transmit(
         &self,
         context: &BeforeTransmitInterceptorContextRef<'_>,
         _runtime_components: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
+        cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
         let operation = context
             .request()
             .headers()
             .get("x-amz-target")
             .and_then(|t| t.rsplit('.').next())
-            .unwrap_or("unknown")
-            .to_string();
-        if let Ok(mut c) = self.counts.lock() {
-            *c.entry(operation).or_insert(0) += 1;
+            .unwrap_or("unknown");
+        self.started(operation);
+        cfg.interceptor_state().store_put(OnTheWire);
+        Ok(())
+    }
+
+    fn read_after_attempt(
+        &self,
+        _context: &FinalizerInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        // Only attempts that reached the wire were counted as started.
+        if cfg.load::<OnTheWire>().is_some() {
+            cfg.interceptor_state().unset::<OnTheWire>();
+            self.finished();
         }
         Ok(())
     }

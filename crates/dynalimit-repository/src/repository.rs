@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use aws_config::{Region, SdkConfig};
@@ -14,7 +14,9 @@ use crate::config::ConfigCache;
 use crate::error::classify;
 use crate::item::{self, Item};
 use crate::keys;
+use crate::metrics::RequestCounter;
 use crate::version::{self, VersionRecord};
+use crate::wire::{EndpointCapture, Wire};
 use crate::{RepositoryError, schema};
 
 /// The default stack (and table) name.
@@ -37,6 +39,12 @@ pub(crate) struct Shared {
     pub(crate) principal: Option<String>,
     /// name → id of registered namespaces seen by this process.
     pub(crate) namespace_ids: Mutex<HashMap<String, String>>,
+    /// Whether the fast path may carry `UpdateItem`s.
+    pub(crate) fast_path: bool,
+    /// Handed to the fast path, which counts its requests there.
+    pub(crate) counter: Option<RequestCounter>,
+    /// The fast path, once a request of the client showed where it goes.
+    pub(crate) wire: OnceLock<Arc<Wire>>,
 }
 
 /// One namespace of the table.
@@ -190,6 +198,7 @@ impl Repository {
     /// # Errors
     /// The classified DynamoDB failure, or [`RepositoryError::Corrupt`].
     pub async fn version_record(&self) -> Result<Option<VersionRecord>, RepositoryError> {
+        let capture = EndpointCapture::default();
         let out = self
             .shared
             .client
@@ -197,9 +206,12 @@ impl Repository {
             .table_name(&self.shared.table)
             .set_key(Some(item::key(keys::SYSTEM_RESERVED_PK, keys::VERSION_SK)))
             .consistent_read(true)
+            .customize()
+            .interceptor(capture.clone())
             .send()
             .await
             .map_err(|e| classify("GetItem", e))?;
+        self.start_fast_path(&capture);
         let Some(found) = out.item else {
             return Ok(None);
         };
@@ -210,6 +222,28 @@ impl Repository {
             updated_at: get_s_or(&found, "updated_at", ""),
             updated_by: item::get_s(&found, "updated_by").map(str::to_string),
         }))
+    }
+
+    /// Sets up the fast path from a request the client sent (once; nothing happens when it is
+    /// switched off or the client is not eligible).
+    fn start_fast_path(&self, capture: &EndpointCapture) {
+        let shared = &self.shared;
+        if !shared.fast_path || shared.wire.get().is_some() {
+            return;
+        }
+        match Wire::for_client(&shared.client, capture, shared.counter.clone()) {
+            Ok(wire) => {
+                tracing::debug!(uri = %wire.uri(), "UpdateItem takes the fast path");
+                let _ = shared.wire.set(Arc::new(wire));
+            }
+            Err(why) => tracing::debug!(?why, "UpdateItem stays on the SDK"),
+        }
+    }
+
+    /// The fast path that carries this repository's `UpdateItem`s, when it is in use (see
+    /// [`crate::wire`]).
+    pub fn fast_path(&self) -> Option<&Arc<Wire>> {
+        self.shared.wire.get()
     }
 
     /// Writes the version record: creates it when missing (`client_min_version = 0.0.0`,
@@ -335,6 +369,8 @@ pub struct RepositoryBuilder {
     clock: Option<Arc<dyn Clock>>,
     create_table: Option<bool>,
     principal: Option<String>,
+    fast_path: Option<bool>,
+    counter: Option<RequestCounter>,
 }
 
 impl fmt::Debug for RepositoryBuilder {
@@ -384,6 +420,23 @@ impl RepositoryBuilder {
     /// Bucket TTL multiplier (reference §2.6); zero disables bucket TTLs. Default 7.
     pub fn bucket_ttl_multiplier(mut self, multiplier: u32) -> Self {
         self.bucket_ttl_multiplier = Some(multiplier);
+        self
+    }
+
+    /// Whether `UpdateItem`, the request of every acquire, may bypass the SDK's orchestrator
+    /// ([`crate::wire`]); default: yes, unless `$DYNALIMIT_FAST_PATH` is `0`, `false` or `off`.
+    /// The fast path is never used for a client with interceptors other than a
+    /// [`RequestCounter`].
+    pub fn fast_path(mut self, enabled: bool) -> Self {
+        self.fast_path = Some(enabled);
+        self
+    }
+
+    /// Counts every request in `counter`. The builder attaches it to the client it builds and
+    /// hands it to the fast path; with a ready client ([`RepositoryBuilder::client`]) attach it
+    /// to that client as an interceptor yourself, and it is handed to the fast path only.
+    pub fn request_counter(mut self, counter: RequestCounter) -> Self {
+        self.counter = Some(counter);
         self
     }
 
@@ -472,6 +525,9 @@ impl RepositoryBuilder {
                 config = config.credentials_provider(local_credentials());
             }
             config = config.endpoint_url(url);
+        }
+        if let Some(counter) = &self.counter {
+            config = config.interceptor(counter.clone());
         }
         Client::from_conf(config.build())
     }
@@ -568,6 +624,12 @@ impl RepositoryBuilder {
                 .unwrap_or(DEFAULT_BUCKET_TTL_MULTIPLIER),
             principal: self.principal.clone(),
             namespace_ids: Mutex::new(HashMap::new()),
+            fast_path: self.fast_path.unwrap_or_else(|| {
+                !std::env::var("DYNALIMIT_FAST_PATH")
+                    .is_ok_and(|v| matches!(v.as_str(), "0" | "false" | "off"))
+            }),
+            counter: self.counter.clone(),
+            wire: OnceLock::new(),
         });
         Repository {
             scope: Arc::new(Scope {

@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::interceptors::{
-    BeforeDeserializationInterceptorContextMut, BeforeDeserializationInterceptorContextRef,
-    BeforeTransmitInterceptorContextMut, BeforeTransmitInterceptorContextRef,
+    BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextMut,
 };
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -28,49 +27,6 @@ use dynalimit_repository::metrics::RequestCounter;
 use dynalimit_tests::TestTable;
 
 const NS: &str = "engine";
-
-/// Tracks how many requests are on the wire at once.
-#[derive(Debug, Clone, Default)]
-struct InFlight {
-    now: Arc<AtomicUsize>,
-    max: Arc<AtomicUsize>,
-}
-
-impl InFlight {
-    fn reset(&self) {
-        self.max.store(0, Ordering::SeqCst);
-    }
-    fn max(&self) -> usize {
-        self.max.load(Ordering::SeqCst)
-    }
-}
-
-impl Intercept for InFlight {
-    fn name(&self) -> &'static str {
-        "engine-tests::InFlight"
-    }
-
-    fn read_before_transmit(
-        &self,
-        _: &BeforeTransmitInterceptorContextRef<'_>,
-        _: &RuntimeComponents,
-        _: &mut ConfigBag,
-    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
-        self.max.fetch_max(n, Ordering::SeqCst);
-        Ok(())
-    }
-
-    fn read_after_transmit(
-        &self,
-        _: &BeforeDeserializationInterceptorContextRef<'_>,
-        _: &RuntimeComponents,
-        _: &mut ConfigBag,
-    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-        self.now.fetch_sub(1, Ordering::SeqCst);
-        Ok(())
-    }
-}
 
 /// Replaces the next `remaining` responses with a DynamoDB error of type `code` (the wire
 /// shape of the real service: status 400, JSON `__type`), for what the emulator cannot
@@ -154,7 +110,7 @@ async fn faulty(r: &Rig, code: &'static str, n: usize) -> (RateLimiter, Arc<Atom
             })
             .build(),
     );
-    let repo = open(r.table.name(), &r.clock, client).await;
+    let repo = open(r.table.name(), &r.clock, client, None).await;
     remaining.store(n, Ordering::SeqCst);
     (RateLimiter::new(repo), remaining)
 }
@@ -164,12 +120,20 @@ struct Rig {
     repo: Repository,
     limiter: RateLimiter,
     counter: RequestCounter,
-    inflight: InFlight,
     clock: ManualClock,
 }
 
-async fn open(table_name: &str, clock: &ManualClock, client: Client) -> Repository {
-    Repository::builder()
+async fn open(
+    table_name: &str,
+    clock: &ManualClock,
+    client: Client,
+    counter: Option<RequestCounter>,
+) -> Repository {
+    let builder = match counter {
+        Some(counter) => Repository::builder().request_counter(counter),
+        None => Repository::builder(),
+    };
+    builder
         .client(client)
         .stack(table_name.to_owned())
         .namespace(NS)
@@ -182,23 +146,19 @@ async fn open(table_name: &str, clock: &ManualClock, client: Client) -> Reposito
 async fn rig() -> Rig {
     let table = dynalimit_tests::table().await;
     let counter = RequestCounter::default();
-    let inflight = InFlight::default();
-    let base = dynalimit_tests::client_with(Some(counter.clone())).await;
-    let client = Client::from_conf(
-        base.config()
-            .to_builder()
-            .interceptor(inflight.clone())
-            .build(),
-    );
+    let client = dynalimit_tests::client_with(Some(counter.clone())).await;
     let clock = ManualClock::new(SystemClock.epoch_millis());
-    let repo = open(table.name(), &clock, client).await;
+    let repo = open(table.name(), &clock, client, Some(counter.clone())).await;
+    assert!(
+        repo.fast_path().is_some(),
+        "the engine suite runs over the fast path"
+    );
     let limiter = RateLimiter::new(repo.clone());
     Rig {
         table,
         repo,
         limiter,
         counter,
-        inflight,
         clock,
     }
 }
@@ -353,7 +313,7 @@ async fn contention_child() {
     let table = std::env::var("ENGINE_CHILD_TABLE").unwrap();
     let t0: i64 = std::env::var("ENGINE_CHILD_T0").unwrap().parse().unwrap();
     let clock = ManualClock::new(t0);
-    let repo = open(&table, &clock, dynalimit_tests::client().await).await;
+    let repo = open(&table, &clock, dynalimit_tests::client().await, None).await;
     let limiter = RateLimiter::new(repo);
     let granted = hammer(&limiter, "shared", &[rpm(100)], 8, 100).await;
     std::fs::write(report, granted.to_string()).unwrap();
@@ -552,10 +512,9 @@ async fn requests_per_acquire_warm_one_cascade_two_concurrent_first_touch_three(
     };
     cascade().await;
     r.counter.reset();
-    r.inflight.reset();
     cascade().await;
     let warm_cascade = r.counter.snapshot();
-    let concurrency = r.inflight.max();
+    let concurrency = r.counter.max_in_flight();
     println!(
         "requests: first touch {first}, warm {warm:?}, warm cascade {warm_cascade:?} (max in flight {concurrency})"
     );

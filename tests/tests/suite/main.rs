@@ -5,6 +5,7 @@ mod audit;
 mod config;
 mod engine;
 mod entities;
+mod fast_path;
 mod format;
 mod kit;
 mod namespaces;

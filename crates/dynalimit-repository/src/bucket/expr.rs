@@ -11,10 +11,16 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 /// Collects aliases, values and clauses of one `UpdateItem` (or a condition alone).
+///
+/// Small vectors rather than maps: an expression has a few dozen names and values at most,
+/// and it is built on every acquire, so lookups are linear scans and tokens are written
+/// without the formatting machinery.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Expr {
-    names: HashMap<String, String>,
-    values: HashMap<String, AttributeValue>,
+    /// (attribute, alias) in declaration order.
+    names: Vec<(String, String)>,
+    /// (placeholder, value) in declaration order.
+    values: Vec<(String, AttributeValue)>,
     set: Vec<String>,
     add: Vec<String>,
     remove: Vec<String>,
@@ -26,21 +32,52 @@ pub(crate) fn num(n: i64) -> AttributeValue {
     AttributeValue::N(n.to_string())
 }
 
+/// `prefix` followed by the decimal digits of `i`.
+fn token(prefix: &str, i: usize) -> String {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = i;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut out = String::with_capacity(prefix.len() + digits.len() - at);
+    out.push_str(prefix);
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
+    out
+}
+
+/// `a` + `sep` + `b` in one allocation.
+fn join3(a: &str, sep: &str, b: &str) -> String {
+    let mut out = String::with_capacity(a.len() + sep.len() + b.len());
+    out.push_str(a);
+    out.push_str(sep);
+    out.push_str(b);
+    out
+}
+
 impl Expr {
     /// The alias of attribute `attr` (declared on first use).
     pub(crate) fn name(&mut self, attr: &str) -> String {
-        let next = self.names.len();
-        self.names
-            .entry(attr.to_owned())
-            .or_insert_with(|| format!("#a{next}"))
-            .clone()
+        if let Some((_, alias)) = self.names.iter().find(|(a, _)| a == attr) {
+            return alias.clone();
+        }
+        let alias = token("#a", self.names.len());
+        self.names.push((attr.to_owned(), alias.clone()));
+        alias
     }
 
     /// A placeholder for `value`.
     pub(crate) fn value(&mut self, value: AttributeValue) -> String {
-        let token = format!(":v{}", self.values.len());
-        self.values.insert(token.clone(), value);
-        token
+        let placeholder = token(":v", self.values.len());
+        self.values.push((placeholder.clone(), value));
+        placeholder
     }
 
     /// A placeholder for a number.
@@ -51,13 +88,13 @@ impl Expr {
     /// `SET attr = value`.
     pub(crate) fn set(&mut self, attr: &str, value: AttributeValue) {
         let (a, v) = (self.name(attr), self.value(value));
-        self.set.push(format!("{a} = {v}"));
+        self.set.push(join3(&a, " = ", &v));
     }
 
     /// `ADD attr n`.
     pub(crate) fn add(&mut self, attr: &str, n: i64) {
         let (a, v) = (self.name(attr), self.num(n));
-        self.add.push(format!("{a} {v}"));
+        self.add.push(join3(&a, " ", &v));
     }
 
     /// `REMOVE attr`.
@@ -85,33 +122,55 @@ impl Expr {
     /// `attr <op> n` for a number.
     pub(crate) fn cmp(&mut self, attr: &str, op: &str, n: i64) -> String {
         let (a, v) = (self.name(attr), self.num(n));
-        format!("{a} {op} {v}")
+        let mut out = String::with_capacity(a.len() + op.len() + v.len() + 2);
+        out.push_str(&a);
+        out.push(' ');
+        out.push_str(op);
+        out.push(' ');
+        out.push_str(&v);
+        out
     }
 
     /// The update expression, or `None` when nothing is updated.
     pub(crate) fn update_expression(&self) -> Option<String> {
-        let mut parts = Vec::new();
-        if !self.set.is_empty() {
-            parts.push(format!("SET {}", self.set.join(", ")));
+        let mut out = String::with_capacity(256);
+        for (keyword, clauses) in [
+            ("SET ", &self.set),
+            ("ADD ", &self.add),
+            ("REMOVE ", &self.remove),
+        ] {
+            if clauses.is_empty() {
+                continue;
+            }
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(keyword);
+            for (i, clause) in clauses.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                out.push_str(clause);
+            }
         }
-        if !self.add.is_empty() {
-            parts.push(format!("ADD {}", self.add.join(", ")));
-        }
-        if !self.remove.is_empty() {
-            parts.push(format!("REMOVE {}", self.remove.join(", ")));
-        }
-        (!parts.is_empty()).then(|| parts.join(" "))
+        (!out.is_empty()).then_some(out)
     }
 
     /// The condition expression, or `None` without conditions.
     pub(crate) fn condition_expression(&self) -> Option<String> {
-        (!self.conditions.is_empty()).then(|| {
-            self.conditions
-                .iter()
-                .map(|c| format!("({c})"))
-                .collect::<Vec<_>>()
-                .join(" AND ")
-        })
+        if self.conditions.is_empty() {
+            return None;
+        }
+        let mut out = String::with_capacity(512);
+        for (i, c) in self.conditions.iter().enumerate() {
+            if i > 0 {
+                out.push_str(" AND ");
+            }
+            out.push('(');
+            out.push_str(c);
+            out.push(')');
+        }
+        Some(out)
     }
 
     /// Alias → attribute map (`None` when empty, as the SDK wants).
@@ -124,9 +183,22 @@ impl Expr {
         })
     }
 
+    /// (placeholder, attribute) pairs, borrowed.
+    pub(crate) fn name_pairs(&self) -> Vec<(&str, &str)> {
+        self.names
+            .iter()
+            .map(|(attr, alias)| (alias.as_str(), attr.as_str()))
+            .collect()
+    }
+
+    /// (placeholder, value) pairs, borrowed.
+    pub(crate) fn value_pairs(&self) -> &[(String, AttributeValue)] {
+        &self.values
+    }
+
     /// Placeholder → value map (`None` when empty).
     pub(crate) fn values(&self) -> Option<HashMap<String, AttributeValue>> {
-        (!self.values.is_empty()).then(|| self.values.clone())
+        (!self.values.is_empty()).then(|| self.values.iter().cloned().collect())
     }
 }
 
@@ -173,6 +245,14 @@ mod tests {
             "(attribute_not_exists(#a3)) AND (attribute_exists(#a4))"
         );
         assert_eq!(e.names().unwrap()["#a1"], "ttl");
+    }
+
+    #[test]
+    fn tokens_are_prefix_and_decimal_index() {
+        assert_eq!(token("#a", 0), "#a0");
+        assert_eq!(token(":v", 9), ":v9");
+        assert_eq!(token(":v", 1234), ":v1234");
+        assert_eq!(token("#a", usize::MAX), format!("#a{}", usize::MAX));
     }
 
     #[test]

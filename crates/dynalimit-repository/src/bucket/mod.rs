@@ -22,6 +22,7 @@ mod pause;
 mod writes;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
@@ -43,6 +44,7 @@ use crate::RepositoryError;
 use crate::error::classify;
 use crate::item::{Item, get_s as get_str};
 use crate::keys::{META_SK, STATE_SK as BUCKET_SK, entity_pk};
+use crate::wire::{UpdateItem, UpdateOutcome, Wire};
 
 /// Result of a speculative consume or a consumption-only retry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +116,7 @@ pub struct BucketStore {
     client: Client,
     table: String,
     ns: String,
+    wire: Option<Arc<Wire>>,
 }
 
 impl BucketStore {
@@ -123,7 +126,14 @@ impl BucketStore {
             client,
             table: table.into(),
             ns: ns.into(),
+            wire: None,
         }
+    }
+
+    /// Sends this store's `UpdateItem`s over `wire` (the fast path) instead of the SDK.
+    pub fn with_fast_path(mut self, wire: Option<Arc<Wire>>) -> Self {
+        self.wire = wire;
+        self
     }
 
     /// The namespace id.
@@ -144,41 +154,81 @@ impl BucketStore {
     ) -> Result<Update, RepositoryError> {
         let mut attempt = 0;
         loop {
-            let result = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(key.key_map(&self.ns)))
-                .set_update_expression(e.update_expression())
-                .set_condition_expression(e.condition_expression())
-                .set_expression_attribute_names(e.names())
-                .set_expression_attribute_values(e.values())
-                .return_values(if return_new {
-                    ReturnValue::AllNew
-                } else {
-                    ReturnValue::None
-                })
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                )
-                .send()
-                .await;
-            match result {
-                Ok(out) => return Ok(Update::Done(out.attributes)),
-                Err(err) => match err.as_service_error() {
-                    Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
-                        return Ok(Update::ConditionFailed(c.item().cloned()));
-                    }
-                    Some(UpdateItemError::TransactionConflictException(_)) => {
-                        if attempt >= CONFLICT_RETRIES {
-                            return Ok(Update::Conflict);
-                        }
-                        jitter(attempt).await;
-                        attempt += 1;
-                    }
-                    _ => return Err(classify("UpdateItem", err)),
-                },
+            let sent = match &self.wire {
+                Some(wire) => self.update_fast(wire, key, e, return_new).await?,
+                None => self.update_sdk(key, e, return_new).await?,
+            };
+            match sent {
+                Update::Conflict if attempt < CONFLICT_RETRIES => {
+                    jitter(attempt).await;
+                    attempt += 1;
+                }
+                done => return Ok(done),
             }
+        }
+    }
+
+    async fn update_fast(
+        &self,
+        wire: &Wire,
+        key: &BucketKey,
+        e: &Expr,
+        return_new: bool,
+    ) -> Result<Update, RepositoryError> {
+        let key = key.key_map(&self.ns);
+        let update = e.update_expression();
+        let condition = e.condition_expression();
+        let names = e.name_pairs();
+        let request = UpdateItem {
+            table: &self.table,
+            key: &key,
+            update_expression: update.as_deref(),
+            condition_expression: condition.as_deref(),
+            names: &names,
+            values: e.value_pairs(),
+            return_all_new: return_new,
+            return_old_on_failure: true,
+        };
+        match wire.update_item(&request).await {
+            Ok(UpdateOutcome::Updated(item)) => Ok(Update::Done(item)),
+            Ok(UpdateOutcome::ConditionFailed(old)) => Ok(Update::ConditionFailed(old)),
+            Err(RepositoryError::TransactionConflict { .. }) => Ok(Update::Conflict),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn update_sdk(
+        &self,
+        key: &BucketKey,
+        e: &Expr,
+        return_new: bool,
+    ) -> Result<Update, RepositoryError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key.key_map(&self.ns)))
+            .set_update_expression(e.update_expression())
+            .set_condition_expression(e.condition_expression())
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .return_values(if return_new {
+                ReturnValue::AllNew
+            } else {
+                ReturnValue::None
+            })
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(out) => Ok(Update::Done(out.attributes)),
+            Err(err) => match err.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
+                    Ok(Update::ConditionFailed(c.item().cloned()))
+                }
+                Some(UpdateItemError::TransactionConflictException(_)) => Ok(Update::Conflict),
+                _ => Err(classify("UpdateItem", err)),
+            },
         }
     }
 
@@ -635,5 +685,6 @@ impl crate::Repository {
             self.shared.table.clone(),
             self.scope.id.clone(),
         )
+        .with_fast_path(self.shared.wire.get().cloned())
     }
 }

@@ -622,7 +622,9 @@ impl<'a> IntoFuture for Acquire<'a> {
         let pending = Pending::new(&limiter.inner);
         // The lease is dropped before `pending` when nobody awaits the result, so its rollback
         // is registered before the acquire stops counting.
-        let task = tokio::spawn(async move { (limiter.run(self.request).await, pending) });
+        // Boxed first, so the task is handed a pointer rather than the acquire's whole state.
+        let run = Box::pin(async move { limiter.run(self.request).await });
+        let task = tokio::spawn(async move { (run.await, pending) });
         Box::pin(async move {
             match task.await {
                 Ok((result, _pending)) => result,

@@ -1,0 +1,156 @@
+//! A fault-injecting HTTP proxy in front of the test endpoint, for the failures no emulator
+//! produces on demand (throttling, transaction conflicts, denied access, server errors).
+//!
+//! Every request is forwarded unchanged, except that the next `n` requests of a chosen
+//! operation are answered by the proxy itself with the service's error shape: status 400 (or
+//! the given 5xx), `content-type: application/x-amz-json-1.0`, and a JSON body with
+//! `__type` `com.amazonaws.dynamodb.v20120810#<Code>` and `message`. A faulted request never
+//! reaches DynamoDB, as a real throttle or conflict applies nothing.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+/// One planned fault.
+#[derive(Debug, Clone)]
+struct Plan {
+    operation: String,
+    code: String,
+    status: StatusCode,
+    remaining: Arc<AtomicUsize>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    plans: Mutex<Vec<Plan>>,
+    seen: Mutex<Vec<String>>,
+}
+
+/// The proxy; stops with the test's runtime.
+#[derive(Debug, Clone)]
+pub struct FaultProxy {
+    addr: SocketAddr,
+    state: Arc<State>,
+}
+
+impl FaultProxy {
+    /// Starts a proxy forwarding to the test endpoint.
+    ///
+    /// # Panics
+    /// When no local port can be bound.
+    pub async fn start() -> FaultProxy {
+        let upstream: http::Uri = crate::endpoint().url().parse().expect("endpoint URI");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the fault proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let state = Arc::new(State::default());
+        let client: Client<HttpConnector, Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let shared = state.clone();
+        let app = axum::Router::new().fallback(move |request: Request<Body>| {
+            let (client, state, upstream) = (client.clone(), shared.clone(), upstream.clone());
+            async move { forward(&client, &state, &upstream, request).await }
+        });
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FaultProxy { addr, state }
+    }
+
+    /// The proxy's endpoint URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Answers the next `n` requests of `operation` (`UpdateItem`, …) with error `code`
+    /// (`ThrottlingException`, …) and status 400.
+    pub fn fail_next(&self, operation: &str, code: &str, n: usize) {
+        self.fail_next_with(operation, code, StatusCode::BAD_REQUEST, n);
+    }
+
+    /// As [`FaultProxy::fail_next`] with another status (a 5xx for server errors).
+    pub fn fail_next_with(&self, operation: &str, code: &str, status: StatusCode, n: usize) {
+        self.state.plans.lock().expect("plans").push(Plan {
+            operation: operation.to_string(),
+            code: code.to_string(),
+            status,
+            remaining: Arc::new(AtomicUsize::new(n)),
+        });
+    }
+
+    /// Faults planned but not yet served.
+    pub fn pending(&self) -> usize {
+        let plans = self.state.plans.lock().expect("plans");
+        plans
+            .iter()
+            .map(|p| p.remaining.load(Ordering::SeqCst))
+            .sum()
+    }
+
+    /// The operations of every request the proxy received, in order.
+    pub fn seen(&self) -> Vec<String> {
+        self.state.seen.lock().expect("seen").clone()
+    }
+}
+
+async fn forward(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    state: &State,
+    upstream: &http::Uri,
+    request: Request<Body>,
+) -> Response<Body> {
+    let operation = request
+        .headers()
+        .get("x-amz-target")
+        .and_then(|t| t.to_str().ok())
+        .and_then(|t| t.rsplit('.').next())
+        .unwrap_or("unknown")
+        .to_string();
+    state.seen.lock().expect("seen").push(operation.clone());
+    let fault = state
+        .plans
+        .lock()
+        .expect("plans")
+        .iter()
+        .find(|p| {
+            p.operation == operation
+                && p.remaining
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+        })
+        .cloned();
+    if let Some(plan) = fault {
+        let body = format!(
+            r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{}","message":"injected by the test proxy"}}"#,
+            plan.code
+        );
+        return Response::builder()
+            .status(plan.status)
+            .header("content-type", "application/x-amz-json-1.0")
+            .header("x-amzn-requestid", "FAULTPROXY")
+            .body(Body::from(body))
+            .expect("fault response");
+    }
+    let (mut parts, body) = request.into_parts();
+    let bytes = body.collect().await.expect("request body").to_bytes();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    parts.uri = format!("{upstream}{}", path.trim_start_matches('/'))
+        .parse()
+        .expect("upstream URI");
+    let response = client
+        .request(Request::from_parts(parts, Full::new(bytes)))
+        .await
+        .expect("upstream answers");
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.expect("upstream body").to_bytes();
+    Response::from_parts(parts, Body::from(bytes))
+}

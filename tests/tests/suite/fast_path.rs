@@ -1,0 +1,361 @@
+//! The fast path (`dynalimit_repository::wire`): chosen when nothing would be bypassed, writing
+//! exactly what the SDK path writes, and handling the service's errors (through a
+//! fault-injecting proxy for throttling, conflicts, denials and server errors).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_types::retry::RetryConfig;
+use dynalimit::{Error, Limit, OnUnavailable, RateLimiter};
+use dynalimit_core::{Clock, ManualClock, SystemClock};
+use dynalimit_repository::Repository;
+use dynalimit_repository::item::{Item, get_i64, get_s};
+use dynalimit_repository::metrics::RequestCounter;
+use dynalimit_tests::TestTable;
+use dynalimit_tests::fault::FaultProxy;
+
+const NS: &str = "fast";
+
+fn rpm(n: i64) -> Limit {
+    Limit::per_minute("rpm", n)
+}
+
+fn tpm(n: i64) -> Limit {
+    Limit::per_minute("tpm", n)
+}
+
+/// A client for `url` retrying twice at most, with a millisecond backoff.
+async fn client_for(url: &str, counter: &RequestCounter) -> Client {
+    let base = dynalimit_tests::client_with(Some(counter.clone())).await;
+    Client::from_conf(
+        base.config()
+            .to_builder()
+            .endpoint_url(url)
+            .retry_config(
+                RetryConfig::standard()
+                    .with_max_attempts(2)
+                    .with_initial_backoff(Duration::from_millis(1)),
+            )
+            .build(),
+    )
+}
+
+/// The state item of `entity`'s only bucket, by scan.
+async fn bucket_item(table: &TestTable, ns: &str, entity: &str) -> Item {
+    let prefix = format!("{ns}/BUCKET#{entity}#");
+    let mut found: Vec<Item> = table
+        .scan_all()
+        .await
+        .into_iter()
+        .filter(|i| get_s(i, "PK").is_some_and(|pk| pk.starts_with(&prefix)))
+        .filter(|i| get_s(i, "SK") == Some("#STATE"))
+        .collect();
+    assert_eq!(found.len(), 1, "one bucket of {entity}");
+    found.remove(0)
+}
+
+struct Rig {
+    table: TestTable,
+    proxy: FaultProxy,
+    repo: Repository,
+    limiter: RateLimiter,
+    counter: RequestCounter,
+}
+
+async fn rig() -> Rig {
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let counter = RequestCounter::default();
+    let repo = Repository::builder()
+        .client(client_for(&proxy.url(), &counter).await)
+        .request_counter(counter.clone())
+        .stack(table.name().to_owned())
+        .namespace(NS)
+        .open()
+        .await
+        .expect("open through the proxy");
+    let wire = repo.fast_path().expect("the fast path is on by default");
+    assert_eq!(wire.uri().to_string(), format!("{}/", proxy.url()));
+    repo.set_system_defaults(&[rpm(100), tpm(10_000)], None)
+        .await
+        .expect("defaults");
+    let limiter = RateLimiter::new(repo.clone());
+    Rig {
+        table,
+        proxy,
+        repo,
+        limiter,
+        counter,
+    }
+}
+
+impl Rig {
+    /// One warm-up acquire so the bucket exists; counts reset afterwards.
+    async fn warm(&self, entity: &str) {
+        self.limiter
+            .acquire(entity, "gpt-4", [("rpm", 1)])
+            .await
+            .expect("warm-up")
+            .commit()
+            .await
+            .expect("commit");
+        self.counter.reset();
+    }
+
+    async fn bucket(&self, entity: &str) -> Item {
+        bucket_item(&self.table, self.repo.namespace_id(), entity).await
+    }
+}
+
+#[tokio::test]
+async fn a_warm_acquire_is_one_fast_path_update_item() {
+    let r = rig().await;
+    r.warm("a").await;
+    let before = r.proxy.seen().len();
+    r.limiter
+        .acquire("a", "gpt-4", [("rpm", 1)])
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+    assert_eq!(r.counter.count("UpdateItem"), 1);
+    assert_eq!(r.counter.total(), 1);
+    assert_eq!(r.proxy.seen()[before..], ["UpdateItem".to_string()]);
+}
+
+#[tokio::test]
+async fn throttled_update_items_are_retried_within_the_clients_retry_budget() {
+    let r = rig().await;
+    r.warm("a").await;
+    let tc_before = get_i64(&r.bucket("a").await, "b_rpm_tc").unwrap();
+    r.proxy.fail_next("UpdateItem", "ThrottlingException", 1);
+    r.limiter
+        .acquire("a", "gpt-4", [("rpm", 1)])
+        .await
+        .expect("admitted after one retry")
+        .commit()
+        .await
+        .unwrap();
+    assert_eq!(r.proxy.pending(), 0);
+    assert_eq!(
+        r.counter.count("UpdateItem"),
+        2,
+        "{:?}",
+        r.counter.snapshot()
+    );
+    let tc_after = get_i64(&r.bucket("a").await, "b_rpm_tc").unwrap();
+    assert_eq!(tc_after - tc_before, 1000, "debited exactly once");
+}
+
+#[tokio::test]
+async fn exhausted_retries_are_unavailable_and_write_nothing() {
+    let r = rig().await;
+    r.warm("a").await;
+    let before = r.bucket("a").await;
+    r.proxy
+        .fail_next("UpdateItem", "ProvisionedThroughputExceededException", 2);
+    let refused = r
+        .limiter
+        .acquire("a", "gpt-4", [("rpm", 1)])
+        .on_unavailable(OnUnavailable::Block)
+        .await;
+    assert!(
+        matches!(refused, Err(Error::Unavailable { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        r.counter.count("UpdateItem"),
+        2,
+        "max_attempts of the client"
+    );
+    let after = r.bucket("a").await;
+    assert_eq!(get_i64(&after, "b_rpm_tc"), get_i64(&before, "b_rpm_tc"));
+    assert_eq!(get_i64(&after, "b_rpm_tk"), get_i64(&before, "b_rpm_tk"));
+}
+
+#[tokio::test]
+async fn server_errors_are_retried() {
+    let r = rig().await;
+    r.warm("a").await;
+    r.proxy.fail_next_with(
+        "UpdateItem",
+        "InternalServerError",
+        http::StatusCode::INTERNAL_SERVER_ERROR,
+        1,
+    );
+    let lease = r.limiter.acquire("a", "gpt-4", [("rpm", 1)]).await;
+    assert!(lease.is_ok(), "{lease:?}");
+    assert_eq!(r.counter.count("UpdateItem"), 2);
+}
+
+#[tokio::test]
+async fn a_transaction_conflict_is_retried_by_the_store() {
+    let r = rig().await;
+    r.warm("a").await;
+    r.proxy
+        .fail_next("UpdateItem", "TransactionConflictException", 1);
+    let lease = r.limiter.acquire("a", "gpt-4", [("rpm", 1)]).await;
+    assert!(lease.is_ok(), "{lease:?}");
+    assert_eq!(r.proxy.pending(), 0);
+    assert_eq!(r.counter.count("UpdateItem"), 2);
+}
+
+#[tokio::test]
+async fn denied_access_is_a_typed_permission_error_and_not_retried() {
+    let r = rig().await;
+    r.warm("a").await;
+    r.proxy.fail_next("UpdateItem", "AccessDeniedException", 1);
+    let refused = r.limiter.acquire("a", "gpt-4", [("rpm", 1)]).await;
+    assert!(
+        matches!(refused, Err(Error::PermissionDenied(_))),
+        "{refused:?}"
+    );
+    assert_eq!(r.counter.count("UpdateItem"), 1);
+}
+
+#[tokio::test]
+async fn a_rejection_reads_the_old_item_returned_with_the_failed_condition() {
+    let r = rig().await;
+    r.warm("a").await;
+    // 99 tokens left of 100; asking 100 fails the speculative condition, and the refusal
+    // comes from the image DynamoDB returned with the failure.
+    let refused = r.limiter.acquire("a", "gpt-4", [("rpm", 100)]).await;
+    let Err(Error::RateLimited(rejection)) = refused else {
+        panic!("expected a rejection, got {refused:?}");
+    };
+    let status = rejection.status("rpm").expect("rpm status");
+    assert!(status.available < 100, "{status:?}");
+}
+
+/// An interceptor the fast path must not bypass.
+#[derive(Debug)]
+struct Tracing;
+
+impl Intercept for Tracing {
+    fn name(&self) -> &'static str {
+        "tests::Tracing"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_fast_path_stays_off_when_it_would_bypass_something() {
+    let table = dynalimit_tests::table().await;
+    let counter = RequestCounter::default();
+    let open = |client: Client, counter: Option<RequestCounter>, on: bool| {
+        let mut builder = Repository::builder()
+            .client(client)
+            .stack(table.name().to_owned())
+            .fast_path(on);
+        if let Some(c) = counter {
+            builder = builder.request_counter(c);
+        }
+        builder.open()
+    };
+    let plain = dynalimit_tests::client().await;
+    assert!(
+        open(plain.clone(), None, true)
+            .await
+            .unwrap()
+            .fast_path()
+            .is_some()
+    );
+    assert!(
+        open(plain.clone(), None, false)
+            .await
+            .unwrap()
+            .fast_path()
+            .is_none()
+    );
+    let counted = dynalimit_tests::client_with(Some(counter.clone())).await;
+    // A counting client whose counter the repository was not given: requests would go
+    // uncounted, so the SDK keeps them.
+    assert!(
+        open(counted.clone(), None, true)
+            .await
+            .unwrap()
+            .fast_path()
+            .is_none()
+    );
+    assert!(
+        open(counted, Some(counter), true)
+            .await
+            .unwrap()
+            .fast_path()
+            .is_some()
+    );
+    let traced = Client::from_conf(plain.config().to_builder().interceptor(Tracing).build());
+    assert!(
+        open(traced, None, true)
+            .await
+            .unwrap()
+            .fast_path()
+            .is_none()
+    );
+}
+
+/// Runs the same acquires with the fast path on and off and compares every bucket attribute.
+#[tokio::test]
+async fn the_fast_path_writes_exactly_what_the_sdk_path_writes() {
+    let table = dynalimit_tests::table().await;
+    let clock = ManualClock::new(SystemClock.epoch_millis());
+    let mut items = Vec::new();
+    for (namespace, on) in [("via-wire", true), ("via-sdk", false)] {
+        let repo = Repository::builder()
+            .client(dynalimit_tests::client().await)
+            .stack(table.name().to_owned())
+            .namespace(namespace)
+            .clock(Arc::new(clock.clone()))
+            .fast_path(on)
+            .open()
+            .await
+            .unwrap();
+        assert_eq!(repo.fast_path().is_some(), on);
+        let limiter = RateLimiter::new(repo.clone());
+        let limits = [rpm(100), tpm(10_000)];
+        for step in 0..6 {
+            let lease = limiter
+                .acquire("e", "gpt-4", [("rpm", 1), ("tpm", 100 + step)])
+                .limits(limits.clone())
+                .await
+                .unwrap();
+            lease.commit().await.unwrap();
+        }
+        let lease = limiter
+            .acquire("e", "gpt-4", [("rpm", 1), ("tpm", 500)])
+            .limits(limits.clone())
+            .await
+            .unwrap();
+        lease.adjust("tpm", -200);
+        lease.commit().await.unwrap();
+        let refused = limiter
+            .acquire("e", "gpt-4", [("rpm", 1000)])
+            .limits(limits.clone())
+            .await;
+        assert!(matches!(refused, Err(Error::RateLimited(_))));
+        let item = bucket_item(&table, repo.namespace_id(), "e").await;
+        items.push((repo.namespace_id().to_owned(), item));
+    }
+    let normalise = |(ns, item): &(String, Item)| -> Vec<(String, String)> {
+        let mut out: Vec<_> = item
+            .iter()
+            .map(|(k, v)| (k.clone(), format!("{v:?}").replace(ns.as_str(), "<ns>")))
+            .collect();
+        out.sort();
+        out
+    };
+    assert_eq!(normalise(&items[0]), normalise(&items[1]));
+    assert!(get_s(&items[0].1, "PK").is_some());
+}
