@@ -5,6 +5,9 @@
 //! writes entities, limit configuration and buckets in the zae-limiter 0.17 table format, so
 //! Python and Rust services can share one table.
 //!
+//! Every `UpdateItem` of the bucket engine goes through [`wire`], a direct transport that
+//! signs and sends the request without the SDK's orchestrator, when the client allows it.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
 //! use dynalimit_repository::Repository;
