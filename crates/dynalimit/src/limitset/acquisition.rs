@@ -54,6 +54,7 @@ pub struct Held<'a> {
 }
 
 impl<'a, B: Backing> Acquisition<'a, B> {
+    #[inline]
     pub(crate) fn new(set: &'a LimitSet<B>, plan: Plan, ticket: Option<B::Ticket>) -> Self {
         let used = if plan.len() <= 4 {
             SmallVec::from_buf_and_len([f64::NAN; 4], plan.len())

@@ -121,6 +121,7 @@ enum Counter {
 }
 
 impl Counter {
+    #[inline]
     fn fits(&mut self, amount: f64, now: Duration) -> bool {
         match self {
             Counter::Rate(rate) => rate.fits(amount, now),
@@ -206,6 +207,7 @@ impl Backing for InProcess {
 }
 
 impl SyncBacking for InProcess {
+    #[inline]
     fn take_now(&self, plan: &[Take], now: Duration) -> Result<Outcome<()>, Error> {
         let mut counters = self.lock();
         if plan
