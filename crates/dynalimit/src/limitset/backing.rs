@@ -164,6 +164,7 @@ impl InProcess {
         }
     }
 
+    #[inline]
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Counter>> {
         self.counters.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -184,6 +185,7 @@ impl Backing for InProcess {
         ready(self.take_now(plan, now))
     }
 
+    #[inline]
     fn settle(&self, (): (), settlement: &[Settle]) {
         if settlement.is_empty() {
             return;
