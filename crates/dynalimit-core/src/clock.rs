@@ -129,6 +129,25 @@ mod tests {
         assert!(b >= a);
     }
 
+    /// Readings handed from thread to thread under a lock never go back (a per-processor
+    /// counter read without the kernel's correction can, by the skew between processors).
+    #[test]
+    fn system_clock_readings_never_decrease_across_threads() {
+        let handoffs = std::sync::Mutex::new(Duration::ZERO);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..10_000 {
+                        let mut last = handoffs.lock().unwrap();
+                        let now = SystemClock.monotonic();
+                        assert!(now >= *last, "{now:?} read after {:?}", *last);
+                        *last = now;
+                    }
+                });
+            }
+        });
+    }
+
     #[test]
     fn manual_clock_steps_wall_time_without_moving_monotonic_time() {
         let clock = ManualClock::new(10_000);

@@ -156,6 +156,8 @@ pub struct RateCounter {
     rate_ns: f64,
     /// Seconds per unit (the GCRA emission interval).
     interval: f64,
+    /// `capacity * SLACK`.
+    slack: f64,
     state: State,
 }
 
@@ -195,6 +197,7 @@ impl RateCounter {
             rate,
             rate_ns: rate * 1e-9,
             interval: 1.0 / rate,
+            slack: capacity * SLACK,
             state,
         }
     }
@@ -216,7 +219,7 @@ impl RateCounter {
 
     #[inline]
     fn slack(&self) -> f64 {
-        self.capacity * SLACK
+        self.slack
     }
 
     /// Brings time-based state up to `now`: refill, expiry, drain, window reset.

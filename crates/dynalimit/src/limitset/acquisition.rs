@@ -22,16 +22,21 @@ use crate::Error;
 ///
 /// The acquisition carries a copy-on-write view of the set's [`Config`].
 #[must_use = "dropping an acquisition releases it at once"]
+#[repr(C)]
 pub struct Acquisition<'a, B: Backing = InProcess> {
-    set: &'a LimitSet<B>,
+    // In this order (hence `repr(C)`): the amounts first and the small fields, where an
+    // enclosing `Result` keeps its discriminant, last. Moving the guard out of that `Result`
+    // then reads the amounts in the same aligned blocks they were just written in, which the
+    // processor forwards from its store buffer; reads straddling two writes would stall.
     plan: Plan,
     /// Usage per entry of `plan`; NaN until updated.
     used: SmallVec<[f64; 4]>,
-    ticket: Option<B::Ticket>,
-    released: bool,
-    pool_index: Option<u32>,
+    set: &'a LimitSet<B>,
     /// Rarely used state, boxed to keep the guard small.
     extra: Option<Box<Extra>>,
+    pool_index: Option<u32>,
+    ticket: Option<B::Ticket>,
+    released: bool,
 }
 
 #[derive(Debug, Default)]
@@ -54,6 +59,7 @@ pub struct Held<'a> {
 }
 
 impl<'a, B: Backing> Acquisition<'a, B> {
+    #[inline]
     pub(crate) fn new(set: &'a LimitSet<B>, plan: Plan, ticket: Option<B::Ticket>) -> Self {
         let used = if plan.len() <= 4 {
             SmallVec::from_buf_and_len([f64::NAN; 4], plan.len())

@@ -121,6 +121,7 @@ enum Counter {
 }
 
 impl Counter {
+    #[inline]
     fn fits(&mut self, amount: f64, now: Duration) -> bool {
         match self {
             Counter::Rate(rate) => rate.fits(amount, now),
@@ -163,6 +164,7 @@ impl InProcess {
         }
     }
 
+    #[inline]
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Counter>> {
         self.counters.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -183,6 +185,7 @@ impl Backing for InProcess {
         ready(self.take_now(plan, now))
     }
 
+    #[inline]
     fn settle(&self, (): (), settlement: &[Settle]) {
         if settlement.is_empty() {
             return;
@@ -206,6 +209,7 @@ impl Backing for InProcess {
 }
 
 impl SyncBacking for InProcess {
+    #[inline]
     fn take_now(&self, plan: &[Take], now: Duration) -> Result<Outcome<()>, Error> {
         let mut counters = self.lock();
         if plan

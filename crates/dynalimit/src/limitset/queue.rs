@@ -59,15 +59,21 @@ impl WaitQueue {
     }
 
     /// Whether anybody waits (a cheap read for the hot path).
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.len.load(Ordering::Acquire) == 0
     }
 
     /// Wakes the head, if any (after a release, or when the head left).
+    #[inline]
     pub(crate) fn wake_head(&self) {
-        if self.is_empty() {
-            return;
+        if !self.is_empty() {
+            self.wake_waiting_head();
         }
+    }
+
+    #[cold]
+    fn wake_waiting_head(&self) {
         if let Some(head) = self.lock().front() {
             head.wake();
         }

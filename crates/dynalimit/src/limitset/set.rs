@@ -39,9 +39,9 @@ pub(crate) enum Role {
 pub(crate) struct Shared<B> {
     pub(crate) backing: B,
     pub(crate) keys: Vec<String>,
-    /// Per key: its length and first eight bytes, so that a lookup of a short key compares
-    /// two integers instead of calling `memcmp`.
-    lookup: Vec<(usize, u64)>,
+    /// Per key, its [`Fingerprint`]: a lookup of a key up to 16 bytes long compares integers
+    /// only.
+    lookup: Vec<Fingerprint>,
     pub(crate) roles: Vec<Role>,
     capacities: Vec<f64>,
     /// Limits counting whole units only.
@@ -60,38 +60,54 @@ pub(crate) struct Shared<B> {
 }
 
 impl<B: Backing> Shared<B> {
+    #[inline]
     pub(crate) fn index_of(&self, key: &str) -> Option<usize> {
-        let (len, head) = (key.len(), prefix(key));
+        let wanted = Fingerprint::of(key);
         self.lookup
             .iter()
             .zip(&self.keys)
-            .position(|(&(l, p), k)| l == len && p == head && (len <= 8 || k == key))
+            .position(|(&f, k)| f == wanted && (key.len() <= Fingerprint::EXACT || k == key))
     }
 
+    /// Whether `amount` may be taken from the limit at `index` (see [`LimitSet`]'s request
+    /// rules).
+    #[inline]
     fn check_amount(&self, index: usize, amount: f64) -> Result<(), Error> {
+        let whole_only = self.whole & (1 << index) != 0;
+        if amount.is_finite()
+            && amount >= 0.0
+            && amount <= self.capacities[index]
+            && (!whole_only || is_whole(amount))
+        {
+            Ok(())
+        } else {
+            Err(self.amount_error(index, amount))
+        }
+    }
+
+    /// Why [`Shared::check_amount`] refused `amount`.
+    #[cold]
+    #[inline(never)]
+    fn amount_error(&self, index: usize, amount: f64) -> Error {
         let invalid = |reason: &str| Error::InvalidAmount {
             key: self.keys[index].clone(),
             amount,
             reason: reason.to_owned(),
         };
         if !(amount.is_finite() && amount >= 0.0) {
-            return Err(invalid("amounts must be finite and not negative"));
+            return invalid("amounts must be finite and not negative");
         }
         if self.whole & (1 << index) != 0 && !is_whole(amount) {
-            return Err(invalid(
+            return invalid(
                 "this limit counts whole units: the amount must be an integer \
                  (use a TokenBucket or GCRA rate limit for fractional amounts)",
-            ));
+            );
         }
-        let capacity = self.capacities[index];
-        if amount > capacity {
-            return Err(Error::ExceedsCapacity {
-                key: self.keys[index].clone(),
-                requested: amount,
-                capacity,
-            });
+        Error::ExceedsCapacity {
+            key: self.keys[index].clone(),
+            requested: amount,
+            capacity: self.capacities[index],
         }
-        Ok(())
     }
 
     fn warn_unknown(&self, key: &str) {
@@ -314,7 +330,7 @@ impl<B: Backing> LimitSet<B> {
             roles.push(role);
         }
         let keys: Vec<String> = limits.iter().map(|l| l.key().to_owned()).collect();
-        let lookup = keys.iter().map(|k| (k.len(), prefix(k))).collect();
+        let lookup = keys.iter().map(|k| Fingerprint::of(k)).collect();
         let capacities = limits.iter().map(Limit::capacity).collect();
         Ok(LimitSet {
             shared: Arc::new(Shared {
@@ -411,8 +427,24 @@ impl<B: Backing> LimitSet<B> {
         K: AsRef<str>,
         A: Into<f64>,
     {
-        let shared = &*self.shared;
         let mut plan = Plan::new();
+        self.plan_into(request, &mut plan)?;
+        Ok(plan)
+    }
+
+    /// [`LimitSet::plan`] into an empty `plan` owned by the caller (so that the amounts just
+    /// written are not copied right away).
+    #[inline]
+    pub(crate) fn plan_into<K, A>(
+        &self,
+        request: impl IntoIterator<Item = (K, A)>,
+        plan: &mut Plan,
+    ) -> Result<(), Error>
+    where
+        K: AsRef<str>,
+        A: Into<f64>,
+    {
+        let shared = &*self.shared;
         let mut seen = 0u64;
         let mut any = false;
         for (key, amount) in request {
@@ -447,7 +479,7 @@ impl<B: Backing> LimitSet<B> {
             }
             plan.push(Take { index, amount: 1.0 });
         }
-        Ok(plan)
+        Ok(())
     }
 
     pub(crate) fn rejected(&self, plan: &Plan, retry_at: Option<Duration>) -> Rejected {
@@ -560,21 +592,31 @@ impl<B: Backing> LimitSet<B> {
 }
 
 impl<B: SyncBacking> LimitSet<B> {
-    /// Takes `plan` now or refuses, respecting the queue.
+    /// Takes `plan` now or refuses, respecting the queue. A granted plan moves into the
+    /// acquisition (leaving `plan` empty); a refused one stays.
+    ///
+    /// Taking the plan by reference keeps it where the caller just wrote it until the backing
+    /// has answered: copying it at once would read the amounts back before their writes
+    /// retired, a costly stall of the processor's store forwarding.
+    #[inline]
     pub(crate) fn try_plan(
         &self,
-        plan: Plan,
+        plan: &mut Plan,
     ) -> Result<Result<Acquisition<'_, B>, Rejected>, Error> {
         if plan.is_empty() {
-            return Ok(Ok(Acquisition::new(self, plan, None)));
+            return Ok(Ok(Acquisition::new(self, Plan::new(), None)));
         }
         let shared = &*self.shared;
         if !shared.queue.is_empty() {
-            return Ok(Err(self.rejected(&plan, None)));
+            return Ok(Err(self.rejected(plan, None)));
         }
-        match shared.backing.take_now(&plan, self.now_for(&plan))? {
-            Outcome::Granted(ticket) => Ok(Ok(Acquisition::new(self, plan, Some(ticket)))),
-            Outcome::Refused { retry_at } => Ok(Err(self.rejected(&plan, retry_at))),
+        match shared.backing.take_now(plan, self.now_for(plan))? {
+            Outcome::Granted(ticket) => Ok(Ok(Acquisition::new(
+                self,
+                std::mem::take(plan),
+                Some(ticket),
+            ))),
+            Outcome::Refused { retry_at } => Ok(Err(self.rejected(plan, retry_at))),
         }
     }
 
@@ -582,6 +624,7 @@ impl<B: SyncBacking> LimitSet<B> {
     ///
     /// # Errors
     /// Request errors (see the type's documentation); a refusal is `Ok(Err(Rejected))`.
+    #[inline]
     pub fn try_acquire<K, A>(
         &self,
         request: impl IntoIterator<Item = (K, A)>,
@@ -590,8 +633,9 @@ impl<B: SyncBacking> LimitSet<B> {
         K: AsRef<str>,
         A: Into<f64>,
     {
-        let plan = self.plan(request)?;
-        self.try_plan(plan)
+        let mut plan = Plan::new();
+        self.plan_into(request, &mut plan)?;
+        self.try_plan(&mut plan)
     }
 
     /// Waits for `plan` on this thread; `timeout` bounds the wait.
@@ -725,11 +769,78 @@ fn is_whole(amount: f64) -> bool {
     amount >= 9_007_199_254_740_992.0 || (amount as u64) as f64 == amount
 }
 
-/// The first eight bytes of `key`, zero-padded, as an integer.
-#[inline]
-fn prefix(key: &str) -> u64 {
-    let mut bytes = [0u8; 8];
-    let head = &key.as_bytes()[..key.len().min(8)];
-    bytes[..head.len()].copy_from_slice(head);
-    u64::from_le_bytes(bytes)
+/// A key's length and up to sixteen of its bytes as integers. Two keys of at most
+/// [`Fingerprint::EXACT`] bytes are equal exactly when their fingerprints are; longer keys with
+/// equal fingerprints still need a full comparison.
+///
+/// The bytes are read with whole-word loads (never assembled in a buffer, whose wide read
+/// right after narrow writes would stall the processor's store forwarding).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint {
+    len: usize,
+    head: u64,
+    tail: u64,
+}
+
+impl Fingerprint {
+    /// Keys up to this length are identified by their fingerprint alone.
+    const EXACT: usize = 16;
+
+    #[inline]
+    fn of(key: &str) -> Self {
+        let bytes = key.as_bytes();
+        let len = bytes.len();
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
+        let half = |at: usize| {
+            u64::from(u32::from_le_bytes(
+                bytes[at..at + 4].try_into().unwrap_or([0; 4]),
+            ))
+        };
+        // The two reads overlap or touch, so together they cover every byte of a key up to
+        // 16 bytes (8 for the half-words; the three single bytes cover up to 3).
+        let (head, tail) = match len {
+            8.. => (word(0), word(len - 8)),
+            4..8 => (half(0), half(len - 4)),
+            1..4 => (
+                u64::from(bytes[0])
+                    | u64::from(bytes[len / 2]) << 8
+                    | u64::from(bytes[len - 1]) << 16,
+                0,
+            ),
+            0 => (0, 0),
+        };
+        Fingerprint { len, head, tail }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::limitset::ResourceLimit;
+
+    proptest! {
+        #[test]
+        fn fingerprints_of_short_keys_are_equal_exactly_when_the_keys_are(
+            a in "[a-c_]{0,16}",
+            b in "[a-c_]{0,16}",
+        ) {
+            prop_assert_eq!(Fingerprint::of(&a) == Fingerprint::of(&b), a == b);
+        }
+    }
+
+    #[test]
+    fn long_keys_with_the_same_ends_are_told_apart() {
+        let keys = ["requests_in_the_window", "requests_of_the_window"];
+        assert_eq!(Fingerprint::of(keys[0]), Fingerprint::of(keys[1]));
+        let set = LimitSet::builder()
+            .limits(keys.map(|k| ResourceLimit::new(k, 1).unwrap()))
+            .build()
+            .unwrap();
+        assert_eq!(set.shared.index_of(keys[0]), Some(0));
+        assert_eq!(set.shared.index_of(keys[1]), Some(1));
+        assert_eq!(set.shared.index_of("requests_at_the_window"), None);
+        assert_eq!(set.shared.index_of(""), None);
+    }
 }

@@ -314,10 +314,10 @@ impl<B: SyncBacking> LimitPool<B> {
         let mut fallback = Fallback::default();
         let mut first_refusal = None;
         for (i, plan) in self.planned(&request) {
-            let Some(plan) = fallback.valid(plan) else {
+            let Some(mut plan) = fallback.valid(plan) else {
                 continue;
             };
-            match self.sets[i].try_plan(plan)? {
+            match self.sets[i].try_plan(&mut plan)? {
                 Ok(acquisition) => return Ok(Ok(acquisition.with_pool_index(i))),
                 Err(rejected) => {
                     first_refusal.get_or_insert(rejected);
@@ -342,10 +342,10 @@ impl<B: SyncBacking> LimitPool<B> {
     {
         let mut fallback = Fallback::default();
         for (i, plan) in self.planned(&request) {
-            let Some(plan) = fallback.valid(plan) else {
+            let Some(mut plan) = fallback.valid(plan) else {
                 continue;
             };
-            if let Ok(acquisition) = self.sets[i].try_plan(plan.clone())? {
+            if let Ok(acquisition) = self.sets[i].try_plan(&mut plan)? {
                 return Ok(acquisition.with_pool_index(i));
             }
             fallback.refused(i, plan);
