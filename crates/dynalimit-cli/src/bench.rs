@@ -585,7 +585,7 @@ fn targets(results: &[Figures]) -> Value {
         ) {
             let ratio = warm.p50_us / bare.p50_us;
             out.push(json!({
-                "target": format!("(info) warm acquire p50 / store-consume p50 (c=1, {})", shape.name()),
+                "target": format!("warm acquire p50 / store-consume p50 (c=1, {})", shape.name()),
                 "value": (ratio * 1000.0).round() / 1000.0,
                 "met": Value::Null,
             }));
