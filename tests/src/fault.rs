@@ -11,8 +11,11 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use aws_smithy_types::DateTime;
+use aws_smithy_types::date_time::Format;
 use axum::body::Body;
 use bytes::Bytes;
+use dynalimit_core::{Clock, SystemClock};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -26,12 +29,16 @@ struct Plan {
     code: String,
     status: StatusCode,
     remaining: Arc<AtomicUsize>,
+    /// The fault answer's `Date` is this far from now (milliseconds).
+    date_offset_ms: i64,
 }
 
 #[derive(Debug, Default)]
 struct State {
     plans: Mutex<Vec<Plan>>,
     seen: Mutex<Vec<String>>,
+    /// `x-amz-date` of every request, in order.
+    dates: Mutex<Vec<String>>,
 }
 
 /// The proxy; stops with the test's runtime.
@@ -79,12 +86,28 @@ impl FaultProxy {
 
     /// As [`FaultProxy::fail_next`] with another status (a 5xx for server errors).
     pub fn fail_next_with(&self, operation: &str, code: &str, status: StatusCode, n: usize) {
+        self.plan(operation, code, status, n, 0);
+    }
+
+    /// As [`FaultProxy::fail_next`], with the answer's `Date` header `offset_ms` away from
+    /// now: the service's clock as a client with a skewed clock sees it.
+    pub fn fail_next_dated(&self, operation: &str, code: &str, n: usize, offset_ms: i64) {
+        self.plan(operation, code, StatusCode::BAD_REQUEST, n, offset_ms);
+    }
+
+    fn plan(&self, operation: &str, code: &str, status: StatusCode, n: usize, offset_ms: i64) {
         self.state.plans.lock().expect("plans").push(Plan {
             operation: operation.to_string(),
             code: code.to_string(),
             status,
             remaining: Arc::new(AtomicUsize::new(n)),
+            date_offset_ms: offset_ms,
         });
+    }
+
+    /// The `x-amz-date` header of every request the proxy received, in order.
+    pub fn dates(&self) -> Vec<String> {
+        self.state.dates.lock().expect("dates").clone()
     }
 
     /// Faults planned but not yet served.
@@ -116,6 +139,13 @@ async fn forward(
         .unwrap_or("unknown")
         .to_string();
     state.seen.lock().expect("seen").push(operation.clone());
+    let date = request
+        .headers()
+        .get("x-amz-date")
+        .and_then(|d| d.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    state.dates.lock().expect("dates").push(date);
     let fault = state
         .plans
         .lock()
@@ -133,8 +163,12 @@ async fn forward(
             r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{}","message":"injected by the test proxy"}}"#,
             plan.code
         );
+        let date = DateTime::from_millis(SystemClock.epoch_millis() + plan.date_offset_ms)
+            .fmt(Format::HttpDate)
+            .expect("HTTP date");
         return Response::builder()
             .status(plan.status)
+            .header("date", date)
             .header("content-type", "application/x-amz-json-1.0")
             .header("x-amzn-requestid", "FAULTPROXY")
             .body(Body::from(body))

@@ -93,15 +93,20 @@ async fn rig() -> Rig {
 }
 
 impl Rig {
-    /// One warm-up acquire so the bucket exists; counts reset afterwards.
-    async fn warm(&self, entity: &str) {
+    /// One acquire of one request, committed.
+    async fn spend(&self, entity: &str) {
         self.limiter
             .acquire(entity, "gpt-4", [("rpm", 1)])
             .await
-            .expect("warm-up")
+            .expect("admitted")
             .commit()
             .await
             .expect("commit");
+    }
+
+    /// One warm-up acquire so the bucket exists; counts reset afterwards.
+    async fn warm(&self, entity: &str) {
+        self.spend(entity).await;
         self.counter.reset();
     }
 
@@ -115,13 +120,7 @@ async fn a_warm_acquire_is_one_fast_path_update_item() {
     let r = rig().await;
     r.warm("a").await;
     let before = r.proxy.seen().len();
-    r.limiter
-        .acquire("a", "gpt-4", [("rpm", 1)])
-        .await
-        .unwrap()
-        .commit()
-        .await
-        .unwrap();
+    r.spend("a").await;
     assert_eq!(r.counter.count("UpdateItem"), 1);
     assert_eq!(r.counter.total(), 1);
     assert_eq!(r.proxy.seen()[before..], ["UpdateItem".to_string()]);
@@ -202,6 +201,53 @@ async fn a_transaction_conflict_is_retried_by_the_store() {
     assert!(lease.is_ok(), "{lease:?}");
     assert_eq!(r.proxy.pending(), 0);
     assert_eq!(r.counter.count("UpdateItem"), 2);
+}
+
+/// `20261122T071502Z` to epoch seconds.
+fn amz_date_secs(stamp: &str) -> i64 {
+    let parsed = aws_smithy_types::DateTime::from_str(
+        &format!(
+            "{}-{}-{}T{}:{}:{}Z",
+            &stamp[0..4],
+            &stamp[4..6],
+            &stamp[6..8],
+            &stamp[9..11],
+            &stamp[11..13],
+            &stamp[13..15]
+        ),
+        aws_smithy_types::date_time::Format::DateTime,
+    )
+    .expect("x-amz-date");
+    parsed.secs()
+}
+
+#[tokio::test]
+async fn a_signature_refused_for_its_time_is_signed_again_with_the_services_clock() {
+    let r = rig().await;
+    r.warm("a").await;
+    let skew_ms = 20 * 60 * 1000;
+    r.proxy
+        .fail_next_dated("UpdateItem", "InvalidSignatureException", 1, skew_ms);
+    let first = r.proxy.dates().len();
+    let lease = r.limiter.acquire("a", "gpt-4", [("rpm", 1)]).await;
+    assert!(lease.is_ok(), "{lease:?}");
+    let dates = r.proxy.dates()[first..].to_vec();
+    assert_eq!(
+        dates.len(),
+        2,
+        "the refused request and its re-signed copy: {dates:?}"
+    );
+    let (refused, resigned) = (amz_date_secs(&dates[0]), amz_date_secs(&dates[1]));
+    let shift = resigned - refused;
+    assert!(
+        (skew_ms / 1000 - 5..=skew_ms / 1000 + 5).contains(&shift),
+        "re-signed {shift} s later, expected about {} s",
+        skew_ms / 1000
+    );
+    // Later requests keep the correction.
+    r.spend("a").await;
+    let later = amz_date_secs(r.proxy.dates().last().unwrap());
+    assert!(later - refused >= skew_ms / 1000 - 5);
 }
 
 #[tokio::test]

@@ -13,8 +13,10 @@
 //! them. Credentials come from the client's own provider and are cached until five minutes
 //! before they expire; retries follow the client's retry configuration (attempts, exponential
 //! backoff with full jitter) for throttling, 5xx answers and connection failures, and its
-//! attempt timeout. A client carrying interceptors other than [`RequestCounter`] keeps every
-//! request on the SDK, so nothing the user hooked in is bypassed.
+//! attempt timeout. A request refused for its signing time is signed again with the service's
+//! clock (from its `Date` header), as the SDK corrects clock skew. A client carrying
+//! interceptors other than [`RequestCounter`] keeps every request on the SDK, so nothing the
+//! user hooked in is bypassed.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
@@ -29,6 +31,7 @@
 mod json;
 pub mod sigv4;
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -62,6 +65,17 @@ use crate::metrics::RequestCounter;
 pub(crate) const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
 const TARGET_UPDATE_ITEM: &str = "DynamoDB_20120810.UpdateItem";
 const OPERATION: &str = "UpdateItem";
+/// Error codes of a request whose signing time the service refused.
+const SKEW_CODES: &[&str] = &[
+    "RequestTimeTooSkewed",
+    "RequestExpired",
+    "RequestInTheFuture",
+    "InvalidSignatureException",
+    "SignatureDoesNotMatch",
+    "AuthFailure",
+];
+/// A clock this far from the service's is corrected.
+const SKEW_TOLERANCE_MS: i64 = 60_000;
 /// Credentials are refreshed this long before they expire.
 const REFRESH_BEFORE_EXPIRY_MS: i64 = 5 * 60 * 1000;
 
@@ -226,6 +240,8 @@ pub struct Wire {
     retry: Retry,
     attempt_timeout: Option<Duration>,
     counter: Option<RequestCounter>,
+    /// The service's clock minus ours, once a refused signature showed they differ.
+    skew_ms: AtomicI64,
 }
 
 impl std::fmt::Debug for Wire {
@@ -320,6 +336,7 @@ impl Wire {
             },
             attempt_timeout: timeouts.and_then(|t| t.operation_attempt_timeout()),
             counter,
+            skew_ms: AtomicI64::new(0),
         })
     }
 
@@ -464,7 +481,7 @@ impl Wire {
         loop {
             attempt += 1;
             let last = attempt >= self.retry.max_attempts;
-            let now = SystemClock.epoch_millis();
+            let now = SystemClock.epoch_millis() + self.skew_ms.load(Ordering::Relaxed);
             let stamp = sigv4::Stamp::at(now);
             let signing = self.signing(now, &stamp).await?;
             let _on_the_wire = self.counter.as_ref().map(|c| {
@@ -484,7 +501,7 @@ impl Wire {
                     .await
                     .map_err(|e| e.to_string())?
                     .to_bytes();
-                Ok::<_, String>((parts.status, bytes))
+                Ok::<_, String>((parts.status, bytes, server_millis(&parts.headers)))
             };
             let result = match self.attempt_timeout {
                 Some(limit) => tokio::time::timeout(limit, sent)
@@ -494,8 +511,15 @@ impl Wire {
             };
 
             match result {
-                Ok((status, bytes)) if !last && retryable(status, &bytes) => {}
-                Ok(answer) => return Ok(answer),
+                Ok((status, bytes, server)) if self.corrects_skew(status, &bytes, server) => {
+                    if last {
+                        return Ok((status, bytes));
+                    }
+                    // Signed again at once with the corrected time.
+                    continue;
+                }
+                Ok((status, bytes, _)) if !last && retryable(status, &bytes) => {}
+                Ok((status, bytes, _)) => return Ok((status, bytes)),
                 Err(message) if last => {
                     return Err(RepositoryError::Unavailable {
                         operation: OPERATION,
@@ -506,6 +530,29 @@ impl Wire {
             }
             tokio::time::sleep(self.backoff(attempt)).await;
         }
+    }
+
+    /// After a refusal of the request's time (a clock more than a minute away from the
+    /// service's), adopts the difference to the service's `Date` for every later signature, as
+    /// the SDK does; true when the correction changed.
+    fn corrects_skew(&self, status: http::StatusCode, bytes: &[u8], server: Option<i64>) -> bool {
+        let Some(server) = server else {
+            return false;
+        };
+        if !status.is_client_error() || !SKEW_CODES.contains(&parse_error(status, bytes).code()) {
+            return false;
+        }
+        let skew = server - SystemClock.epoch_millis();
+        let old = self.skew_ms.load(Ordering::Relaxed);
+        if skew.abs() < SKEW_TOLERANCE_MS || (skew - old).abs() < SKEW_TOLERANCE_MS {
+            return false;
+        }
+        self.skew_ms.store(skew, Ordering::Relaxed);
+        tracing::warn!(
+            skew_ms = skew,
+            "the local clock is off; signing with the service's time"
+        );
+        true
     }
 
     /// Full jitter: a random pause in `[0, min(initial × 2^(attempt-1), max))`.
@@ -527,6 +574,15 @@ impl Drop for Finished<'_> {
     fn drop(&mut self) {
         self.0.finished();
     }
+}
+
+/// The service's `Date` header, in epoch milliseconds.
+fn server_millis(headers: &http::HeaderMap) -> Option<i64> {
+    let date = headers.get(http::header::DATE)?.to_str().ok()?;
+    let parsed =
+        aws_smithy_types::DateTime::from_str(date, aws_smithy_types::date_time::Format::HttpDate)
+            .ok()?;
+    parsed.to_millis().ok()
 }
 
 fn connector(
