@@ -46,7 +46,12 @@ impl RequestCounter {
     /// requests here); [`RequestCounter::finished`] must follow when its answer is in.
     pub fn started(&self, operation: &str) {
         if let Ok(mut c) = self.counts.lock() {
-            *c.entry(operation.to_string()).or_default() += 1;
+            match c.get_mut(operation) {
+                Some(n) => *n += 1,
+                None => {
+                    c.insert(operation.to_string(), 1);
+                }
+            }
         }
         let (now, max) = &*self.in_flight;
         let n = now.fetch_add(1, Ordering::SeqCst) + 1;

@@ -216,14 +216,6 @@ impl<'de> Deserialize<'de> for Map {
     }
 }
 
-struct Strings(Vec<String>);
-
-impl<'de> Deserialize<'de> for Strings {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Vec::<String>::deserialize(d).map(Strings)
-    }
-}
-
 struct Values(Vec<AttributeValue>);
 
 impl<'de> Deserialize<'de> for Values {
@@ -272,12 +264,11 @@ impl<'de> Deserialize<'de> for Value {
                     "NULL" => AttributeValue::Null(access.next_value()?),
                     "M" => AttributeValue::M(access.next_value::<Map>()?.0),
                     "L" => AttributeValue::L(access.next_value::<Values>()?.0),
-                    "SS" => AttributeValue::Ss(access.next_value::<Strings>()?.0),
-                    "NS" => AttributeValue::Ns(access.next_value::<Strings>()?.0),
+                    "SS" => AttributeValue::Ss(access.next_value()?),
+                    "NS" => AttributeValue::Ns(access.next_value()?),
                     "BS" => AttributeValue::Bs(
                         access
-                            .next_value::<Strings>()?
-                            .0
+                            .next_value::<Vec<String>>()?
                             .iter()
                             .map(|s| blob(s))
                             .collect::<Result<_, _>>()?,

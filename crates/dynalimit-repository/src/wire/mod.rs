@@ -355,17 +355,17 @@ impl Wire {
         request: &UpdateItem<'_>,
     ) -> Result<UpdateOutcome, RepositoryError> {
         let body = Bytes::from(request.body());
-        let (status, bytes) = self.send(TARGET_UPDATE_ITEM, body).await?;
-        if status.is_success() {
-            let parsed: json::UpdateItemBody =
-                serde_json::from_slice(&bytes).map_err(|e| corrupt_response(&e.to_string()))?;
-            return Ok(UpdateOutcome::Updated(parsed.attributes.map(|m| m.0)));
+        match self.send(TARGET_UPDATE_ITEM, body).await? {
+            Answer::Success(bytes) => {
+                let parsed: json::UpdateItemBody =
+                    serde_json::from_slice(&bytes).map_err(|e| corrupt_response(&e.to_string()))?;
+                Ok(UpdateOutcome::Updated(parsed.attributes.map(|m| m.0)))
+            }
+            Answer::Failure(_, error) if error.code() == "ConditionalCheckFailedException" => {
+                Ok(UpdateOutcome::ConditionFailed(error.item.map(|m| m.0)))
+            }
+            Answer::Failure(status, error) => Err(to_repository_error(status, &error)),
         }
-        let error = parse_error(status, &bytes);
-        if error.code() == "ConditionalCheckFailedException" {
-            return Ok(UpdateOutcome::ConditionFailed(error.item.map(|m| m.0)));
-        }
-        Err(to_repository_error(status, error))
     }
 
     async fn signing(
@@ -471,12 +471,8 @@ impl Wire {
             .unwrap_or_else(|_| http::Request::new(Full::new(Bytes::new())))
     }
 
-    /// Sends with retries; returns the final status and body.
-    async fn send(
-        &self,
-        target: &str,
-        body: Bytes,
-    ) -> Result<(http::StatusCode, Bytes), RepositoryError> {
+    /// Sends with retries; returns the final answer.
+    async fn send(&self, target: &str, body: Bytes) -> Result<Answer, RepositoryError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -510,16 +506,16 @@ impl Wire {
                 None => sent.await,
             };
 
-            match result {
-                Ok((status, bytes, server)) if self.corrects_skew(status, &bytes, server) => {
+            match result.map(|(status, bytes, server)| (answer(status, bytes), server)) {
+                Ok((answer, server)) if self.corrects_skew(&answer, server) => {
                     if last {
-                        return Ok((status, bytes));
+                        return Ok(answer);
                     }
                     // Signed again at once with the corrected time.
                     continue;
                 }
-                Ok((status, bytes, _)) if !last && retryable(status, &bytes) => {}
-                Ok((status, bytes, _)) => return Ok((status, bytes)),
+                Ok((answer, _)) if !last && retryable(&answer) => {}
+                Ok((answer, _)) => return Ok(answer),
                 Err(message) if last => {
                     return Err(RepositoryError::Unavailable {
                         operation: OPERATION,
@@ -535,11 +531,11 @@ impl Wire {
     /// After a refusal of the request's time (a clock more than a minute away from the
     /// service's), adopts the difference to the service's `Date` for every later signature, as
     /// the SDK does; true when the correction changed.
-    fn corrects_skew(&self, status: http::StatusCode, bytes: &[u8], server: Option<i64>) -> bool {
-        let Some(server) = server else {
+    fn corrects_skew(&self, answer: &Answer, server: Option<i64>) -> bool {
+        let (Answer::Failure(status, error), Some(server)) = (answer, server) else {
             return false;
         };
-        if !status.is_client_error() || !SKEW_CODES.contains(&parse_error(status, bytes).code()) {
+        if !status.is_client_error() || !SKEW_CODES.contains(&error.code()) {
             return false;
         }
         let skew = server - SystemClock.epoch_millis();
@@ -618,6 +614,20 @@ fn connector(
         .wrap_connector(http))
 }
 
+/// One response: the body of a success, or the error of a failure, parsed once.
+enum Answer {
+    Success(Bytes),
+    Failure(http::StatusCode, json::ErrorBody),
+}
+
+fn answer(status: http::StatusCode, bytes: Bytes) -> Answer {
+    if status.is_success() {
+        Answer::Success(bytes)
+    } else {
+        Answer::Failure(status, parse_error(status, &bytes))
+    }
+}
+
 fn parse_error(status: http::StatusCode, bytes: &[u8]) -> json::ErrorBody {
     serde_json::from_slice(bytes).unwrap_or_else(|_| json::ErrorBody {
         kind: Some(if status.is_server_error() {
@@ -630,9 +640,9 @@ fn parse_error(status: http::StatusCode, bytes: &[u8]) -> json::ErrorBody {
     })
 }
 
-fn to_repository_error(status: http::StatusCode, error: json::ErrorBody) -> RepositoryError {
+fn to_repository_error(status: http::StatusCode, error: &json::ErrorBody) -> RepositoryError {
     let code = error.code().to_string();
-    let message = error.message.unwrap_or_default();
+    let message = error.message.clone().unwrap_or_default();
     if status.is_server_error() && !code.starts_with("InternalServer") {
         return RepositoryError::Unavailable {
             operation: OPERATION,
@@ -650,18 +660,15 @@ fn corrupt_response(why: &str) -> RepositoryError {
 }
 
 /// Throttling and server errors are retried; everything else is an answer.
-fn retryable(status: http::StatusCode, bytes: &[u8]) -> bool {
-    if status.is_success() {
+fn retryable(answer: &Answer) -> bool {
+    let Answer::Failure(status, error) = answer else {
         return false;
-    }
-    if status.is_server_error() {
-        return true;
-    }
-    let error = parse_error(status, bytes);
-    matches!(
-        to_repository_error(status, error),
-        RepositoryError::Throttled { .. } | RepositoryError::Unavailable { .. }
-    )
+    };
+    status.is_server_error()
+        || matches!(
+            to_repository_error(*status, error),
+            RepositoryError::Throttled { .. } | RepositoryError::Unavailable { .. }
+        )
 }
 
 #[cfg(test)]
@@ -688,15 +695,30 @@ mod tests {
     #[test]
     fn throttling_and_server_errors_are_retried_and_the_rest_is_not() {
         let throttle = br#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"slow"}"#;
-        assert!(retryable(http::StatusCode::BAD_REQUEST, throttle));
-        assert!(retryable(http::StatusCode::SERVICE_UNAVAILABLE, b"<html>"));
+        assert!(retryable(&answer(
+            http::StatusCode::BAD_REQUEST,
+            Bytes::from_static(throttle)
+        )));
+        assert!(retryable(&answer(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            Bytes::from_static(b"<html>")
+        )));
         let failed =
             br#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException"}"#;
-        assert!(!retryable(http::StatusCode::BAD_REQUEST, failed));
+        assert!(!retryable(&answer(
+            http::StatusCode::BAD_REQUEST,
+            Bytes::from_static(failed)
+        )));
         let validation =
             br#"{"__type":"com.amazon.coral.validate#ValidationException","message":"bad"}"#;
-        assert!(!retryable(http::StatusCode::BAD_REQUEST, validation));
-        assert!(!retryable(http::StatusCode::OK, b"{}"));
+        assert!(!retryable(&answer(
+            http::StatusCode::BAD_REQUEST,
+            Bytes::from_static(validation)
+        )));
+        assert!(!retryable(&answer(
+            http::StatusCode::OK,
+            Bytes::from_static(b"{}")
+        )));
     }
 
     #[test]
@@ -706,7 +728,7 @@ mod tests {
             br#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionConflictException","message":"busy"}"#,
         );
         assert!(matches!(
-            to_repository_error(http::StatusCode::BAD_REQUEST, conflict),
+            to_repository_error(http::StatusCode::BAD_REQUEST, &conflict),
             RepositoryError::TransactionConflict { .. }
         ));
         let missing = parse_error(
@@ -714,12 +736,12 @@ mod tests {
             br#"{"__type":"com.amazonaws.dynamodb.v20120810#ResourceNotFoundException","message":"Requested resource not found"}"#,
         );
         assert!(matches!(
-            to_repository_error(http::StatusCode::BAD_REQUEST, missing),
+            to_repository_error(http::StatusCode::BAD_REQUEST, &missing),
             RepositoryError::TableNotFound { .. }
         ));
         let gateway = parse_error(http::StatusCode::BAD_GATEWAY, b"upstream");
         assert!(matches!(
-            to_repository_error(http::StatusCode::BAD_GATEWAY, gateway),
+            to_repository_error(http::StatusCode::BAD_GATEWAY, &gateway),
             RepositoryError::Unavailable { .. }
         ));
     }
