@@ -372,6 +372,44 @@ async fn contention_from_four_processes_never_over_admits() {
     assert_eq!(tc, granted);
 }
 
+/// Spawns `tasks` tasks that take one `rpm` token of `entity` under `limits` at a time while
+/// `running()` holds, yielding after a refusal; every committed grant is counted in `granted`.
+fn spend_while(
+    limiter: &RateLimiter,
+    entity: &'static str,
+    limits: &[Limit],
+    tasks: usize,
+    granted: &Arc<AtomicI64>,
+    running: impl Fn() -> bool + Clone + Send + 'static,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..tasks)
+        .map(|_| {
+            let (limiter, granted, limits, running) = (
+                limiter.clone(),
+                granted.clone(),
+                limits.to_vec(),
+                running.clone(),
+            );
+            tokio::spawn(async move {
+                while running() {
+                    match limiter
+                        .acquire(entity, "gpt-4", [("rpm", 1)])
+                        .limits(limits.clone())
+                        .await
+                    {
+                        Ok(lease) => {
+                            lease.commit().await.unwrap();
+                            granted.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(Error::RateLimited(_)) => tokio::task::yield_now().await,
+                        Err(e) => panic!("unexpected error: {e}"),
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
 /// Waits until `n` more requests went out (the emulator's answers pace the simulated clock).
 async fn pace(counter: &RequestCounter, handles: &[tokio::task::JoinHandle<()>], n: u64) {
     let before = counter.total();
@@ -387,27 +425,10 @@ async fn refill_bound_capacity_50_plus_10_per_second_for_10_seconds() {
     let limits = [Limit::custom("rpm", 50, 10, 1)];
     let granted = Arc::new(AtomicI64::new(0));
     let stop = Arc::new(AtomicU64::new(0));
-    let mut handles = Vec::new();
-    for _ in 0..16 {
-        let (limiter, granted, stop) = (r.limiter.clone(), granted.clone(), stop.clone());
-        let limits = limits.to_vec();
-        handles.push(tokio::spawn(async move {
-            while stop.load(Ordering::SeqCst) == 0 {
-                match limiter
-                    .acquire("steady", "gpt-4", [("rpm", 1)])
-                    .limits(limits.clone())
-                    .await
-                {
-                    Ok(lease) => {
-                        lease.commit().await.unwrap();
-                        granted.fetch_add(1, Ordering::SeqCst);
-                    }
-                    Err(Error::RateLimited(_)) => tokio::task::yield_now().await,
-                    Err(e) => panic!("unexpected error: {e}"),
-                }
-            }
-        }));
-    }
+    let handles = spend_while(&r.limiter, "steady", &limits, 16, &granted, {
+        let stop = stop.clone();
+        move || stop.load(Ordering::SeqCst) == 0
+    });
     // 10 simulated seconds in 100 steps of 100 ms; each step waits until the tasks have had
     // the chance to drain the refill (the emulator's answers pace the loop).
     for _ in 0..100 {
@@ -1257,13 +1278,7 @@ async fn dropped_leases_are_rolled_back_when_work_panics_or_is_cancelled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn contention_on_the_wall_clock_stays_within_capacity_plus_refill() {
     let table = dynalimit_tests::table().await;
-    let repo = Repository::builder()
-        .client(dynalimit_tests::client().await)
-        .stack(table.name().to_owned())
-        .namespace(NS)
-        .open()
-        .await
-        .unwrap();
+    let repo = table.repository(NS).await;
     let limiter = RateLimiter::new(repo.clone());
     let start = SystemClock.epoch_millis();
     let granted = hammer(&limiter, "wall", &[rpm(100)], 32, 400).await;
@@ -1407,13 +1422,7 @@ async fn a_disabled_bucket_refuses_for_the_entity_and_for_its_children() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn refill_bound_on_the_wall_clock_16_tasks_for_10_seconds() {
     let table = dynalimit_tests::table().await;
-    let repo = Repository::builder()
-        .client(dynalimit_tests::client().await)
-        .stack(table.name().to_owned())
-        .namespace(NS)
-        .open()
-        .await
-        .unwrap();
+    let repo = table.repository(NS).await;
     let limiter = RateLimiter::new(repo);
     let limits = [Limit::custom("rpm", 50, 10, 1)];
     // The bucket is created by a first acquire (slow on a fresh table); the 10 s run starts
@@ -1430,26 +1439,9 @@ async fn refill_bound_on_the_wall_clock_16_tasks_for_10_seconds() {
     let start = SystemClock.epoch_millis();
     let deadline = start + 10_000;
     let granted = Arc::new(AtomicI64::new(1));
-    let mut handles = Vec::new();
-    for _ in 0..16 {
-        let (limiter, granted, limits) = (limiter.clone(), granted.clone(), limits.to_vec());
-        handles.push(tokio::spawn(async move {
-            while SystemClock.epoch_millis() < deadline {
-                match limiter
-                    .acquire("wall-steady", "gpt-4", [("rpm", 1)])
-                    .limits(limits.clone())
-                    .await
-                {
-                    Ok(lease) => {
-                        lease.commit().await.unwrap();
-                        granted.fetch_add(1, Ordering::SeqCst);
-                    }
-                    Err(Error::RateLimited(_)) => tokio::task::yield_now().await,
-                    Err(e) => panic!("unexpected error: {e}"),
-                }
-            }
-        }));
-    }
+    let handles = spend_while(&limiter, "wall-steady", &limits, 16, &granted, move || {
+        SystemClock.epoch_millis() < deadline
+    });
     for h in handles {
         h.await.unwrap();
     }
