@@ -141,7 +141,12 @@ fn number(item: &BTreeMap<String, AttributeValue>, name: &str) -> i64 {
     }
 }
 
-async fn bucket_item(repo: &Repository, shard: u32) -> BTreeMap<String, AttributeValue> {
+/// The bucket item of `entity` on `RESOURCE`, shard `shard` (empty when absent).
+async fn bucket_item(
+    repo: &Repository,
+    entity: &str,
+    shard: u32,
+) -> BTreeMap<String, AttributeValue> {
     repo.client()
         .get_item()
         .table_name(repo.table_name())
@@ -149,7 +154,7 @@ async fn bucket_item(repo: &Repository, shard: u32) -> BTreeMap<String, Attribut
             "PK",
             AttributeValue::S(keys::bucket_pk(
                 repo.namespace_id(),
-                ENTITY,
+                entity,
                 RESOURCE,
                 shard,
             )),
@@ -235,7 +240,7 @@ async fn spend_alternately(first: Side) {
             admitted_or_retry, step.rejected_retry_ms,
             "step {i} ({side:?}): admitted (None) or retry-after in ms"
         );
-        let item = bucket_item(&repo, 0).await;
+        let item = bucket_item(&repo, ENTITY, 0).await;
         let got = (
             number(&item, "rf") - start,
             (number(&item, "b_rpm_tk"), number(&item, "b_rpm_tc")),
@@ -300,13 +305,13 @@ async fn both_libraries_together_never_admit_more_than_capacity_plus_refill() {
     };
     // Join as soon as zae-limiter has created the bucket (bounded wait: 120 s).
     for _ in 0..6000 {
-        if !bucket_item(&repo, 0).await.is_empty() {
+        if !bucket_item(&repo, ENTITY, 0).await.is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(
-        !bucket_item(&repo, 0).await.is_empty(),
+        !bucket_item(&repo, ENTITY, 0).await.is_empty(),
         "zae-limiter never created the bucket"
     );
     let next = Arc::new(AtomicU64::new(0));
@@ -376,11 +381,11 @@ async fn both_libraries_together_never_admit_more_than_capacity_plus_refill() {
         "attempts beyond capacity plus refill were refused"
     );
     // Every admitted token is in the consumption counter: no lost update on either side.
-    let item = bucket_item(&repo, 0).await;
+    let item = bucket_item(&repo, ENTITY, 0).await;
     let shards = number(&item, "shard_count");
     let mut consumed = 0;
     for shard in 0..u32::try_from(shards).unwrap() {
-        consumed += number(&bucket_item(&repo, shard).await, "b_rpm_tc");
+        consumed += number(&bucket_item(&repo, ENTITY, shard).await, "b_rpm_tc");
     }
     assert_eq!(consumed, i64::try_from(total).unwrap() * 1000);
 }
@@ -432,15 +437,8 @@ async fn dynalimit_fails_closed_on_buckets_carrying_newer_features() {
             )
             .await;
         assert_eq!(made["admitted"], true);
-        let pk = keys::bucket_pk(repo.namespace_id(), &id, RESOURCE, 0);
-        let key = |c: aws_sdk_dynamodb::operation::get_item::builders::GetItemFluentBuilder| {
-            c.table_name(repo.table_name())
-                .key("PK", AttributeValue::S(pk.clone()))
-                .key("SK", AttributeValue::S("#STATE".into()))
-                .consistent_read(true)
-        };
         stamp(&repo, &id, attribute, value).await;
-        let before = key(repo.client().get_item()).send().await.unwrap().item;
+        let before = bucket_item(&repo, &id, 0).await;
 
         // More than is left: the fast path fails and the slow path must interpret the item.
         let refused = limiter.acquire(&id, RESOURCE, [("rpm", 5)]).await;
@@ -450,7 +448,7 @@ async fn dynalimit_fails_closed_on_buckets_carrying_newer_features() {
             }
             other => panic!("{attribute}: expected a fail-closed refusal, got {other:?}"),
         }
-        let after = key(repo.client().get_item()).send().await.unwrap().item;
+        let after = bucket_item(&repo, &id, 0).await;
         assert_eq!(before, after, "{attribute}: nothing was written");
         assert!(
             matches!(
