@@ -81,3 +81,15 @@ fn paused(result: Result<(), Error>) -> Option<std::time::Duration> {
         Err(other) => panic!("expected a paused rejection, got {other:?}"),
     }
 }
+
+/// The standard output of a finished child process, once it is asserted to have succeeded
+/// (the failure names the child as `what` and shows both of its outputs).
+fn succeeded(out: &std::process::Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what}:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}

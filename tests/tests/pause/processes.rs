@@ -13,7 +13,7 @@ use dynalimit::backoff::{Backoff, bucket_scope};
 use dynalimit_core::{Clock, SystemClock};
 use dynalimit_repository::Repository;
 
-use super::{open_limiter, paused, spend_one};
+use super::{open_limiter, paused, spend_one, succeeded};
 
 const NS: &str = "pause-procs";
 const CHILD: &str = "processes::child_acquires_on_the_parents_table";
@@ -97,12 +97,7 @@ async fn a_pause_in_one_process_holds_the_other() {
         .env("DYNALIMIT_PAUSE_CHILD_UNTIL", until.to_string())
         .output()
         .expect("run the child process");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out, "child failed");
     let report: Vec<&str> = stdout
         .lines()
         .find_map(|l| l.split_once("PAUSE-CHILD-REPORT ").map(|(_, r)| r))

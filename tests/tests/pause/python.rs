@@ -11,7 +11,7 @@ use dynalimit::RateLimiter;
 use dynalimit_repository::bucket::PAUSE_ATTRIBUTE;
 use dynalimit_repository::item::get_i64;
 
-use super::{balances, bucket_item, paused, spend_one};
+use super::{balances, bucket_item, paused, spend_one, succeeded};
 
 const NS: &str = "pause-py";
 
@@ -84,12 +84,7 @@ async fn a_zae_limiter_client_acquires_and_releases_on_a_stamped_bucket() {
         ])
         .output()
         .expect("run the Python client");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "zae-limiter failed on the stamped bucket:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out, "zae-limiter failed on the stamped bucket");
     let available: i64 = stdout
         .lines()
         .find_map(|l| l.strip_prefix("admitted "))
