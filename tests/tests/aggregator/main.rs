@@ -97,7 +97,16 @@ pub(crate) struct Writer<'a> {
     ns: String,
 }
 
-impl Writer<'_> {
+impl<'a> Writer<'a> {
+    /// A writer on table `table` through `client`, in namespace id `ns`.
+    pub(crate) fn new(client: &'a Client, table: &str, ns: &str) -> Self {
+        Writer {
+            client,
+            table: table.to_owned(),
+            ns: ns.to_owned(),
+        }
+    }
+
     pub(crate) async fn create(&self, entity: &str, shard: u32, rf: i64) -> Item {
         let it = bucket_item(&self.ns, entity, "gpt-4", shard, rf);
         self.client
@@ -197,11 +206,7 @@ async fn setup() -> (TestTable, Repository) {
 #[tokio::test]
 async fn runner_turns_bucket_writes_into_exact_snapshots_and_a_second_pass_changes_nothing() {
     let (table, repo) = setup().await;
-    let w = Writer {
-        client: table.client(),
-        table: table.name().to_owned(),
-        ns: repo.namespace_id().to_owned(),
-    };
+    let w = Writer::new(table.client(), table.name(), repo.namespace_id());
     w.create("u1", 0, T).await;
     w.consume("u1", 0, &[("rpm", 1), ("tpm", 500)], None).await;
     w.consume("u1", 0, &[("rpm", 1), ("tpm", 700)], None).await;
@@ -322,11 +327,7 @@ pub(crate) fn records_of(images: &[Item], first_seq: u64) -> Vec<StreamRecord> {
 #[tokio::test]
 async fn the_same_batch_processed_twice_or_concurrently_counts_once() {
     let (table, repo) = setup().await;
-    let w = Writer {
-        client: table.client(),
-        table: table.name().to_owned(),
-        ns: repo.namespace_id().to_owned(),
-    };
+    let w = Writer::new(table.client(), table.name(), repo.namespace_id());
     let mut images = vec![w.create("u1", 0, T).await];
     for t in 1..=5 {
         images.push(w.consume("u1", 0, &[("rpm", t)], None).await);

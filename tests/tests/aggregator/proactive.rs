@@ -30,11 +30,7 @@ async fn read(table: &dynalimit_tests::TestTable, ns: &str, shard: u32) -> Item 
 async fn busy_buckets_are_refilled_under_the_rf_lock_and_hot_ones_double() {
     let table = dynalimit_tests::table().await;
     let ns = "nsp".to_owned();
-    let w = Writer {
-        client: table.client(),
-        table: table.name().to_owned(),
-        ns: ns.clone(),
-    };
+    let w = Writer::new(table.client(), table.name(), &ns);
     // The test buckets carry shard_count 2; shard 0 of 2 has a 50-token rpm ceiling.
     let mut images = vec![w.create("hot", 0, T).await];
     images.push(w.consume("hot", 0, &[("rpm", 45)], None).await);

@@ -46,11 +46,7 @@ async fn the_runner_survives_an_emulator_restart_and_resumes() {
     settings.proactive_sharding = false;
     let mut runner = Runner::from_sdk_config(&sdk, settings, RunnerOptions::default());
 
-    let w = Writer {
-        client: &client,
-        table: table.to_owned(),
-        ns: "nsr".to_owned(),
-    };
+    let w = Writer::new(&client, table, "nsr");
     w.create("u1", 0, T).await;
     w.consume("u1", 0, &[("rpm", 3)], None).await;
     super::drain(&mut runner).await;
