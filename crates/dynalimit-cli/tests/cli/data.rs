@@ -2,27 +2,7 @@
 
 use serde_json::json;
 
-use crate::{Run, run_on, temp_file};
-
-struct Fixture {
-    table: dynalimit_tests::TestTable,
-}
-
-impl Fixture {
-    async fn new() -> Fixture {
-        Fixture {
-            table: dynalimit_tests::table().await,
-        }
-    }
-
-    fn run(&self, args: &[&str]) -> Run {
-        run_on(
-            dynalimit_tests::endpoint().url(),
-            self.table.name(),
-            &[args, &["--output", "json"]].concat(),
-        )
-    }
-}
+use crate::{Fixture, run_on, temp_file};
 
 #[tokio::test]
 async fn namespace_register_list_get_delete_orphans_recover_purge() {

@@ -78,6 +78,29 @@ pub(crate) fn run_on(endpoint: &str, stack: &str, args: &[&str]) -> Run {
     from_output(out)
 }
 
+/// A fresh table of the test kit's DynamoDB and the binary pointed at it.
+pub(crate) struct Fixture {
+    pub(crate) table: dynalimit_tests::TestTable,
+}
+
+impl Fixture {
+    /// Creates the table.
+    pub(crate) async fn new() -> Fixture {
+        Fixture {
+            table: dynalimit_tests::table().await,
+        }
+    }
+
+    /// Runs `dynalimit ARGS --output json` against the table.
+    pub(crate) fn run(&self, args: &[&str]) -> Run {
+        run_on(
+            dynalimit_tests::endpoint().url(),
+            self.table.name(),
+            &[args, &["--output", "json"]].concat(),
+        )
+    }
+}
+
 /// Runs `dynalimit ARGS` with extra environment.
 pub(crate) fn run_env(env: &[(&str, &str)], args: &[&str]) -> Run {
     let mut c = command();

@@ -4,15 +4,14 @@ use dynalimit_repository::item::{n, s};
 use dynalimit_repository::keys;
 use serde_json::json;
 
-use crate::run_on;
+use crate::Fixture;
 
 #[tokio::test]
 async fn usage_lists_snapshots_and_summarises_them() {
-    let table = dynalimit_tests::table().await;
-    let url = dynalimit_tests::endpoint().url();
-    let run = |args: &[&str]| run_on(url, table.name(), &[args, &["--output", "json"]].concat());
-    run(&["entity", "create", "key-1"]).json();
-    let ns = run(&["namespace", "get", "default"]).json()["id"]
+    let f = Fixture::new().await;
+    let table = &f.table;
+    f.run(&["entity", "create", "key-1"]).json();
+    let ns = f.run(&["namespace", "get", "default"]).json()["id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -40,16 +39,17 @@ async fn usage_lists_snapshots_and_summarises_them() {
             .await
             .expect("put snapshot");
     }
-    let hourly = run(&[
-        "usage",
-        "--entity",
-        "key-1",
-        "--resource",
-        "gpt-4",
-        "--window",
-        "hourly",
-    ])
-    .json();
+    let hourly = f
+        .run(&[
+            "usage",
+            "--entity",
+            "key-1",
+            "--resource",
+            "gpt-4",
+            "--window",
+            "hourly",
+        ])
+        .json();
     let starts: Vec<&str> = hourly
         .as_array()
         .unwrap()
@@ -62,16 +62,18 @@ async fn usage_lists_snapshots_and_summarises_them() {
         "newest first"
     );
     assert_eq!(hourly[0]["counters"], json!({ "rpm": 5, "tpm": 700 }));
-    let by_resource = run(&["usage", "--resource", "gpt-4"]).json();
+    let by_resource = f.run(&["usage", "--resource", "gpt-4"]).json();
     assert_eq!(by_resource.as_array().unwrap().len(), 3);
-    let summary = run(&[
-        "usage", "summary", "--entity", "key-1", "--window", "hourly",
-    ])
-    .json();
+    let summary = f
+        .run(&[
+            "usage", "summary", "--entity", "key-1", "--window", "hourly",
+        ])
+        .json();
     assert_eq!(summary["snapshots"], 2);
     assert_eq!(summary["total"], json!({ "rpm": 8, "tpm": 1000 }));
     assert_eq!(summary["average"]["tpm"], 500.0);
     assert_eq!(summary["first_window"], "2026-11-22T01:00:00Z");
-    run(&["usage"]).fails(2, "");
-    run(&["usage", "--entity", "key-1", "--limit", "0"]).fails(2, "limit");
+    f.run(&["usage"]).fails(2, "");
+    f.run(&["usage", "--entity", "key-1", "--limit", "0"])
+        .fails(2, "limit");
 }
