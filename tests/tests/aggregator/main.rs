@@ -33,12 +33,17 @@ pub(crate) async fn sdk_for(url: &str) -> SdkConfig {
         .await
 }
 
-pub(crate) async fn runner(table: &TestTable) -> Runner {
-    let sdk = sdk_for(dynalimit_tests::endpoint().url()).await;
-    let mut settings = Settings::new(table.name());
+/// The aggregator's settings for `table` with both proactive passes off: counting only.
+pub(crate) fn counting_only(table: &str) -> Settings {
+    let mut settings = Settings::new(table);
     settings.proactive_refill = false;
     settings.proactive_sharding = false;
-    Runner::from_sdk_config(&sdk, settings, RunnerOptions::default())
+    settings
+}
+
+pub(crate) async fn runner(table: &TestTable) -> Runner {
+    let sdk = sdk_for(dynalimit_tests::endpoint().url()).await;
+    Runner::from_sdk_config(&sdk, counting_only(table.name()), RunnerOptions::default())
 }
 
 /// Polls until a poll reads nothing (bounded), summing the reports.
@@ -334,9 +339,7 @@ async fn the_same_batch_processed_twice_or_concurrently_counts_once() {
     }
     let records = records_of(&images, 1000);
     let clock = Arc::new(ManualClock::new(T));
-    let mut settings = Settings::new(table.name());
-    settings.proactive_refill = false;
-    settings.proactive_sharding = false;
+    let settings = counting_only(table.name());
     let a = Aggregator::with_clock(table.client().clone(), settings.clone(), clock.clone());
     let b = Aggregator::with_clock(table.client().clone(), settings, clock);
 

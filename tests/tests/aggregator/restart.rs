@@ -2,13 +2,12 @@
 //! carries on.
 
 use aws_sdk_dynamodb::Client;
-use dynalimit_aggregator::Settings;
 use dynalimit_aggregator::runner::{Runner, RunnerOptions};
 use dynalimit_repository::item::{get_i64, get_s};
 use dynalimit_repository::local::{self, DynamoDbLocal};
 use dynalimit_repository::schema;
 
-use super::{T, Writer, sdk_for};
+use super::{T, Writer, counting_only, sdk_for};
 
 async fn daily_rpm(client: &Client, table: &str) -> i64 {
     let items = client
@@ -41,10 +40,7 @@ async fn the_runner_survives_an_emulator_restart_and_resumes() {
     let client = Client::new(&sdk);
     let table = "aggregator-restart";
     schema::create_table(&client, table).await.unwrap();
-    let mut settings = Settings::new(table);
-    settings.proactive_refill = false;
-    settings.proactive_sharding = false;
-    let mut runner = Runner::from_sdk_config(&sdk, settings, RunnerOptions::default());
+    let mut runner = Runner::from_sdk_config(&sdk, counting_only(table), RunnerOptions::default());
 
     let w = Writer::new(&client, table, "nsr");
     w.create("u1", 0, T).await;
