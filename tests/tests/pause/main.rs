@@ -37,16 +37,30 @@ async fn open_limiter(builder: RepositoryBuilder, ns: &str, t0: i64) -> (RateLim
     (RateLimiter::new(repo), clock)
 }
 
-/// Shard 0's bucket item of `(entity, resource)` in `table`, read raw.
-async fn bucket_item(table: &TestTable, entity: &str, resource: &str) -> Item {
+/// Every bucket item of `(entity, resource)` in `table` (any shard), read raw.
+async fn bucket_items(table: &TestTable, entity: &str, resource: &str) -> Vec<Item> {
+    let marker = format!("/BUCKET#{entity}#{resource}#");
     table
         .scan_all()
+        .await
+        .into_iter()
+        .filter(|i| {
+            i.get("PK")
+                .and_then(|v| v.as_s().ok())
+                .is_some_and(|pk| pk.contains(&marker))
+        })
+        .collect()
+}
+
+/// Shard 0's bucket item of `(entity, resource)` in `table`, read raw.
+async fn bucket_item(table: &TestTable, entity: &str, resource: &str) -> Item {
+    bucket_items(table, entity, resource)
         .await
         .into_iter()
         .find(|i| {
             i.get("PK")
                 .and_then(|v| v.as_s().ok())
-                .is_some_and(|pk| pk.ends_with(&format!("/BUCKET#{entity}#{resource}#0")))
+                .is_some_and(|pk| pk.ends_with("#0"))
         })
         .expect("bucket item")
 }

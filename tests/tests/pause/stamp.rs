@@ -15,7 +15,7 @@ use dynalimit_repository::bucket::{BucketKey, ConsumeOutcome, PAUSE_ATTRIBUTE, R
 use dynalimit_repository::item::get_i64;
 use dynalimit_repository::metrics::RequestCounter;
 
-use super::{balances, bucket_item, limiter, open_limiter, paused, rpm, spend_one};
+use super::{balances, bucket_item, bucket_items, limiter, open_limiter, paused, rpm, spend_one};
 
 const NS: &str = "pause";
 
@@ -139,12 +139,7 @@ async fn the_refill_write_and_the_consumption_retry_refuse_a_stamped_item() {
 /// Doubles `user-1`/`llm` to two shards behind the limiter's back (shard 1 not created), then
 /// lets the limiter learn the count with one acquire on shard 0.
 async fn double_to_two(table: &dynalimit_tests::TestTable, limiter: &dynalimit::RateLimiter) {
-    let ns = table
-        .repository(NS)
-        .await
-        .buckets()
-        .namespace_id()
-        .to_owned();
+    let ns = table.repository(NS).await.namespace_id().to_owned();
     table
         .client()
         .update_item()
@@ -156,20 +151,6 @@ async fn double_to_two(table: &dynalimit_tests::TestTable, limiter: &dynalimit::
         .await
         .unwrap();
     spend_one(limiter).await.unwrap();
-}
-
-/// Every bucket item of `user-1`/`llm`, any shard.
-async fn shard_items(table: &dynalimit_tests::TestTable) -> Vec<dynalimit_repository::item::Item> {
-    table
-        .scan_all()
-        .await
-        .into_iter()
-        .filter(|i| {
-            i.get("PK")
-                .and_then(|v| v.as_s().ok())
-                .is_some_and(|pk| pk.contains("/BUCKET#user-1#llm#"))
-        })
-        .collect()
 }
 
 #[tokio::test]
@@ -188,7 +169,7 @@ async fn the_slow_path_refuses_an_unborn_shard_of_a_paused_pair() {
         assert!(paused(spend_one(&limiter).await).is_some_and(|d| d > Duration::ZERO));
     }
     assert_eq!(
-        shard_items(&table).await.len(),
+        bucket_items(&table, "user-1", "llm").await.len(),
         1,
         "no shard was created while paused"
     );
@@ -306,18 +287,18 @@ async fn a_pause_stamps_every_existing_shard() {
     double_to_two(&table, &limiter).await;
     // Acquire until shard 1 exists (a draw of shard 1, or a probe once shard 0 is spent).
     for _ in 0..10 {
-        if shard_items(&table).await.len() == 2 {
+        if bucket_items(&table, "user-1", "llm").await.len() == 2 {
             break;
         }
         spend_one(&limiter).await.unwrap();
     }
-    assert_eq!(shard_items(&table).await.len(), 2);
+    assert_eq!(bucket_items(&table, "user-1", "llm").await.len(), 2);
     let until = limiter
         .pause("user-1", "llm", Duration::from_secs(45))
         .await
         .unwrap();
     assert_eq!(until, Some(clock.epoch_millis() + 45_000));
-    for item in shard_items(&table).await {
+    for item in bucket_items(&table, "user-1", "llm").await {
         assert_eq!(get_i64(&item, PAUSE_ATTRIBUTE), until);
     }
     for _ in 0..6 {
