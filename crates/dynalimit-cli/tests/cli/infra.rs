@@ -3,7 +3,7 @@
 use dynalimit_repository::stack::{TEMPLATE, code_key};
 use dynalimit_tests::moto::MotoServer;
 
-use crate::{command, run_env, run_on, temp_file};
+use crate::{command, run_env, run_json_on, run_on, temp_file};
 
 #[test]
 fn deploy_status_delete_cycle_on_moto() {
@@ -11,7 +11,7 @@ fn deploy_status_delete_cycle_on_moto() {
         return;
     };
     let stack = "dynalimit-cli";
-    let run = |args: &[&str]| run_on(moto.url(), stack, &[args, &["--output", "json"]].concat());
+    let run = |args: &[&str]| run_json_on(moto.url(), stack, args);
 
     run(&["status"]).fails(4, "does not exist");
     let deployed = run(&[
@@ -140,11 +140,6 @@ fn deploy_packages_a_cargo_lambda_build_when_present() {
         "UPDATE_COMPLETE",
         "created, then switched to the code"
     );
-    let status = run_on(
-        moto.url(),
-        "dynalimit-built",
-        &["status", "--output", "json"],
-    )
-    .json();
+    let status = run_json_on(moto.url(), "dynalimit-built", &["status"]).json();
     assert_eq!(status["lambda_version"], env!("CARGO_PKG_VERSION"));
 }

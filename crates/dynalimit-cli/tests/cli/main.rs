@@ -93,12 +93,13 @@ impl Fixture {
 
     /// Runs `dynalimit ARGS --output json` against the table.
     pub(crate) fn run(&self, args: &[&str]) -> Run {
-        run_on(
-            dynalimit_tests::endpoint().url(),
-            self.table.name(),
-            &[args, &["--output", "json"]].concat(),
-        )
+        run_json_on(dynalimit_tests::endpoint().url(), self.table.name(), args)
     }
+}
+
+/// Runs `dynalimit ARGS --output json` against `endpoint` and `stack`.
+pub(crate) fn run_json_on(endpoint: &str, stack: &str, args: &[&str]) -> Run {
+    run_on(endpoint, stack, &[args, &["--output", "json"]].concat())
 }
 
 /// Runs `dynalimit ARGS` with extra environment.
