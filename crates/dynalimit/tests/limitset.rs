@@ -742,20 +742,27 @@ fn scenario_46_failed_try_acquire_holds_nothing() {
 
 // -------------------------------------------------- F. blocking, timeout, try, async
 
+/// On another thread: waits for `amount` of `key`, uses all of it, and returns when it was granted.
+fn spawn_blocking_use(
+    set: &LimitSet,
+    key: &'static str,
+    amount: u32,
+) -> thread::JoinHandle<Duration> {
+    let set = set.clone();
+    thread::spawn(move || {
+        let mut acquisition = set.acquire_blocking([(key, amount)]).unwrap();
+        acquisition.update([(key, amount)]).unwrap();
+        set.now()
+    })
+}
+
 #[test]
 fn scenario_47_waits_until_the_computed_instant_first_come_first_served() {
     let timer = ManualTimer::new();
     let set = set_of(&timer, vec![token_bucket("t", 10.0, 1.0).into()]);
     spend(&set, "t", 10);
     // a large request waits; a small one may not overtake it
-    let big = {
-        let set = set.clone();
-        thread::spawn(move || {
-            let mut acquisition = set.acquire_blocking([("t", 10)]).unwrap();
-            acquisition.update([("t", 10)]).unwrap();
-            set.now()
-        })
-    };
+    let big = spawn_blocking_use(&set, "t", 10);
     wait_parked(&timer, 1);
     timer.advance(ms(500));
     let small = set.try_acquire([("t", 1)]).unwrap();
@@ -835,14 +842,7 @@ fn scenario_48_timeouts() {
     assert!(text.contains("within 0.1s"), "{text}");
     assert_eq!(at, ms(100));
     // no timeout: waits as long as needed
-    let waiter = {
-        let set = set.clone();
-        thread::spawn(move || {
-            let mut acquisition = set.acquire_blocking([("t", 5)]).unwrap();
-            acquisition.update([("t", 5)]).unwrap();
-            set.now()
-        })
-    };
+    let waiter = spawn_blocking_use(&set, "t", 5);
     wait_parked(&timer, 1);
     timer.advance(ms(400));
     assert_eq!(waiter.join().unwrap(), ms(500));

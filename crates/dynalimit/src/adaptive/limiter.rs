@@ -139,6 +139,11 @@ impl State {
         self.inflight < self.limit()
     }
 
+    /// A permit can be handed out at once: room under the limit and nobody queued ahead.
+    fn free_now(&self) -> bool {
+        self.has_room() && self.waiters.is_empty()
+    }
+
     fn take(&mut self) -> u32 {
         self.inflight += 1;
         self.max_inflight = self.max_inflight.max(self.inflight);
@@ -383,7 +388,7 @@ impl AdaptiveLimiter {
     pub fn try_acquire(&self) -> Result<Permit, Rejected> {
         let inflight = {
             let mut s = self.inner.lock();
-            if !(s.has_room() && s.waiters.is_empty()) {
+            if !s.free_now() {
                 let r = s.rejected(RejectReason::Full);
                 drop(s);
                 return Err(self.inner.exceeded(r));
@@ -442,12 +447,12 @@ impl AdaptiveLimiter {
     /// Whether a permit is free right now (nobody queued and the limit not reached).
     pub fn can_acquire(&self) -> bool {
         let s = self.inner.lock();
-        s.has_room() && s.waiters.is_empty()
+        s.free_now()
     }
 
     fn admit(&self, level: Option<Level>) -> Admission {
         let mut s = self.inner.lock();
-        if s.has_room() && s.waiters.is_empty() {
+        if s.free_now() {
             return Admission::Granted(s.take());
         }
         let limit = s.limit();

@@ -231,14 +231,14 @@ impl Backoff {
     /// the past changes nothing. Returns the pause now in force, if any.
     pub fn observe(&self, scope: &str, until_epoch_ms: i64) -> Option<Paused> {
         let remaining = until_epoch_ms.saturating_sub(self.inner.clock.epoch_millis());
+        let s = self.scope(scope);
         if let Ok(ms) = u64::try_from(remaining)
             && ms > 0
         {
-            let s = self.scope(scope);
             let mut st = s.state();
             self.merge(&s, &mut st, Duration::from_millis(ms));
         }
-        self.check(scope).err()
+        self.check_scope(&s).err()
     }
 
     /// Pauses locally like [`Backoff::pause`] and publishes the deadline to the shared store
@@ -278,7 +278,11 @@ impl Backoff {
     /// # Errors
     /// [`Paused`] while the deadline has not passed.
     pub fn check(&self, scope: &str) -> Result<(), Paused> {
-        let deadline = *self.scope(scope).tx.borrow();
+        self.check_scope(&self.scope(scope))
+    }
+
+    fn check_scope(&self, scope: &Scope) -> Result<(), Paused> {
+        let deadline = *scope.tx.borrow();
         let now = self.now();
         match deadline {
             Some(d) if d > now => Err(self.paused(d - now)),
