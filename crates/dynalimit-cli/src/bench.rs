@@ -411,17 +411,16 @@ impl Bench {
                     .await?;
                 Ok(())
             }
-            Op::WarmAcquire => {
+            Op::WarmAcquire | Op::WarmCascade => {
+                // Cascading entities are the `c-` ones.
+                let prefix = if matches!(op, Op::WarmCascade) {
+                    'c'
+                } else {
+                    'e'
+                };
                 let lease = self
                     .limiter
-                    .acquire(&format!("e-{e}"), RESOURCE, consume)
-                    .await?;
-                Ok(lease.commit().await?)
-            }
-            Op::WarmCascade => {
-                let lease = self
-                    .limiter
-                    .acquire(&format!("c-{e}"), RESOURCE, consume)
+                    .acquire(&format!("{prefix}-{e}"), RESOURCE, consume)
                     .await?;
                 Ok(lease.commit().await?)
             }

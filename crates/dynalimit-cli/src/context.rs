@@ -1,8 +1,9 @@
 //! The global options every command shares, and the connections built from them.
 
 use anyhow::Result;
+use aws_config::SdkConfig;
 use clap::Args;
-use dynalimit_repository::stack::StackManager;
+use dynalimit_repository::stack::{self, StackManager};
 use dynalimit_repository::{DEFAULT_NAMESPACE, DEFAULT_STACK, Repository, RepositoryBuilder};
 use serde_json::Value;
 
@@ -67,14 +68,19 @@ impl Global {
         Ok(self.builder().connect().await?)
     }
 
+    /// The AWS settings for `--endpoint-url` and `--region`.
+    pub(crate) async fn sdk_config(&self) -> SdkConfig {
+        stack::sdk_config(self.endpoint_url.as_deref(), self.region.as_deref()).await
+    }
+
     /// The stack manager for `--stack`.
     pub(crate) async fn stacks(&self) -> StackManager {
-        StackManager::connect(
-            &self.stack,
-            self.endpoint_url.as_deref(),
-            self.region.as_deref(),
-        )
-        .await
+        self.stacks_with(&self.sdk_config().await)
+    }
+
+    /// The stack manager for `--stack` on AWS settings already loaded.
+    pub(crate) fn stacks_with(&self, config: &SdkConfig) -> StackManager {
+        StackManager::from_sdk_config(&self.stack, config)
     }
 
     /// Prints `value` in the chosen format.

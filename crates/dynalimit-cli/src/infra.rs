@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
-use dynalimit_repository::stack::{self, StackEvent, StackInfo, StackOptions};
+use dynalimit_repository::stack::{self, StackEvent, StackInfo, StackManager, StackOptions};
 use dynalimit_repository::{Repository, RepositoryError, version};
 use serde_json::{Value, json};
 
@@ -217,8 +217,8 @@ pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
 }
 
 /// The stack's state. An emulator without CloudFormation (DynamoDB Local) has no stacks.
-async fn stack_status(global: &Global) -> Result<Option<StackInfo>> {
-    match global.stacks().await.status().await {
+async fn stack_status(global: &Global, manager: &StackManager) -> Result<Option<StackInfo>> {
+    match manager.status().await {
         Ok(info) => Ok(info),
         Err(RepositoryError::Rejected { .. }) if global.endpoint_url.is_some() => Ok(None),
         Err(e) => Err(e.into()),
@@ -227,8 +227,8 @@ async fn stack_status(global: &Global) -> Result<Option<StackInfo>> {
 
 /// `status`: the stack, the table and its version record.
 pub(crate) async fn status(global: &Global) -> Result<()> {
-    let stack = stack_status(global).await?;
-    let config = stack::sdk_config(global.endpoint_url.as_deref(), global.region.as_deref()).await;
+    let config = global.sdk_config().await;
+    let stack = stack_status(global, &global.stacks_with(&config)).await?;
     let client = aws_sdk_dynamodb::Client::new(&config);
     let table = match client
         .describe_table()
@@ -296,11 +296,11 @@ pub(crate) async fn delete(global: &Global, args: &DeleteArgs) -> Result<()> {
             global.stack
         );
     }
+    let config = global.sdk_config().await;
     let manager = global
-        .stacks()
-        .await
+        .stacks_with(&config)
         .poll_interval(std::time::Duration::from_millis(args.poll_ms));
-    let has_stack = stack_status(global).await?.is_some();
+    let has_stack = stack_status(global, &manager).await?.is_some();
     if has_stack {
         eprintln!("deleting stack {} …", global.stack);
         manager.delete(&mut progress).await?;
@@ -308,8 +308,6 @@ pub(crate) async fn delete(global: &Global, args: &DeleteArgs) -> Result<()> {
         return Ok(());
     }
     if global.endpoint_url.is_some() {
-        let config =
-            stack::sdk_config(global.endpoint_url.as_deref(), global.region.as_deref()).await;
         let client = aws_sdk_dynamodb::Client::new(&config);
         if client
             .delete_table()

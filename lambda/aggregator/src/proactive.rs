@@ -142,22 +142,17 @@ fn refill_request(
             conditions.push(format!("{attr} <= {pin}"));
         }
     }
-    let vu = e.name("vu");
-    conditions.push(match plan.vu_read {
-        Some(v) => {
-            let v = e.value(n(v));
-            format!("{vu} = {v}")
-        }
-        None => format!("attribute_not_exists({vu})"),
-    });
-    let sc = e.name("shard_count");
-    conditions.push(match plan.shard_count {
-        Some(s) => {
-            let s = e.value(n(s));
-            format!("{sc} = {s}")
-        }
-        None => format!("attribute_not_exists({sc})"),
-    });
+    // The attribute must still hold what was read, or still be absent.
+    for (attr, read) in [("vu", plan.vu_read), ("shard_count", plan.shard_count)] {
+        let name = e.name(attr);
+        conditions.push(match read {
+            Some(v) => {
+                let v = e.value(n(v));
+                format!("{name} = {v}")
+            }
+            None => format!("attribute_not_exists({name})"),
+        });
+    }
     let (pk, sk) = bucket.bucket_key();
     agg.client()
         .update_item()
