@@ -364,6 +364,54 @@ fn build_err(e: impl std::fmt::Display) -> RepositoryError {
 
 const BATCH_GET_RETRIES: u32 = 3;
 
+/// Reads `keys` (at most 100) from `table` with `BatchGetItem`, eventually consistent,
+/// retrying unprocessed keys three times.
+///
+/// # Errors
+/// The classified failure of a request, or [`RepositoryError::Unavailable`] when keys are
+/// still unprocessed after the retries.
+pub(crate) async fn batch_get_items(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    keys: Vec<Item>,
+) -> Result<Vec<Item>, RepositoryError> {
+    let mut found = Vec::new();
+    let mut pending = keys;
+    let mut attempt = 0;
+    while !pending.is_empty() {
+        let request = KeysAndAttributes::builder()
+            .set_keys(Some(std::mem::take(&mut pending)))
+            .build()
+            .map_err(build_err)?;
+        let out = client
+            .batch_get_item()
+            .request_items(table, request)
+            .send()
+            .await
+            .map_err(|e| classify("BatchGetItem", e))?;
+        if let Some(mut responses) = out.responses {
+            found.extend(responses.remove(table).unwrap_or_default());
+        }
+        pending = out
+            .unprocessed_keys
+            .and_then(|mut u| u.remove(table))
+            .map(|k| k.keys)
+            .unwrap_or_default();
+        if pending.is_empty() {
+            break;
+        }
+        attempt += 1;
+        if attempt > BATCH_GET_RETRIES {
+            return Err(RepositoryError::Unavailable {
+                operation: "BatchGetItem",
+                message: format!("{} keys unprocessed after retries", pending.len()),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+    }
+    Ok(found)
+}
+
 impl Repository {
     /// Evicts every cached configuration of this namespace.
     pub async fn invalidate_config_cache(&self) {
@@ -404,7 +452,13 @@ impl Repository {
         if !missing.is_empty() {
             let ns = &self.scope.id;
             let wanted: Vec<Item> = missing.iter().map(|&i| slot_key(ns, &slots[i])).collect();
-            let items = match self.batch_get(wanted.clone()).await {
+            let items = match batch_get_items(
+                &self.shared.client,
+                &self.shared.table,
+                wanted.clone(),
+            )
+            .await
+            {
                 Ok(items) => items,
                 // A failed batch (a principal without BatchGetItem, a partial outage) falls
                 // back to one GetItem per level.
@@ -440,48 +494,6 @@ impl Repository {
             }
         }
         Ok(out.into_iter().flatten().collect())
-    }
-
-    /// Reads `keys` (at most 100) with `BatchGetItem`, eventually consistent, retrying
-    /// unprocessed keys three times.
-    pub(crate) async fn batch_get(&self, wanted: Vec<Item>) -> Result<Vec<Item>, RepositoryError> {
-        let mut found = Vec::new();
-        let mut pending = wanted;
-        let mut attempt = 0;
-        while !pending.is_empty() {
-            let request = KeysAndAttributes::builder()
-                .set_keys(Some(std::mem::take(&mut pending)))
-                .build()
-                .map_err(build_err)?;
-            let out = self
-                .shared
-                .client
-                .batch_get_item()
-                .request_items(self.shared.table.clone(), request)
-                .send()
-                .await
-                .map_err(|e| classify("BatchGetItem", e))?;
-            if let Some(mut responses) = out.responses {
-                found.extend(responses.remove(&self.shared.table).unwrap_or_default());
-            }
-            pending = out
-                .unprocessed_keys
-                .and_then(|mut u| u.remove(&self.shared.table))
-                .map(|k| k.keys)
-                .unwrap_or_default();
-            if pending.is_empty() {
-                break;
-            }
-            attempt += 1;
-            if attempt > BATCH_GET_RETRIES {
-                return Err(RepositoryError::Unavailable {
-                    operation: "BatchGetItem",
-                    message: format!("{} keys unprocessed after retries", pending.len()),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
-        }
-        Ok(found)
     }
 
     /// The limits for `entity_id` on `resource`, from the first of entity, entity default,

@@ -197,19 +197,8 @@ impl Repository {
         name: &str,
     ) -> Result<Option<NamespaceInfo>, RepositoryError> {
         ids::validate_namespace_name(name)?;
-        let out = self
-            .shared
-            .client
-            .get_item()
-            .table_name(&self.shared.table)
-            .set_key(Some(item::key(
-                keys::SYSTEM_RESERVED_PK,
-                keys::namespace_sk(name),
-            )))
-            .send()
+        self.get_registry_record(keys::namespace_sk(name), false)
             .await
-            .map_err(|e| classify("GetItem", e))?;
-        out.item.as_ref().map(NamespaceInfo::from_item).transpose()
     }
 
     /// Reads the reverse record of namespace id `id` (present also while deleted).
@@ -220,17 +209,48 @@ impl Repository {
         &self,
         id: &str,
     ) -> Result<Option<NamespaceInfo>, RepositoryError> {
+        self.get_registry_record(keys::nsid_sk(id), true).await
+    }
+
+    /// Reads one record of the namespace registry by its sort key.
+    async fn get_registry_record(
+        &self,
+        sk: String,
+        consistent: bool,
+    ) -> Result<Option<NamespaceInfo>, RepositoryError> {
         let out = self
             .shared
             .client
             .get_item()
             .table_name(&self.shared.table)
-            .set_key(Some(item::key(keys::SYSTEM_RESERVED_PK, keys::nsid_sk(id))))
-            .consistent_read(true)
+            .set_key(Some(item::key(keys::SYSTEM_RESERVED_PK, sk)))
+            .set_consistent_read(consistent.then_some(true))
             .send()
             .await
             .map_err(|e| classify("GetItem", e))?;
         out.item.as_ref().map(NamespaceInfo::from_item).transpose()
+    }
+
+    /// Updates the `status` (as `#st`) and companions of the reverse record of namespace `id`.
+    async fn update_reverse_record<const N: usize>(
+        &self,
+        id: &str,
+        expression: &str,
+        values: [(&str, AttributeValue); N],
+    ) -> Result<(), RepositoryError> {
+        let mut update = self
+            .shared
+            .client
+            .update_item()
+            .table_name(&self.shared.table)
+            .set_key(Some(item::key(keys::SYSTEM_RESERVED_PK, keys::nsid_sk(id))))
+            .update_expression(expression)
+            .expression_attribute_names("#st", "status");
+        for (name, value) in values {
+            update = update.expression_attribute_values(name, value);
+        }
+        update.send().await.map_err(|e| classify("UpdateItem", e))?;
+        Ok(())
     }
 
     async fn query_registry(&self, prefix: &str) -> Result<Vec<NamespaceInfo>, RepositoryError> {
@@ -290,21 +310,12 @@ impl Repository {
             .await
             .map_err(|e| classify("DeleteItem", e))?;
         let now = item::iso_seconds(self.shared.clock.epoch_millis());
-        self.shared
-            .client
-            .update_item()
-            .table_name(&self.shared.table)
-            .set_key(Some(item::key(
-                keys::SYSTEM_RESERVED_PK,
-                keys::nsid_sk(&info.id),
-            )))
-            .update_expression("SET #st = :d, deleted_at = :t")
-            .expression_attribute_names("#st", "status")
-            .expression_attribute_values(":d", item::s("deleted"))
-            .expression_attribute_values(":t", item::s(now))
-            .send()
-            .await
-            .map_err(|e| classify("UpdateItem", e))?;
+        self.update_reverse_record(
+            &info.id,
+            "SET #st = :d, deleted_at = :t",
+            [(":d", item::s("deleted")), (":t", item::s(now))],
+        )
+        .await?;
         self.forget_namespace(name);
         Ok(Some(info.id))
     }
@@ -358,17 +369,12 @@ impl Repository {
             }
             return Err(classify("PutItem", e));
         }
-        self.shared
-            .client
-            .update_item()
-            .table_name(&self.shared.table)
-            .set_key(Some(item::key(keys::SYSTEM_RESERVED_PK, keys::nsid_sk(id))))
-            .update_expression("SET #st = :a REMOVE deleted_at")
-            .expression_attribute_names("#st", "status")
-            .expression_attribute_values(":a", item::s("active"))
-            .send()
-            .await
-            .map_err(|e| classify("UpdateItem", e))?;
+        self.update_reverse_record(
+            id,
+            "SET #st = :a REMOVE deleted_at",
+            [(":a", item::s("active"))],
+        )
+        .await?;
         self.remember_namespace(&info.name, id);
         Ok(NamespaceInfo {
             status: "active".into(),
@@ -411,17 +417,8 @@ impl Repository {
                 message: "delete the namespace before purging it".into(),
             });
         }
-        self.shared
-            .client
-            .update_item()
-            .table_name(&self.shared.table)
-            .set_key(Some(item::key(keys::SYSTEM_RESERVED_PK, keys::nsid_sk(id))))
-            .update_expression("SET #st = :p")
-            .expression_attribute_names("#st", "status")
-            .expression_attribute_values(":p", item::s("purging"))
-            .send()
-            .await
-            .map_err(|e| classify("UpdateItem", e))?;
+        self.update_reverse_record(id, "SET #st = :p", [(":p", item::s("purging"))])
+            .await?;
         let mut deleted = 0;
         let mut start = None;
         loop {

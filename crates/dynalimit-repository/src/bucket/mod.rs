@@ -29,8 +29,8 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, KeysAndAttributes, Put, ReturnValue,
-    ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    AttributeValue, ConditionCheck, Put, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem,
 };
 use dynalimit_core::decide::{BucketImage, CreatePlan, DeltaPlan, RefillPlan};
 use futures::future::join_all;
@@ -41,6 +41,7 @@ use expr::Expr;
 pub use pause::{PAUSE_ATTRIBUTE, live_pause, pause_stamp};
 
 use crate::RepositoryError;
+use crate::config::batch_get_items;
 use crate::error::classify;
 use crate::item::{Item, get_s as get_str};
 use crate::keys::{META_SK, STATE_SK as BUCKET_SK, entity_pk};
@@ -488,50 +489,13 @@ impl BucketStore {
         for chunk in keys.chunks(100) {
             let mut request: Vec<Item> = chunk
                 .iter()
-                .map(|(pk, sk)| {
-                    HashMap::from([
-                        ("PK".to_owned(), AttributeValue::S(pk.clone())),
-                        ("SK".to_owned(), AttributeValue::S(sk.clone())),
-                    ])
-                })
+                .map(|(pk, sk)| crate::item::key(pk.as_str(), sk.as_str()))
                 .collect();
             request.sort_by_key(|k| format!("{:?}", k.get("PK")));
             request.dedup();
-            let mut attempt = 0u32;
-            while !request.is_empty() {
-                let ka = KeysAndAttributes::builder()
-                    .set_keys(Some(std::mem::take(&mut request)))
-                    .build()
-                    .map_err(|e| build_error("TransactWriteItems", &e))?;
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, ka)
-                    .send()
-                    .await
-                    .map_err(|e| classify("BatchGetItem", e))?;
-                for item in out
-                    .responses
-                    .unwrap_or_default()
-                    .remove(&self.table)
-                    .unwrap_or_default()
-                {
-                    if let (Some(pk), Some(sk)) = (get_str(&item, "PK"), get_str(&item, "SK")) {
-                        found.insert((pk.to_owned(), sk.to_owned()), item);
-                    }
-                }
-                if let Some(rest) = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)) {
-                    request = rest.keys;
-                }
-                if !request.is_empty() {
-                    if attempt >= CONFLICT_RETRIES {
-                        return Err(RepositoryError::Unavailable {
-                            operation: "BatchGetItem",
-                            message: "keys left unprocessed after 3 retries".to_owned(),
-                        });
-                    }
-                    tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
-                    attempt += 1;
+            for item in batch_get_items(&self.client, &self.table, request).await? {
+                if let (Some(pk), Some(sk)) = (get_str(&item, "PK"), get_str(&item, "SK")) {
+                    found.insert((pk.to_owned(), sk.to_owned()), item);
                 }
             }
         }

@@ -91,17 +91,17 @@ impl Inner {
     fn entry_from_image(
         &self,
         key: &BucketKey,
-        img: &BucketImage,
+        img: BucketImage,
         demand: &BTreeMap<String, i64>,
     ) -> Entry {
-        self.learn(&key.entity_id, &key.resource, img);
+        self.learn(&key.entity_id, &key.resource, &img);
         Entry {
             key: key.clone(),
             consumed: demand.clone(),
-            states: img.limits.clone(),
             shard_count: img.shards(),
             cascade: img.cascade,
-            parent_id: img.parent_id.clone(),
+            states: img.limits,
+            parent_id: img.parent_id,
         }
     }
 
@@ -123,7 +123,7 @@ impl Inner {
         let key = BucketKey::new(entity_id, resource, shard);
         let outcome = self.store.speculative_consume(&key, demand, now).await?;
         let next = match outcome {
-            ConsumeOutcome::Consumed(img) => Next::Done(self.entry_from_image(&key, &img, demand)),
+            ConsumeOutcome::Consumed(img) => Next::Done(self.entry_from_image(&key, img, demand)),
             ConsumeOutcome::Contended => Next::Slow {
                 shard,
                 shard_count: known,
@@ -237,9 +237,7 @@ impl Inner {
             let probe = key.with_shard(shard);
             match self.store.speculative_consume(&probe, demand, now).await? {
                 ConsumeOutcome::Consumed(got) => {
-                    return Ok(Some(Next::Done(
-                        self.entry_from_image(&probe, &got, demand),
-                    )));
+                    return Ok(Some(Next::Done(self.entry_from_image(&probe, got, demand))));
                 }
                 ConsumeOutcome::Contended => {
                     return Ok(Some(Next::Slow {
@@ -297,9 +295,10 @@ impl Inner {
             if limits.is_empty() {
                 return Err(Refusal::NoLimits);
             }
+            let now = self.clock.epoch_millis();
             let paused = [&bucket_key, &first_key]
                 .into_iter()
-                .filter_map(|k| live_pause(items.get(k)?, self.clock.epoch_millis()))
+                .filter_map(|k| live_pause(items.get(k)?, now))
                 .max();
             if let Some(until) = paused {
                 return Err(Refusal::Paused(until));
@@ -309,7 +308,6 @@ impl Inner {
                 .get(&meta_key)
                 .map_or_else(Meta::absent, Meta::from_item);
             let image = items.get(&bucket_key).map(image_from_item);
-            let now = self.clock.epoch_millis();
             // Entity-level configuration keeps its buckets; resource/system configuration
             // and explicit limits give them a TTL so unused buckets are swept (§2.6).
             let ttl = match access.source {
@@ -411,13 +409,13 @@ impl Inner {
         if retry.is_empty() {
             // Nothing to debit (all-zero request): the read already showed it fits.
             return match self.store.read(key).await? {
-                Some(img) => Ok(self.entry_from_image(key, &img, consumed)),
+                Some(img) => Ok(self.entry_from_image(key, img, consumed)),
                 None => Err(contended()),
             };
         }
         let now = self.clock.epoch_millis();
         match self.store.consume_only(key, &retry, now).await? {
-            ConsumeOutcome::Consumed(img) => Ok(self.entry_from_image(key, &img, consumed)),
+            ConsumeOutcome::Consumed(img) => Ok(self.entry_from_image(key, img, consumed)),
             ConsumeOutcome::Paused(until) => Err(Refusal::Paused(until)),
             ConsumeOutcome::Failed(Some(img)) => {
                 let statuses = statuses_from_image(&img, demand, now);
