@@ -23,6 +23,7 @@
 pub mod fault;
 pub mod moto;
 pub mod raw;
+pub mod template;
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
