@@ -28,7 +28,9 @@ pub(crate) struct UsageArgs {
     /// Resource whose usage to read (across entities without --entity).
     #[arg(long, short = 'r')]
     pub(crate) resource: Option<String>,
-    /// Only this window.
+    /// Only this window. A day's hour-00 item is also the day's item (and on the 1st the
+    /// month's): it counts every window it starts, and a daily or monthly query lists it even
+    /// when its window says hourly.
     #[arg(long, short = 'w', value_parser = ["hourly", "daily", "monthly"])]
     pub(crate) window: Option<String>,
     /// Only windows starting at or after this instant (YYYY-MM-DDTHH:MM:SSZ).

@@ -1,5 +1,20 @@
 //! Usage snapshots written by the aggregator (reference §1.4.10): queries per entity or per
 //! resource, and summaries over them.
+//!
+//! # Items shared by several windows
+//! A snapshot item is keyed by its window's start alone, so the item of a day's hour 00 is
+//! also that day's item (`YYYY-MM-DDT00:00:00Z`), and on the first of a month the month's
+//! too. The aggregators (dynalimit's and zae-limiter's alike) add every configured window's
+//! counts to that one item and write its `window` once, from the first window in the
+//! configured order: with the default order, finest first (`hourly,daily[,monthly]`), it
+//! names the finest window that had usage there. Its counters are the sum of those windows.
+//!
+//! A window filter therefore keeps an item whose stored `window` is that window **or a finer
+//! one** when the item's start is a start of the filtered window: a daily query finds the
+//! day's item even when it says `hourly`, a monthly one finds the month's item whatever it
+//! says; an hourly query keeps only items that say `hourly` (an item a daily write created
+//! holds no usage of hour 00). With windows configured coarsest first the stored `window`
+//! is the coarsest sharer and finer queries miss shared items.
 
 use std::collections::BTreeMap;
 
@@ -57,7 +72,8 @@ pub struct UsageQuery {
     pub entity_id: Option<String>,
     /// Snapshots of this resource across entities (GSI2, newest first) when no entity is set.
     pub resource: Option<String>,
-    /// Only this window (`hourly`, `daily`, `monthly`).
+    /// Only this window (`hourly`, `daily`, `monthly`). Shared items count as the coarser
+    /// windows they also start (see the module documentation).
     pub window: Option<String>,
     /// Only windows starting at or after this instant (`YYYY-MM-DDTHH:MM:SSZ`).
     pub start: Option<String>,
@@ -131,9 +147,47 @@ impl UsageQuery {
     }
 
     fn keeps(&self, s: &UsageSnapshot) -> bool {
-        self.window.as_ref().is_none_or(|w| *w == s.window)
+        self.window
+            .as_ref()
+            .is_none_or(|w| window_holds(w, &s.window, &s.window_start))
             && self.start.as_ref().is_none_or(|t| s.window_start >= *t)
             && self.end.as_ref().is_none_or(|t| s.window_start <= *t)
+    }
+}
+
+/// Rank of a window, finest first; `None` for a name the format does not define.
+fn window_rank(window: &str) -> Option<u8> {
+    match window {
+        "hourly" => Some(0),
+        "daily" => Some(1),
+        "monthly" => Some(2),
+        _ => None,
+    }
+}
+
+/// True when `start` (`YYYY-MM-DDTHH:MM:SSZ`) is the start of a `window`.
+fn starts(window: &str, start: &str) -> bool {
+    let b = start.as_bytes();
+    if b.len() != 20 || !start.ends_with(":00:00Z") {
+        return false;
+    }
+    match window {
+        "hourly" => true,
+        "daily" => start.ends_with("T00:00:00Z"),
+        "monthly" => start.ends_with("T00:00:00Z") && &start[8..10] == "01",
+        _ => false,
+    }
+}
+
+/// Whether an item stored with `stored` window starting at `start` holds `wanted`'s counts
+/// (see the module documentation on shared items).
+fn window_holds(wanted: &str, stored: &str, start: &str) -> bool {
+    if wanted == stored {
+        return true;
+    }
+    match (window_rank(wanted), window_rank(stored)) {
+        (Some(w), Some(s)) => w > s && starts(wanted, start),
+        _ => false,
     }
 }
 
@@ -377,6 +431,41 @@ mod tests {
             sum.max_window_start.as_deref(),
             Some("2026-01-01T01:00:00Z")
         );
+    }
+
+    fn snap_of(window: &str, start: &str) -> UsageSnapshot {
+        UsageSnapshot {
+            window: window.into(),
+            ..snap(start, 1, 1)
+        }
+    }
+
+    #[test]
+    fn window_filters_find_items_shared_with_a_finer_window() {
+        let day = UsageQuery::entity("u1").with_window("daily");
+        let month = UsageQuery::entity("u1").with_window("monthly");
+        let hour = UsageQuery::entity("u1").with_window("hourly");
+        // The day's item, written first by the hour-00 write.
+        let h00 = snap_of("hourly", "2026-03-10T00:00:00Z");
+        assert!(day.keeps(&h00) && hour.keeps(&h00) && !month.keeps(&h00));
+        // Hour 01 is no day's item.
+        let h01 = snap_of("hourly", "2026-03-10T01:00:00Z");
+        assert!(hour.keeps(&h01) && !day.keeps(&h01));
+        // The first of a month: the month's item whether hour 00 or the day wrote it first.
+        for first in ["hourly", "daily", "monthly"] {
+            assert!(
+                month.keeps(&snap_of(first, "2026-04-01T00:00:00Z")),
+                "{first}"
+            );
+        }
+        assert!(day.keeps(&snap_of("daily", "2026-04-01T00:00:00Z")));
+        // A daily write created it: hour 00 had no usage, an hourly query skips it.
+        assert!(!hour.keeps(&snap_of("daily", "2026-03-10T00:00:00Z")));
+        // Written first as a coarser window: finer queries do not claim it.
+        assert!(!day.keeps(&snap_of("monthly", "2026-04-01T00:00:00Z")));
+        // Unknown or malformed values only match exactly.
+        assert!(!day.keeps(&snap_of("weekly", "2026-03-10T00:00:00Z")));
+        assert!(!day.keeps(&snap_of("hourly", "2026-03-10T00:00:00")));
     }
 
     #[test]

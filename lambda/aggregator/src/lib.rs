@@ -16,9 +16,12 @@
 //!    other items are ignored. Event names this code does not know (DynamoDB Local sends
 //!    `UNKNOWN_TO_SDK_VERSION`) are resolved from which images the record carries.
 //! 3. [`processor::plan`] (pure): per (namespace, entity, resource), one snapshot write per
-//!    (window, window key) — counters named after the limits, `total_events` one per
-//!    (record, limit), `{limit}#od` for soft-limit overdraws, identity and GSI2/GSI4 keys,
-//!    `ttl` set once — inside one `TransactWriteItems` with the watermark moves below.
+//!    snapshot item — counters named after the limits, `total_events` one per
+//!    (record, limit, window), `{limit}#od` for soft-limit overdraws, identity and GSI2/GSI4
+//!    keys, `ttl` set once — inside one `TransactWriteItems` with the watermark moves below.
+//!    Windows that start at the same instant share an item (hour 00 and its day, and on the
+//!    first of a month the month too); their counts are added to that one item, as
+//!    zae-limiter does (see [`processor`]).
 //! 4. [`Aggregator::process`]: reads the watermarks, commits, re-plans when another
 //!    aggregator moved a watermark in between, and reports the records whose usage is not
 //!    committed (the Lambda answers them as partial batch failures).

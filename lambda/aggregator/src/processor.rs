@@ -9,8 +9,28 @@
 //!    the bucket is not lost (the reference's aggregator drops it, §13 case 44). REMOVEs
 //!    (deletes and TTL expiry) and every other item are ignored.
 //! 2. [`plan`] turns the usages that are newer than each bucket item's watermark into
-//!    [`Transaction`]s: per (namespace, entity, resource) one write per (window, window key),
-//!    each carrying the new watermark of every bucket item whose records it counts.
+//!    [`Transaction`]s: per (namespace, entity, resource) one write per snapshot item, each
+//!    transaction carrying the new watermark of every bucket item whose records it counts.
+//!
+//! # Windows that share an item
+//! A snapshot item is keyed by its window's UTC start alone (reference §1.4.10), so windows
+//! that start at the same instant share one item: the hourly window of hour 00 and the daily
+//! window start at `YYYY-MM-DDT00:00:00Z`, and on the first of a month the monthly window
+//! starts there too. DynamoDB refuses a transaction that touches one item twice, so [`plan`]
+//! merges them into one [`SnapshotWrite`] whose additions are exactly what zae-limiter 0.17's
+//! aggregator leaves behind with its one `UpdateItem` per (delta, window):
+//!
+//! * each limit counter gets the record's tokens once per window sharing the item, and so do
+//!   `total_events` (one per record, limit and window) and `{limit}#od`;
+//! * `window` is written only when the item is new (`if_not_exists`), with the first window,
+//!   in the configured order, that the earliest counted record maps to this item; a later
+//!   write never changes it.
+//!
+//! With `hourly,daily` the item of a day's hour 00 therefore counts that hour **plus** the
+//! whole day, and with `monthly` as well the item of the first of a month at 00:00 counts
+//! that hour, that day and the whole month. Neither library can tell the parts apart from
+//! the item alone; the hourly items of hours 01–23 (and the daily items of days 2–31) hold
+//! the rest. `window_start` is the key itself, the same for every sharer.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -241,21 +261,28 @@ pub fn extract(records: &[StreamRecord]) -> Extracted {
     out
 }
 
-/// The additions to one snapshot item (reference §1.4.10).
+/// The additions to one snapshot item (reference §1.4.10): one per item, however many
+/// windows share it (see the module documentation).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotWrite {
     /// Owner of the snapshot.
     pub group: GroupKey,
-    /// The window.
+    /// The value of `window` if this write creates the item: the first configured window
+    /// the earliest counted record maps to this item.
     pub window: Window,
-    /// The window key (its UTC start).
+    /// Every window whose counts this write carries, in the configured order (more than one
+    /// when windows share the item).
+    pub windows: Vec<Window>,
+    /// The window key (its UTC start), which is also the item's key.
     pub window_key: String,
-    /// Whole tokens to add per limit.
+    /// Whole tokens to add per limit: each record's tokens once per window it is counted in.
     pub counters: BTreeMap<String, i64>,
-    /// Soft-limit overdraw events to add per limit (`{limit}#od`).
+    /// Soft-limit overdraw events to add per limit (`{limit}#od`), once per window.
     pub overdrawn: BTreeMap<String, i64>,
-    /// Events to add to `total_events`: one per (record, limit).
+    /// Events to add to `total_events`: one per (record, limit, window).
     pub total_events: i64,
+    /// The instant of the earliest record counted (the one that chose `window`).
+    pub first_at_ms: i64,
 }
 
 /// The move of one bucket item's watermark.
@@ -272,7 +299,7 @@ pub struct MarkerWrite {
 /// One atomic write: snapshot additions and the watermarks that make them count once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transaction {
-    /// Snapshot updates, one per (window, window key).
+    /// Snapshot updates, one per snapshot item (windows sharing an item are merged).
     pub snapshots: Vec<SnapshotWrite>,
     /// Watermark moves, one per bucket item counted.
     pub markers: Vec<MarkerWrite>,
@@ -304,7 +331,8 @@ pub struct GroupPlan {
 
 #[derive(Default)]
 struct Builder {
-    snapshots: BTreeMap<(Window, String), SnapshotWrite>,
+    /// Snapshot writes by item key (the window key).
+    snapshots: BTreeMap<String, SnapshotWrite>,
     markers: BTreeMap<BucketRef, MarkerWrite>,
     records: Vec<SequenceNumber>,
 }
@@ -313,26 +341,44 @@ impl Builder {
     fn would_overflow(&self, usage: &Usage, windows: &[Window]) -> bool {
         let new_snapshots = windows
             .iter()
-            .filter(|w| !self.snapshots.contains_key(&(**w, w.key(usage.at_ms))))
-            .count();
+            .map(|w| w.key(usage.at_ms))
+            .filter(|k| !self.snapshots.contains_key(k))
+            .collect::<BTreeSet<_>>()
+            .len();
         let new_marker = usize::from(!self.markers.contains_key(&usage.bucket));
         self.snapshots.len() + self.markers.len() + new_snapshots + new_marker > MAX_TRANSACT_ITEMS
     }
 
     fn add(&mut self, usage: &Usage, expected: Option<SequenceNumber>, windows: &[Window]) {
-        for &window in windows {
-            let window_key = window.key(usage.at_ms);
+        // Windows of this record that already touched an item: the first one of each item
+        // is the `window` the item gets when this record is the earliest counted.
+        let mut firsts: Vec<&str> = Vec::with_capacity(windows.len());
+        let keys: Vec<String> = windows.iter().map(|w| w.key(usage.at_ms)).collect();
+        for (&window, window_key) in windows.iter().zip(&keys) {
+            let first_for_item = !firsts.contains(&window_key.as_str());
+            firsts.push(window_key);
             let snap = self
                 .snapshots
-                .entry((window, window_key.clone()))
+                .entry(window_key.clone())
                 .or_insert_with(|| SnapshotWrite {
                     group: usage.bucket.group(),
                     window,
-                    window_key,
+                    windows: Vec::new(),
+                    window_key: window_key.clone(),
                     counters: BTreeMap::new(),
                     overdrawn: BTreeMap::new(),
                     total_events: 0,
+                    first_at_ms: usage.at_ms,
                 });
+            if first_for_item && usage.at_ms < snap.first_at_ms {
+                snap.first_at_ms = usage.at_ms;
+                snap.window = window;
+            }
+            if !snap.windows.contains(&window) {
+                snap.windows.push(window);
+                snap.windows
+                    .sort_by_key(|w| windows.iter().position(|c| c == w));
+            }
             for d in &usage.deltas {
                 *snap.counters.entry(d.limit.clone()).or_default() += d.tokens;
                 if d.overdrawn {
@@ -366,7 +412,9 @@ impl Builder {
 /// A usage whose sequence number is at or below its bucket item's watermark was already
 /// counted and is dropped; what remains is grouped per (namespace, entity, resource) into
 /// transactions of at most [`MAX_TRANSACT_ITEMS`] items, each moving the watermark of every
-/// bucket item it counts from the value read to its last counted sequence number.
+/// bucket item it counts from the value read to its last counted sequence number. `windows`
+/// is the configured list, in its configured order; windows that map a record to the same
+/// item are merged into one write of that item (see the module documentation).
 pub fn plan(
     usage: &[Usage],
     watermarks: &HashMap<BucketRef, SequenceNumber>,
@@ -429,4 +477,215 @@ pub fn watermark_keys(usage: &[Usage]) -> Vec<BucketRef> {
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2026-03-10T00:20:00Z and 2026-03-10T01:05:00Z.
+    const MAR10_0020: i64 = 1_773_102_000_000;
+    const MAR10_0105: i64 = 1_773_104_700_000;
+    /// 2026-04-01T00:10:00Z and 2026-04-01T05:00:00Z.
+    const APR01_0010: i64 = 1_775_002_200_000;
+    const APR01_0500: i64 = 1_775_019_600_000;
+    /// 2026-12-31T23:30:00Z and 2027-01-01T00:10:00Z.
+    const DEC31_2330: i64 = 1_798_759_800_000;
+    const JAN01_0010: i64 = 1_798_762_200_000;
+
+    const ALL: [Window; 3] = [Window::Hourly, Window::Daily, Window::Monthly];
+
+    fn bucket(shard: u32) -> BucketRef {
+        BucketRef {
+            namespace_id: "ns".into(),
+            entity_id: "u1".into(),
+            resource: "gpt-4".into(),
+            shard,
+        }
+    }
+
+    fn delta(limit: &str, tokens: i64, overdrawn: bool) -> LimitDelta {
+        LimitDelta {
+            limit: limit.into(),
+            milli: tokens * 1000,
+            tokens,
+            overdrawn,
+        }
+    }
+
+    fn usage(shard: u32, seq: u64, at_ms: i64, deltas: Vec<LimitDelta>) -> Usage {
+        Usage {
+            bucket: bucket(shard),
+            sequence_number: SequenceNumber::parse(&seq.to_string()).unwrap(),
+            at_ms,
+            deltas,
+        }
+    }
+
+    fn counts(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+    }
+
+    /// The single transaction of a single group, with its snapshot writes by item key.
+    fn one_transaction(
+        usage: &[Usage],
+        windows: &[Window],
+    ) -> (Transaction, BTreeMap<String, SnapshotWrite>) {
+        let plans = plan(usage, &HashMap::new(), windows);
+        assert_eq!(plans.len(), 1);
+        assert_eq!(plans[0].transactions.len(), 1);
+        let tx = plans[0].transactions[0].clone();
+        let by_key = tx
+            .snapshots
+            .iter()
+            .map(|s| (s.window_key.clone(), s.clone()))
+            .collect();
+        (tx, by_key)
+    }
+
+    /// DynamoDB refuses two operations on one item in a transaction.
+    fn assert_one_operation_per_item(tx: &Transaction) {
+        let keys: BTreeSet<&str> = tx.snapshots.iter().map(|s| s.window_key.as_str()).collect();
+        assert_eq!(keys.len(), tx.snapshots.len(), "{tx:?}");
+    }
+
+    #[test]
+    fn hour_00_and_its_day_share_one_write_counting_both() {
+        let (tx, snaps) = one_transaction(
+            &[
+                usage(
+                    0,
+                    1,
+                    MAR10_0020,
+                    vec![delta("rpm", 3, false), delta("tpm", 100, false)],
+                ),
+                usage(0, 2, MAR10_0105, vec![delta("rpm", 5, false)]),
+            ],
+            &[Window::Hourly, Window::Daily],
+        );
+        assert_one_operation_per_item(&tx);
+        // Two items: 00 (hour 00 and the day) and 01; plus one watermark.
+        assert_eq!(tx.len(), 3);
+        let shared = &snaps["2026-03-10T00:00:00Z"];
+        assert_eq!(shared.windows, [Window::Hourly, Window::Daily]);
+        assert_eq!(shared.window, Window::Hourly);
+        // Hour 00 (3 rpm, 100 tpm) + the day (8 rpm, 100 tpm).
+        assert_eq!(shared.counters, counts(&[("rpm", 11), ("tpm", 200)]));
+        // (record, limit, window): 2 limits x 2 windows + 1 limit x 1 window.
+        assert_eq!(shared.total_events, 5);
+        let h01 = &snaps["2026-03-10T01:00:00Z"];
+        assert_eq!(h01.windows, [Window::Hourly]);
+        assert_eq!(h01.counters, counts(&[("rpm", 5)]));
+        assert_eq!(h01.total_events, 1);
+    }
+
+    #[test]
+    fn the_first_of_a_month_at_00_is_one_write_for_all_three_windows() {
+        let (tx, snaps) = one_transaction(
+            &[
+                usage(
+                    0,
+                    1,
+                    APR01_0010,
+                    vec![delta("rpm", 2, false), delta("soft", 4, true)],
+                ),
+                usage(0, 2, APR01_0500, vec![delta("rpm", 7, false)]),
+            ],
+            &ALL,
+        );
+        assert_one_operation_per_item(&tx);
+        assert_eq!(tx.snapshots.len(), 2);
+        let shared = &snaps["2026-04-01T00:00:00Z"];
+        assert_eq!(shared.windows, ALL);
+        assert_eq!(shared.window, Window::Hourly);
+        // 00:10 counted three times (hour, day, month), 05:00 twice (day, month).
+        assert_eq!(
+            shared.counters,
+            counts(&[("rpm", 2 * 3 + 7 * 2), ("soft", 12)])
+        );
+        assert_eq!(shared.overdrawn, counts(&[("soft", 3)]));
+        assert_eq!(shared.total_events, 2 * 3 + 2);
+        let h05 = &snaps["2026-04-01T05:00:00Z"];
+        assert_eq!(
+            (h05.window, h05.counters.clone()),
+            (Window::Hourly, counts(&[("rpm", 7)]))
+        );
+    }
+
+    #[test]
+    fn the_window_written_is_the_first_configured_one_of_the_earliest_record() {
+        let records = [
+            // Shard 0 at 05:00 reaches the shared item through daily and monthly only…
+            usage(0, 1, APR01_0500, vec![delta("rpm", 1, false)]),
+            // …shard 1 at 00:10, earlier, through all three.
+            usage(1, 7, APR01_0010, vec![delta("rpm", 1, false)]),
+        ];
+        let (_, snaps) = one_transaction(&records, &ALL);
+        assert_eq!(snaps["2026-04-01T00:00:00Z"].window, Window::Hourly);
+        let (_, snaps) = one_transaction(&records, &[Window::Monthly, Window::Daily]);
+        let shared = &snaps["2026-04-01T00:00:00Z"];
+        assert_eq!(shared.window, Window::Monthly);
+        assert_eq!(shared.windows, [Window::Monthly, Window::Daily]);
+        assert_eq!(shared.counters, counts(&[("rpm", 4)]));
+        // Only shard 0's record: daily first in this order.
+        let (_, snaps) = one_transaction(&records[..1], &[Window::Daily, Window::Monthly]);
+        assert_eq!(snaps["2026-04-01T00:00:00Z"].window, Window::Daily);
+    }
+
+    #[test]
+    fn a_year_end_batch_writes_each_item_once() {
+        let (tx, snaps) = one_transaction(
+            &[
+                usage(0, 1, DEC31_2330, vec![delta("rpm", 1, false)]),
+                usage(0, 2, JAN01_0010, vec![delta("rpm", 10, false)]),
+            ],
+            &ALL,
+        );
+        assert_one_operation_per_item(&tx);
+        let got: BTreeMap<&str, (Vec<Window>, i64, i64)> = snaps
+            .iter()
+            .map(|(k, s)| {
+                (
+                    k.as_str(),
+                    (s.windows.clone(), s.counters["rpm"], s.total_events),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            BTreeMap::from([
+                ("2026-12-01T00:00:00Z", (vec![Window::Monthly], 1, 1)),
+                ("2026-12-31T00:00:00Z", (vec![Window::Daily], 1, 1)),
+                ("2026-12-31T23:00:00Z", (vec![Window::Hourly], 1, 1)),
+                ("2027-01-01T00:00:00Z", (ALL.to_vec(), 30, 3)),
+            ])
+        );
+        assert_eq!(tx.len(), 5, "four items and one watermark");
+    }
+
+    #[test]
+    fn a_transaction_never_exceeds_the_limit_with_shared_items() {
+        // 120 records, one per hour from 2026-04-01T00:10Z: every day's 00 item is shared.
+        let usage: Vec<Usage> = (0..120u64)
+            .map(|i| {
+                usage(
+                    0,
+                    100 + i,
+                    APR01_0010 + i as i64 * 3_600_000,
+                    vec![delta("rpm", 1, false)],
+                )
+            })
+            .collect();
+        let plans = plan(&usage, &HashMap::new(), &ALL);
+        let txs = &plans[0].transactions;
+        assert!(txs.len() >= 2);
+        let mut total = 0;
+        for tx in txs {
+            assert!(tx.len() <= MAX_TRANSACT_ITEMS, "{}", tx.len());
+            assert_one_operation_per_item(tx);
+            total += tx.snapshots.iter().map(|s| s.counters["rpm"]).sum::<i64>();
+        }
+        // Each record is counted once per window.
+        assert_eq!(total, 120 * 3);
+    }
 }

@@ -137,21 +137,25 @@ fn long_runs_split_into_transactions_of_at_most_100_items_in_order() {
     assert!(txs.len() >= 3);
     let mut expected: Option<SequenceNumber> = None;
     let mut total_rpm = 0;
+    let mut hourly_items = 0;
     for tx in txs {
         assert!(tx.len() <= MAX_TRANSACT_ITEMS);
         assert_eq!(tx.markers.len(), 1);
         // Each transaction expects the watermark the previous one wrote.
         assert_eq!(tx.markers[0].expected, expected);
         expected = Some(tx.markers[0].applied.clone());
-        total_rpm += tx
+        total_rpm += tx.snapshots.iter().map(|s| s.counters["rpm"]).sum::<i64>();
+        hourly_items += tx
             .snapshots
             .iter()
-            .filter(|s| s.window == Window::Hourly)
-            .map(|s| s.counters["rpm"])
-            .sum::<i64>();
+            .filter(|s| s.windows.contains(&Window::Hourly))
+            .count();
     }
     assert_eq!(expected.unwrap().as_str(), "1249");
-    assert_eq!(total_rpm, 250);
+    // Each record is counted once per window, 250 hourly and 250 daily; the 00 items carry
+    // both.
+    assert_eq!(total_rpm, 500);
+    assert_eq!(hourly_items, 250);
 }
 
 #[test]

@@ -18,6 +18,7 @@ use dynalimit_tests::TestTable;
 mod lambda;
 mod proactive;
 mod restart;
+mod shared_windows;
 mod with_limiter;
 
 /// 2026-03-10T14:10:00Z: two writes an hour apart stay within one day.
@@ -202,7 +203,7 @@ fn counters(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
 }
 
-async fn setup() -> (TestTable, Repository) {
+pub(crate) async fn setup() -> (TestTable, Repository) {
     let table = dynalimit_tests::table().await;
     let repo = table.repository("usage").await;
     (table, repo)

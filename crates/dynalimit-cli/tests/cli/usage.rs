@@ -73,6 +73,46 @@ async fn usage_lists_snapshots_and_summarises_them() {
     assert_eq!(summary["total"], json!({ "rpm": 8, "tpm": 1000 }));
     assert_eq!(summary["average"]["tpm"], 500.0);
     assert_eq!(summary["first_window"], "2026-11-22T01:00:00Z");
+
+    // The next day's hour-00 item, written first by the hourly window: it is also that day's
+    // item, so a daily query lists it; an hourly one too.
+    table
+        .client()
+        .put_item()
+        .table_name(table.name())
+        .item("PK", s(keys::entity_pk(&ns, "key-1")))
+        .item(
+            "SK",
+            s(format!(
+                "{}gpt-4#2026-11-23T00:00:00Z",
+                keys::USAGE_SK_PREFIX
+            )),
+        )
+        .item("entity_id", s("key-1"))
+        .item("resource", s("gpt-4"))
+        .item("window", s("hourly"))
+        .item("window_start", s("2026-11-23T00:00:00Z"))
+        .item("rpm", n(4))
+        .item("total_events", n(2))
+        .send()
+        .await
+        .expect("put shared snapshot");
+    let starts = |window: &str| -> Vec<String> {
+        f.run(&["usage", "--entity", "key-1", "--window", window])
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["window_start"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        starts("daily"),
+        ["2026-11-23T00:00:00Z", "2026-11-22T00:00:00Z"]
+    );
+    assert_eq!(starts("hourly").len(), 3);
+    assert!(starts("monthly").is_empty());
+
     f.run(&["usage"]).fails(2, "");
     f.run(&["usage", "--entity", "key-1", "--limit", "0"])
         .fails(2, "limit");
