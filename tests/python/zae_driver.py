@@ -22,6 +22,7 @@ as their ``zae_limiter.Entity`` fields, buckets as their raw DynamoDB attribute 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -103,6 +104,8 @@ class Driver:
         if name == "connect":
             repo = await self.repo(ns)
             return {"namespace_id": repo.namespace_id, "namespace_name": repo.namespace_name}
+        if name == "aggregate":
+            return self.aggregate(op)
         if name == "register_namespace":
             # Any registered namespace can register another one.
             return await (await self.repo(ns)).register_namespace(op["name"])
@@ -176,6 +179,20 @@ class Driver:
             )
             return found.get("Item")
         raise ValueError(f"unknown op {name!r}")
+
+    def aggregate(self, op: dict[str, Any]) -> dict[str, Any]:
+        """zae-limiter's aggregator on `records` (Lambda stream records), as its Lambda runs it:
+        `process_stream_records` against this table with `windows` and `ttl_days`."""
+        from zae_limiter_aggregator.processor import process_stream_records
+
+        # The aggregator builds its own boto3 resource from the environment, and logs JSON
+        # lines to standard output, which carries this driver's answer: keep them apart.
+        os.environ["AWS_ENDPOINT_URL"] = self.endpoint
+        with contextlib.redirect_stdout(sys.stderr):
+            result = process_stream_records(
+                op["records"], self.stack, op["windows"], op.get("ttl_days", 90)
+            )
+        return {"snapshots_updated": result.snapshots_updated, "errors": result.errors}
 
     async def acquire(self, repo: Repository, op: dict[str, Any]) -> dict[str, Any]:
         """One acquire; `adjust` (optional) is applied to the lease before it commits."""

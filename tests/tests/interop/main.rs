@@ -22,6 +22,7 @@ mod buckets;
 mod config;
 mod entities;
 mod namespaces;
+mod snapshots;
 
 use dynalimit_core::Limit;
 use serde_json::{Value, json};
