@@ -2,6 +2,9 @@
 //!
 //! One limit is `NAME=RATE[/PERIOD][:burst=N]`. `PERIOD` is `sec`, `min` (the default), `hour`,
 //! `day`, or a number of seconds such as `10s`. Without a burst the capacity equals the rate.
+//! Names follow the library's rule: a name that is an attribute of the table's items (`ttl`,
+//! `window`, `total_events`, `PK`, …, see `dynalimit_core::ids::RESERVED_LIMIT_NAMES`) is
+//! refused before anything is sent.
 //!
 //! The YAML file maps names to the same text, or to `{rate, per, burst}`:
 //!
@@ -224,6 +227,9 @@ mod tests {
             ("rpm=10/min:cap=3", "burst"),
             ("rpm=0/min", "rpm"),
             ("rpm=1,rpm=2", "twice"),
+            ("ttl=1/min", "reserved"),
+            ("rpm=1,total_events=2", "usage snapshot items"),
+            ("GSI2PK=1/sec", "reserved"),
             ("", "no limits"),
         ] {
             let err = parse_limits(text).unwrap_err();
@@ -245,5 +251,11 @@ mod tests {
         assert!(parse_limits_yaml("- a\n- b\n").is_err());
         assert!(parse_limits_yaml("a:\n  rate: 1\n  cap: 2\n").is_err());
         assert!(parse_limits_yaml("a:\n  per: min\n").is_err());
+        for yaml in ["window: 5/min\n", "rpm: 1\nentity_id:\n  rate: 2\n"] {
+            let err = parse_limits_yaml(yaml).unwrap_err();
+            assert!(format!("{err:#}").contains("reserved"), "{yaml}: {err:#}");
+        }
+        // Names are compared exactly: a near miss is an ordinary limit.
+        assert_eq!(parse_limits("Window=5/min").unwrap()[0].name(), "Window");
     }
 }

@@ -16,6 +16,19 @@ pub enum CoreError {
         /// What rule it breaks.
         reason: String,
     },
+    /// A limit name equal to an attribute name of an item the table format defines (see
+    /// [`crate::ids::RESERVED_LIMIT_NAMES`]): limits become counter attributes of usage
+    /// snapshots, so it would collide with that attribute.
+    #[error(
+        "invalid limit name {name:?}: reserved, it is an attribute of {items} in the table \
+         format, and a limit's usage is stored under its name"
+    )]
+    ReservedLimitName {
+        /// The refused name.
+        name: String,
+        /// The items that carry an attribute of that name.
+        items: &'static str,
+    },
     /// A value (amount, capacity, period, …) is outside what the format allows.
     #[error("invalid {field} {value}: {reason}")]
     InvalidValue {

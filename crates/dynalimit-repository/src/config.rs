@@ -139,8 +139,17 @@ enum Slot {
     Entity(String, String),
 }
 
+/// Why a stored level cannot be used, kept in the cache (errors are not `Clone`).
+#[derive(Debug)]
+enum Unusable {
+    /// Replayed as [`RepositoryError::Unsupported`] (also corrupt items).
+    Unsupported { key: String, feature: String },
+    /// Replayed as [`RepositoryError::ReservedLimitName`].
+    ReservedName { key: String, name: String },
+}
+
 /// A parsed level: `Ok(None)` = no item; `Err` = an item dynalimit cannot use.
-type Entry = Result<Option<LimitConfig>, Arc<(String, String)>>;
+type Entry = Result<Option<LimitConfig>, Arc<Unusable>>;
 
 /// The per-namespace limit configuration cache.
 pub(crate) struct ConfigCache {
@@ -244,6 +253,16 @@ pub fn parse_config_item(found: &Item) -> Result<LimitConfig, RepositoryError> {
             }
         }
     }
+    if let Some(name) = plain
+        .iter()
+        .chain(&windowed)
+        .find(|n| ids::reserved_limit_name(n).is_some())
+    {
+        return Err(RepositoryError::ReservedLimitName {
+            key,
+            name: name.clone(),
+        });
+    }
     if let Some(both) = plain.iter().find(|n| windowed.contains(n)) {
         return Err(RepositoryError::corrupt(
             key,
@@ -303,22 +322,38 @@ pub fn parse_config_item(found: &Item) -> Result<LimitConfig, RepositoryError> {
 }
 
 fn to_entry(found: Option<&Item>) -> Entry {
-    match found.map(parse_config_item).transpose() {
-        Ok(c) => Ok(c),
-        Err(RepositoryError::Unsupported { key, feature }) => Err(Arc::new((key, feature))),
-        Err(RepositoryError::Corrupt { key, message }) => {
-            Err(Arc::new((key, format!("corrupt item: {message}"))))
+    let unusable = match found.map(parse_config_item).transpose() {
+        Ok(c) => return Ok(c),
+        Err(RepositoryError::Unsupported { key, feature }) => {
+            Unusable::Unsupported { key, feature }
         }
-        Err(other) => Err(Arc::new((String::new(), other.to_string()))),
-    }
+        Err(RepositoryError::Corrupt { key, message }) => Unusable::Unsupported {
+            key,
+            feature: format!("corrupt item: {message}"),
+        },
+        Err(RepositoryError::ReservedLimitName { key, name }) => {
+            Unusable::ReservedName { key, name }
+        }
+        Err(other) => Unusable::Unsupported {
+            key: String::new(),
+            feature: other.to_string(),
+        },
+    };
+    Err(Arc::new(unusable))
 }
 
 fn entry_result(entry: &Entry) -> Result<Option<&LimitConfig>, RepositoryError> {
     match entry {
         Ok(c) => Ok(c.as_ref()),
-        Err(problem) => Err(RepositoryError::Unsupported {
-            key: problem.0.clone(),
-            feature: problem.1.clone(),
+        Err(problem) => Err(match problem.as_ref() {
+            Unusable::Unsupported { key, feature } => RepositoryError::Unsupported {
+                key: key.clone(),
+                feature: feature.clone(),
+            },
+            Unusable::ReservedName { key, name } => RepositoryError::ReservedLimitName {
+                key: key.clone(),
+                name: name.clone(),
+            },
         }),
     }
 }
@@ -1251,6 +1286,41 @@ mod tests {
         assert_eq!(c.cascade, Some(true));
         assert_eq!(c.on_unavailable, Some(OnUnavailable::Allow));
         assert!(c.limits.is_empty());
+    }
+
+    #[test]
+    fn a_limit_named_after_an_item_attribute_is_reported_with_item_and_name() {
+        for name in ["ttl", "total_events", "GSI2PK", "window"] {
+            for prefix in ["l", "w"] {
+                let attrs: Vec<(String, AttributeValue)> = ["cp", "ra", "rp", "rsa"]
+                    .iter()
+                    .map(|f| (format!("{prefix}_{name}_{f}"), item::n(10)))
+                    .chain(
+                        ["cp", "ra", "rp"]
+                            .iter()
+                            .map(|f| (format!("l_rpm_{f}"), item::n(10))),
+                    )
+                    .collect();
+                let pairs: Vec<(&str, AttributeValue)> =
+                    attrs.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+                let stored = it(&pairs);
+                let e = parse_config_item(&stored).unwrap_err();
+                match &e {
+                    RepositoryError::ReservedLimitName { key, name: n } => {
+                        assert_eq!(n, name);
+                        assert_eq!(key, "ns/SYSTEM#|#CONFIG");
+                    }
+                    other => panic!("{name}: {other:?}"),
+                }
+                assert!(e.is_unavailable());
+                assert!(e.to_string().contains(name), "{e}");
+                // The cache replays the same variant.
+                assert!(matches!(
+                    entry_result(&to_entry(Some(&stored))),
+                    Err(RepositoryError::ReservedLimitName { .. })
+                ));
+            }
+        }
     }
 
     #[test]

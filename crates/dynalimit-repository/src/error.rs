@@ -133,6 +133,21 @@ pub enum RepositoryError {
         feature: String,
     },
 
+    /// A stored limit configuration names a limit after an attribute of the table's items
+    /// ([`dynalimit_core::ids::RESERVED_LIMIT_NAMES`]), as a client that refuses only `wcu`
+    /// (zae-limiter 0.17) can write it. dynalimit refuses to use the item rather than misread
+    /// it; acquires treat this as unavailable (governed by `on_unavailable`).
+    #[error(
+        "item {key} configures a limit named {name:?}, a reserved name (an item attribute of \
+         the table format); store the limits under another name"
+    )]
+    ReservedLimitName {
+        /// The config item's key.
+        key: String,
+        /// The reserved limit name found.
+        name: String,
+    },
+
     /// A configuration was written but not every bucket could be stamped with it; running the
     /// same call again finishes the job.
     #[error("configuration written, but only {stamped} buckets were updated: {message}")]
@@ -189,6 +204,7 @@ impl RepositoryError {
                 | RepositoryError::Unavailable { .. }
                 | RepositoryError::Unsupported { .. }
                 | RepositoryError::Corrupt { .. }
+                | RepositoryError::ReservedLimitName { .. }
         )
     }
 

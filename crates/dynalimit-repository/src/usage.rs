@@ -27,22 +27,6 @@ use crate::error::classify;
 use crate::item::{self, Item};
 use crate::{Repository, RepositoryError, keys};
 
-/// Attributes of a snapshot item that are not counters.
-const NON_COUNTERS: &[&str] = &[
-    "PK",
-    "SK",
-    "entity_id",
-    "resource",
-    "window",
-    "window_start",
-    "total_events",
-    "GSI2PK",
-    "GSI2SK",
-    "GSI4PK",
-    "GSI4SK",
-    "ttl",
-];
-
 /// Largest page a snapshot query asks for.
 pub const MAX_USAGE_PAGE: usize = 1000;
 /// Most snapshots a summary reads.
@@ -263,7 +247,9 @@ pub fn snapshot_from_item(found: &Item) -> Option<UsageSnapshot> {
     let window_start = item::get_s(found, "window_start").filter(|s| !s.is_empty())?;
     let counters = found
         .iter()
-        .filter(|(k, _)| !NON_COUNTERS.contains(&k.as_str()))
+        // Every attribute the format gives an item is reserved as a limit name; the rest
+        // are counters.
+        .filter(|(k, _)| ids::reserved_limit_name(k).is_none())
         .filter_map(|(k, v)| match v {
             AttributeValue::N(n) => item::parse_number(n).map(|n| (k.clone(), n)),
             _ => None,

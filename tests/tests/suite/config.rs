@@ -438,3 +438,95 @@ async fn a_refused_batch_read_falls_back_to_one_read_per_level() {
     assert_eq!(resolved.source, Some(ConfigLevel::Resource));
     assert_eq!(counter.count("GetItem"), 4, "{:?}", counter.snapshot());
 }
+
+#[tokio::test]
+async fn limit_names_that_are_item_attributes_are_refused_before_any_request() {
+    let table = dynalimit_tests::table().await;
+    let counter = RequestCounter::default();
+    let repo = table.counted_repository(&counter, "reserved").await;
+    let before = table.scan_all().await;
+    counter.reset();
+    for name in ["ttl", "total_events", "window", "entity_id", "PK", "GSI2PK"] {
+        let limits = vec![Limit::per_minute("rpm", 10), Limit::per_minute(name, 5)];
+        let refused = |e: RepositoryError| match e {
+            RepositoryError::Validation(dynalimit_core::CoreError::ReservedLimitName {
+                name: n,
+                ..
+            }) => assert_eq!(n, name),
+            other => panic!("{name}: {other:?}"),
+        };
+        refused(repo.set_limits("k", "gpt-4", &limits).await.unwrap_err());
+        refused(
+            repo.set_limits("k", "_default_", &limits)
+                .await
+                .unwrap_err(),
+        );
+        refused(
+            repo.set_resource_defaults("gpt-4", &limits)
+                .await
+                .unwrap_err(),
+        );
+        refused(
+            repo.set_system_defaults(&limits, Some(OnUnavailable::Block))
+                .await
+                .unwrap_err(),
+        );
+    }
+    assert_eq!(counter.total(), 0, "a request was sent");
+    assert_eq!(table.scan_all().await, before, "something was written");
+    // Near misses are ordinary names.
+    repo.set_system_defaults(&[Limit::per_minute("TTL", 5)], None)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_stored_config_with_a_reserved_limit_name_is_reported_not_misread() {
+    let table = dynalimit_tests::table().await;
+    let repo = table
+        .builder()
+        .namespace("stored")
+        .config_cache_ttl(Duration::from_secs(60))
+        .open()
+        .await
+        .unwrap();
+    let ns = repo.namespace_id().to_string();
+    let n = |v: i64| aws_sdk_dynamodb::types::AttributeValue::N(v.to_string());
+    let s = |v: &str| aws_sdk_dynamodb::types::AttributeValue::S(v.to_string());
+    // A resource config as a client that refuses only `wcu` stores a limit named `ttl`.
+    let pk = format!("{ns}/RESOURCE#gpt-4");
+    let mut item = std::collections::HashMap::from([
+        ("PK".to_owned(), s(&pk)),
+        ("SK".to_owned(), s("#CONFIG")),
+        ("resource".to_owned(), s("gpt-4")),
+        ("config_version".to_owned(), n(1)),
+    ]);
+    for (limit, v) in [("rpm", 100), ("ttl", 5)] {
+        item.insert(format!("l_{limit}_cp"), n(v));
+        item.insert(format!("l_{limit}_ra"), n(v));
+        item.insert(format!("l_{limit}_rp"), n(60));
+    }
+    dynalimit_tests::raw::put_item(&table, item).await;
+
+    let expect = |e: RepositoryError| {
+        match &e {
+            RepositoryError::ReservedLimitName { key, name } => {
+                assert_eq!(key, &format!("{pk}|#CONFIG"));
+                assert_eq!(name, "ttl");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(e.is_unavailable());
+        assert!(e.to_string().contains("\"ttl\""), "{e}");
+    };
+    expect(repo.get_resource_defaults("gpt-4").await.unwrap_err());
+    // Through the cache, twice: the second answer comes from the cached entry.
+    expect(repo.resolve_limits("k", "gpt-4").await.unwrap_err());
+    expect(repo.resolve_limits("k", "gpt-4").await.unwrap_err());
+    // An entity-level config in front of it answers first.
+    repo.set_limits("k", "gpt-4", &rpm(5)).await.unwrap();
+    assert_eq!(
+        repo.resolve_limits("k", "gpt-4").await.unwrap().limits,
+        rpm(5)
+    );
+}

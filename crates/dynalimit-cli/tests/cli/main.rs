@@ -5,6 +5,7 @@
 mod data;
 mod infra;
 mod local;
+mod reserved;
 mod usage;
 
 use std::path::Path;
