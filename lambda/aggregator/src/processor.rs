@@ -7,7 +7,9 @@
 //!    [`BucketActivity`] for the proactive refill and doubling of §7.3. An INSERT (a bucket's
 //!    create) counts its `tc` values against 0, so the consumption of the acquire that created
 //!    the bucket is not lost (the reference's aggregator drops it, §13 case 44). REMOVEs
-//!    (deletes and TTL expiry) and every other item are ignored.
+//!    (deletes and TTL expiry) and every other item are ignored. A limit named like an
+//!    attribute the snapshot update sets (`ttl`, `window`, … — refused by dynalimit, but
+//!    another client may have written one) is left out of the usage.
 //! 2. [`plan`] turns the usages that are newer than each bucket item's watermark into
 //!    [`Transaction`]s: per (namespace, entity, resource) one write per snapshot item, each
 //!    transaction carrying the new watermark of every bucket item whose records it counts.
@@ -249,6 +251,9 @@ pub fn extract(records: &[StreamRecord]) -> Extracted {
                 .map_or(old_sc, |(f, _)| f.min(old_sc));
             entry.shard_count_raised = Some((from, new_sc));
         }
+        // A limit named like an attribute the snapshot update sets cannot be counted (see
+        // `writes::SNAPSHOT_ATTRIBUTES`); it still counts for the proactive passes above.
+        deltas.retain(|d| !crate::writes::SNAPSHOT_ATTRIBUTES.contains(&d.limit.as_str()));
         if !deltas.is_empty() {
             out.usage.push(Usage {
                 bucket,
@@ -547,6 +552,36 @@ mod tests {
     fn assert_one_operation_per_item(tx: &Transaction) {
         let keys: BTreeSet<&str> = tx.snapshots.iter().map(|s| s.window_key.as_str()).collect();
         assert_eq!(keys.len(), tx.snapshots.len(), "{tx:?}");
+    }
+
+    #[test]
+    fn limits_named_like_snapshot_attributes_are_left_out_of_usage_only() {
+        let image = |tc: i64| {
+            let mut it = dynalimit_repository::item::key(
+                keys::bucket_pk("ns", "u1", "gpt-4", 0),
+                keys::STATE_SK,
+            );
+            it.insert("rf".into(), dynalimit_repository::item::n(MAR10_0105));
+            for limit in ["rpm", "ttl", "window"] {
+                it.insert(format!("b_{limit}_tc"), dynalimit_repository::item::n(tc));
+            }
+            it
+        };
+        let record = StreamRecord {
+            event_id: "e1".into(),
+            kind: EventKind::Modify,
+            sequence_number: SequenceNumber::parse("1").unwrap(),
+            old_image: Some(image(0)),
+            new_image: Some(image(2000)),
+        };
+        let out = extract(&[record]);
+        let limits: Vec<&str> = out.usage[0]
+            .deltas
+            .iter()
+            .map(|d| d.limit.as_str())
+            .collect();
+        assert_eq!(limits, ["rpm"]);
+        assert_eq!(out.activity[&bucket(0)].consumed.len(), 3);
     }
 
     #[test]

@@ -8,6 +8,27 @@ use dynalimit_repository::keys;
 
 use crate::processor::{MarkerWrite, SnapshotWrite, Transaction};
 
+/// Attributes of a snapshot item that its update sets or keys on, besides the limit counters
+/// and `{limit}#od`. A limit of that name cannot be counted on the item (DynamoDB refuses an
+/// update naming one attribute twice, or a key attribute); dynalimit refuses such names
+/// (`dynalimit_core::ids::RESERVED_LIMIT_NAMES`), but a bucket another client wrote may carry
+/// one, and [`crate::processor::extract`] leaves its usage out, as zae-limiter 0.17's
+/// aggregator does when its update for that limit fails.
+pub const SNAPSHOT_ATTRIBUTES: &[&str] = &[
+    "PK",
+    "SK",
+    "entity_id",
+    "resource",
+    "window",
+    "window_start",
+    "GSI2PK",
+    "GSI2SK",
+    "GSI4PK",
+    "GSI4SK",
+    "ttl",
+    "total_events",
+];
+
 /// Sort key of a snapshot: `#USAGE#{resource}#{window_key}`.
 pub fn snapshot_sk(resource: &str, window_key: &str) -> String {
     format!("{}{resource}#{window_key}", keys::USAGE_SK_PREFIX)
@@ -179,4 +200,51 @@ pub fn transact_items(
         );
     }
     Ok(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::processor::GroupKey;
+    use crate::window::Window;
+
+    #[test]
+    fn the_snapshot_update_names_only_listed_attributes_and_counters() {
+        let write = SnapshotWrite {
+            group: GroupKey {
+                namespace_id: "ns".into(),
+                entity_id: "u1".into(),
+                resource: "gpt-4".into(),
+            },
+            window: Window::Hourly,
+            windows: vec![Window::Hourly, Window::Daily],
+            window_key: "2026-03-10T00:00:00Z".into(),
+            counters: BTreeMap::from([("rpm".to_owned(), 2)]),
+            overdrawn: BTreeMap::from([("rpm".to_owned(), 1)]),
+            total_events: 2,
+            first_at_ms: 0,
+        };
+        let update = snapshot_update("t", &write, 1).unwrap();
+        let mut named: Vec<&str> = update
+            .expression_attribute_names()
+            .unwrap()
+            .values()
+            .map(String::as_str)
+            .filter(|n| !matches!(*n, "rpm" | "rpm#od"))
+            .chain(update.key().keys().map(String::as_str))
+            .collect();
+        named.sort_unstable();
+        let mut listed = SNAPSHOT_ATTRIBUTES.to_vec();
+        listed.sort_unstable();
+        assert_eq!(named, listed);
+        // Each is also refused as a limit name by the library.
+        for attr in SNAPSHOT_ATTRIBUTES {
+            assert!(
+                dynalimit_core::ids::reserved_limit_name(attr).is_some(),
+                "{attr}"
+            );
+        }
+    }
 }
