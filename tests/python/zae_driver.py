@@ -14,6 +14,9 @@ An operation that fails stops the run unless it carries ``"continue": true``. Th
 An operation with ``"now_ms"`` runs with zae-limiter's token-bucket clock fixed at that epoch
 millisecond (``Repository._now_ms``, the one clock its refill, ``rf`` stamps and TTLs read).
 
+The ``aggregate`` operation runs zae-limiter's aggregator (``process_stream_records``) on the
+Lambda stream records it is given, against the same table.
+
 Limits travel as ``{"name", "capacity", "refill_amount", "refill_period_seconds"}``, entities
 as their ``zae_limiter.Entity`` fields, buckets as their raw DynamoDB attribute values
 (``{"N": "..."}``, ``{"S": "..."}``, ...) so the caller compares stored values exactly.

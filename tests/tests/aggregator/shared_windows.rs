@@ -15,6 +15,9 @@ const DEC31_2330: i64 = 1_798_759_800_000;
 const JAN01_0010: i64 = 1_798_762_200_000;
 const JAN01_0500: i64 = JAN01_0010 + 290 * 60_000;
 
+/// `(window_start, window, rpm, tpm, total_events)` of one snapshot item.
+type Row<'a> = (&'a str, &'a str, Option<i64>, Option<i64>, Option<i64>);
+
 #[tokio::test]
 async fn a_year_end_batch_with_every_window_writes_each_shared_item_once() {
     let (table, repo) = setup().await;
@@ -34,7 +37,7 @@ async fn a_year_end_batch_with_every_window_writes_each_shared_item_once() {
 
     let items = snapshot_items(&table).await;
     let pk = keys::entity_pk(repo.namespace_id(), "u1");
-    let got: Vec<(&str, &str, Option<i64>, Option<i64>, Option<i64>)> = items
+    let got: Vec<Row<'_>> = items
         .iter()
         .map(|((item_pk, sk), it)| {
             assert_eq!(item_pk, &pk);
