@@ -355,8 +355,8 @@ impl Builder {
     }
 
     fn add(&mut self, usage: &Usage, expected: Option<SequenceNumber>, windows: &[Window]) {
-        // Windows of this record that already touched an item: the first one of each item
-        // is the `window` the item gets when this record is the earliest counted.
+        // Item keys this record has reached so far: the first window (in the configured
+        // order) to reach an item is the `window` it gets if this record is the earliest.
         let mut firsts: Vec<&str> = Vec::with_capacity(windows.len());
         let keys: Vec<String> = windows.iter().map(|w| w.key(usage.at_ms)).collect();
         for (&window, window_key) in windows.iter().zip(&keys) {
