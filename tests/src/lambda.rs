@@ -22,9 +22,10 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
+use dynalimit_core::{Clock, SystemClock};
 use dynalimit_repository::local::free_port;
 use http::Request;
 use http_body_util::{BodyExt, Full};
@@ -125,7 +126,7 @@ impl CargoLambda {
                 };
                 let target = target_dir().join("lambda-test");
                 let lambda_dir = target.join("lambda");
-                let started = Instant::now();
+                let started = SystemClock.epoch_millis();
                 let out = self
                     .command()
                     .args(["build", arch, "--locked", "-p", "dynalimit-aggregator"])
@@ -143,7 +144,7 @@ impl CargoLambda {
                 );
                 eprintln!(
                     "built the aggregator's bootstrap with cargo-lambda in {:.1} s",
-                    started.elapsed().as_secs_f64()
+                    (SystemClock.epoch_millis() - started) as f64 / 1000.0
                 );
                 let bootstrap = lambda_dir.join("dynalimit-aggregator").join("bootstrap");
                 assert!(bootstrap.is_file(), "no {}", bootstrap.display());
@@ -311,18 +312,6 @@ impl Function {
     /// The exit status, when the process has ended.
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
-    }
-
-    /// Waits up to `limit` for the process to end.
-    pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Some(status) = self.exited() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
     }
 }
 

@@ -156,8 +156,8 @@ fn build_lambda_zip_path() -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
-#[test]
-fn deploy_finds_the_zip_of_build_lambda_or_says_what_to_run() {
+#[tokio::test]
+async fn deploy_finds_the_zip_of_build_lambda_or_says_what_to_run() {
     let Some(moto) = MotoServer::start() else {
         return;
     };
@@ -200,4 +200,9 @@ fn deploy_finds_the_zip_of_build_lambda_or_says_what_to_run() {
     assert!(second["AggregatorFunctionArn"].is_string(), "{second}");
     let status = run_json_on(moto.url(), stack, &["status"]).json();
     assert_eq!(status["lambda_version"], env!("CARGO_PKG_VERSION"));
+
+    // Nothing protected is left behind.
+    run_json_on(moto.url(), stack, &["delete", "--yes", "--poll-ms", "100"]).json();
+    moto.drop_retained_table(stack).await;
+    assert_eq!(moto.table_protection(stack).await, None);
 }
