@@ -22,6 +22,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -171,14 +172,13 @@ fn wait_for_port(port: u16, child: &mut Child, what: &str, log: &Path) {
     panic!("{what} did not answer on port {port} within 60 s");
 }
 
+/// A fresh log file under `target/tmp`, named after `name`, this process and a counter.
 fn log_file(name: &str) -> (PathBuf, File) {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
     let dir = target_dir().join("tmp");
     std::fs::create_dir_all(&dir).expect("target/tmp");
-    let path = dir.join(format!(
-        "{name}-{}-{}.log",
-        std::process::id(),
-        free_port().unwrap_or(0)
-    ));
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let path = dir.join(format!("{name}-{}-{n}.log", std::process::id()));
     let file = File::create(&path).expect("log file");
     (path, file)
 }
