@@ -21,6 +21,7 @@
 //! ```
 
 pub mod fault;
+pub mod lambda;
 pub mod moto;
 pub mod raw;
 pub mod template;

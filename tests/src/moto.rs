@@ -85,6 +85,68 @@ impl MotoServer {
     pub fn url(&self) -> &str {
         &self.url
     }
+
+    /// A DynamoDB client of this server (static local credentials, `us-east-1`).
+    pub async fn dynamodb(&self) -> aws_sdk_dynamodb::Client {
+        let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(&self.url)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(dynalimit_repository::local_credentials())
+            .load()
+            .await;
+        aws_sdk_dynamodb::Client::new(&config)
+    }
+
+    /// Whether table `name` exists and is protected against deletion; `None` when it does not
+    /// exist.
+    ///
+    /// # Panics
+    /// When DynamoDB fails otherwise.
+    pub async fn table_protection(&self, name: &str) -> Option<bool> {
+        match self
+            .dynamodb()
+            .await
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await
+        {
+            Ok(out) => Some(
+                out.table
+                    .and_then(|t| t.deletion_protection_enabled)
+                    .unwrap_or(false),
+            ),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_resource_not_found_exception()) =>
+            {
+                None
+            }
+            Err(e) => panic!("DescribeTable {name}: {e:?}"),
+        }
+    }
+
+    /// Drops a table a deleted stack retained, the way its owner would: deletion protection
+    /// off, then `DeleteTable`.
+    ///
+    /// # Panics
+    /// When either request fails.
+    pub async fn drop_retained_table(&self, name: &str) {
+        let client = self.dynamodb().await;
+        client
+            .update_table()
+            .table_name(name)
+            .deletion_protection_enabled(false)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("UpdateTable {name}: {e:?}"));
+        client
+            .delete_table()
+            .table_name(name)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("DeleteTable {name}: {e:?}"));
+    }
 }
 
 impl Drop for MotoServer {

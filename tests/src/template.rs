@@ -1,6 +1,8 @@
 //! The CloudFormation template of `infra/template.yaml` as JSON, for tests that check another
 //! part of the product against it (the aggregator's environment, the IAM policies, the schema).
 
+use std::collections::BTreeMap;
+
 use dynalimit_repository::stack::TEMPLATE;
 use serde_json::{Value, json};
 
@@ -55,5 +57,160 @@ pub fn resources_of_type<'a>(t: &'a Value, ty: &str) -> Vec<(&'a String, &'a Val
         .expect("Resources")
         .iter()
         .filter(|(_, r)| r["Type"] == ty)
+        .collect()
+}
+
+/// The default of parameter `name` as CloudFormation passes it (numbers as their text).
+///
+/// # Panics
+/// When the template has no such parameter or it has no default.
+pub fn parameter_default(t: &Value, name: &str) -> String {
+    match &t["Parameters"][name]["Default"] {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        other => panic!("parameter {name} has no usable default: {other}"),
+    }
+}
+
+/// What a template value resolves to with every parameter at its default: a string is itself,
+/// `{"Ref": parameter}` is the parameter's default and `{"Ref": resource}` is
+/// `resources[resource]` (the physical id the caller stands in for it).
+///
+/// # Panics
+/// On any other intrinsic, or a `Ref` to a resource missing from `resources`.
+pub fn resolve_with_defaults(
+    t: &Value,
+    value: &Value,
+    resources: &BTreeMap<&str, String>,
+) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Object(o) if o.len() == 1 && o.contains_key("Ref") => {
+            let name = o["Ref"].as_str().expect("Ref names a string");
+            if t["Parameters"][name].is_object() {
+                parameter_default(t, name)
+            } else {
+                resources
+                    .get(name)
+                    .unwrap_or_else(|| panic!("no stand-in for resource {name}"))
+                    .clone()
+            }
+        }
+        other => panic!("cannot resolve {other} statically"),
+    }
+}
+
+/// The environment Lambda gives function `logical_id` when the stack runs with default
+/// parameters: its `Environment.Variables`, plus `AWS_LAMBDA_LOG_FORMAT` and
+/// `AWS_LAMBDA_LOG_LEVEL`, which Lambda sets from the function's `LoggingConfig`.
+///
+/// # Panics
+/// As [`resolve_with_defaults`], or when the resource is not a function.
+pub fn function_environment(
+    t: &Value,
+    logical_id: &str,
+    resources: &BTreeMap<&str, String>,
+) -> BTreeMap<String, String> {
+    let f = &t["Resources"][logical_id];
+    assert_eq!(f["Type"], "AWS::Lambda::Function", "{logical_id}");
+    let p = &f["Properties"];
+    let mut env: BTreeMap<String, String> = p["Environment"]["Variables"]
+        .as_object()
+        .map(|vars| {
+            vars.iter()
+                .map(|(k, v)| (k.clone(), resolve_with_defaults(t, v, resources)))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (var, field) in [
+        ("AWS_LAMBDA_LOG_FORMAT", "LogFormat"),
+        ("AWS_LAMBDA_LOG_LEVEL", "ApplicationLogLevel"),
+    ] {
+        let value = &p["LoggingConfig"][field];
+        if !value.is_null() {
+            env.insert(var.to_owned(), resolve_with_defaults(t, value, resources));
+        }
+    }
+    env
+}
+
+/// Whether `event` passes a Lambda event-filtering `pattern`, for the part of the pattern
+/// language the template uses: nested objects whose leaves are arrays of exact values (a
+/// field matches when it equals one of them; a missing field never matches).
+///
+/// # Panics
+/// On pattern syntax outside that part (content filters such as `prefix` or `exists`).
+pub fn filter_matches(pattern: &Value, event: &Value) -> bool {
+    let Some(fields) = pattern.as_object() else {
+        panic!("a pattern is an object: {pattern}");
+    };
+    fields.iter().all(|(k, want)| {
+        let got = &event[k.as_str()];
+        match want {
+            Value::Object(_) => got.is_object() && filter_matches(want, got),
+            Value::Array(values) => values.iter().all(|v| !v.is_object()) && values.contains(got),
+            other => panic!("unsupported pattern leaf {other}"),
+        }
+    })
+}
+
+/// Whether condition `name` of the template holds for the given parameter values (parameters
+/// not given take their defaults). Reads `Fn::And`, `Fn::Or`, `Fn::Not`, `Fn::Equals`,
+/// `Condition` and `Ref`s of parameters.
+///
+/// # Panics
+/// On an unknown condition or other intrinsics.
+pub fn condition_holds(t: &Value, name: &str, parameters: &BTreeMap<&str, &str>) -> bool {
+    fn value(t: &Value, v: &Value, parameters: &BTreeMap<&str, &str>) -> String {
+        match v {
+            Value::Object(o) if o.contains_key("Ref") => {
+                let p = o["Ref"].as_str().expect("Ref names a string");
+                parameters
+                    .get(p)
+                    .map_or_else(|| parameter_default(t, p), |v| (*v).to_owned())
+            }
+            Value::String(s) => s.clone(),
+            other => panic!("cannot compare {other}"),
+        }
+    }
+    fn holds(t: &Value, c: &Value, parameters: &BTreeMap<&str, &str>) -> bool {
+        let o = c.as_object().unwrap_or_else(|| panic!("condition {c}"));
+        let args = |k: &str| {
+            o[k].as_array()
+                .unwrap_or_else(|| panic!("{k} takes a list"))
+        };
+        if o.contains_key("Fn::And") {
+            args("Fn::And").iter().all(|c| holds(t, c, parameters))
+        } else if o.contains_key("Fn::Or") {
+            args("Fn::Or").iter().any(|c| holds(t, c, parameters))
+        } else if o.contains_key("Fn::Not") {
+            !holds(t, &args("Fn::Not")[0], parameters)
+        } else if o.contains_key("Fn::Equals") {
+            let a = args("Fn::Equals");
+            value(t, &a[0], parameters) == value(t, &a[1], parameters)
+        } else if let Some(Value::String(other)) = o.get("Condition") {
+            holds(t, &t["Conditions"][other.as_str()], parameters)
+        } else {
+            panic!("unsupported condition {c}")
+        }
+    }
+    let c = &t["Conditions"][name];
+    assert!(c.is_object(), "no condition {name}");
+    holds(t, c, parameters)
+}
+
+/// The logical ids of the resources the template creates for the given parameter values.
+pub fn created_resources(t: &Value, parameters: &BTreeMap<&str, &str>) -> Vec<String> {
+    t["Resources"]
+        .as_object()
+        .expect("Resources")
+        .iter()
+        .filter(|(_, r)| {
+            r["Condition"]
+                .as_str()
+                .is_none_or(|c| condition_holds(t, c, parameters))
+        })
+        .map(|(id, _)| id.clone())
         .collect()
 }

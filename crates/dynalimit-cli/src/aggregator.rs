@@ -30,7 +30,7 @@ pub(crate) enum From {
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// Snapshot windows, comma-separated: hourly, daily, monthly.
-    #[arg(long, default_value = "hourly,daily", value_name = "LIST")]
+    #[arg(long, default_value = dynalimit_aggregator::config::DEFAULT_SNAPSHOT_WINDOWS, value_name = "LIST")]
     windows: String,
     /// Snapshot retention in days.
     #[arg(long, default_value_t = dynalimit_aggregator::config::DEFAULT_SNAPSHOT_TTL_DAYS)]

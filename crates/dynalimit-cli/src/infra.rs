@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
+use dynalimit_repository::error::classify;
 use dynalimit_repository::stack::{self, StackEvent, StackInfo, StackManager, StackOptions};
 use dynalimit_repository::{Repository, RepositoryError, version};
 use serde_json::{Value, json};
@@ -14,12 +15,13 @@ use crate::package;
 /// Options of `deploy`; unset ones keep the template's defaults.
 #[derive(Debug, Args)]
 pub(crate) struct DeployArgs {
-    /// Aggregator Lambda zip to upload (its `bootstrap` built for provided.al2023).
+    /// Aggregator Lambda zip to upload (its `bootstrap` built for provided.al2023). Without
+    /// this or --aggregator-binary, the zip `scripts/build-lambda --arch ARCH` writes
+    /// (target/lambda/ARCH/dynalimit-aggregator/bootstrap.zip, under the current directory) is
+    /// used when present.
     #[arg(long, value_name = "ZIP", conflicts_with = "aggregator_binary")]
     pub(crate) aggregator_zip: Option<PathBuf>,
     /// Built aggregator binary (Linux, matching --architecture) to package as `bootstrap`.
-    /// Without this or --aggregator-zip, the output of `cargo lambda build --release -p
-    /// dynalimit-aggregator` (target/lambda/dynalimit-aggregator/) is used when present.
     #[arg(long, value_name = "FILE")]
     pub(crate) aggregator_binary: Option<PathBuf>,
     /// Deploy without the aggregator Lambda, its code bucket, dead-letter queue and alarms.
@@ -35,7 +37,7 @@ pub(crate) struct DeployArgs {
     #[arg(long, value_name = "SECONDS")]
     pub(crate) lambda_timeout: Option<u32>,
     /// Aggregator log level.
-    #[arg(long, value_parser = ["error", "warn", "info", "debug", "trace"])]
+    #[arg(long, ignore_case = true, value_parser = ["error", "warn", "info", "debug", "trace"])]
     pub(crate) log_level: Option<String>,
     /// Retention of the aggregator's logs in days (default 30).
     #[arg(long, value_name = "DAYS")]
@@ -55,12 +57,16 @@ pub(crate) struct DeployArgs {
     /// Retries of a failing batch before the dead-letter queue (default 3).
     #[arg(long, value_name = "N")]
     pub(crate) max_retries: Option<u32>,
-    /// Enable point-in-time recovery with this period (1-35 days).
+    /// Point-in-time recovery period of the table (1-35 days, default 35).
     #[arg(long, value_name = "DAYS")]
     pub(crate) pitr_days: Option<u32>,
-    /// Protect the table against deletion.
+    /// Turn the table's point-in-time recovery off (on by default).
+    #[arg(long, conflicts_with = "pitr_days")]
+    pub(crate) no_pitr: bool,
+    /// Turn the table's deletion protection off (on by default; the stack retains the table
+    /// when it is deleted either way).
     #[arg(long)]
-    pub(crate) deletion_protection: bool,
+    pub(crate) no_deletion_protection: bool,
     /// Do not create CloudWatch alarms.
     #[arg(long)]
     pub(crate) no_alarms: bool,
@@ -111,8 +117,12 @@ impl DeployArgs {
             batching_window => stream_batching_window_seconds,
             max_retries => stream_max_retries,
         );
-        o.pitr_recovery_days = self.pitr_days;
-        o.deletion_protection = self.deletion_protection;
+        if self.no_pitr {
+            o.pitr_recovery_days = None;
+        } else if let Some(days) = self.pitr_days {
+            o.pitr_recovery_days = Some(days);
+        }
+        o.deletion_protection = !self.no_deletion_protection;
         o.alarms = !self.no_alarms;
         o.alarm_topic_arn = self.alarm_topic.clone();
         o.iam = !self.no_iam;
@@ -130,41 +140,56 @@ impl DeployArgs {
         Ok(o)
     }
 
-    fn code(&self) -> Result<Option<Vec<u8>>> {
+    fn code(&self, architecture: &str) -> Result<Code> {
         if let Some(path) = &self.aggregator_zip {
             let bytes =
                 std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
             if !bytes.starts_with(b"PK") {
                 bail!("{} is not a zip archive", path.display());
             }
-            return Ok(Some(bytes));
+            return Ok(Code::Zip(bytes));
         }
         if let Some(path) = &self.aggregator_binary {
             let bytes =
                 std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            return Ok(Some(package::bootstrap_zip(&bytes)?));
+            return Ok(Code::Zip(package::bootstrap_zip(&bytes)?));
         }
         if self.no_aggregator {
-            return Ok(None);
+            return Ok(Code::NotWanted);
         }
-        // What `cargo lambda build --release -p dynalimit-aggregator` leaves behind.
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("target"));
-        let built = target.join("lambda").join("dynalimit-aggregator");
-        for (file, zipped) in [("bootstrap.zip", true), ("bootstrap", false)] {
-            let path = built.join(file);
-            if let Ok(bytes) = std::fs::read(&path) {
-                eprintln!("packaging the aggregator from {}", path.display());
-                return Ok(Some(if zipped {
-                    bytes
-                } else {
-                    package::bootstrap_zip(&bytes)?
-                }));
+        let built = built_zip(architecture);
+        match std::fs::read(&built) {
+            Ok(bytes) => {
+                eprintln!("packaging the aggregator from {}", built.display());
+                Ok(Code::Zip(bytes))
             }
+            Err(_) => Ok(Code::Missing(built)),
         }
-        Ok(None)
     }
+}
+
+/// Where `scripts/build-lambda --arch ARCH` writes the aggregator zip (`--print-path`),
+/// relative to the current directory.
+fn built_zip(architecture: &str) -> PathBuf {
+    [
+        "target",
+        "lambda",
+        architecture,
+        "dynalimit-aggregator",
+        "bootstrap.zip",
+    ]
+    .iter()
+    .collect()
+}
+
+/// The aggregator code of a deployment.
+enum Code {
+    /// Upload this zip.
+    Zip(Vec<u8>),
+    /// `--no-aggregator`.
+    NotWanted,
+    /// Wanted, but no zip was given and none is built at this path.
+    Missing(PathBuf),
 }
 
 fn progress(event: &StackEvent) {
@@ -189,28 +214,30 @@ fn stack_json(info: &StackInfo) -> Value {
 /// and registers the namespace.
 pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
     let options = args.options()?;
-    let code = args.code()?;
+    let code = args.code(&options.architecture)?;
+    let zip = match &code {
+        Code::Zip(bytes) => Some(bytes.as_slice()),
+        Code::NotWanted | Code::Missing(_) => None,
+    };
     let manager = global
         .stacks()
         .await
         .poll_interval(std::time::Duration::from_millis(args.poll_ms));
     eprintln!("deploying stack {} …", global.stack);
-    let info = manager
-        .deploy(&options, code.as_deref(), &mut progress)
-        .await?;
+    let info = manager.deploy(&options, zip, &mut progress).await?;
     let repo = global.writer().await?;
-    if code.is_some() {
-        repo.write_version_record(Some(env!("CARGO_PKG_VERSION")))
-            .await?;
-    } else {
-        repo.write_version_record(None).await?;
-        if options.aggregator {
-            eprintln!(
-                "note: no aggregator code was uploaded (pass --aggregator-zip or \
-                 --aggregator-binary, or build it with `cargo lambda build --release -p \
-                 dynalimit-aggregator`); its stream mapping stays disabled"
-            );
-        }
+    repo.write_version_record(zip.map(|_| env!("CARGO_PKG_VERSION")))
+        .await?;
+    if let Code::Missing(path) = &code
+        && !info.outputs.contains_key("AggregatorFunctionName")
+    {
+        eprintln!(
+            "note: the stack has no aggregator yet, so no usage snapshots are written: \
+             {} does not exist. Build it with `scripts/build-lambda --arch {}` and run \
+             deploy again (or pass --aggregator-zip); --no-aggregator silences this.",
+            path.display(),
+            options.architecture
+        );
     }
     global.print(&stack_json(&info));
     Ok(())
@@ -253,7 +280,7 @@ pub(crate) async fn status(global: &Global) -> Result<()> {
     }
     let mut v = match &stack {
         Some(info) => stack_json(info),
-        None => json!({ "stack": global.stack, "status": "NO_STACK (table created directly)" }),
+        None => json!({ "stack": global.stack, "status": "NO_STACK (a table without a stack)" }),
     };
     if let Some(t) = &table {
         v["table_status"] = json!(t.table_status().map(|s| s.as_str()));
@@ -280,7 +307,7 @@ pub(crate) async fn status(global: &Global) -> Result<()> {
 /// Options of `delete`.
 #[derive(Debug, Args)]
 pub(crate) struct DeleteArgs {
-    /// Confirm: the table and everything in it is deleted.
+    /// Confirm the deletion of the stack (its table is retained).
     #[arg(long, short = 'y')]
     pub(crate) yes: bool,
     /// How often to poll CloudFormation while waiting, in milliseconds.
@@ -292,7 +319,7 @@ pub(crate) struct DeleteArgs {
 pub(crate) async fn delete(global: &Global, args: &DeleteArgs) -> Result<()> {
     if !args.yes {
         bail!(
-            "this deletes stack {} and its table with every limit and bucket; rerun with --yes",
+            "this deletes stack {} (its table is kept); rerun with --yes",
             global.stack
         );
     }
@@ -304,26 +331,42 @@ pub(crate) async fn delete(global: &Global, args: &DeleteArgs) -> Result<()> {
     if has_stack {
         eprintln!("deleting stack {} …", global.stack);
         manager.delete(&mut progress).await?;
-        global.print(&json!({ "stack": global.stack, "status": "DELETE_COMPLETE" }));
+        eprintln!("{}", retained_table_note(&global.stack));
+        global.print(&json!({
+            "stack": global.stack,
+            "status": "DELETE_COMPLETE",
+            "table": global.stack,
+            "table_status": "RETAINED",
+        }));
         return Ok(());
     }
     if global.endpoint_url.is_some() {
         let client = aws_sdk_dynamodb::Client::new(&config);
-        if client
-            .delete_table()
-            .table_name(&global.stack)
-            .send()
-            .await
-            .is_ok()
-        {
-            global.print(&json!({ "stack": global.stack, "status": "TABLE_DELETED" }));
-            return Ok(());
+        match client.delete_table().table_name(&global.stack).send().await {
+            Ok(_) => {
+                global.print(&json!({ "stack": global.stack, "status": "TABLE_DELETED" }));
+                return Ok(());
+            }
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_resource_not_found_exception()) => {}
+            Err(e) => return Err(classify("DeleteTable", e).into()),
         }
     }
     Err(RepositoryError::StackNotFound {
         stack: global.stack.clone(),
     }
     .into())
+}
+
+/// What to run to drop a table the stack retained.
+fn retained_table_note(table: &str) -> String {
+    format!(
+        "the table {table} is retained with its limits, usage and audit records. To drop it \
+         for good (this cannot be undone):\n  \
+         aws dynamodb update-table --table-name {table} --no-deletion-protection-enabled\n  \
+         aws dynamodb delete-table --table-name {table}"
+    )
 }
 
 /// Options of `template`.

@@ -1,10 +1,14 @@
 //! The CloudFormation stack: the template of `infra/`, embedded, and a [`StackManager`] that
 //! creates, updates, inspects and deletes it.
 //!
-//! The stack is named like the table it holds. The aggregator Lambda starts with placeholder
-//! code and a disabled event source mapping; [`StackManager::deploy`] uploads the real zip to
-//! the stack's code bucket once the stack exists and points the function at it with a second
-//! update, which also enables the mapping.
+//! The stack is named like the table it holds. Until its code is uploaded, an aggregator stack
+//! has only the code bucket: no function, event source mapping, dead-letter queue or
+//! aggregator alarms. [`StackManager::deploy`] uploads the zip to the code bucket once the
+//! stack exists and sets `AggregatorCodeKey` with a second update, which creates them.
+//!
+//! The table is retained when the stack is deleted (and has deletion protection and
+//! point-in-time recovery by default): deleting the stack never deletes limits, usage or
+//! audit records.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
@@ -43,8 +47,12 @@ pub const LOG_RETENTION_DAYS: &[u32] = &[
     3288, 3653,
 ];
 
-/// Aggregator log levels.
-pub const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
+/// Aggregator log levels, as the template's `LogLevel` (the function's `ApplicationLogLevel`)
+/// spells them. [`StackOptions::log_level`] accepts them in any case.
+pub const LOG_LEVELS: &[&str] = &["ERROR", "WARN", "INFO", "DEBUG", "TRACE"];
+
+/// The longest point-in-time recovery period DynamoDB keeps, and the default, in days.
+pub const MAX_PITR_RECOVERY_DAYS: u32 = 35;
 
 /// Everything a deployment can choose; [`StackOptions::default`] matches the template's
 /// defaults.
@@ -59,7 +67,7 @@ pub struct StackOptions {
     pub lambda_memory_mb: u32,
     /// Aggregator timeout, 1–900 s.
     pub lambda_timeout_seconds: u32,
-    /// Aggregator log level (one of [`LOG_LEVELS`]).
+    /// Aggregator log level (one of [`LOG_LEVELS`], any case).
     pub log_level: String,
     /// Log group retention (one of [`LOG_RETENTION_DAYS`]).
     pub log_retention_days: u32,
@@ -73,9 +81,10 @@ pub struct StackOptions {
     pub stream_batching_window_seconds: u32,
     /// Retries of a failing batch before it goes to the dead-letter queue, 0–10000.
     pub stream_max_retries: u32,
-    /// Point-in-time recovery period, 1–35 days; `None` disables PITR.
+    /// Point-in-time recovery period, 1–35 days (default 35); `None` disables PITR.
     pub pitr_recovery_days: Option<u32>,
-    /// DynamoDB deletion protection of the table.
+    /// DynamoDB deletion protection of the table (default on). The stack retains the table
+    /// when it is deleted either way.
     pub deletion_protection: bool,
     /// CloudWatch alarms.
     pub alarms: bool,
@@ -104,15 +113,15 @@ impl Default for StackOptions {
             architecture: "arm64".into(),
             lambda_memory_mb: 256,
             lambda_timeout_seconds: 60,
-            log_level: "info".into(),
+            log_level: "INFO".into(),
             log_retention_days: 30,
             snapshot_windows: "hourly,daily".into(),
             snapshot_retention_days: 90,
             stream_batch_size: 100,
             stream_batching_window_seconds: 1,
             stream_max_retries: 3,
-            pitr_recovery_days: None,
-            deletion_protection: false,
+            pitr_recovery_days: Some(MAX_PITR_RECOVERY_DAYS),
+            deletion_protection: true,
             alarms: true,
             alarm_topic_arn: None,
             iterator_age_threshold_ms: 60_000,
@@ -156,7 +165,7 @@ impl StackOptions {
         }
         in_range("lambda memory", self.lambda_memory_mb, 128, 10_240)?;
         in_range("lambda timeout", self.lambda_timeout_seconds, 1, 900)?;
-        if !LOG_LEVELS.contains(&self.log_level.as_str()) {
+        if !LOG_LEVELS.contains(&self.log_level.to_ascii_uppercase().as_str()) {
             return Err(invalid(
                 "log level",
                 &self.log_level,
@@ -197,7 +206,7 @@ impl StackOptions {
         )?;
         in_range("stream retries", self.stream_max_retries, 0, 10_000)?;
         if let Some(days) = self.pitr_recovery_days {
-            in_range("PITR recovery days", days, 1, 35)?;
+            in_range("PITR recovery days", days, 1, MAX_PITR_RECOVERY_DAYS)?;
         }
         in_range(
             "iterator age threshold",
@@ -234,17 +243,21 @@ impl StackOptions {
         vec![
             ("SchemaVersion", SCHEMA_VERSION.to_string()),
             (
+                "EnablePointInTimeRecovery",
+                flag(self.pitr_recovery_days.is_some()),
+            ),
+            (
                 "PITRRecoveryPeriodDays",
                 self.pitr_recovery_days
-                    .map(|d| d.to_string())
-                    .unwrap_or_default(),
+                    .unwrap_or(MAX_PITR_RECOVERY_DAYS)
+                    .to_string(),
             ),
             ("EnableDeletionProtection", flag(self.deletion_protection)),
             ("EnableAggregator", flag(self.aggregator)),
             ("AggregatorArchitecture", self.architecture.clone()),
             ("LambdaMemorySize", self.lambda_memory_mb.to_string()),
             ("LambdaTimeout", self.lambda_timeout_seconds.to_string()),
-            ("LogLevel", self.log_level.clone()),
+            ("LogLevel", self.log_level.to_ascii_uppercase()),
             ("LogRetentionDays", self.log_retention_days.to_string()),
             ("SnapshotWindows", self.snapshot_windows.clone()),
             (
@@ -516,9 +529,11 @@ impl StackManager {
     /// Deletes the stack (emptying its code bucket first) and waits until it is gone.
     /// Returns false when there was no stack.
     ///
+    /// The table is retained (`DeletionPolicy: Retain`) with everything in it; drop it
+    /// explicitly, after turning its deletion protection off, when it is no longer needed.
+    ///
     /// # Errors
-    /// [`RepositoryError::StackFailed`] when the deletion fails (for example because the table
-    /// has deletion protection), and the classified failures.
+    /// [`RepositoryError::StackFailed`] when the deletion fails, and the classified failures.
     pub async fn delete(
         &self,
         progress: &mut (dyn FnMut(&StackEvent) + Send),

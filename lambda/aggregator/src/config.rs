@@ -1,10 +1,80 @@
 //! Settings of the aggregator, from the Lambda environment or the command line.
+//!
+//! # The environment contract
+//! The Lambda function reads exactly the variables of [`ENVIRONMENT`]; the CloudFormation
+//! template (`infra/template.yaml`) sets them on the function, and a test reads both sides.
+//! An empty value counts as unset.
+//!
+//! | Variable | Required | Default |
+//! |---|---|---|
+//! | `DYNALIMIT_TABLE` | yes | — |
+//! | `DYNALIMIT_SNAPSHOT_WINDOWS` | no | `hourly,daily` |
+//! | `DYNALIMIT_SNAPSHOT_RETENTION_DAYS` | no | `90` |
+//! | `DYNALIMIT_PROACTIVE_REFILL` | no | `true` |
+//! | `DYNALIMIT_PROACTIVE_SHARDING` | no | `true` |
+//!
+//! Logging is not part of it: the `bootstrap` binary sets up `tracing` through
+//! `lambda_runtime`, which follows Lambda's own `AWS_LAMBDA_LOG_LEVEL` and
+//! `AWS_LAMBDA_LOG_FORMAT` (falling back to `RUST_LOG`).
 
 use crate::error::AggregatorError;
 use crate::window::Window;
 
+/// The table (stack) name. Required.
+pub const ENV_TABLE: &str = "DYNALIMIT_TABLE";
+/// Snapshot windows, comma-separated (`hourly`, `daily`, `monthly`).
+pub const ENV_SNAPSHOT_WINDOWS: &str = "DYNALIMIT_SNAPSHOT_WINDOWS";
+/// Days usage snapshots are kept (their `ttl`), a positive integer.
+pub const ENV_SNAPSHOT_RETENTION_DAYS: &str = "DYNALIMIT_SNAPSHOT_RETENTION_DAYS";
+/// Proactive refill of active buckets, `true` or `false`.
+pub const ENV_PROACTIVE_REFILL: &str = "DYNALIMIT_PROACTIVE_REFILL";
+/// Proactive shard doubling and propagation, `true` or `false`.
+pub const ENV_PROACTIVE_SHARDING: &str = "DYNALIMIT_PROACTIVE_SHARDING";
+
 /// Default snapshot retention in days.
 pub const DEFAULT_SNAPSHOT_TTL_DAYS: i64 = 90;
+/// Default snapshot windows, as the environment spells them.
+pub const DEFAULT_SNAPSHOT_WINDOWS: &str = "hourly,daily";
+
+/// One variable of the environment contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnvVar {
+    /// The variable's name.
+    pub name: &'static str,
+    /// Whether the function refuses to start without it.
+    pub required: bool,
+    /// The value assumed when it is unset or empty (`None` for required variables).
+    pub default: Option<&'static str>,
+}
+
+/// Every variable the aggregator reads, in the order it reads them.
+pub const ENVIRONMENT: &[EnvVar] = &[
+    EnvVar {
+        name: ENV_TABLE,
+        required: true,
+        default: None,
+    },
+    EnvVar {
+        name: ENV_SNAPSHOT_WINDOWS,
+        required: false,
+        default: Some(DEFAULT_SNAPSHOT_WINDOWS),
+    },
+    EnvVar {
+        name: ENV_SNAPSHOT_RETENTION_DAYS,
+        required: false,
+        default: Some("90"),
+    },
+    EnvVar {
+        name: ENV_PROACTIVE_REFILL,
+        required: false,
+        default: Some("true"),
+    },
+    EnvVar {
+        name: ENV_PROACTIVE_SHARDING,
+        required: false,
+        default: Some("true"),
+    },
+];
 
 /// What the aggregator does and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,9 +105,7 @@ impl Settings {
         }
     }
 
-    /// Reads the settings from the process environment: `TABLE_NAME` (required),
-    /// `SNAPSHOT_WINDOWS` (`hourly,daily`), `SNAPSHOT_TTL_DAYS` (90), `PROACTIVE_REFILL` and
-    /// `PROACTIVE_SHARDING` (`true`/`false`, default `true`).
+    /// Reads the settings from the process environment (the variables of [`ENVIRONMENT`]).
     ///
     /// # Errors
     /// [`AggregatorError::Config`] naming the variable that is missing or malformed.
@@ -45,48 +113,58 @@ impl Settings {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
-    /// As [`Settings::from_env`], reading variables through `get`.
+    /// As [`Settings::from_env`], reading variables through `get`. Unset or empty variables
+    /// take their [`EnvVar::default`].
     ///
     /// # Errors
     /// [`AggregatorError::Config`] naming the variable that is missing or malformed.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, AggregatorError> {
-        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        let table = get("TABLE_NAME").ok_or_else(|| AggregatorError::Config {
-            message: "TABLE_NAME is not set".into(),
+        let value = |var: &str| -> Result<String, AggregatorError> {
+            let spec = ENVIRONMENT
+                .iter()
+                .find(|v| v.name == var)
+                .expect("a variable of the contract");
+            get(var)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+                .or_else(|| spec.default.map(str::to_owned))
+                .ok_or_else(|| config(format!("{var} is not set")))
+        };
+        let table = value(ENV_TABLE)?;
+        let windows = value(ENV_SNAPSHOT_WINDOWS)?;
+        let windows = match Window::parse_list(&windows) {
+            Ok(list) if !list.is_empty() => list,
+            Ok(_) => return Err(config(format!("{ENV_SNAPSHOT_WINDOWS} lists no window"))),
+            Err(e) => return Err(config(format!("{ENV_SNAPSHOT_WINDOWS}: {e}"))),
+        };
+        let days = value(ENV_SNAPSHOT_RETENTION_DAYS)?;
+        let snapshot_ttl_days = days.parse().ok().filter(|d: &i64| *d > 0).ok_or_else(|| {
+            config(format!(
+                "{ENV_SNAPSHOT_RETENTION_DAYS} must be a positive integer, got {days:?}"
+            ))
         })?;
-        let mut settings = Settings::new(table.trim());
-        if let Some(w) = get("SNAPSHOT_WINDOWS") {
-            settings.windows = Window::parse_list(&w).map_err(|e| AggregatorError::Config {
-                message: format!("SNAPSHOT_WINDOWS: {e}"),
-            })?;
-        }
-        if let Some(d) = get("SNAPSHOT_TTL_DAYS") {
-            settings.snapshot_ttl_days = d
-                .trim()
-                .parse()
-                .ok()
-                .filter(|d: &i64| *d > 0)
-                .ok_or_else(|| AggregatorError::Config {
-                    message: format!("SNAPSHOT_TTL_DAYS must be a positive integer, got {d:?}"),
-                })?;
-        }
-        for (var, slot) in [
-            ("PROACTIVE_REFILL", &mut settings.proactive_refill),
-            ("PROACTIVE_SHARDING", &mut settings.proactive_sharding),
-        ] {
-            if let Some(v) = get(var) {
-                *slot = parse_switch(&v).ok_or_else(|| AggregatorError::Config {
-                    message: format!("{var} must be true or false, got {v:?}"),
-                })?;
-            }
-        }
-        Ok(settings)
+        let switch = |var: &str| -> Result<bool, AggregatorError> {
+            let v = value(var)?;
+            parse_switch(&v)
+                .ok_or_else(|| config(format!("{var} must be true or false, got {v:?}")))
+        };
+        Ok(Settings {
+            table_name: table,
+            windows,
+            snapshot_ttl_days,
+            proactive_refill: switch(ENV_PROACTIVE_REFILL)?,
+            proactive_sharding: switch(ENV_PROACTIVE_SHARDING)?,
+        })
     }
 
     /// The `ttl` (epoch seconds) of a snapshot created at `now_ms`.
     pub fn snapshot_ttl(&self, now_ms: i64) -> i64 {
         now_ms.div_euclid(1000) + self.snapshot_ttl_days.saturating_mul(86_400)
     }
+}
+
+fn config(message: String) -> AggregatorError {
+    AggregatorError::Config { message }
 }
 
 fn parse_switch(v: &str) -> Option<bool> {
@@ -113,14 +191,22 @@ mod tests {
 
     #[test]
     fn defaults_and_overrides_from_the_environment() {
-        let s = Settings::from_lookup(env(&[("TABLE_NAME", "stack")])).unwrap();
+        let s = Settings::from_lookup(env(&[(ENV_TABLE, "stack")])).unwrap();
+        assert_eq!(s, Settings::new("stack"));
+        // Empty values are unset.
+        let s = Settings::from_lookup(env(&[
+            (ENV_TABLE, " stack "),
+            (ENV_SNAPSHOT_WINDOWS, ""),
+            (ENV_SNAPSHOT_RETENTION_DAYS, " "),
+        ]))
+        .unwrap();
         assert_eq!(s, Settings::new("stack"));
         let s = Settings::from_lookup(env(&[
-            ("TABLE_NAME", "stack"),
-            ("SNAPSHOT_WINDOWS", "daily,monthly"),
-            ("SNAPSHOT_TTL_DAYS", "7"),
-            ("PROACTIVE_REFILL", "off"),
-            ("PROACTIVE_SHARDING", "false"),
+            (ENV_TABLE, "stack"),
+            (ENV_SNAPSHOT_WINDOWS, "daily,monthly"),
+            (ENV_SNAPSHOT_RETENTION_DAYS, "7"),
+            (ENV_PROACTIVE_REFILL, "off"),
+            (ENV_PROACTIVE_SHARDING, "false"),
         ]))
         .unwrap();
         assert_eq!(s.windows, vec![Window::Daily, Window::Monthly]);
@@ -129,20 +215,50 @@ mod tests {
     }
 
     #[test]
+    fn the_contract_defaults_are_the_defaults_of_settings() {
+        // Every default of the table, spelled out, gives `Settings::new`.
+        let mut pairs: Vec<(&str, &str)> = ENVIRONMENT
+            .iter()
+            .filter_map(|v| Some((v.name, v.default?)))
+            .collect();
+        pairs.push((ENV_TABLE, "t"));
+        assert_eq!(
+            Settings::from_lookup(env(&pairs)).unwrap(),
+            Settings::new("t")
+        );
+        assert_eq!(
+            Settings::new("t").snapshot_ttl_days.to_string(),
+            ENVIRONMENT
+                .iter()
+                .find(|v| v.name == ENV_SNAPSHOT_RETENTION_DAYS)
+                .and_then(|v| v.default)
+                .unwrap()
+        );
+        for v in ENVIRONMENT {
+            assert_eq!(v.required, v.default.is_none(), "{}", v.name);
+            assert!(v.name.starts_with("DYNALIMIT_"), "{}", v.name);
+        }
+    }
+
+    #[test]
     fn bad_settings_are_named() {
         for (pairs, needle) in [
-            (vec![], "TABLE_NAME"),
+            (vec![], ENV_TABLE),
             (
-                vec![("TABLE_NAME", "t"), ("SNAPSHOT_WINDOWS", "weekly")],
-                "SNAPSHOT_WINDOWS",
+                vec![(ENV_TABLE, "t"), (ENV_SNAPSHOT_WINDOWS, "weekly")],
+                ENV_SNAPSHOT_WINDOWS,
             ),
             (
-                vec![("TABLE_NAME", "t"), ("SNAPSHOT_TTL_DAYS", "0")],
-                "SNAPSHOT_TTL_DAYS",
+                vec![(ENV_TABLE, "t"), (ENV_SNAPSHOT_WINDOWS, ",,")],
+                ENV_SNAPSHOT_WINDOWS,
             ),
             (
-                vec![("TABLE_NAME", "t"), ("PROACTIVE_REFILL", "maybe")],
-                "PROACTIVE_REFILL",
+                vec![(ENV_TABLE, "t"), (ENV_SNAPSHOT_RETENTION_DAYS, "0")],
+                ENV_SNAPSHOT_RETENTION_DAYS,
+            ),
+            (
+                vec![(ENV_TABLE, "t"), (ENV_PROACTIVE_REFILL, "maybe")],
+                ENV_PROACTIVE_REFILL,
             ),
         ] {
             let err = Settings::from_lookup(env(&pairs)).unwrap_err();

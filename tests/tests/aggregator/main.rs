@@ -15,6 +15,7 @@ use dynalimit_repository::keys;
 use dynalimit_repository::{Repository, UsageQuery, UsageSnapshot, local_credentials};
 use dynalimit_tests::TestTable;
 
+mod bootstrap;
 mod lambda;
 mod proactive;
 mod restart;

@@ -1,5 +1,5 @@
-//! The stack on moto: create, update with aggregator code, delete; and `Repository::open`
-//! provisioning a missing table through CloudFormation.
+//! The stack on moto: create, update with aggregator code, delete (the table survives it); and
+//! `Repository::open` provisioning a missing table through CloudFormation.
 
 use std::time::Duration;
 
@@ -66,6 +66,14 @@ async fn deploy_update_with_code_and_delete_cycle() {
         assert!(info.outputs.contains_key(output), "{output}");
     }
     assert_eq!(info.parameters["AggregatorCodeKey"], "");
+    // No code, no function: only the bucket the code goes to.
+    for output in [
+        "AggregatorFunctionArn",
+        "AggregatorFunctionName",
+        "AggregatorDLQArn",
+    ] {
+        assert!(!info.outputs.contains_key(output), "{output}");
+    }
     // moto reports stack-level events only; AWS adds one per resource.
     assert!(
         events
@@ -76,10 +84,12 @@ async fn deploy_update_with_code_and_delete_cycle() {
     let client = dynamodb(&moto).await;
     let table = describe(&client, name).await.expect("table exists");
     assert_eq!(schema_mismatches(&table), Vec::<String>::new());
+    assert_eq!(moto.table_protection(name).await, Some(true));
 
     // Update: new options and the aggregator code, uploaded after the stack exists.
+    // (Not the log retention: moto loses a log group whose properties change in an update.)
     let mut options = StackOptions::default();
-    options.log_retention_days = 90;
+    options.snapshot_retention_days = 30;
     options.lambda_memory_mb = 512;
     let zip = b"PK\x05\x06 not really a zip, moto does not run it";
     let mut events = Vec::new();
@@ -89,9 +99,11 @@ async fn deploy_update_with_code_and_delete_cycle() {
         .expect("update");
     assert_eq!(info.status, "UPDATE_COMPLETE");
     assert_eq!(info.parameters["AggregatorCodeKey"], stack::code_key(zip));
-    assert_eq!(info.parameters["LogRetentionDays"], "90");
+    assert_eq!(info.parameters["SnapshotRetentionDays"], "30");
     assert_eq!(info.parameters["LambdaMemorySize"], "512");
-    assert!(info.outputs.contains_key("AggregatorFunctionArn"));
+    for output in ["AggregatorFunctionArn", "AggregatorDLQArn"] {
+        assert!(info.outputs.contains_key(output), "{output}");
+    }
     assert!(!events.is_empty());
 
     // A repository works on the deployed table.
@@ -105,14 +117,20 @@ async fn deploy_update_with_code_and_delete_cycle() {
     repo.ping().await.unwrap();
     assert!(repo.version_record().await.unwrap().is_some());
 
-    // Delete.
+    // Delete: the stack goes, the table and its records stay, still protected.
     assert!(m.delete(&mut |_| {}).await.expect("delete"));
     assert_eq!(m.status().await.unwrap(), None);
-    assert!(describe(&client, name).await.is_none());
+    assert_eq!(moto.table_protection(name).await, Some(true));
+    assert!(repo.version_record().await.unwrap().is_some());
+    let refused = client.delete_table().table_name(name).send().await;
+    assert!(refused.is_err(), "deletion protection refuses DeleteTable");
     assert!(
         !m.delete(&mut |_| {}).await.unwrap(),
         "second delete finds nothing"
     );
+    // Dropped explicitly.
+    moto.drop_retained_table(name).await;
+    assert!(describe(&client, name).await.is_none());
 }
 
 #[tokio::test]
@@ -139,8 +157,24 @@ async fn repository_open_provisions_a_missing_table_through_the_stack() {
         .expect("the stack was created");
     assert_eq!(info.status, "CREATE_COMPLETE");
     assert_eq!(info.parameters["EnableAggregator"], "false");
+    // The safe defaults apply to a provisioned table too.
+    assert_eq!(info.parameters["EnableDeletionProtection"], "true");
+    assert_eq!(info.parameters["EnablePointInTimeRecovery"], "true");
     let table = describe(&dynamodb(&moto).await, name).await.unwrap();
     assert_eq!(schema_mismatches(&table), Vec::<String>::new());
+    assert_eq!(moto.table_protection(name).await, Some(true));
+
+    // Deleting its stack keeps the table; it is dropped explicitly.
+    assert!(
+        manager(&moto, name)
+            .await
+            .delete(&mut |_| {})
+            .await
+            .unwrap()
+    );
+    repo.ping().await.unwrap();
+    moto.drop_retained_table(name).await;
+    assert_eq!(moto.table_protection(name).await, None);
 }
 
 #[tokio::test]

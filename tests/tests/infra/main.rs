@@ -1,5 +1,7 @@
 //! Infrastructure: the CloudFormation template checked statically against the table schema,
-//! and the stack deployed, updated and deleted on a private moto server.
+//! the aggregator's environment contract read from both sides, and the stack deployed, updated and
+//! deleted on a private moto server.
 
 mod deploy;
+mod lambda_env;
 mod template;

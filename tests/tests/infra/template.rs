@@ -1,9 +1,15 @@
 //! The CloudFormation template agrees with `schema::TABLE_SCHEMA` and carries the TTL, PITR,
-//! alarm, stream-processing and IAM settings no emulator checks.
+//! retention, alarm, stream-processing and IAM settings no emulator checks.
 
+use std::collections::BTreeMap;
+
+use dynalimit_aggregator::processor::MARKER_SK_PREFIX;
+use dynalimit_repository::keys;
 use dynalimit_repository::schema::TABLE_SCHEMA;
 use dynalimit_repository::stack::StackOptions;
-use dynalimit_tests::template::{resources_of_type, template};
+use dynalimit_tests::template::{
+    condition_holds, created_resources, filter_matches, resources_of_type, template,
+};
 use serde_json::{Value, json};
 
 fn key_schema(hash: &str, range: &str) -> Value {
@@ -75,9 +81,13 @@ fn table_keys_indexes_stream_and_billing_match_the_schema() {
 }
 
 #[test]
-fn ttl_pitr_and_deletion_protection_are_set_from_parameters() {
+fn the_table_is_retained_protected_and_recoverable_by_default() {
     let t = template();
-    let p = &t["Resources"]["RateLimitsTable"]["Properties"];
+    let table = &t["Resources"]["RateLimitsTable"];
+    // Deleting the stack, or a change that would replace the table, never drops the data.
+    assert_eq!(table["DeletionPolicy"], "Retain");
+    assert_eq!(table["UpdateReplacePolicy"], "Retain");
+    let p = &table["Properties"];
     assert_eq!(
         p["TimeToLiveSpecification"],
         json!({ "AttributeName": TABLE_SCHEMA.ttl_attribute, "Enabled": true })
@@ -92,14 +102,151 @@ fn ttl_pitr_and_deletion_protection_are_set_from_parameters() {
         ]})
     );
     assert_eq!(
-        t["Conditions"]["PITREnabled"],
-        json!({ "Fn::Not": [{ "Fn::Equals": [{ "Ref": "PITRRecoveryPeriodDays" }, ""] }] })
-    );
-    assert_eq!(
         p["DeletionProtectionEnabled"],
         json!({ "Fn::If": ["DeletionProtected", true, false] })
     );
-    assert_eq!(t["Parameters"]["PITRRecoveryPeriodDays"]["Default"], "");
+    // On by default; a parameter turns each off.
+    let defaults = BTreeMap::new();
+    assert!(condition_holds(&t, "PITREnabled", &defaults));
+    assert!(condition_holds(&t, "DeletionProtected", &defaults));
+    let off = BTreeMap::from([
+        ("EnablePointInTimeRecovery", "false"),
+        ("EnableDeletionProtection", "false"),
+    ]);
+    assert!(!condition_holds(&t, "PITREnabled", &off));
+    assert!(!condition_holds(&t, "DeletionProtected", &off));
+    let period = &t["Parameters"]["PITRRecoveryPeriodDays"];
+    assert_eq!(
+        (&period["Default"], &period["MinValue"], &period["MaxValue"]),
+        (&json!(35), &json!(1), &json!(35))
+    );
+}
+
+#[test]
+fn without_aggregator_code_there_is_no_function_mapping_queue_or_alarm_on_them() {
+    let t = template();
+    let aggregator_parts = [
+        "AggregatorFunction",
+        "AggregatorEventSourceMapping",
+        "AggregatorDLQ",
+        "AggregatorLogGroup",
+        "AggregatorRole",
+        "AggregatorErrorsAlarm",
+        "StreamIteratorAgeAlarm",
+        "AggregatorDLQAlarm",
+    ];
+    let created = |params: &[(&str, &str)]| {
+        created_resources(&t, &params.iter().copied().collect::<BTreeMap<_, _>>())
+    };
+    // Defaults (the first step of a deploy): the code bucket only.
+    let before_upload = created(&[]);
+    assert!(before_upload.contains(&"CodeBucket".to_owned()));
+    for part in aggregator_parts {
+        assert!(!before_upload.contains(&part.to_owned()), "{part}");
+    }
+    // With the code key (the second step): all of it.
+    let with_code = created(&[("AggregatorCodeKey", "aggregator/x.zip")]);
+    for part in aggregator_parts.iter().chain(&["CodeBucket"]) {
+        assert!(with_code.contains(&(*part).to_owned()), "{part}");
+    }
+    // An existing role instead of a created one.
+    let own_role = created(&[
+        ("AggregatorCodeKey", "aggregator/x.zip"),
+        ("AggregatorRoleName", "team/aggregator"),
+    ]);
+    assert!(own_role.contains(&"AggregatorFunction".to_owned()));
+    assert!(!own_role.contains(&"AggregatorRole".to_owned()));
+    // Aggregator disabled: none of it, code key or not.
+    let disabled = created(&[
+        ("EnableAggregator", "false"),
+        ("AggregatorCodeKey", "aggregator/x.zip"),
+    ]);
+    for part in aggregator_parts.iter().chain(&["CodeBucket"]) {
+        assert!(!disabled.contains(&(*part).to_owned()), "{part}");
+    }
+    // Alarms off: no alarm at all.
+    let quiet = created(&[
+        ("AggregatorCodeKey", "aggregator/x.zip"),
+        ("EnableAlarms", "false"),
+    ]);
+    assert!(
+        resources_of_type(&t, "AWS::CloudWatch::Alarm")
+            .iter()
+            .all(|(id, _)| !quiet.contains(id))
+    );
+    // Outputs exist exactly when their resources do.
+    for (output, resource) in [
+        ("AggregatorFunctionArn", "AggregatorFunction"),
+        ("AggregatorFunctionName", "AggregatorFunction"),
+        ("AggregatorDLQUrl", "AggregatorDLQ"),
+        ("AggregatorDLQArn", "AggregatorDLQ"),
+        ("CodeBucketName", "CodeBucket"),
+        ("AggregatorRoleArn", "AggregatorRole"),
+    ] {
+        assert_eq!(
+            t["Outputs"][output]["Condition"], t["Resources"][resource]["Condition"],
+            "{output}"
+        );
+    }
+}
+
+fn stream_record(event: &str, sk: &str, with_new: bool, with_old: bool) -> Value {
+    let image = json!({ "PK": { "S": "ns1/BUCKET#u1#gpt-4#0" }, "SK": { "S": sk } });
+    let mut change = json!({ "Keys": image.clone(), "SequenceNumber": "1" });
+    if with_new {
+        change["NewImage"] = image.clone();
+    }
+    if with_old {
+        change["OldImage"] = image;
+    }
+    json!({ "eventName": event, "eventSource": "aws:dynamodb", "dynamodb": change })
+}
+
+#[test]
+fn the_stream_filter_passes_bucket_writes_and_drops_the_aggregators_own_writes() {
+    let t = template();
+    let filters =
+        &t["Resources"]["AggregatorEventSourceMapping"]["Properties"]["FilterCriteria"]["Filters"];
+    let patterns: Vec<Value> = filters
+        .as_array()
+        .expect("filters")
+        .iter()
+        .map(|f| serde_json::from_str(f["Pattern"].as_str().expect("pattern")).expect("JSON"))
+        .collect();
+    let passes = |r: &Value| patterns.iter().any(|p| filter_matches(p, r));
+    // What the aggregator counts and acts on: bucket items created and changed.
+    assert!(passes(&stream_record(
+        "INSERT",
+        keys::STATE_SK,
+        true,
+        false
+    )));
+    assert!(passes(&stream_record("MODIFY", keys::STATE_SK, true, true)));
+    // Its own snapshot and watermark writes, deletions and expiries, other items: never.
+    for (event, sk, new, old) in [
+        (
+            "INSERT",
+            format!("{}gpt-4#2026-01-01T00:00:00Z", keys::USAGE_SK_PREFIX),
+            true,
+            false,
+        ),
+        (
+            "MODIFY",
+            format!("{}gpt-4#2026-01-01T00:00:00Z", keys::USAGE_SK_PREFIX),
+            true,
+            true,
+        ),
+        ("INSERT", format!("{MARKER_SK_PREFIX}gpt-4#0"), true, false),
+        ("MODIFY", format!("{MARKER_SK_PREFIX}gpt-4#0"), true, true),
+        ("REMOVE", keys::STATE_SK.to_owned(), false, true),
+        ("MODIFY", keys::META_SK.to_owned(), true, true),
+        ("INSERT", format!("{}x", keys::AUDIT_SK_PREFIX), true, false),
+    ] {
+        assert!(
+            !passes(&stream_record(event, &sk, new, old)),
+            "{event} {sk}"
+        );
+    }
 }
 
 #[test]
@@ -142,9 +289,11 @@ fn alarms_cover_lambda_errors_iterator_age_dlq_depth_and_throttles() {
 fn aggregator_reads_the_stream_with_bisect_partial_batches_and_a_dead_letter_queue() {
     let t = template();
     let f = &t["Resources"]["AggregatorFunction"]["Properties"];
+    assert_eq!(f["Runtime"], "provided.al2023");
+    assert_eq!(f["Handler"], "bootstrap");
     assert_eq!(
-        f["Runtime"],
-        json!({ "Fn::If": ["HasAggregatorCode", "provided.al2023", "python3.13"] })
+        f["Code"],
+        json!({ "S3Bucket": { "Ref": "CodeBucket" }, "S3Key": { "Ref": "AggregatorCodeKey" } })
     );
     assert_eq!(
         f["Architectures"],
@@ -156,10 +305,6 @@ fn aggregator_reads_the_stream_with_bisect_partial_batches_and_a_dead_letter_que
     );
     assert_eq!(f["MemorySize"], json!({ "Ref": "LambdaMemorySize" }));
     assert_eq!(f["Timeout"], json!({ "Ref": "LambdaTimeout" }));
-    assert_eq!(
-        f["Environment"]["Variables"]["RUST_LOG"],
-        json!({ "Ref": "LogLevel" })
-    );
     let m = &t["Resources"]["AggregatorEventSourceMapping"]["Properties"];
     assert_eq!(
         m["EventSourceArn"],
@@ -183,10 +328,7 @@ fn aggregator_reads_the_stream_with_bisect_partial_batches_and_a_dead_letter_que
         m["DestinationConfig"]["OnFailure"]["Destination"],
         json!({ "Fn::GetAtt": ["AggregatorDLQ", "Arn"] })
     );
-    assert_eq!(
-        m["Enabled"],
-        json!({ "Fn::If": ["HasAggregatorCode", true, false] })
-    );
+    assert_eq!(m["Enabled"], true);
     let logs = &t["Resources"]["AggregatorLogGroup"]["Properties"];
     assert_eq!(
         logs["RetentionInDays"],

@@ -1,12 +1,14 @@
 //! deploy, status, delete and template; the stack commands run against a private moto server.
 
+use std::path::{Path, PathBuf};
+
 use dynalimit_repository::stack::{TEMPLATE, code_key};
 use dynalimit_tests::moto::MotoServer;
 
-use crate::{command, run_env, run_json_on, run_on, temp_file};
+use crate::{Run, command, from_output, run_env, run_json_on, run_on, temp_file};
 
-#[test]
-fn deploy_status_delete_cycle_on_moto() {
+#[tokio::test]
+async fn deploy_status_delete_cycle_on_moto() {
     let Some(moto) = MotoServer::start() else {
         return;
     };
@@ -62,8 +64,27 @@ fn deploy_status_delete_cycle_on_moto() {
     assert_eq!(run(&["entity", "get", "key-1"]).json()["id"], "key-1");
 
     run(&["delete"]).fails(1, "--yes");
-    let deleted = run(&["delete", "--yes", "--poll-ms", "100"]).json();
+    let deleted = run(&["delete", "--yes", "--poll-ms", "100"]);
+    assert!(
+        deleted
+            .stderr
+            .contains(&format!("aws dynamodb delete-table --table-name {stack}")),
+        "says how to drop the table: {}",
+        deleted.stderr
+    );
+    let deleted = deleted.json();
     assert_eq!(deleted["status"], "DELETE_COMPLETE");
+    assert_eq!(deleted["table_status"], "RETAINED");
+
+    // The stack is gone; the table and its data stay, protected against deletion.
+    let status = run(&["status"]).json();
+    assert!(status["status"].as_str().unwrap().starts_with("NO_STACK"));
+    assert_eq!(status["table_status"], "ACTIVE");
+    assert_eq!(run(&["entity", "get", "key-1"]).json()["id"], "key-1");
+    run(&["delete", "--yes"]).fails(3, "DeleteTable");
+    assert_eq!(moto.table_protection(stack).await, Some(true));
+
+    moto.drop_retained_table(stack).await;
     run(&["status"]).fails(4, "does not exist");
     run(&["delete", "--yes"]).fails(4, "does not exist");
 }
@@ -106,40 +127,82 @@ fn template_prints_or_writes_the_embedded_template() {
     assert_eq!(std::fs::read_to_string(&out).unwrap(), TEMPLATE);
 }
 
-#[test]
-fn deploy_packages_a_cargo_lambda_build_when_present() {
-    let Some(moto) = MotoServer::start() else {
-        return;
-    };
-    let target = temp_file("placeholder", "").parent().unwrap().to_path_buf();
-    let built = target.join("lambda").join("dynalimit-aggregator");
-    std::fs::create_dir_all(&built).unwrap();
-    std::fs::write(built.join("bootstrap"), "#!/bin/sh\n").unwrap();
-    let target_s = target.to_str().unwrap();
-    let deploy = run_env(
-        &[("CARGO_TARGET_DIR", target_s)],
-        &[
+/// Runs `dynalimit ARGS --output json` in directory `dir` against moto.
+fn run_in(dir: &Path, moto: &MotoServer, stack: &str, args: &[&str]) -> Run {
+    let out = command()
+        .current_dir(dir)
+        .args([
             "--endpoint-url",
             moto.url(),
             "--stack",
-            "dynalimit-built",
+            stack,
             "--output",
             "json",
-            "deploy",
-            "--poll-ms",
-            "100",
-        ],
-    );
+        ])
+        .args(args)
+        .output()
+        .expect("run dynalimit");
+    from_output(out)
+}
+
+/// Where `scripts/build-lambda --print-path` says the zip goes.
+fn build_lambda_zip_path() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/build-lambda");
+    let out = std::process::Command::new(script)
+        .arg("--print-path")
+        .output()
+        .expect("scripts/build-lambda runs");
+    assert!(out.status.success());
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+#[tokio::test]
+async fn deploy_finds_the_zip_of_build_lambda_or_says_what_to_run() {
+    let Some(moto) = MotoServer::start() else {
+        return;
+    };
+    let dir = temp_file("placeholder", "").parent().unwrap().to_path_buf();
+    let stack = "dynalimit-built";
+
+    // Nothing built: the stack has no function (and no placeholder), and the note says what
+    // to run.
+    let first = run_in(&dir, &moto, stack, &["deploy", "--poll-ms", "100"]);
     assert!(
-        deploy.stderr.contains("packaging the aggregator from"),
+        first.stderr.contains("scripts/build-lambda --arch arm64"),
         "{}",
-        deploy.stderr
+        first.stderr
     );
-    assert_eq!(
-        deploy.json()["status"],
-        "UPDATE_COMPLETE",
-        "created, then switched to the code"
+    let zip = build_lambda_zip_path();
+    assert!(
+        first.stderr.contains(&zip.display().to_string()),
+        "{}",
+        first.stderr
     );
-    let status = run_json_on(moto.url(), "dynalimit-built", &["status"]).json();
+    let first = first.json();
+    assert_eq!(first["status"], "CREATE_COMPLETE");
+    assert!(first["CodeBucketName"].is_string(), "{first}");
+    assert!(first.get("AggregatorFunctionArn").is_none(), "{first}");
+
+    // Built where scripts/build-lambda writes it: packaged and deployed.
+    std::fs::create_dir_all(dir.join(&zip).parent().unwrap()).unwrap();
+    std::fs::write(dir.join(&zip), b"PK\x05\x06 moto does not run it").unwrap();
+    let second = run_in(&dir, &moto, stack, &["deploy", "--poll-ms", "100"]);
+    assert!(
+        second
+            .stderr
+            .contains(&format!("packaging the aggregator from {}", zip.display())),
+        "{}",
+        second.stderr
+    );
+    assert!(!second.stderr.contains("build-lambda"), "{}", second.stderr);
+    let second = second.json();
+    assert_eq!(second["status"], "UPDATE_COMPLETE", "switched to the code");
+    assert!(second["AggregatorFunctionArn"].is_string(), "{second}");
+    let status = run_json_on(moto.url(), stack, &["status"]).json();
     assert_eq!(status["lambda_version"], env!("CARGO_PKG_VERSION"));
+
+    // Nothing protected is left behind.
+    run_json_on(moto.url(), stack, &["delete", "--yes", "--poll-ms", "100"]).json();
+    moto.drop_retained_table(stack).await;
+    assert_eq!(moto.table_protection(stack).await, None);
 }

@@ -46,7 +46,7 @@ impl Run {
     }
 }
 
-fn from_output(out: Output) -> Run {
+pub(crate) fn from_output(out: Output) -> Run {
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
