@@ -89,7 +89,8 @@ impl Repository {
     /// Opens namespace `namespace` (empty: `$DYNALIMIT_NAMESPACE`, else `default`) of the stack
     /// named by `$DYNALIMIT_STACK` (else `dynalimit`), with AWS settings from the environment.
     /// Provisions the table when it is missing (see [`RepositoryBuilder::open`]), registers the
-    /// namespace, and checks the version record.
+    /// namespace when it is missing, and checks the version record. Opening an existing
+    /// namespace only reads.
     ///
     /// # Errors
     /// [`RepositoryError::Validation`] for a bad name (before any request),
@@ -108,13 +109,13 @@ impl Repository {
         RepositoryBuilder::default()
     }
 
-    /// The same table and client, scoped to another namespace (registered when missing), with
-    /// its own config cache.
+    /// The same table and client, scoped to another namespace (registered when missing, see
+    /// [`Repository::ensure_namespace`]), with its own config cache.
     ///
     /// # Errors
     /// As [`Repository::register_namespace`].
     pub async fn namespace(&self, name: &str) -> Result<Repository, RepositoryError> {
-        let id = self.register_namespace(name).await?;
+        let id = self.ensure_namespace(name).await?;
         Ok(self.scoped(name, id))
     }
 
@@ -534,7 +535,11 @@ impl RepositoryBuilder {
 
     /// Opens the repository: provisions the table when missing (unless disabled), reads or
     /// initialises the version record, refuses an incompatible table, registers the namespace
-    /// (and `default`).
+    /// (and `default`) when missing.
+    ///
+    /// On a table whose version record and namespaces exist, opening sends only reads
+    /// (`DescribeTable`, then `GetItem`s of the version record and the namespace registry), so
+    /// it works under the stack's acquire-only and read-only policies.
     ///
     /// A missing table is provisioned as the CloudFormation stack of `infra/` (without the
     /// aggregator; `dynalimit deploy` adds it) when the repository talks to AWS itself: no
@@ -583,7 +588,7 @@ impl RepositoryBuilder {
             None => repo.write_version_record(None).await?,
         }
         if namespace != DEFAULT_NAMESPACE {
-            repo.register_namespace(DEFAULT_NAMESPACE).await?;
+            repo.ensure_namespace(DEFAULT_NAMESPACE).await?;
         }
         repo.namespace(&namespace).await
     }
