@@ -48,6 +48,9 @@ pub struct Recorded {
     pub operation: String,
     /// The JSON body (`Null` when it is not JSON).
     pub body: serde_json::Value,
+    /// The access key id and region of the SigV4 `Authorization` header's credential scope
+    /// (empty when unsigned).
+    pub signed_by: (String, String),
 }
 
 #[derive(Debug, Default)]
@@ -208,9 +211,18 @@ async fn forward(
         .cloned();
     let (mut parts, body) = request.into_parts();
     let bytes = body.collect().await.expect("request body").to_bytes();
+    let scope = parts
+        .headers
+        .get("authorization")
+        .and_then(|a| a.to_str().ok())
+        .and_then(|a| a.split("Credential=").nth(1))
+        .map(|c| c.split('/').map(str::to_string).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let part = |i: usize| scope.get(i).cloned().unwrap_or_default();
     state.requests.lock().expect("requests").push(Recorded {
         operation,
         body: serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+        signed_by: (part(0), part(2)),
     });
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     parts.uri = format!("{upstream}{}", path.trim_start_matches('/'))

@@ -228,7 +228,7 @@ pub(crate) async fn run(
 
 async fn measure(args: &BenchArgs, target: &Target, stack: &str) -> anyhow::Result<Vec<Figures>> {
     let counter = RequestCounter::default();
-    let client = target.client(Some(counter.clone())).await;
+    let client = target.client(Some(counter.clone())).await?;
     let repo = Repository::builder()
         .client(client.clone())
         .request_counter(counter.clone())

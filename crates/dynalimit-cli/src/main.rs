@@ -114,9 +114,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Entity(c) => entity::run(g, c).await,
         Command::Limits(c) => limits::run(g, c).await,
         Command::Usage(args) => usage::run(g, args).await,
-        Command::Aggregator(c) => {
-            aggregator::run(g.endpoint_url.as_deref(), g.region.as_deref(), &g.stack, c).await
-        }
+        Command::Aggregator(c) => aggregator::run(&g.aws_settings(), &g.stack, c).await,
         Command::Audit(args) => audit::run(g, args).await,
         Command::Local(c) => local::run(g, c).await,
         Command::Demo(args) => {
@@ -135,7 +133,7 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         return 2;
     }
     match error.downcast_ref::<RepositoryError>() {
-        Some(RepositoryError::Validation(_)) => 2,
+        Some(RepositoryError::Validation(_) | RepositoryError::MissingRegion { .. }) => 2,
         Some(RepositoryError::StackNotFound { .. } | RepositoryError::TableNotFound { .. }) => 4,
         Some(
             RepositoryError::PermissionDenied { .. }

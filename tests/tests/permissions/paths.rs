@@ -327,7 +327,11 @@ async fn a_purge_queries_gsi4_by_the_bare_namespace_id() {
         .iter()
         .find(|a| a.resource.ends_with("/index/GSI4"))
         .expect("the purge lists the namespace's items on GSI4");
-    assert_eq!(gsi4.leading_keys, [id.clone()], "GSI4's key is the bare id");
+    assert_eq!(
+        gsi4.leading_keys,
+        [id.as_str()],
+        "GSI4's key is the bare id"
+    );
 
     rig.assert_needed_and_granted(&rig.policy("FullAccessPolicy"), &all, &id);
     // The namespace's own principal may find and delete every item of its namespace (the
