@@ -676,3 +676,45 @@ impl RepositoryBuilder {
         Ok((repo, base, endpoint))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_config::BehaviorVersion;
+
+    use super::*;
+
+    fn no_region() -> SdkConfig {
+        SdkConfig::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .build()
+    }
+
+    #[tokio::test]
+    async fn settings_without_a_region_are_refused_off_loopback() {
+        // The endpoint does not resolve: reaching for it would be another error.
+        let err = Repository::builder()
+            .sdk_config(no_region())
+            .endpoint_url("https://dynamodb.example.invalid")
+            .open()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, RepositoryError::MissingRegion { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("AWS_REGION"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_loopback_endpoint_gets_the_emulator_region() {
+        let mut builder = Repository::builder()
+            .sdk_config(no_region())
+            .endpoint_url("http://127.0.0.1:9");
+        let (client, _, endpoint) = builder.build_client().await.expect("a client");
+        assert_eq!(endpoint.as_deref(), Some("http://127.0.0.1:9"));
+        assert_eq!(
+            client.config().region().map(|r| r.as_ref()),
+            Some(aws::EMULATOR_REGION)
+        );
+    }
+}
