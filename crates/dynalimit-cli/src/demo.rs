@@ -7,7 +7,7 @@
 //! the retry-after they were given. A progress line shows admitted and rejected counts while it
 //! runs; the final bucket states are printed as a table.
 //!
-//! Without `--endpoint-url` it starts a private DynamoDB Local (installed on first use, the
+//! Without an endpoint (`--endpoint-url`, `AWS_ENDPOINT_URL`, …) it starts a private DynamoDB Local (installed on first use, the
 //! same as the test kit) and stops it at the end.
 
 use std::collections::BTreeMap;
@@ -107,7 +107,7 @@ struct Tally {
 
 /// Runs the demo.
 ///
-/// `endpoint_url` (the global `--endpoint-url`) points it at an existing endpoint; without it a
+/// `endpoint_url` (the configured endpoint) points it at an existing endpoint; without it a
 /// private DynamoDB Local is started. `stack` is the table.
 pub(crate) async fn run(
     args: &DemoArgs,

@@ -93,8 +93,8 @@ enum Command {
     /// Run a local DynamoDB (DynamoDB Local, or LocalStack with --localstack).
     #[command(subcommand, after_help = "Example:\n  dynalimit local up --port 8000")]
     Local(local::LocalCommand),
-    /// Simulate an LLM gateway on a private DynamoDB Local (or --endpoint-url) and show the
-    /// buckets.
+    /// Simulate an LLM gateway on a private DynamoDB Local (or the configured endpoint) and
+    /// show the buckets.
     #[command(after_help = "Example:\n  dynalimit demo\n  dynalimit demo --seconds 20 --tasks 64")]
     Demo(demo::DemoArgs),
     /// Measure latency, throughput, requests and client CPU against a fresh DynamoDB Local.
@@ -118,9 +118,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Audit(args) => audit::run(g, args).await,
         Command::Local(c) => local::run(g, c).await,
         Command::Demo(args) => {
-            demo::run(args, g.endpoint_url.clone(), &g.stack, &g.namespace).await
+            demo::run(args, g.configured_endpoint().await, &g.stack, &g.namespace).await
         }
-        Command::Bench(args) => bench::run(args, g.endpoint_url.clone(), &g.stack).await,
+        Command::Bench(args) => bench::run(args, g.configured_endpoint().await, &g.stack).await,
     }
 }
 

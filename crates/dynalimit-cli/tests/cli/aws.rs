@@ -52,19 +52,26 @@ async fn set_and_get(env: &[(&str, &str)], stack: &str, extra: &[&str]) {
     assert!(got["limits"].to_string().contains("rpm"), "{got}");
 }
 
+/// Whether table `stack` exists on the test kit's DynamoDB.
+async fn on_the_kits_endpoint(stack: &str) -> bool {
+    let described = dynalimit_tests::client()
+        .await
+        .describe_table()
+        .table_name(stack)
+        .send()
+        .await;
+    described.is_ok_and(|d| d.table.is_some())
+}
+
 #[tokio::test]
 async fn aws_endpoint_url_alone_reaches_a_fresh_emulator() {
     let stack = dynalimit_tests::unique_table_name();
     let endpoint = dynalimit_tests::endpoint().url();
     set_and_get(&[("AWS_ENDPOINT_URL", endpoint)], &stack, &[]).await;
-    let described = dynalimit_tests::client()
-        .await
-        .describe_table()
-        .table_name(&stack)
-        .send()
-        .await
-        .expect("the table was created on the emulator");
-    assert!(described.table.is_some());
+    assert!(
+        on_the_kits_endpoint(&stack).await,
+        "the table was created there"
+    );
 }
 
 #[tokio::test]
@@ -144,4 +151,25 @@ async fn a_missing_region_off_loopback_fails_before_any_request() {
     }
     let out = dynalimit(&env, &["--profile", "prod", "limits", "list"]).await;
     out.fails(2, "profile \"prod\"");
+}
+
+#[tokio::test]
+async fn the_demo_runs_on_the_endpoint_of_aws_endpoint_url() {
+    let stack = dynalimit_tests::unique_table_name();
+    let env = [("AWS_ENDPOINT_URL", dynalimit_tests::endpoint().url())];
+    let out = dynalimit(
+        &env,
+        &["--stack", &stack, "demo", "--seconds", "1", "--tasks", "2"],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        !out.stdout.contains("private DynamoDB Local"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        on_the_kits_endpoint(&stack).await,
+        "the demo's table is there"
+    );
 }
