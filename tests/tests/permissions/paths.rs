@@ -196,6 +196,10 @@ async fn a_service_runs_under_the_acquire_only_policies() {
         assert!(ops.contains(op), "the path sends {op}: {ops:?}");
     }
     all.extend(open_accesses);
+    // The list, for the record (`--nocapture`).
+    for a in &all {
+        eprintln!("{a}");
+    }
     rig.assert_needed_and_granted(&rig.policy("AcquireOnlyPolicy"), &all, &ns);
     let scoped = rig.policy("NamespaceAcquirePolicy");
     rig.assert_needed_and_granted(&scoped, &all, &ns);
