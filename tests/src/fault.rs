@@ -5,7 +5,13 @@
 //! operation are answered by the proxy itself with the service's error shape: status 400 (or
 //! the given 5xx), `content-type: application/x-amz-json-1.0`, and a JSON body with
 //! `__type` `com.amazonaws.dynamodb.v20120810#<Code>` and `message`. A faulted request never
-//! reaches DynamoDB, as a real throttle or conflict applies nothing.
+//! reaches DynamoDB, as a real throttle or conflict applies nothing. A lost answer
+//! ([`FaultProxy::lose_next_answer`]) is the opposite: the request is applied and its answer
+//! replaced by a server error.
+//!
+//! The proxy also records every request as it arrived on the wire (its `X-Amz-Target`
+//! operation and JSON body), including those of the acquire's fast path, which no SDK
+//! interceptor sees.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,12 +37,27 @@ struct Plan {
     remaining: Arc<AtomicUsize>,
     /// The fault answer's `Date` is this far from now (milliseconds).
     date_offset_ms: i64,
+    /// Forward the request first and replace only its answer.
+    after_applying: bool,
+}
+
+/// One request as the proxy received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// The operation (`GetItem`, …) from `X-Amz-Target`.
+    pub operation: String,
+    /// The JSON body (`Null` when it is not JSON).
+    pub body: serde_json::Value,
+    /// The access key id and region of the SigV4 `Authorization` header's credential scope
+    /// (empty when unsigned).
+    pub signed_by: (String, String),
 }
 
 #[derive(Debug, Default)]
 struct State {
     plans: Mutex<Vec<Plan>>,
     seen: Mutex<Vec<String>>,
+    requests: Mutex<Vec<Recorded>>,
     /// `x-amz-date` of every request, in order.
     dates: Mutex<Vec<String>>,
 }
@@ -95,14 +116,44 @@ impl FaultProxy {
         self.plan(operation, code, StatusCode::BAD_REQUEST, n, offset_ms);
     }
 
+    /// Forwards the next `n` requests of `operation`, so DynamoDB applies them, and answers
+    /// each with `InternalServerError` (status 500) instead of DynamoDB's answer: a write
+    /// whose answer was lost.
+    pub fn lose_next_answer(&self, operation: &str, n: usize) {
+        self.push(Plan {
+            operation: operation.to_string(),
+            code: "InternalServerError".to_string(),
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            remaining: Arc::new(AtomicUsize::new(n)),
+            date_offset_ms: 0,
+            after_applying: true,
+        });
+    }
+
     fn plan(&self, operation: &str, code: &str, status: StatusCode, n: usize, offset_ms: i64) {
-        self.state.plans.lock().expect("plans").push(Plan {
+        self.push(Plan {
             operation: operation.to_string(),
             code: code.to_string(),
             status,
             remaining: Arc::new(AtomicUsize::new(n)),
             date_offset_ms: offset_ms,
+            after_applying: false,
         });
+    }
+
+    fn push(&self, plan: Plan) {
+        self.state.plans.lock().expect("plans").push(plan);
+    }
+
+    /// Every request the proxy received, in order, with its body.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.requests.lock().expect("requests").clone()
+    }
+
+    /// Forgets the requests recorded so far ([`FaultProxy::requests`], [`FaultProxy::seen`]).
+    pub fn clear_requests(&self) {
+        self.state.requests.lock().expect("requests").clear();
+        self.state.seen.lock().expect("seen").clear();
     }
 
     /// The `x-amz-date` header of every request the proxy received, in order.
@@ -158,7 +209,34 @@ async fn forward(
                     .is_ok()
         })
         .cloned();
+    let (mut parts, body) = request.into_parts();
+    let bytes = body.collect().await.expect("request body").to_bytes();
+    let scope = parts
+        .headers
+        .get("authorization")
+        .and_then(|a| a.to_str().ok())
+        .and_then(|a| a.split("Credential=").nth(1))
+        .map(|c| c.split('/').map(str::to_string).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let part = |i: usize| scope.get(i).cloned().unwrap_or_default();
+    state.requests.lock().expect("requests").push(Recorded {
+        operation,
+        body: serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+        signed_by: (part(0), part(2)),
+    });
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    parts.uri = format!("{upstream}{}", path.trim_start_matches('/'))
+        .parse()
+        .expect("upstream URI");
+    let upstream_request = Request::from_parts(parts, Full::new(bytes));
     if let Some(plan) = fault {
+        if plan.after_applying {
+            let answer = client
+                .request(upstream_request)
+                .await
+                .expect("upstream answers");
+            let _ = answer.into_body().collect().await.expect("upstream body");
+        }
         let body = format!(
             r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{}","message":"injected by the test proxy"}}"#,
             plan.code
@@ -174,14 +252,8 @@ async fn forward(
             .body(Body::from(body))
             .expect("fault response");
     }
-    let (mut parts, body) = request.into_parts();
-    let bytes = body.collect().await.expect("request body").to_bytes();
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    parts.uri = format!("{upstream}{}", path.trim_start_matches('/'))
-        .parse()
-        .expect("upstream URI");
     let response = client
-        .request(Request::from_parts(parts, Full::new(bytes)))
+        .request(upstream_request)
         .await
         .expect("upstream answers");
     let (parts, body) = response.into_parts();

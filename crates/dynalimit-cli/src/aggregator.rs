@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use dynalimit_aggregator::runner::{Runner, RunnerOptions, StartPosition};
 use dynalimit_aggregator::{Settings, Window};
-use dynalimit_repository::{is_loopback, local_credentials};
+use dynalimit_repository::aws::{self, AwsSettings};
 
 /// Aggregator commands.
 #[derive(Debug, Subcommand)]
@@ -57,8 +57,7 @@ pub(crate) struct RunArgs {
 /// # Errors
 /// Bad options, or (with `--until-idle`) a failed poll.
 pub(crate) async fn run(
-    endpoint_url: Option<&str>,
-    region: Option<&str>,
+    aws_settings: &AwsSettings,
     stack: &str,
     command: &AggregatorCommand,
 ) -> Result<()> {
@@ -85,18 +84,7 @@ pub(crate) async fn run(
         ..RunnerOptions::default()
     };
 
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-    if let Some(url) = endpoint_url {
-        loader = loader.endpoint_url(url);
-        if is_loopback(url) {
-            loader = loader.credentials_provider(local_credentials());
-        }
-    }
-    let region = region
-        .map(str::to_owned)
-        .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
-        .unwrap_or_else(|| "us-east-1".to_owned());
-    let sdk = loader.region(aws_config::Region::new(region)).load().await;
+    let sdk = aws::load(aws_settings).await?;
     let mut runner = Runner::from_sdk_config(&sdk, settings, options);
 
     if args.until_idle {

@@ -1,7 +1,7 @@
 //! `dynalimit bench`: latency, throughput, requests and client CPU of the hot paths.
 //!
 //! One run starts a fresh DynamoDB Local (the emulator slows down as it fills, so runs never
-//! share one) unless `--endpoint-url` is given, and measures, at each concurrency, on one hot
+//! share one) unless an endpoint (`--endpoint-url`, `AWS_ENDPOINT_URL`, …) is given, and measures, at each concurrency, on one hot
 //! entity and on many entities:
 //!
 //! | operation | what one operation is |
@@ -190,7 +190,7 @@ struct Bench {
 
 const RESOURCE: &str = "model";
 
-/// Runs the benchmark against `endpoint_url` (the global `--endpoint-url`), or a fresh private
+/// Runs the benchmark against `endpoint_url` (the configured endpoint), or a fresh private
 /// DynamoDB Local when it is not given; `stack` is the table.
 pub(crate) async fn run(
     args: &BenchArgs,
@@ -228,7 +228,7 @@ pub(crate) async fn run(
 
 async fn measure(args: &BenchArgs, target: &Target, stack: &str) -> anyhow::Result<Vec<Figures>> {
     let counter = RequestCounter::default();
-    let client = target.client(Some(counter.clone())).await;
+    let client = target.client(Some(counter.clone())).await?;
     let repo = Repository::builder()
         .client(client.clone())
         .request_counter(counter.clone())

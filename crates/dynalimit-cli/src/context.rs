@@ -3,16 +3,23 @@
 use anyhow::Result;
 use aws_config::SdkConfig;
 use clap::Args;
-use dynalimit_repository::stack::{self, StackManager};
+use dynalimit_repository::aws::{self, AwsSettings};
+use dynalimit_repository::stack::StackManager;
 use dynalimit_repository::{DEFAULT_NAMESPACE, DEFAULT_STACK, Repository, RepositoryBuilder};
 use serde_json::Value;
 
 use crate::output::{self, Format};
 
 /// Options accepted by every command.
+///
+/// The AWS settings follow the AWS CLI (see `dynalimit_repository::aws`): the endpoint, region,
+/// profile and credentials come from the usual environment variables and the shared config
+/// and credentials files unless given here.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct Global {
-    /// Endpoint of DynamoDB (and CloudFormation), e.g. DynamoDB Local or LocalStack.
+    /// Endpoint of DynamoDB (and CloudFormation, S3), e.g. DynamoDB Local or LocalStack
+    /// [default: $AWS_ENDPOINT_URL_DYNAMODB, $AWS_ENDPOINT_URL, the profile's endpoint_url,
+    /// else AWS]. On an endpoint other than AWS a missing table is created directly.
     #[arg(
         long,
         global = true,
@@ -21,9 +28,15 @@ pub(crate) struct Global {
     )]
     pub(crate) endpoint_url: Option<String>,
 
-    /// AWS region (default: the AWS configuration's, else us-east-1).
-    #[arg(long, global = true, env = "AWS_REGION")]
+    /// AWS region [default: $AWS_REGION, $AWS_DEFAULT_REGION, the profile's region; us-east-1
+    /// on a loopback endpoint]. Without one, commands fail before sending anything.
+    #[arg(long, global = true, value_name = "REGION")]
     pub(crate) region: Option<String>,
+
+    /// AWS profile of the shared config and credentials files [default: $AWS_PROFILE, else
+    /// default].
+    #[arg(long, global = true, value_name = "PROFILE")]
+    pub(crate) profile: Option<String>,
 
     /// Stack name, which is also the table name.
     #[arg(long, global = true, env = "DYNALIMIT_STACK", default_value = DEFAULT_STACK)]
@@ -39,43 +52,66 @@ pub(crate) struct Global {
 }
 
 impl Global {
-    fn builder(&self) -> RepositoryBuilder {
+    /// The explicit AWS settings of the command line.
+    pub(crate) fn aws_settings(&self) -> AwsSettings {
+        AwsSettings::new()
+            .endpoint_url(self.endpoint_url.clone())
+            .region(self.region.clone())
+            .profile(self.profile.clone())
+    }
+
+    /// The AWS settings: the command line's over the environment's.
+    pub(crate) async fn sdk_config(&self) -> Result<SdkConfig> {
+        Ok(aws::load(&self.aws_settings()).await?)
+    }
+
+    /// The DynamoDB endpoint other than AWS in use (`--endpoint-url`, the environment, the
+    /// profile), if any.
+    pub(crate) fn endpoint(&self, config: &SdkConfig) -> Option<String> {
+        aws::dynamodb_endpoint(config, self.endpoint_url.as_deref())
+    }
+
+    /// The DynamoDB endpoint other than AWS that the settings name (`--endpoint-url`, the
+    /// environment, the profile), for commands that start a private DynamoDB Local without
+    /// one. Settings that cannot be loaded name none.
+    pub(crate) async fn configured_endpoint(&self) -> Option<String> {
+        match self.sdk_config().await {
+            Ok(config) => self.endpoint(&config),
+            Err(_) => self.endpoint_url.clone(),
+        }
+    }
+
+    /// A repository builder on the loaded settings, and the endpoint it talks to when not AWS.
+    async fn builder(&self) -> Result<(RepositoryBuilder, Option<String>)> {
+        let config = self.sdk_config().await?;
+        let endpoint = self.endpoint(&config);
         let mut b = Repository::builder()
+            .sdk_config(config)
             .stack(self.stack.clone())
             .namespace(self.namespace.clone())
             .principal("dynalimit-cli");
-        if let Some(url) = &self.endpoint_url {
+        if let Some(url) = &endpoint {
             b = b.endpoint_url(url.clone());
         }
-        if let Some(region) = &self.region {
-            b = b.region(region.clone());
-        }
-        b
+        Ok((b, endpoint))
     }
 
     /// A repository for commands that write: registers the namespace when needed. A missing
-    /// table is created only on an emulator (`--endpoint-url`); on AWS, deploy the stack first.
+    /// table is created only on an endpoint other than AWS (an emulator); on AWS, deploy the
+    /// stack first.
     pub(crate) async fn writer(&self) -> Result<Repository> {
-        Ok(self
-            .builder()
-            .create_table(self.endpoint_url.is_some())
-            .open()
-            .await?)
+        let (builder, endpoint) = self.builder().await?;
+        Ok(builder.create_table(endpoint.is_some()).open().await?)
     }
 
     /// A repository for commands that only read: the table and namespace must exist.
     pub(crate) async fn reader(&self) -> Result<Repository> {
-        Ok(self.builder().connect().await?)
-    }
-
-    /// The AWS settings for `--endpoint-url` and `--region`.
-    pub(crate) async fn sdk_config(&self) -> SdkConfig {
-        stack::sdk_config(self.endpoint_url.as_deref(), self.region.as_deref()).await
+        Ok(self.builder().await?.0.connect().await?)
     }
 
     /// The stack manager for `--stack`.
-    pub(crate) async fn stacks(&self) -> StackManager {
-        self.stacks_with(&self.sdk_config().await)
+    pub(crate) async fn stacks(&self) -> Result<StackManager> {
+        Ok(self.stacks_with(&self.sdk_config().await?))
     }
 
     /// The stack manager for `--stack` on AWS settings already loaded.

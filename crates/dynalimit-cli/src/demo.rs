@@ -7,7 +7,7 @@
 //! the retry-after they were given. A progress line shows admitted and rejected counts while it
 //! runs; the final bucket states are printed as a table.
 //!
-//! Without `--endpoint-url` it starts a private DynamoDB Local (installed on first use, the
+//! Without an endpoint (`--endpoint-url`, `AWS_ENDPOINT_URL`, …) it starts a private DynamoDB Local (installed on first use, the
 //! same as the test kit) and stops it at the end.
 
 use std::collections::BTreeMap;
@@ -17,15 +17,15 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use aws_config::{BehaviorVersion, Region};
 use aws_sdk_dynamodb::Client;
 use clap::Args;
 use dynalimit::{Error, Limit, RateLimiter};
 use dynalimit_core::{Clock as _, SystemClock};
+use dynalimit_repository::aws::{self, AwsSettings};
 use dynalimit_repository::entity::NewEntity;
 use dynalimit_repository::local::DynamoDbLocal;
 use dynalimit_repository::metrics::RequestCounter;
-use dynalimit_repository::{Repository, RepositoryError, is_loopback, local_credentials};
+use dynalimit_repository::{Repository, RepositoryError};
 use rand::Rng as _;
 
 /// Options of `dynalimit demo`.
@@ -75,24 +75,19 @@ impl Target {
         }
     }
 
-    /// A DynamoDB client for the endpoint, counting requests in `counter` when given. On
-    /// loopback it uses static credentials and `us-east-1`; elsewhere the normal AWS chain.
-    pub(crate) async fn client(&self, counter: Option<RequestCounter>) -> Client {
-        let mut loader = aws_config::defaults(BehaviorVersion::latest());
-        if is_loopback(&self.url) {
-            loader = loader
-                .region(Region::new("us-east-1"))
-                .credentials_provider(local_credentials());
-        }
-        let sdk = loader.endpoint_url(&self.url).load().await;
-        let mut config = aws_sdk_dynamodb::config::Builder::from(&sdk);
-        if sdk.region().is_none() {
-            config = config.region(Region::new("us-east-1"));
-        }
+    /// A DynamoDB client for the endpoint, counting requests in `counter` when given, with the
+    /// AWS settings of `dynalimit_repository::aws` (on loopback: static credentials and
+    /// us-east-1 unless configured).
+    pub(crate) async fn client(
+        &self,
+        counter: Option<RequestCounter>,
+    ) -> Result<Client, RepositoryError> {
+        let sdk = aws::load(&AwsSettings::new().endpoint_url(Some(&self.url))).await?;
+        let mut config = aws_sdk_dynamodb::config::Builder::from(&sdk).endpoint_url(&self.url);
         if let Some(counter) = counter {
             config = config.interceptor(counter);
         }
-        Client::from_conf(config.build())
+        Ok(Client::from_conf(config.build()))
     }
 }
 
@@ -112,7 +107,7 @@ struct Tally {
 
 /// Runs the demo.
 ///
-/// `endpoint_url` (the global `--endpoint-url`) points it at an existing endpoint; without it a
+/// `endpoint_url` (the configured endpoint) points it at an existing endpoint; without it a
 /// private DynamoDB Local is started. `stack` is the table.
 pub(crate) async fn run(
     args: &DemoArgs,
@@ -148,7 +143,7 @@ async fn simulate(
         target.url
     );
     let repo = Repository::builder()
-        .client(target.client(None).await)
+        .client(target.client(None).await?)
         .stack(stack)
         .namespace(namespace)
         .open()

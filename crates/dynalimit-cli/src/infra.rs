@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow, bail};
+use aws_config::SdkConfig;
 use clap::Args;
 use dynalimit_repository::error::classify;
 use dynalimit_repository::stack::{self, StackEvent, StackInfo, StackManager, StackOptions};
@@ -221,7 +222,7 @@ pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
     };
     let manager = global
         .stacks()
-        .await
+        .await?
         .poll_interval(std::time::Duration::from_millis(args.poll_ms));
     eprintln!("deploying stack {} …", global.stack);
     let info = manager.deploy(&options, zip, &mut progress).await?;
@@ -244,18 +245,22 @@ pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
 }
 
 /// The stack's state. An emulator without CloudFormation (DynamoDB Local) has no stacks.
-async fn stack_status(global: &Global, manager: &StackManager) -> Result<Option<StackInfo>> {
+async fn stack_status(
+    global: &Global,
+    config: &SdkConfig,
+    manager: &StackManager,
+) -> Result<Option<StackInfo>> {
     match manager.status().await {
         Ok(info) => Ok(info),
-        Err(RepositoryError::Rejected { .. }) if global.endpoint_url.is_some() => Ok(None),
+        Err(RepositoryError::Rejected { .. }) if global.endpoint(config).is_some() => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
 
 /// `status`: the stack, the table and its version record.
 pub(crate) async fn status(global: &Global) -> Result<()> {
-    let config = global.sdk_config().await;
-    let stack = stack_status(global, &global.stacks_with(&config)).await?;
+    let config = global.sdk_config().await?;
+    let stack = stack_status(global, &config, &global.stacks_with(&config)).await?;
     let client = aws_sdk_dynamodb::Client::new(&config);
     let table = match client
         .describe_table()
@@ -323,11 +328,11 @@ pub(crate) async fn delete(global: &Global, args: &DeleteArgs) -> Result<()> {
             global.stack
         );
     }
-    let config = global.sdk_config().await;
+    let config = global.sdk_config().await?;
     let manager = global
         .stacks_with(&config)
         .poll_interval(std::time::Duration::from_millis(args.poll_ms));
-    let has_stack = stack_status(global, &manager).await?.is_some();
+    let has_stack = stack_status(global, &config, &manager).await?.is_some();
     if has_stack {
         eprintln!("deleting stack {} …", global.stack);
         manager.delete(&mut progress).await?;
@@ -340,7 +345,7 @@ pub(crate) async fn delete(global: &Global, args: &DeleteArgs) -> Result<()> {
         }));
         return Ok(());
     }
-    if global.endpoint_url.is_some() {
+    if global.endpoint(&config).is_some() {
         let client = aws_sdk_dynamodb::Client::new(&config);
         match client.delete_table().table_name(&global.stack).send().await {
             Ok(_) => {

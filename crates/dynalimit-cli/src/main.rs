@@ -93,8 +93,8 @@ enum Command {
     /// Run a local DynamoDB (DynamoDB Local, or LocalStack with --localstack).
     #[command(subcommand, after_help = "Example:\n  dynalimit local up --port 8000")]
     Local(local::LocalCommand),
-    /// Simulate an LLM gateway on a private DynamoDB Local (or --endpoint-url) and show the
-    /// buckets.
+    /// Simulate an LLM gateway on a private DynamoDB Local (or the configured endpoint) and
+    /// show the buckets.
     #[command(after_help = "Example:\n  dynalimit demo\n  dynalimit demo --seconds 20 --tasks 64")]
     Demo(demo::DemoArgs),
     /// Measure latency, throughput, requests and client CPU against a fresh DynamoDB Local.
@@ -114,15 +114,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Entity(c) => entity::run(g, c).await,
         Command::Limits(c) => limits::run(g, c).await,
         Command::Usage(args) => usage::run(g, args).await,
-        Command::Aggregator(c) => {
-            aggregator::run(g.endpoint_url.as_deref(), g.region.as_deref(), &g.stack, c).await
-        }
+        Command::Aggregator(c) => aggregator::run(&g.aws_settings(), &g.stack, c).await,
         Command::Audit(args) => audit::run(g, args).await,
         Command::Local(c) => local::run(g, c).await,
         Command::Demo(args) => {
-            demo::run(args, g.endpoint_url.clone(), &g.stack, &g.namespace).await
+            demo::run(args, g.configured_endpoint().await, &g.stack, &g.namespace).await
         }
-        Command::Bench(args) => bench::run(args, g.endpoint_url.clone(), &g.stack).await,
+        Command::Bench(args) => bench::run(args, g.configured_endpoint().await, &g.stack).await,
     }
 }
 
@@ -135,7 +133,7 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         return 2;
     }
     match error.downcast_ref::<RepositoryError>() {
-        Some(RepositoryError::Validation(_)) => 2,
+        Some(RepositoryError::Validation(_) | RepositoryError::MissingRegion { .. }) => 2,
         Some(RepositoryError::StackNotFound { .. } | RepositoryError::TableNotFound { .. }) => 4,
         Some(
             RepositoryError::PermissionDenied { .. }

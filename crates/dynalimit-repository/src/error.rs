@@ -176,6 +176,16 @@ pub enum RepositoryError {
         reason: String,
     },
 
+    /// No AWS region is configured for an endpoint that is not a loopback emulator.
+    #[error(
+        "no AWS region is configured: pass --region, set AWS_REGION, or set `region` in \
+         profile {profile:?} of the AWS config file"
+    )]
+    MissingRegion {
+        /// The profile that was read.
+        profile: String,
+    },
+
     /// Setting up a local environment failed (installing or starting DynamoDB Local).
     #[error("{message}")]
     Setup {

@@ -22,6 +22,7 @@
 //! ```
 
 pub mod audit;
+pub mod aws;
 pub mod bucket;
 pub mod config;
 pub mod entity;
@@ -39,6 +40,7 @@ pub mod version;
 pub mod wire;
 
 pub use audit::{AuditEvent, AuditPage};
+pub use aws::{is_loopback, local_credentials};
 pub use config::{
     CacheStats, ConfigLevel, DisabledFlag, LimitConfig, OnUnavailable, ResolvedLimits,
 };
@@ -47,7 +49,7 @@ pub use error::RepositoryError;
 pub use namespace::NamespaceInfo;
 pub use repository::{
     DEFAULT_BUCKET_TTL_MULTIPLIER, DEFAULT_CONFIG_CACHE_TTL, DEFAULT_NAMESPACE, DEFAULT_STACK,
-    Repository, RepositoryBuilder, is_loopback, local_credentials,
+    Repository, RepositoryBuilder,
 };
 pub use usage::{UsagePage, UsageQuery, UsageSnapshot, UsageSummary};
 pub use version::VersionRecord;

@@ -77,8 +77,49 @@ impl Repository {
         }
     }
 
+    /// The id of namespace `name`, registered only when it is missing. An existing namespace
+    /// costs one strongly consistent `GetItem` of its registry record and nothing is written,
+    /// so a principal that may only read the registry (the stack's acquire-only and read-only
+    /// policies) can open it; a missing one is registered as [`Repository::register_namespace`]
+    /// does.
+    ///
+    /// # Errors
+    /// As [`Repository::register_namespace`].
+    pub async fn ensure_namespace(&self, name: &str) -> Result<String, RepositoryError> {
+        ids::validate_namespace_name(name)?;
+        if let Some(id) = self.cached_namespace_id(name) {
+            return Ok(id);
+        }
+        match self.read_active_id(name, true).await? {
+            Some(id) => Ok(id),
+            None => self.register_namespace(name).await,
+        }
+    }
+
+    /// The id of `name` from its forward record when it is active (remembered for later).
+    async fn read_active_id(
+        &self,
+        name: &str,
+        consistent: bool,
+    ) -> Result<Option<String>, RepositoryError> {
+        let found = self
+            .get_registry_record(keys::namespace_sk(name), consistent)
+            .await?;
+        Ok(found.filter(|info| info.status == "active").map(|info| {
+            self.remember_namespace(name, &info.id);
+            info.id
+        }))
+    }
+
     /// Registers namespace `name` and returns its id; idempotent (an existing registration
     /// returns its id unchanged).
+    ///
+    /// The forward and reverse records are written in one transaction, each on condition that
+    /// it does not exist. When that transaction is refused because the name is taken (by a
+    /// concurrent registration, or by this one: the SDK resends a transaction whose answer was
+    /// lost after it was applied, and the resend finds its own records), the forward record is
+    /// read back with a strongly consistent read and its id returned, so every registrant of a
+    /// name gets the same id and no second reverse record is left behind.
     ///
     /// # Errors
     /// [`RepositoryError::Validation`] for `_` or a malformed name (no request is sent), or the
@@ -128,15 +169,11 @@ impl Repository {
                     .is_some_and(|s| s.is_transaction_canceled_exception()) =>
             {
                 // Already registered (by us earlier or by someone else): read its id.
-                match self.get_namespace(name).await? {
-                    Some(info) if info.status == "active" => {
-                        self.remember_namespace(name, &info.id);
-                        Ok(info.id)
-                    }
-                    _ => Err(RepositoryError::TransactionConflict {
+                self.read_active_id(name, true)
+                    .await?
+                    .ok_or(RepositoryError::TransactionConflict {
                         operation: "TransactWriteItems",
-                    }),
-                }
+                    })
             }
             Err(e) => Err(classify("TransactWriteItems", e)),
         }
@@ -177,15 +214,11 @@ impl Repository {
         if let Some(id) = self.cached_namespace_id(name) {
             return Ok(id);
         }
-        match self.get_namespace(name).await? {
-            Some(info) if info.status == "active" => {
-                self.remember_namespace(name, &info.id);
-                Ok(info.id)
-            }
-            _ => Err(RepositoryError::NamespaceNotFound {
+        self.read_active_id(name, false)
+            .await?
+            .ok_or_else(|| RepositoryError::NamespaceNotFound {
                 name: name.to_string(),
-            }),
-        }
+            })
     }
 
     /// Reads the forward record of namespace `name`.

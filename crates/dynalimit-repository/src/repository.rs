@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use aws_config::{Region, SdkConfig};
+
+use crate::aws::{self, AwsSettings};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::{Clock, SystemClock, ids};
@@ -89,7 +91,8 @@ impl Repository {
     /// Opens namespace `namespace` (empty: `$DYNALIMIT_NAMESPACE`, else `default`) of the stack
     /// named by `$DYNALIMIT_STACK` (else `dynalimit`), with AWS settings from the environment.
     /// Provisions the table when it is missing (see [`RepositoryBuilder::open`]), registers the
-    /// namespace, and checks the version record.
+    /// namespace when it is missing, and checks the version record. Opening an existing
+    /// namespace only reads.
     ///
     /// # Errors
     /// [`RepositoryError::Validation`] for a bad name (before any request),
@@ -108,13 +111,13 @@ impl Repository {
         RepositoryBuilder::default()
     }
 
-    /// The same table and client, scoped to another namespace (registered when missing), with
-    /// its own config cache.
+    /// The same table and client, scoped to another namespace (registered when missing, see
+    /// [`Repository::ensure_namespace`]), with its own config cache.
     ///
     /// # Errors
     /// As [`Repository::register_namespace`].
     pub async fn namespace(&self, name: &str) -> Result<Repository, RepositoryError> {
-        let id = self.register_namespace(name).await?;
+        let id = self.ensure_namespace(name).await?;
         Ok(self.scoped(name, id))
     }
 
@@ -360,6 +363,7 @@ fn get_s_or(item: &Item, name: &str, default: &str) -> String {
 pub struct RepositoryBuilder {
     endpoint_url: Option<String>,
     region: Option<String>,
+    profile: Option<String>,
     stack: Option<String>,
     namespace: Option<String>,
     config_cache_ttl: Option<Duration>,
@@ -378,6 +382,7 @@ impl fmt::Debug for RepositoryBuilder {
         f.debug_struct("RepositoryBuilder")
             .field("endpoint_url", &self.endpoint_url)
             .field("region", &self.region)
+            .field("profile", &self.profile)
             .field("stack", &self.stack)
             .field("namespace", &self.namespace)
             .finish_non_exhaustive()
@@ -386,16 +391,25 @@ impl fmt::Debug for RepositoryBuilder {
 
 impl RepositoryBuilder {
     /// DynamoDB endpoint (DynamoDB Local, LocalStack). Default: `$AWS_ENDPOINT_URL_DYNAMODB`,
-    /// `$AWS_ENDPOINT_URL`, else AWS. A loopback endpoint without configured credentials gets
-    /// static local credentials.
+    /// `$AWS_ENDPOINT_URL`, the profile's `endpoint_url`, else AWS (see [`crate::aws`]). A
+    /// loopback endpoint without configured credentials gets static local credentials.
     pub fn endpoint_url(mut self, url: impl Into<String>) -> Self {
         self.endpoint_url = Some(url.into());
         self
     }
 
-    /// AWS region. Default: the environment's, else `us-east-1`.
+    /// AWS region. Default: `$AWS_REGION`, `$AWS_DEFAULT_REGION`, the profile's `region`, the
+    /// EC2 instance's; `us-east-1` on a loopback endpoint; otherwise opening fails with
+    /// [`RepositoryError::MissingRegion`].
     pub fn region(mut self, region: impl Into<String>) -> Self {
         self.region = Some(region.into());
+        self
+    }
+
+    /// AWS profile of the shared config and credentials files. Default: `$AWS_PROFILE`, else
+    /// `default`.
+    pub fn profile(mut self, profile: impl Into<String>) -> Self {
+        self.profile = Some(profile.into());
         self
     }
 
@@ -440,7 +454,10 @@ impl RepositoryBuilder {
         self
     }
 
-    /// AWS SDK settings to start from (credentials, retry, timeouts, …).
+    /// AWS SDK settings to start from (credentials, retry, timeouts, …), for example from
+    /// [`crate::aws::load`]. Requests go to their endpoint; a missing table is created
+    /// directly (as on an emulator) only when [`RepositoryBuilder::endpoint_url`] is set too,
+    /// otherwise through CloudFormation.
     pub fn sdk_config(mut self, config: SdkConfig) -> Self {
         self.sdk_config = Some(config);
         self
@@ -495,46 +512,64 @@ impl RepositoryBuilder {
             .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string())
     }
 
-    /// The endpoint override: the configured one, else `$AWS_ENDPOINT_URL_DYNAMODB`, else
-    /// `$AWS_ENDPOINT_URL`.
-    fn endpoint(&self) -> Option<String> {
-        self.endpoint_url.clone().or_else(|| {
-            std::env::var("AWS_ENDPOINT_URL_DYNAMODB")
-                .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
-                .ok()
-                .filter(|s| !s.is_empty())
-        })
-    }
-
-    async fn build_client(&mut self) -> Client {
+    /// The DynamoDB client, and the AWS settings and DynamoDB endpoint override it was built
+    /// from (both `None` for a ready client).
+    async fn build_client(
+        &mut self,
+    ) -> Result<(Client, Option<SdkConfig>, Option<String>), RepositoryError> {
         if let Some(client) = self.client.take() {
-            return client;
+            return Ok((client, None, None));
         }
-        let endpoint = self.endpoint();
-        let base = match self.sdk_config.take() {
+        let given = self.sdk_config.take();
+        let from_caller = given.is_some();
+        let base = match given {
             Some(c) => c,
-            None => crate::stack::sdk_config(endpoint.as_deref(), self.region.as_deref()).await,
+            None => {
+                let settings = AwsSettings::new()
+                    .endpoint_url(self.endpoint_url.clone())
+                    .region(self.region.clone())
+                    .profile(self.profile.clone());
+                aws::load(&settings).await?
+            }
         };
+        let resolved = aws::dynamodb_endpoint(&base, self.endpoint_url.as_deref());
         let mut config = aws_sdk_dynamodb::config::Builder::from(&base);
-        if base.region().is_none() || self.region.is_some() {
-            let region = self.region.clone().unwrap_or_else(|| "us-east-1".into());
-            config = config.region(Region::new(region));
+        if let Some(region) = &self.region {
+            config = config.region(Region::new(region.clone()));
+        } else if base.region().is_none() {
+            if !resolved.as_deref().is_some_and(aws::is_loopback) {
+                return Err(RepositoryError::MissingRegion {
+                    profile: self.profile.clone().unwrap_or_else(|| "default".into()),
+                });
+            }
+            config = config.region(Region::new(aws::EMULATOR_REGION));
         }
-        if let Some(url) = endpoint {
-            if is_loopback(&url) && base.credentials_provider().is_none() {
-                config = config.credentials_provider(local_credentials());
+        if let Some(url) = &self.endpoint_url {
+            if aws::is_loopback(url) && base.credentials_provider().is_none() {
+                config = config.credentials_provider(aws::local_credentials());
             }
             config = config.endpoint_url(url);
         }
         if let Some(counter) = &self.counter {
             config = config.interceptor(counter.clone());
         }
-        Client::from_conf(config.build())
+        // Settings the caller loaded are taken as they are: only `endpoint_url` marks an
+        // emulator then.
+        let endpoint = if from_caller {
+            self.endpoint_url.clone()
+        } else {
+            resolved
+        };
+        Ok((Client::from_conf(config.build()), Some(base), endpoint))
     }
 
     /// Opens the repository: provisions the table when missing (unless disabled), reads or
     /// initialises the version record, refuses an incompatible table, registers the namespace
-    /// (and `default`).
+    /// (and `default`) when missing.
+    ///
+    /// On a table whose version record and namespaces exist, opening sends only reads
+    /// (`DescribeTable`, then `GetItem`s of the version record and the namespace registry), so
+    /// it works under the stack's acquire-only and read-only policies.
     ///
     /// A missing table is provisioned as the CloudFormation stack of `infra/` (without the
     /// aggregator; `dynalimit deploy` adds it) when the repository talks to AWS itself: no
@@ -551,19 +586,13 @@ impl RepositoryBuilder {
         if let Some(p) = &self.principal {
             ids::validate_principal(p)?;
         }
-        let through_stack = self.client.is_none() && self.endpoint().is_none();
-        let stack_config = self.sdk_config.clone();
-        let region = self.region.clone();
-        let repo = self.connect_unchecked(&stack).await;
+        let (repo, base, endpoint) = self.connect_unchecked(&stack).await?;
         if !schema::table_exists(&repo.shared.client, &stack).await? {
             if self.create_table == Some(false) {
                 return Err(RepositoryError::TableNotFound { table: stack });
             }
-            if through_stack {
-                let config = match stack_config {
-                    Some(c) => c,
-                    None => crate::stack::sdk_config(None, region.as_deref()).await,
-                };
+            // Through CloudFormation on AWS itself; directly on an emulator or a ready client.
+            if let (Some(config), None) = (base, endpoint) {
                 let options = crate::stack::StackOptions {
                     aggregator: false,
                     ..Default::default()
@@ -583,7 +612,7 @@ impl RepositoryBuilder {
             None => repo.write_version_record(None).await?,
         }
         if namespace != DEFAULT_NAMESPACE {
-            repo.register_namespace(DEFAULT_NAMESPACE).await?;
+            repo.ensure_namespace(DEFAULT_NAMESPACE).await?;
         }
         repo.namespace(&namespace).await
     }
@@ -599,7 +628,7 @@ impl RepositoryBuilder {
         ids::validate_stack_name(&stack)?;
         let namespace = self.namespace_name();
         ids::validate_namespace_name(&namespace)?;
-        let repo = self.connect_unchecked(&stack).await;
+        let (repo, _, _) = self.connect_unchecked(&stack).await?;
         match repo.version_record().await {
             Ok(Some(record)) => Repository::check_compatibility(&record)?,
             Ok(None) => return Err(RepositoryError::TableNotFound { table: stack }),
@@ -611,8 +640,13 @@ impl RepositoryBuilder {
         repo.connect_namespace(&namespace).await
     }
 
-    async fn connect_unchecked(&mut self, stack: &str) -> Repository {
-        let client = self.build_client().await;
+    /// The repository (reserved namespace), with the AWS settings and endpoint override of
+    /// [`RepositoryBuilder::build_client`].
+    async fn connect_unchecked(
+        &mut self,
+        stack: &str,
+    ) -> Result<(Repository, Option<SdkConfig>, Option<String>), RepositoryError> {
+        let (client, base, endpoint) = self.build_client().await?;
         let ttl = self.config_cache_ttl.unwrap_or(DEFAULT_CONFIG_CACHE_TTL);
         let shared = Arc::new(Shared {
             client,
@@ -631,48 +665,56 @@ impl RepositoryBuilder {
             counter: self.counter.clone(),
             wire: OnceLock::new(),
         });
-        Repository {
+        let repo = Repository {
             scope: Arc::new(Scope {
                 name: keys::RESERVED_NS.to_string(),
                 id: keys::RESERVED_NS.to_string(),
                 config: ConfigCache::new(ttl),
             }),
             shared,
-        }
+        };
+        Ok((repo, base, endpoint))
     }
-}
-
-/// True for `localhost`, `127.x.x.x` and `[::1]` endpoints.
-pub fn is_loopback(url: &str) -> bool {
-    let host = url
-        .split("://")
-        .nth(1)
-        .unwrap_or(url)
-        .split(['/', '?'])
-        .next()
-        .unwrap_or("");
-    let host = if host.starts_with('[') {
-        host.split(']').next().map(|h| &h[1..]).unwrap_or("")
-    } else {
-        host.rsplit_once(':').map_or(host, |(h, _)| h)
-    };
-    host == "localhost" || host.starts_with("127.") || host == "::1"
-}
-
-/// Static credentials for local emulators, which accept any.
-pub fn local_credentials() -> aws_credential_types::Credentials {
-    aws_credential_types::Credentials::new("dynalimit", "local", None, None, "dynalimit-local")
 }
 
 #[cfg(test)]
 mod tests {
+    use aws_config::BehaviorVersion;
+
     use super::*;
 
-    #[test]
-    fn loopback_detection() {
-        assert!(is_loopback("http://localhost:4566"));
-        assert!(is_loopback("http://127.0.0.1:8000/"));
-        assert!(is_loopback("http://[::1]:8000"));
-        assert!(!is_loopback("https://dynamodb.us-east-1.amazonaws.com"));
+    fn no_region() -> SdkConfig {
+        SdkConfig::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .build()
+    }
+
+    #[tokio::test]
+    async fn settings_without_a_region_are_refused_off_loopback() {
+        // The endpoint does not resolve: reaching for it would be another error.
+        let err = Repository::builder()
+            .sdk_config(no_region())
+            .endpoint_url("https://dynamodb.example.invalid")
+            .open()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, RepositoryError::MissingRegion { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("AWS_REGION"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_loopback_endpoint_gets_the_emulator_region() {
+        let mut builder = Repository::builder()
+            .sdk_config(no_region())
+            .endpoint_url("http://127.0.0.1:9");
+        let (client, _, endpoint) = builder.build_client().await.expect("a client");
+        assert_eq!(endpoint.as_deref(), Some("http://127.0.0.1:9"));
+        assert_eq!(
+            client.config().region().map(|r| r.as_ref()),
+            Some(aws::EMULATOR_REGION)
+        );
     }
 }

@@ -14,7 +14,7 @@
 //! # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
 //! use dynalimit_repository::stack::{StackManager, StackOptions};
 //!
-//! let manager = StackManager::connect("limits-prod", None, Some("eu-west-1")).await;
+//! let manager = StackManager::connect("limits-prod", None, Some("eu-west-1")).await?;
 //! let options = StackOptions::default();
 //! let zip = std::fs::read("aggregator.zip").ok();
 //! let info = manager
@@ -28,14 +28,13 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
-use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_config::SdkConfig;
 use aws_sdk_cloudformation::types::{Capability, Parameter, Tag};
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use dynalimit_core::{CoreError, ids};
 
 use crate::RepositoryError;
 use crate::error::classify;
-use crate::repository::{is_loopback, local_credentials};
 use crate::version::SCHEMA_VERSION;
 
 /// The CloudFormation template (`infra/template.yaml`).
@@ -342,39 +341,37 @@ pub struct StackManager {
     max_wait: Duration,
 }
 
-/// AWS settings for `endpoint` and `region`, otherwise the environment's. For a loopback
-/// endpoint (an emulator) the credentials are static local ones unless `AWS_ACCESS_KEY_ID` or
-/// `AWS_PROFILE` is set, and the region defaults to `us-east-1`, so nothing waits for instance
-/// metadata.
-pub async fn sdk_config(endpoint: Option<&str>, region: Option<&str>) -> SdkConfig {
-    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty());
-    let local = endpoint.is_some_and(is_loopback);
-    let mut loader = aws_config::defaults(BehaviorVersion::latest());
-    if let Some(url) = endpoint {
-        loader = loader.endpoint_url(url);
-    }
-    if local && !set("AWS_ACCESS_KEY_ID") && !set("AWS_PROFILE") {
-        loader = loader.credentials_provider(local_credentials());
-    }
-    match region {
-        Some(region) => loader = loader.region(Region::new(region.to_string())),
-        None if local && !set("AWS_REGION") && !set("AWS_DEFAULT_REGION") => {
-            loader = loader.region(Region::new("us-east-1"));
-        }
-        None => {}
-    }
-    let config = loader.load().await;
-    if config.region().is_some() {
-        return config;
-    }
-    config.to_builder().region(Region::new("us-east-1")).build()
+/// AWS settings for `endpoint` and `region`, otherwise the environment's (see [`crate::aws`]).
+///
+/// # Errors
+/// [`RepositoryError::MissingRegion`] when no region is configured off a loopback endpoint.
+pub async fn sdk_config(
+    endpoint: Option<&str>,
+    region: Option<&str>,
+) -> Result<SdkConfig, RepositoryError> {
+    crate::aws::load(
+        &crate::aws::AwsSettings::new()
+            .endpoint_url(endpoint)
+            .region(region),
+    )
+    .await
 }
 
 impl StackManager {
     /// A manager of stack `name` with AWS settings from the environment, `endpoint` (an
     /// emulator such as LocalStack or moto) and `region` when given.
-    pub async fn connect(name: &str, endpoint: Option<&str>, region: Option<&str>) -> StackManager {
-        StackManager::from_sdk_config(name, &sdk_config(endpoint, region).await)
+    ///
+    /// # Errors
+    /// As [`sdk_config`].
+    pub async fn connect(
+        name: &str,
+        endpoint: Option<&str>,
+        region: Option<&str>,
+    ) -> Result<StackManager, RepositoryError> {
+        Ok(StackManager::from_sdk_config(
+            name,
+            &sdk_config(endpoint, region).await?,
+        ))
     }
 
     /// A manager of stack `name` with the given AWS settings.

@@ -12,11 +12,16 @@ use dynalimit_tests::schema_mismatches;
 async fn manager(moto: &MotoServer, name: &str) -> StackManager {
     StackManager::connect(name, Some(moto.url()), Some("us-east-1"))
         .await
+        .expect("settings")
         .poll_interval(Duration::from_millis(100))
 }
 
 async fn dynamodb(moto: &MotoServer) -> Client {
-    Client::new(&stack::sdk_config(Some(moto.url()), Some("us-east-1")).await)
+    Client::new(
+        &stack::sdk_config(Some(moto.url()), Some("us-east-1"))
+            .await
+            .expect("settings"),
+    )
 }
 
 async fn describe(
@@ -140,7 +145,9 @@ async fn repository_open_provisions_a_missing_table_through_the_stack() {
     };
     let name = "dynalimit-provisioned";
     // Settings that point at moto without an endpoint override: `open` then behaves as on AWS.
-    let config = stack::sdk_config(Some(moto.url()), Some("us-east-1")).await;
+    let config = stack::sdk_config(Some(moto.url()), Some("us-east-1"))
+        .await
+        .expect("settings");
     let repo = Repository::builder()
         .sdk_config(config)
         .stack(name)
@@ -185,7 +192,8 @@ async fn bad_options_are_refused_before_any_request() {
         Some("http://127.0.0.1:9"),
         Some("us-east-1"),
     )
-    .await;
+    .await
+    .expect("settings");
     let mut options = StackOptions::default();
     options.lambda_timeout_seconds = 0;
     let err = m.deploy(&options, None, &mut |_| {}).await.unwrap_err();

@@ -181,3 +181,105 @@ async fn delete_recover_delete_purge_leaves_no_item_of_the_namespace() {
     assert_eq!(s(forward, "GSI4PK").as_deref(), Some("_"));
     assert!(matches!(forward.get("status"), Some(AttributeValue::S(st)) if st == "active"));
 }
+
+/// The registry records (forward and reverse) of namespace `name`, by scan.
+async fn registry_records(table: &dynalimit_tests::TestTable, name: &str) -> Vec<String> {
+    let mut sks: Vec<String> = table
+        .scan_all()
+        .await
+        .iter()
+        .filter(|it| s(it, "PK").as_deref() == Some("_/SYSTEM#"))
+        .filter(|it| s(it, "namespace_name").as_deref() == Some(name))
+        .filter_map(|it| s(it, "SK"))
+        .collect();
+    sks.sort();
+    sks
+}
+
+#[tokio::test]
+async fn opening_an_existing_namespace_only_reads() {
+    let table = dynalimit_tests::table().await;
+    let first = table.repository("tenant").await;
+    let counter = RequestCounter::default();
+    let again = table.counted_repository(&counter, "tenant").await;
+    assert_eq!(again.namespace_id(), first.namespace_id());
+    let sent = counter.snapshot();
+    let writes: Vec<_> = sent
+        .keys()
+        .filter(|op| !matches!(op.as_str(), "DescribeTable" | "GetItem"))
+        .collect();
+    assert!(writes.is_empty(), "opening sent {sent:?}");
+    // The version record, `default` and `tenant`: three reads after the table check.
+    assert_eq!(counter.count("GetItem"), 3, "{sent:?}");
+
+    // A missing namespace is registered on open.
+    let counter = RequestCounter::default();
+    let fresh = table.counted_repository(&counter, "newcomer").await;
+    assert_eq!(counter.count("TransactWriteItems"), 1);
+    assert_eq!(
+        registry_records(&table, "newcomer").await,
+        [
+            "#NAMESPACE#newcomer".to_string(),
+            format!("#NSID#{}", fresh.namespace_id())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn concurrent_openers_of_a_new_namespace_agree_on_its_id() {
+    let table = dynalimit_tests::table().await;
+    table.repository("default").await;
+    let (a, b, c, d) = tokio::join!(
+        table.repository("racy"),
+        table.repository("racy"),
+        table.repository("racy"),
+        table.repository("racy"),
+    );
+    let repos = [a, b, c, d];
+    let id = repos[0].namespace_id();
+    assert!(repos.iter().all(|r| r.namespace_id() == id));
+    // One forward and one reverse record: the losers wrote nothing.
+    assert_eq!(
+        registry_records(&table, "racy").await,
+        ["#NAMESPACE#racy".to_string(), format!("#NSID#{id}")]
+    );
+}
+
+#[tokio::test]
+async fn a_registration_whose_answer_is_lost_returns_the_id_it_wrote() {
+    let table = dynalimit_tests::table().await;
+    table.repository("default").await;
+    let proxy = dynalimit_tests::fault::FaultProxy::start().await;
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        dynalimit_tests::client()
+            .await
+            .config()
+            .to_builder()
+            .endpoint_url(proxy.url())
+            .build(),
+    );
+    proxy.lose_next_answer("TransactWriteItems", 1);
+    let repo = table
+        .builder()
+        .client(client)
+        .namespace("unlucky")
+        .open()
+        .await
+        .expect("the resend finds the registration it applied");
+    assert_eq!(proxy.pending(), 0, "the answer was lost");
+    let sent = proxy.seen();
+    assert_eq!(
+        sent.iter().filter(|op| *op == "TransactWriteItems").count(),
+        2,
+        "{sent:?}"
+    );
+    assert_eq!(
+        registry_records(&table, "unlucky").await,
+        [
+            "#NAMESPACE#unlucky".to_string(),
+            format!("#NSID#{}", repo.namespace_id())
+        ]
+    );
+    let fresh = table.repository("unlucky").await;
+    assert_eq!(fresh.namespace_id(), repo.namespace_id());
+}

@@ -2,6 +2,7 @@
 //! DynamoDB (a fresh table per test), `local` against a DynamoDB Local it starts itself, and
 //! `deploy`/`status`/`delete` against a private moto server.
 
+mod aws;
 mod data;
 mod infra;
 mod local;
@@ -63,6 +64,9 @@ pub(crate) fn command() -> Command {
         "DYNALIMIT_NAMESPACE",
         "AWS_ENDPOINT_URL",
         "AWS_ENDPOINT_URL_DYNAMODB",
+        "AWS_PROFILE",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
     ] {
         c.env_remove(var);
     }
