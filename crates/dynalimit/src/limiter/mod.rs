@@ -12,7 +12,7 @@
 //!     .limits([Limit::per_minute("rpm", 100), Limit::per_minute("tpm", 10_000)])
 //!     .await?; // Err(Error::RateLimited(rejection)) carries retry_after and statuses
 //! let tokens_used = 420;
-//! lease.adjust("tpm", tokens_used - 500);
+//! lease.adjust("tpm", tokens_used - 500)?;
 //! lease.commit().await?;
 //! # Ok(()) }
 //! ```
@@ -57,7 +57,7 @@ use dynalimit_repository::{Repository, RepositoryError};
 use tokio::sync::Notify;
 
 use crate::{Error, Rejection};
-use engine::{Entry, Refusal};
+use engine::{Entry, Refusal, Role};
 pub use lease::Lease;
 pub use pause::{DynamoPauseStore, MAX_PAUSE};
 
@@ -372,7 +372,15 @@ impl RateLimiter {
         let mut demand = BTreeMap::new();
         for (name, amount) in &consume {
             dynalimit_core::ids::validate_limit_name(name)?;
-            demand.insert(name.clone(), amount_to_milli("amount", *amount)?);
+            let milli = amount_to_milli("amount", *amount)?;
+            if demand.insert(name.clone(), milli).is_some() {
+                return Err(CoreError::invalid_value(
+                    "consume",
+                    name,
+                    "a limit name may appear once per acquire",
+                )
+                .into());
+            }
         }
         if let Some(limits) = &limits {
             for (i, l) in limits.iter().enumerate() {
@@ -385,6 +393,9 @@ impl RateLimiter {
                     )
                     .into());
                 }
+            }
+            if let Some(name) = unknown_name(&demand, limits) {
+                return Err(Error::UnknownLimit { key: name.clone() });
             }
         }
         match self
@@ -418,6 +429,7 @@ impl RateLimiter {
                     entity_id: owner,
                     resource,
                 }),
+                Refusal::UnknownLimit(key) => Err(Error::UnknownLimit { key }),
                 Refusal::Repository(e @ RepositoryError::PermissionDenied { .. }) => {
                     Err(Error::PermissionDenied(e))
                 }
@@ -493,8 +505,14 @@ impl RateLimiter {
         if let Some(Some(parent)) = inner.known_parent(entity_id, resource) {
             // Warm cascade: both writes at once.
             let (child, up) = futures::join!(
-                inner.acquire_one(entity_id, resource, demand, limits, false),
-                inner.acquire_one(&parent, resource, demand, limits, true),
+                inner.acquire_one(
+                    entity_id,
+                    resource,
+                    demand,
+                    limits,
+                    Role::Entity { probe: false }
+                ),
+                inner.acquire_one(&parent, resource, demand, limits, Role::Parent),
             );
             return match (child, up) {
                 (Ok(c), Ok(p)) => {
@@ -518,7 +536,13 @@ impl RateLimiter {
             };
         }
         let child = inner
-            .acquire_one(entity_id, resource, demand, limits, true)
+            .acquire_one(
+                entity_id,
+                resource,
+                demand,
+                limits,
+                Role::Entity { probe: true },
+            )
             .await
             .map_err(tag(entity_id))?;
         self.cold_parent(child, resource, demand, limits).await
@@ -537,7 +561,7 @@ impl RateLimiter {
         };
         match self
             .inner
-            .acquire_one(&parent, resource, demand, limits, true)
+            .acquire_one(&parent, resource, demand, limits, Role::Parent)
             .await
         {
             Ok(p) => Ok(vec![child, p]),
@@ -547,6 +571,16 @@ impl RateLimiter {
             }
         }
     }
+}
+
+/// The first consumed name that is not among `limits`.
+pub(crate) fn unknown_name<'a>(
+    demand: &'a BTreeMap<String, i64>,
+    limits: &[Limit],
+) -> Option<&'a String> {
+    demand
+        .keys()
+        .find(|name| !limits.iter().any(|l| l.name() == name.as_str()))
 }
 
 fn repo_error(entity_id: &str, resource: &str, e: RepositoryError) -> Error {
