@@ -1147,10 +1147,19 @@ async fn limits_come_from_configuration_and_the_access_walk_gates_them() {
         .set_resource_defaults("gpt-4", &[rpm(2)])
         .await
         .unwrap();
+    let unknown = r
+        .limiter
+        .acquire("cfg", "gpt-4", [("rpm", 1), ("tpm", 9)])
+        .await;
+    assert!(
+        matches!(&unknown, Err(Error::UnknownLimit { key }) if key == "tpm"),
+        "a name the configuration lacks is refused: {unknown:?}"
+    );
+    assert!(r.buckets("cfg").await.is_empty());
     r.counter.reset();
     let lease = r
         .limiter
-        .acquire("cfg", "gpt-4", [("rpm", 1), ("tpm", 9)])
+        .acquire("cfg", "gpt-4", [("rpm", 1)])
         .await
         .unwrap();
     assert!(
@@ -1158,11 +1167,7 @@ async fn limits_come_from_configuration_and_the_access_walk_gates_them() {
         "first touch took {}",
         r.counter.total()
     );
-    assert_eq!(
-        lease.consumed(),
-        BTreeMap::from([("rpm".to_owned(), 1)]),
-        "unknown tpm ignored"
-    );
+    assert_eq!(lease.consumed(), BTreeMap::from([("rpm".to_owned(), 1)]));
     lease.commit().await.unwrap();
     assert!(get_i64(&r.buckets("cfg").await[0], "ttl").is_some());
     // Entity-level limits win and drop the TTL on the next slow pass.
