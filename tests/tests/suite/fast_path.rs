@@ -441,24 +441,28 @@ async fn writes_on_a_bucket_that_never_stops_conflicting_end_with_a_typed_error(
     );
     let started = SystemClock.epoch_millis();
     let contended = |e: &RepositoryError| matches!(e, RepositoryError::Contended { attempts, .. } if *attempts == CONFLICT_ATTEMPTS);
-    match committed.commit().await {
+    // Each write must end on its own; the 10 s bound only turns a hang into a failure.
+    let bound = Duration::from_secs(10);
+    let commit = tokio::time::timeout(bound, committed.commit()).await;
+    match commit.expect("the commit gives up within the bound") {
         Err(Error::LeaseWrite(e)) => assert!(contended(&e), "{e}"),
         other => panic!("commit: {other:?}"),
     }
-    match rolled_back.rollback().await {
+    let rollback = tokio::time::timeout(bound, rolled_back.rollback()).await;
+    match rollback.expect("the rollback gives up within the bound") {
         Err(Error::LeaseWrite(e)) => assert!(contended(&e), "{e}"),
         other => panic!("rollback: {other:?}"),
     }
-    let paused = r
-        .limiter
-        .pause("held", "gpt-4", Duration::from_secs(60))
-        .await;
+    let pause = r.limiter.pause("held", "gpt-4", Duration::from_secs(60));
+    let paused = tokio::time::timeout(bound, pause)
+        .await
+        .expect("the pause stamp gives up within the bound");
     assert!(
         matches!(paused, Err(Error::Unavailable { .. })),
         "{paused:?}"
     );
     drop(dropped);
-    tokio::time::timeout(Duration::from_secs(10), r.limiter.settle())
+    tokio::time::timeout(bound, r.limiter.settle())
         .await
         .expect("settle returns once the dropped lease's rollback gave up");
     let elapsed = SystemClock.epoch_millis() - started;
