@@ -276,7 +276,9 @@ impl BucketStore {
     ///
     /// A success whose answer carries no item (`ALL_NEW` missing or empty) is followed by a
     /// strongly consistent `GetItem` of the item. Should that read fail, the debit stands and
-    /// the error is returned: the caller loses the tokens, never gets them twice.
+    /// the error is returned: the caller loses the tokens, never gets them twice. So does a
+    /// success whose body exceeds [`crate::wire::MAX_RESPONSE_BYTES`] (not sent again). An
+    /// answer lost on the connection is, for now, sent again by the transport.
     ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
@@ -330,6 +332,10 @@ impl BucketStore {
     /// and then reported; a conflict on the guarded shape never escalates to the unguarded
     /// one (only a failed guard does). A conflict applies nothing, so after
     /// [`RepositoryError::Contended`] the item is as it was.
+    ///
+    /// A lost answer (the connection fails or times out after the request left) is not yet
+    /// told apart from a request that never arrived: the transport sends it again under the
+    /// client's retry policy, so a change that landed can land twice.
     ///
     /// # Errors
     /// [`RepositoryError::Contended`] when transaction conflicts persist through every

@@ -34,8 +34,12 @@
 //! acquire itself runs on a task of its own, so abandoning it while its write is in flight
 //! (a timeout around `acquire(..).await`) also ends in a rollback instead of a lost debit.
 //! [`RateLimiter::settle`] waits for those background rollbacks (use it before shutting the
-//! runtime down). Dropping a lease outside a Tokio runtime cannot write; it is logged at
-//! `error` level and the tokens stay consumed (refill returns them over time).
+//! runtime down); it returns once each has been written or has failed, and a bucket that keeps
+//! losing to other transactions fails its write after
+//! [`CONFLICT_ATTEMPTS`](dynalimit_repository::bucket::CONFLICT_ATTEMPTS) attempts. Dropping a
+//! lease outside a Tokio runtime, or while the runtime shuts down (which drops unfinished
+//! tasks, rollbacks included), cannot write; it is logged at `error` level with the buckets
+//! and amounts, and the tokens stay consumed (refill returns them over time).
 
 mod engine;
 mod lease;
@@ -219,9 +223,17 @@ impl RateLimiter {
     /// [`Acquire::limits`] and [`Acquire::on_unavailable`].
     ///
     /// # Errors (when awaited)
-    /// [`Error::Invalid`] for bad input (before any I/O), [`Error::RateLimited`] when the
-    /// request does not fit, [`Error::ResourceDisabled`], [`Error::NoLimits`],
-    /// [`Error::PermissionDenied`], and [`Error::Unavailable`] under `block`.
+    /// [`Error::Invalid`] for bad input (before any I/O; a limit name given twice in
+    /// `consume` included), [`Error::UnknownLimit`] for a consumed name that is not among the
+    /// limits (before any I/O for [`Acquire::limits`]; for stored limits once they are read,
+    /// before the bucket write, unless the entity cascades, see below),
+    /// [`Error::RateLimited`] when the request does not fit, [`Error::ResourceDisabled`],
+    /// [`Error::NoLimits`], [`Error::PermissionDenied`], and [`Error::Unavailable`] under
+    /// `block`.
+    ///
+    /// In a cascade the child and its parent may each keep a subset of the stored limits, so
+    /// a name unknown to one of them is debited where it is known and ignored (with a
+    /// warning) where it is not; a name neither knows is then not refused.
     ///
     /// # Panics (when awaited)
     /// Outside a Tokio runtime: the requests run on a spawned task (see [`Acquire`]).
