@@ -2,12 +2,14 @@
 //! produces on demand (throttling, transaction conflicts, denied access, server errors).
 //!
 //! Every request is forwarded unchanged, except that the next `n` requests of a chosen
-//! operation are answered by the proxy itself with the service's error shape: status 400 (or
+//! operation (optionally only those whose body contains a given text, such as one bucket's
+//! key) are answered by the proxy itself with the service's error shape: status 400 (or
 //! the given 5xx), `content-type: application/x-amz-json-1.0`, and a JSON body with
 //! `__type` `com.amazonaws.dynamodb.v20120810#<Code>` and `message`. A faulted request never
-//! reaches DynamoDB, as a real throttle or conflict applies nothing. A lost answer
-//! ([`FaultProxy::lose_next_answer`]) is the opposite: the request is applied and its answer
-//! replaced by a server error.
+//! reaches DynamoDB, as a real throttle or conflict applies nothing. A request can also be
+//! forwarded, applied, and then answered with another status and body of the test's choice
+//! ([`FaultProxy::replace_answer`], [`FaultProxy::lose_next_answer`]): an answer that does
+//! not say what the write did.
 //!
 //! The proxy also records every request as it arrived on the wire (its `X-Amz-Target`
 //! operation and JSON body), including those of the acquire's fast path, which no SDK
@@ -32,13 +34,24 @@ use hyper_util::rt::TokioExecutor;
 #[derive(Debug, Clone)]
 struct Plan {
     operation: String,
-    code: String,
-    status: StatusCode,
+    /// Only requests whose body contains this text (a key, say) are faulted.
+    matching: Option<String>,
+    reply: Reply,
     remaining: Arc<AtomicUsize>,
-    /// The fault answer's `Date` is this far from now (milliseconds).
-    date_offset_ms: i64,
-    /// Forward the request first and replace only its answer.
-    after_applying: bool,
+}
+
+/// How a faulted request is answered.
+#[derive(Debug, Clone)]
+enum Reply {
+    /// The service's error shape; the request never reaches DynamoDB.
+    Error {
+        code: String,
+        status: StatusCode,
+        /// The answer's `Date` is this far from now (milliseconds).
+        date_offset_ms: i64,
+    },
+    /// The request is forwarded and applied; its answer is replaced by this one.
+    Replace { status: StatusCode, body: Bytes },
 }
 
 /// One request as the proxy received it.
@@ -116,33 +129,73 @@ impl FaultProxy {
         self.plan(operation, code, StatusCode::BAD_REQUEST, n, offset_ms);
     }
 
+    /// As [`FaultProxy::fail_next`], for requests whose body contains `needle` only (a
+    /// bucket's partition key, say); other requests of `operation` pass.
+    pub fn fail_matching(&self, operation: &str, needle: &str, code: &str, n: usize) {
+        self.push(
+            operation,
+            Some(needle),
+            Reply::Error {
+                code: code.to_string(),
+                status: StatusCode::BAD_REQUEST,
+                date_offset_ms: 0,
+            },
+            n,
+        );
+    }
+
+    /// Forwards the next `n` requests of `operation` whose body contains `needle` (any
+    /// request when `None`), so DynamoDB applies them, and answers each with `status` and
+    /// `body` instead of DynamoDB's answer.
+    pub fn replace_answer(
+        &self,
+        operation: &str,
+        needle: Option<&str>,
+        status: StatusCode,
+        body: impl Into<Bytes>,
+        n: usize,
+    ) {
+        let reply = Reply::Replace {
+            status,
+            body: body.into(),
+        };
+        self.push(operation, needle, reply, n);
+    }
+
     /// Forwards the next `n` requests of `operation`, so DynamoDB applies them, and answers
     /// each with `InternalServerError` (status 500) instead of DynamoDB's answer: a write
     /// whose answer was lost.
     pub fn lose_next_answer(&self, operation: &str, n: usize) {
-        self.push(Plan {
-            operation: operation.to_string(),
-            code: "InternalServerError".to_string(),
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            remaining: Arc::new(AtomicUsize::new(n)),
-            date_offset_ms: 0,
-            after_applying: true,
-        });
+        self.replace_answer(
+            operation,
+            None,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"injected by the test proxy"}"#,
+            n,
+        );
     }
 
     fn plan(&self, operation: &str, code: &str, status: StatusCode, n: usize, offset_ms: i64) {
-        self.push(Plan {
-            operation: operation.to_string(),
+        let reply = Reply::Error {
             code: code.to_string(),
             status,
-            remaining: Arc::new(AtomicUsize::new(n)),
             date_offset_ms: offset_ms,
-            after_applying: false,
+        };
+        self.push(operation, None, reply, n);
+    }
+
+    fn push(&self, operation: &str, needle: Option<&str>, reply: Reply, n: usize) {
+        self.state.plans.lock().expect("plans").push(Plan {
+            operation: operation.to_string(),
+            matching: needle.map(str::to_string),
+            reply,
+            remaining: Arc::new(AtomicUsize::new(n)),
         });
     }
 
-    fn push(&self, plan: Plan) {
-        self.state.plans.lock().expect("plans").push(plan);
+    /// Every planned fault is dropped; requests pass unchanged from now on.
+    pub fn clear(&self) {
+        self.state.plans.lock().expect("plans").clear();
     }
 
     /// Every request the proxy received, in order, with its body.
@@ -197,18 +250,6 @@ async fn forward(
         .unwrap_or_default()
         .to_string();
     state.dates.lock().expect("dates").push(date);
-    let fault = state
-        .plans
-        .lock()
-        .expect("plans")
-        .iter()
-        .find(|p| {
-            p.operation == operation
-                && p.remaining
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                    .is_ok()
-        })
-        .cloned();
     let (mut parts, body) = request.into_parts();
     let bytes = body.collect().await.expect("request body").to_bytes();
     let scope = parts
@@ -220,42 +261,69 @@ async fn forward(
         .unwrap_or_default();
     let part = |i: usize| scope.get(i).cloned().unwrap_or_default();
     state.requests.lock().expect("requests").push(Recorded {
-        operation,
+        operation: operation.clone(),
         body: serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
         signed_by: (part(0), part(2)),
     });
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    parts.uri = format!("{upstream}{}", path.trim_start_matches('/'))
-        .parse()
-        .expect("upstream URI");
-    let upstream_request = Request::from_parts(parts, Full::new(bytes));
-    if let Some(plan) = fault {
-        if plan.after_applying {
-            let answer = client
-                .request(upstream_request)
-                .await
-                .expect("upstream answers");
-            let _ = answer.into_body().collect().await.expect("upstream body");
-        }
+    let text = String::from_utf8_lossy(&bytes);
+    let fault = state
+        .plans
+        .lock()
+        .expect("plans")
+        .iter()
+        .find(|p| {
+            p.operation == operation
+                && p.matching
+                    .as_ref()
+                    .is_none_or(|m| text.contains(m.as_str()))
+                && p.remaining
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+        })
+        .cloned();
+    if let Some(Plan {
+        reply:
+            Reply::Error {
+                code,
+                status,
+                date_offset_ms,
+            },
+        ..
+    }) = &fault
+    {
         let body = format!(
-            r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{}","message":"injected by the test proxy"}}"#,
-            plan.code
+            r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{code}","message":"injected by the test proxy"}}"#
         );
-        let date = DateTime::from_millis(SystemClock.epoch_millis() + plan.date_offset_ms)
+        let date = DateTime::from_millis(SystemClock.epoch_millis() + date_offset_ms)
             .fmt(Format::HttpDate)
             .expect("HTTP date");
         return Response::builder()
-            .status(plan.status)
+            .status(*status)
             .header("date", date)
             .header("content-type", "application/x-amz-json-1.0")
             .header("x-amzn-requestid", "FAULTPROXY")
             .body(Body::from(body))
             .expect("fault response");
     }
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    parts.uri = format!("{upstream}{}", path.trim_start_matches('/'))
+        .parse()
+        .expect("upstream URI");
     let response = client
-        .request(upstream_request)
+        .request(Request::from_parts(parts, Full::new(bytes)))
         .await
         .expect("upstream answers");
+    if let Some(Plan {
+        reply: Reply::Replace { status, body },
+        ..
+    }) = fault
+    {
+        let (mut parts, _applied) = response.into_parts();
+        parts.status = status;
+        parts.headers.remove(http::header::CONTENT_LENGTH);
+        parts.headers.remove("x-amz-crc32");
+        return Response::from_parts(parts, Body::from(body));
+    }
     let (parts, body) = response.into_parts();
     let bytes = body.collect().await.expect("upstream body").to_bytes();
     Response::from_parts(parts, Body::from(bytes))

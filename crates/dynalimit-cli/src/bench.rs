@@ -429,7 +429,7 @@ impl Bench {
                     .limiter
                     .acquire(&format!("e-{e}"), RESOURCE, consume)
                     .await?;
-                lease.adjust("tpm", 50);
+                lease.adjust("tpm", 50)?;
                 Ok(lease.commit().await?)
             }
             Op::FirstTouch => {

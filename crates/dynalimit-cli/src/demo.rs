@@ -252,7 +252,7 @@ async fn client_task(
             Ok(lease) => {
                 tally.admitted.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(call_ms)).await;
-                lease.adjust("tpm", actual - estimate);
+                lease.adjust("tpm", actual - estimate)?;
                 lease.commit().await?;
                 tally.estimated.fetch_add(estimate, Ordering::Relaxed);
                 tally.actual.fetch_add(actual, Ordering::Relaxed);

@@ -158,8 +158,26 @@ pub fn ttl_horizon_seconds<'a>(limits: impl IntoIterator<Item = &'a Limit>) -> i
         .unwrap_or(0)
 }
 
+/// The longest time to live a bucket item is given, in seconds (10^12 s, about 31,700
+/// years). A limit may take longer to fill than that (capacity 10^15 tokens refilled one token
+/// per 10^9 seconds fills in 10^24 s, beyond `i64`); such a bucket is given this cap instead
+/// of a sum that would overflow, and `ttl` in milliseconds still fits an `i64`. Capping is
+/// preferred to refusing the limit: every valid limit keeps working, and an item that lives
+/// 31,700 years is, for the sweeper, one that never expires.
+pub const MAX_TTL_SECONDS: i64 = 1_000_000_000_000;
+
 /// The `ttl` (epoch seconds) a slow-path write stamps for limits from resource/system level or
-/// an override: `now_s + horizon × multiplier`, or `None` when the multiplier is 0.
+/// an override: `now_s + min(horizon × multiplier, MAX_TTL_SECONDS)`, or `None` when the
+/// multiplier is 0.
+///
+/// ```
+/// use dynalimit_core::Limit;
+/// use dynalimit_core::bucket::{MAX_TTL_SECONDS, bucket_ttl};
+/// let rpm = Limit::per_minute("rpm", 100);
+/// assert_eq!(bucket_ttl(1_700_000_000_000, [&rpm], 7), Some(1_700_000_000 + 420));
+/// let glacial = Limit::custom("g", 1_000_000_000_000_000, 1, 1_000_000_000);
+/// assert_eq!(bucket_ttl(1_700_000_000_000, [&glacial], 7), Some(1_700_000_000 + MAX_TTL_SECONDS));
+/// ```
 pub fn bucket_ttl<'a>(
     now_ms: i64,
     limits: impl IntoIterator<Item = &'a Limit>,
@@ -168,8 +186,10 @@ pub fn bucket_ttl<'a>(
     if multiplier <= 0 {
         return None;
     }
-    let horizon = ttl_horizon_seconds(limits);
-    Some(now_ms.div_euclid(1000) + horizon.saturating_mul(multiplier))
+    let horizon = ttl_horizon_seconds(limits)
+        .saturating_mul(multiplier)
+        .min(MAX_TTL_SECONDS);
+    Some(now_ms.div_euclid(1000).saturating_add(horizon))
 }
 
 /// The shard count after a doubling of `current`, or `None` at or above the cap of 32.
@@ -247,6 +267,29 @@ mod tests {
         // Floating point then truncation: 100/3 × 60 is 1999.99… in binary floating point.
         let odd = Limit::custom("odd", 100, 3, 60);
         assert_eq!(ttl_horizon_seconds([&odd]), (100.0f64 / 3.0 * 60.0) as i64);
+    }
+
+    #[test]
+    fn a_time_to_fill_beyond_i64_is_capped_not_wrapped() {
+        use crate::limit::{MAX_PERIOD_SECONDS, MAX_TOKENS};
+        let glacial = Limit::custom("g", MAX_TOKENS, 1, MAX_PERIOD_SECONDS);
+        glacial.validate().expect("a valid limit");
+        let rpm = Limit::per_minute("rpm", 100);
+        let now_ms = 1_700_000_000_000;
+        for multiplier in [1, 7, i64::from(u32::MAX)] {
+            let ttl = bucket_ttl(now_ms, [&rpm, &glacial], multiplier).unwrap();
+            assert_eq!(
+                ttl,
+                1_700_000_000 + MAX_TTL_SECONDS,
+                "multiplier {multiplier}"
+            );
+            assert!(ttl.checked_mul(1000).is_some(), "ttl in ms fits an i64");
+        }
+        // Within the cap nothing changes: 60 s × 7.
+        assert_eq!(bucket_ttl(now_ms, [&rpm], 7), Some(1_700_000_420));
+        // At the end of time the TTL still lies ahead instead of wrapping into the past.
+        let last = bucket_ttl(i64::MAX, [&glacial], 7).unwrap();
+        assert!(last > i64::MAX / 1000, "{last}");
     }
 
     #[test]

@@ -93,6 +93,18 @@ pub enum RepositoryError {
         operation: &'static str,
     },
 
+    /// A write kept losing to other transactions on its item through every attempt the store
+    /// makes ([`crate::bucket::CONFLICT_ATTEMPTS`], with jittered backoff between them); it was
+    /// not applied. Reported as unavailable ([`RepositoryError::is_unavailable`]): the item
+    /// could not be written now, and trying again later may succeed.
+    #[error("{operation} lost to other transactions {attempts} times in a row; not applied")]
+    Contended {
+        /// The DynamoDB operation.
+        operation: &'static str,
+        /// How many attempts were made.
+        attempts: u32,
+    },
+
     /// DynamoDB could not be reached or failed (network, timeout, 5xx).
     #[error("DynamoDB unavailable during {operation}: {message}")]
     Unavailable {
@@ -201,6 +213,7 @@ impl RepositoryError {
             self,
             RepositoryError::Throttled { .. }
                 | RepositoryError::TransactionConflict { .. }
+                | RepositoryError::Contended { .. }
                 | RepositoryError::Unavailable { .. }
         )
     }
@@ -211,6 +224,7 @@ impl RepositoryError {
         matches!(
             self,
             RepositoryError::Throttled { .. }
+                | RepositoryError::Contended { .. }
                 | RepositoryError::Unavailable { .. }
                 | RepositoryError::Unsupported { .. }
                 | RepositoryError::Corrupt { .. }

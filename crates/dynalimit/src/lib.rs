@@ -17,7 +17,7 @@
 //!     .limits([Limit::per_minute("rpm", 100), Limit::per_minute("tpm", 10_000)])
 //!     .await?; // Err(Error::RateLimited(rejection)) carries retry_after and each limit's status
 //! let tokens_used = 420; // what the model call really used
-//! lease.adjust("tpm", tokens_used - 500);
+//! lease.adjust("tpm", tokens_used - 500)?;
 //! lease.commit().await?; // dropped without commit: rolled back
 //! # Ok(()) }
 //! ```

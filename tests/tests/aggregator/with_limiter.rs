@@ -31,7 +31,7 @@ async fn acquires_adjustments_and_rollbacks_sum_to_the_consumed_tokens() {
             0 => lease.rollback().await.unwrap(),
             // Adjusted up after the fact.
             1 => {
-                lease.adjust("tpm", 250);
+                lease.adjust("tpm", 250).unwrap();
                 lease.commit().await.unwrap();
                 if entity == "alice" {
                     rpm += 1;
@@ -40,7 +40,7 @@ async fn acquires_adjustments_and_rollbacks_sum_to_the_consumed_tokens() {
             }
             // Returned part of the estimate.
             2 => {
-                lease.release("tpm", 40);
+                lease.release("tpm", 40).unwrap();
                 lease.commit().await.unwrap();
                 if entity == "alice" {
                     rpm += 1;

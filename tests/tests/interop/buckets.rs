@@ -209,7 +209,7 @@ async fn spend_alternately(first: Side) {
                 {
                     Ok(lease) => {
                         for (name, delta) in step.adjust {
-                            lease.adjust(name, *delta);
+                            lease.adjust(name, *delta).unwrap();
                         }
                         lease.commit().await.unwrap();
                         None

@@ -172,7 +172,7 @@ async fn a_service_runs_under_the_acquire_only_policies() {
         .await
         .expect("admitted");
     assert_eq!(lease.entities(), ["key-1", "proj"]);
-    lease.adjust("tpm", 200);
+    lease.adjust("tpm", 200).expect("adjust");
     lease.commit().await.expect("commit");
     // Warm acquires: rollback, and a dropped lease rolled back in the background.
     let lease = limiter

@@ -561,19 +561,19 @@ async fn conservation_after_adjustments_rollbacks_and_dropped_leases() {
     let mut expected_tpm = 0;
     // Committed with a positive and a negative adjustment.
     let a = acquire(1, 500).await.unwrap();
-    a.adjust("tpm", 250);
+    a.adjust("tpm", 250).unwrap();
     a.commit().await.unwrap();
     expected_rpm += 1;
     expected_tpm += 750;
     let b = acquire(1, 500).await.unwrap();
-    b.adjust("tpm", -400);
-    b.release("tpm", 50);
+    b.adjust("tpm", -400).unwrap();
+    b.release("tpm", 50).unwrap();
     b.commit().await.unwrap();
     expected_rpm += 1;
     expected_tpm += 50;
     // Explicit rollback: adjustments discarded, consumption given back.
     let c = acquire(2, 900).await.unwrap();
-    c.adjust("tpm", 10_000);
+    c.adjust("tpm", 10_000).unwrap();
     c.rollback().await.unwrap();
     // Dropped without commit: rolled back in the background.
     {
@@ -592,14 +592,14 @@ async fn conservation_after_adjustments_rollbacks_and_dropped_leases() {
     assert!(failed.is_err());
     // Work that succeeds commits through `run`.
     let f = acquire(1, 100).await.unwrap();
-    f.adjust("tpm", 20);
+    f.adjust("tpm", 20).unwrap();
     let ok: Result<u8, Error> = f.run(async { Ok(7) }).await;
     assert_eq!(ok.unwrap(), 7);
     expected_rpm += 1;
     expected_tpm += 120;
     // An adjustment into debt is allowed.
     let g = acquire(1, 1).await.unwrap();
-    g.adjust("tpm", 150_000);
+    g.adjust("tpm", 150_000).unwrap();
     g.commit().await.unwrap();
     expected_rpm += 1;
     expected_tpm += 150_001;
@@ -796,7 +796,7 @@ async fn hard_case_09_partial_commit_neither_rolls_back_nor_leaks() {
         .send()
         .await
         .unwrap();
-    lease.adjust("rpm", 3);
+    lease.adjust("rpm", 3).unwrap();
     lease.commit().await.unwrap();
     r.limiter.settle().await;
     assert_eq!(
@@ -1147,10 +1147,19 @@ async fn limits_come_from_configuration_and_the_access_walk_gates_them() {
         .set_resource_defaults("gpt-4", &[rpm(2)])
         .await
         .unwrap();
+    let unknown = r
+        .limiter
+        .acquire("cfg", "gpt-4", [("rpm", 1), ("tpm", 9)])
+        .await;
+    assert!(
+        matches!(&unknown, Err(Error::UnknownLimit { key }) if key == "tpm"),
+        "a name the configuration lacks is refused: {unknown:?}"
+    );
+    assert!(r.buckets("cfg").await.is_empty());
     r.counter.reset();
     let lease = r
         .limiter
-        .acquire("cfg", "gpt-4", [("rpm", 1), ("tpm", 9)])
+        .acquire("cfg", "gpt-4", [("rpm", 1)])
         .await
         .unwrap();
     assert!(
@@ -1158,11 +1167,7 @@ async fn limits_come_from_configuration_and_the_access_walk_gates_them() {
         "first touch took {}",
         r.counter.total()
     );
-    assert_eq!(
-        lease.consumed(),
-        BTreeMap::from([("rpm".to_owned(), 1)]),
-        "unknown tpm ignored"
-    );
+    assert_eq!(lease.consumed(), BTreeMap::from([("rpm".to_owned(), 1)]));
     lease.commit().await.unwrap();
     assert!(get_i64(&r.buckets("cfg").await[0], "ttl").is_some());
     // Entity-level limits win and drop the TTL on the next slow pass.
@@ -1456,4 +1461,159 @@ async fn refill_bound_on_the_wall_clock_16_tasks_for_10_seconds() {
     );
     assert!(granted <= bound, "over-admitted: {granted} > {bound}");
     assert!(pct >= 97.0, "granted only {pct:.1}% of {ideal}");
+}
+
+#[tokio::test]
+async fn duplicate_and_unknown_consume_names_are_refused_before_any_request() {
+    let r = rig().await;
+    r.counter.reset();
+    let limits = [rpm(10), Limit::per_minute("tpm", 1000)];
+    let duplicate = r
+        .limiter
+        .acquire("typo", "gpt-4", [("rpm", 1), ("rpm", 5)])
+        .limits(limits.clone())
+        .await;
+    assert!(matches!(duplicate, Err(Error::Invalid(_))), "{duplicate:?}");
+    let typo = r
+        .limiter
+        .acquire("typo", "gpt-4", [("rpm", 1), ("tmp", 500)])
+        .limits(limits.clone())
+        .await;
+    assert!(
+        matches!(&typo, Err(Error::UnknownLimit { key }) if key == "tmp"),
+        "{typo:?}"
+    );
+    assert_eq!(r.counter.total(), 0, "no request for bad input");
+    assert!(r.buckets("typo").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_consume_name_missing_from_the_stored_limits_is_refused_before_the_bucket_write() {
+    let r = rig().await;
+    r.repo
+        .set_system_defaults(&[rpm(10), Limit::per_minute("tpm", 1000)], None)
+        .await
+        .unwrap();
+    // No bucket yet: the configuration is read, the name found unknown, nothing created.
+    let typo = || async {
+        let refused = r
+            .limiter
+            .acquire("stored", "gpt-4", [("rpm", 1), ("tmp", 500)])
+            .await;
+        assert!(
+            matches!(&refused, Err(Error::UnknownLimit { key }) if key == "tmp"),
+            "{refused:?}"
+        );
+    };
+    typo().await;
+    assert!(r.buckets("stored").await.is_empty(), "no bucket written");
+    // A warm bucket: its balance is untouched by the refused acquire.
+    r.limiter
+        .acquire("stored", "gpt-4", [("rpm", 1), ("tpm", 10)])
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+    let before = r.buckets("stored").await;
+    typo().await;
+    assert_eq!(r.tc("stored", "rpm").await, 1);
+    assert_eq!(r.tc("stored", "tpm").await, 10);
+    assert_eq!(r.tc("stored", "tmp").await, 0);
+    assert_eq!(
+        r.buckets("stored").await[0].get("b_rpm_tk"),
+        before[0].get("b_rpm_tk")
+    );
+}
+
+#[tokio::test]
+async fn lease_adjustments_are_checked_and_never_wrap() {
+    use dynalimit_core::limit::MAX_TOKENS;
+    let r = rig().await;
+    let lease = r
+        .limiter
+        .acquire("adj", "gpt-4", [("rpm", 1)])
+        .limits([rpm(100)])
+        .await
+        .unwrap();
+    assert!(matches!(
+        lease.adjust("tmp", 1),
+        Err(Error::UnknownLimit { .. })
+    ));
+    assert!(matches!(
+        lease.adjust("rpm", i64::MIN),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        lease.release("rpm", i64::MIN),
+        Err(Error::Invalid(_))
+    ));
+    lease.adjust("rpm", 2).unwrap();
+    // 2 + 10^15 tokens is past the bound of a lease's net adjustment: refused, not summed.
+    assert!(matches!(
+        lease.adjust("rpm", MAX_TOKENS),
+        Err(Error::Invalid(_))
+    ));
+    assert_eq!(
+        lease.consumed()["rpm"],
+        3,
+        "only the accepted adjustment counts"
+    );
+    lease.commit().await.unwrap();
+    assert_eq!(r.tc("adj", "rpm").await, 3);
+}
+
+/// A lease held by a task that the runtime drops at shutdown cannot be rolled back; the loss
+/// is reported at `error` level, naming the bucket and what stays consumed.
+#[test]
+fn a_lease_dropped_while_the_runtime_shuts_down_is_reported() {
+    use tracing_subscriber::util::SubscriberInitExt;
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let _capture = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing_subscriber::filter::LevelFilter::ERROR)
+        .finish()
+        .set_default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let rig = runtime.block_on(async {
+        let r = rig().await;
+        let lease = r
+            .limiter
+            .acquire("shutdown", "gpt-4", [("rpm", 4)])
+            .limits([rpm(10)])
+            .await
+            .unwrap();
+        tokio::spawn(async move {
+            let _held = lease;
+            std::future::pending::<()>().await;
+        });
+        tokio::task::yield_now().await;
+        r
+    });
+    drop(runtime);
+    let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    let reported: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+    assert!(
+        reported
+            .iter()
+            .any(|l| l.contains("shutdown/gpt-4: rpm=4000")),
+        "no error event names the lost rollback: {text:?}"
+    );
+    drop(rig);
 }

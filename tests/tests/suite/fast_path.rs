@@ -11,9 +11,12 @@ use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterce
 use aws_smithy_types::retry::RetryConfig;
 use dynalimit::{Error, Limit, OnUnavailable, RateLimiter};
 use dynalimit_core::{Clock, ManualClock, SystemClock};
-use dynalimit_repository::Repository;
+use dynalimit_repository::bucket::CONFLICT_ATTEMPTS;
+use dynalimit_repository::entity::NewEntity;
 use dynalimit_repository::item::{Item, get_i64, get_s};
 use dynalimit_repository::metrics::RequestCounter;
+use dynalimit_repository::wire::MAX_RESPONSE_BYTES;
+use dynalimit_repository::{Repository, RepositoryError};
 use dynalimit_tests::TestTable;
 use dynalimit_tests::fault::FaultProxy;
 
@@ -384,7 +387,7 @@ async fn the_fast_path_writes_exactly_what_the_sdk_path_writes() {
             .limits(limits.clone())
             .await
             .unwrap();
-        lease.adjust("tpm", -200);
+        lease.adjust("tpm", -200).unwrap();
         lease.commit().await.unwrap();
         let refused = limiter
             .acquire("e", "gpt-4", [("rpm", 1000)])
@@ -404,4 +407,141 @@ async fn the_fast_path_writes_exactly_what_the_sdk_path_writes() {
     };
     assert_eq!(normalise(&items[0]), normalise(&items[1]));
     assert!(get_s(&items[0].1, "PK").is_some());
+}
+
+/// A bucket another client keeps in transactions: the proxy answers every write of it with a
+/// `TransactionConflictException` (and forwards nothing), however often it is tried.
+#[tokio::test]
+async fn writes_on_a_bucket_that_never_stops_conflicting_end_with_a_typed_error() {
+    let r = rig().await;
+    r.warm("held").await;
+    let committed = r
+        .limiter
+        .acquire("held", "gpt-4", [("rpm", 1), ("tpm", 100)])
+        .await
+        .unwrap();
+    committed.adjust("tpm", 50).unwrap();
+    let rolled_back = r
+        .limiter
+        .acquire("held", "gpt-4", [("rpm", 2)])
+        .await
+        .unwrap();
+    let dropped = r
+        .limiter
+        .acquire("held", "gpt-4", [("rpm", 3)])
+        .await
+        .unwrap();
+    let before = r.bucket("held").await;
+    r.counter.reset();
+    r.proxy.fail_matching(
+        "UpdateItem",
+        "/BUCKET#held#",
+        "TransactionConflictException",
+        usize::MAX,
+    );
+    let started = SystemClock.epoch_millis();
+    let contended = |e: &RepositoryError| matches!(e, RepositoryError::Contended { attempts, .. } if *attempts == CONFLICT_ATTEMPTS);
+    // Each write must end on its own; the 10 s bound only turns a hang into a failure.
+    let bound = Duration::from_secs(10);
+    let commit = tokio::time::timeout(bound, committed.commit()).await;
+    match commit.expect("the commit gives up within the bound") {
+        Err(Error::LeaseWrite(e)) => assert!(contended(&e), "{e}"),
+        other => panic!("commit: {other:?}"),
+    }
+    let rollback = tokio::time::timeout(bound, rolled_back.rollback()).await;
+    match rollback.expect("the rollback gives up within the bound") {
+        Err(Error::LeaseWrite(e)) => assert!(contended(&e), "{e}"),
+        other => panic!("rollback: {other:?}"),
+    }
+    let pause = r.limiter.pause("held", "gpt-4", Duration::from_secs(60));
+    let paused = tokio::time::timeout(bound, pause)
+        .await
+        .expect("the pause stamp gives up within the bound");
+    assert!(
+        matches!(paused, Err(Error::Unavailable { .. })),
+        "{paused:?}"
+    );
+    drop(dropped);
+    tokio::time::timeout(bound, r.limiter.settle())
+        .await
+        .expect("settle returns once the dropped lease's rollback gave up");
+    let elapsed = SystemClock.epoch_millis() - started;
+    // Four writes (commit, rollback, pause stamp, drop rollback), each tried CONFLICT_ATTEMPTS
+    // times with jitter below 25 + 50 + 100 ms in all.
+    assert_eq!(
+        r.counter.count("UpdateItem"),
+        4 * u64::from(CONFLICT_ATTEMPTS),
+        "{:?}",
+        r.counter.snapshot()
+    );
+    assert!(elapsed < 5000, "{elapsed} ms");
+    assert_eq!(
+        r.bucket("held").await,
+        before,
+        "a conflicted write applies nothing"
+    );
+    // Once the other client lets go, the bucket takes writes again.
+    r.proxy.clear();
+    r.spend("held").await;
+}
+
+/// A consume that DynamoDB applied but whose answer lacks `Attributes` still learns that the
+/// child cascades, and debits the parent.
+#[tokio::test]
+async fn a_consume_answered_without_attributes_still_debits_the_cascade_parent() {
+    let r = rig().await;
+    r.repo.create_entity(NewEntity::new("org")).await.unwrap();
+    r.repo
+        .create_entity(NewEntity::new("org-key").parent("org").cascade(true))
+        .await
+        .unwrap();
+    r.spend("org-key").await;
+    let tc = |item: &Item| get_i64(item, "b_rpm_tc").unwrap();
+    let (child, parent) = (tc(&r.bucket("org-key").await), tc(&r.bucket("org").await));
+    assert_eq!((child, parent), (1000, 1000), "the first acquire cascades");
+    // A fresh limiter: nothing cached, the cascade is learned from the answer.
+    let limiter = RateLimiter::new(r.repo.clone());
+    r.proxy.replace_answer(
+        "UpdateItem",
+        Some("/BUCKET#org-key#"),
+        http::StatusCode::OK,
+        "{}",
+        1,
+    );
+    let lease = limiter
+        .acquire("org-key", "gpt-4", [("rpm", 1)])
+        .await
+        .unwrap();
+    assert_eq!(r.proxy.pending(), 0, "the child's answer was replaced");
+    assert_eq!(lease.entities(), ["org-key", "org"]);
+    lease.commit().await.unwrap();
+    assert_eq!(tc(&r.bucket("org-key").await), 2000);
+    assert_eq!(tc(&r.bucket("org").await), 2000, "the parent was debited");
+}
+
+/// An answer longer than any DynamoDB answer is an error, read no further than the limit and
+/// not retried.
+#[tokio::test]
+async fn an_oversized_answer_is_an_error_not_an_unbounded_read() {
+    let r = rig().await;
+    r.warm("big").await;
+    let before = get_i64(&r.bucket("big").await, "b_rpm_tc").unwrap();
+    let body = vec![b' '; MAX_RESPONSE_BYTES + 1];
+    r.proxy
+        .replace_answer("UpdateItem", None, http::StatusCode::OK, body, 1);
+    let refused = r
+        .limiter
+        .acquire("big", "gpt-4", [("rpm", 1)])
+        .on_unavailable(OnUnavailable::Block)
+        .await;
+    match refused {
+        Err(Error::Unavailable { message, .. }) => {
+            assert!(message.contains("longer than"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(r.counter.count("UpdateItem"), 1, "not sent again");
+    // The write was applied before its answer was lost: debited once, never twice.
+    let after = get_i64(&r.bucket("big").await, "b_rpm_tc").unwrap();
+    assert_eq!(after - before, 1000);
 }

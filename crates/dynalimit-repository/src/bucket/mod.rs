@@ -3,8 +3,11 @@
 //! [`BucketStore`] turns the core's plans ([`dynalimit_core::decide`]) into single DynamoDB
 //! requests and their results back into [`BucketImage`]s. A failed condition is an ordinary
 //! outcome (the image returned with it decides what happens next), a transaction conflict is
-//! retried three times with full jitter and then reported as contention, and every other
-//! failure is a [`RepositoryError`].
+//! retried with full jitter up to [`CONFLICT_ATTEMPTS`] attempts in all and then reported as
+//! contention (a `Contended` outcome of the acquire's writes, which the caller turns into a
+//! contended rejection; [`RepositoryError::Contended`] from a lease's net change and from the
+//! pause stamp, which have no rejection to give), and every other failure is a
+//! [`RepositoryError`]. No write retries conflicts without bound.
 //!
 //! | operation | request | condition |
 //! |---|---|---|
@@ -102,9 +105,12 @@ enum Update {
     Conflict,
 }
 
-const CONFLICT_RETRIES: u32 = 3;
+/// Attempts of one bucket write while it loses to other transactions (a
+/// `TransactionConflictException`): the first try and three retries, each after a full-jitter
+/// pause below 25, 50 and 100 ms. A conflict changes nothing, so each attempt is a fresh try.
+pub const CONFLICT_ATTEMPTS: u32 = 4;
 
-/// Full jitter: a random pause in `[0, 25 ms × 2^attempt)`.
+/// Full jitter before retry number `attempt + 1`: a random pause in `[0, 25 ms × 2^attempt)`.
 async fn jitter(attempt: u32) {
     let cap = 25u64 << attempt.min(6);
     let pause = rand::rng().random_range(0..cap);
@@ -153,15 +159,15 @@ impl BucketStore {
         e: &Expr,
         return_new: bool,
     ) -> Result<Update, RepositoryError> {
-        let mut attempt = 0;
+        let mut attempt = 1;
         loop {
             let sent = match &self.wire {
                 Some(wire) => self.update_fast(wire, key, e, return_new).await?,
                 None => self.update_sdk(key, e, return_new).await?,
             };
             match sent {
-                Update::Conflict if attempt < CONFLICT_RETRIES => {
-                    jitter(attempt).await;
+                Update::Conflict if attempt < CONFLICT_ATTEMPTS => {
+                    jitter(attempt - 1).await;
                     attempt += 1;
                 }
                 done => return Ok(done),
@@ -240,9 +246,23 @@ impl BucketStore {
         now: i64,
     ) -> Result<ConsumeOutcome, RepositoryError> {
         Ok(match self.update(key, e, true).await? {
-            Update::Done(item) => {
-                ConsumeOutcome::Consumed(image_from_item(&item.unwrap_or_default()))
+            Update::Done(Some(item)) if !item.is_empty() => {
+                ConsumeOutcome::Consumed(image_from_item(&item))
             }
+            // Applied, but the answer lacks the item asked for (`ALL_NEW`). The write stands;
+            // the item is read back, strongly consistent, so the caller still learns the
+            // owner stamps (cascade, parent) and the limits for its credit guards. An empty
+            // image would read as "no cascade" and skip the parent.
+            Update::Done(_) => match self.get(key, true).await? {
+                Some(img) => ConsumeOutcome::Consumed(img),
+                None => {
+                    return Err(RepositoryError::corrupt(
+                        key.pk(&self.ns),
+                        "a consume was applied, but the item is gone and its answer had no \
+                         attributes",
+                    ));
+                }
+            },
             Update::ConditionFailed(old) => match old.as_ref().and_then(|i| live_pause(i, now)) {
                 Some(until) => ConsumeOutcome::Paused(until),
                 None => ConsumeOutcome::Failed(old.as_ref().map(image_from_item)),
@@ -253,6 +273,12 @@ impl BucketStore {
 
     /// The speculative consume (one `UpdateItem`): debits `demand` (millitokens per limit) and
     /// one `wcu` token.
+    ///
+    /// A success whose answer carries no item (`ALL_NEW` missing or empty) is followed by a
+    /// strongly consistent `GetItem` of the item. Should that read fail, the debit stands and
+    /// the error is returned: the caller loses the tokens, never gets them twice. So does a
+    /// success whose body exceeds [`crate::wire::MAX_RESPONSE_BYTES`] (not sent again). An
+    /// answer lost on the connection is, for now, sent again by the transport.
     ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
@@ -302,8 +328,18 @@ impl BucketStore {
     /// Writes a lease's net change: guarded first, then (if a credit could exceed the
     /// ceiling) unguarded with `SET vu = 0`.
     ///
+    /// A write that keeps losing to other transactions is tried [`CONFLICT_ATTEMPTS`] times
+    /// and then reported; a conflict on the guarded shape never escalates to the unguarded
+    /// one (only a failed guard does). A conflict applies nothing, so after
+    /// [`RepositoryError::Contended`] the item is as it was.
+    ///
+    /// A lost answer (the connection fails or times out after the request left) is not yet
+    /// told apart from a request that never arrived: the transport sends it again under the
+    /// client's retry policy, so a change that landed can land twice.
+    ///
     /// # Errors
-    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    /// [`RepositoryError::Contended`] when transaction conflicts persist through every
+    /// attempt; [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
     pub async fn apply_delta(
         &self,
         key: &BucketKey,
@@ -313,19 +349,17 @@ impl BucketStore {
             return Ok(DeltaOutcome::Applied);
         }
         for trim in [false, true] {
-            loop {
-                match self.update(key, &writes::delta(plan, trim), false).await? {
-                    Update::Done(_) => {
-                        return Ok(if trim {
-                            DeltaOutcome::Trimmed
-                        } else {
-                            DeltaOutcome::Applied
-                        });
-                    }
-                    Update::ConditionFailed(None) => return Ok(DeltaOutcome::Gone),
-                    Update::ConditionFailed(Some(_)) => break,
-                    Update::Conflict => continue,
+            match self.update(key, &writes::delta(plan, trim), false).await? {
+                Update::Done(_) => {
+                    return Ok(if trim {
+                        DeltaOutcome::Trimmed
+                    } else {
+                        DeltaOutcome::Applied
+                    });
                 }
+                Update::ConditionFailed(None) => return Ok(DeltaOutcome::Gone),
+                Update::ConditionFailed(Some(_)) => {}
+                Update::Conflict => return Err(contended()),
             }
         }
         Ok(DeltaOutcome::Gone)
@@ -401,7 +435,7 @@ impl BucketStore {
                 return Ok(CreateOutcome::OwnerChanged);
             }
             if reasons.iter().any(|r| r == "TransactionConflict") {
-                if attempt >= CONFLICT_RETRIES {
+                if attempt + 1 >= CONFLICT_ATTEMPTS {
                     return Ok(CreateOutcome::Contended);
                 }
                 jitter(attempt).await;
@@ -464,11 +498,20 @@ impl BucketStore {
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
     pub async fn read(&self, key: &BucketKey) -> Result<Option<BucketImage>, RepositoryError> {
+        self.get(key, false).await
+    }
+
+    async fn get(
+        &self,
+        key: &BucketKey,
+        consistent: bool,
+    ) -> Result<Option<BucketImage>, RepositoryError> {
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
             .set_key(Some(key.key_map(&self.ns)))
+            .consistent_read(consistent)
             .send()
             .await
             .map_err(|e| classify("GetItem", e))?;
@@ -631,6 +674,14 @@ fn meta_condition(check: &MetaCheck) -> Expr {
         }
     }
     e
+}
+
+/// The error of an `UpdateItem` whose conflicts outlasted [`CONFLICT_ATTEMPTS`].
+fn contended() -> RepositoryError {
+    RepositoryError::Contended {
+        operation: "UpdateItem",
+        attempts: CONFLICT_ATTEMPTS,
+    }
 }
 
 fn build_error(operation: &'static str, e: &dyn std::error::Error) -> RepositoryError {

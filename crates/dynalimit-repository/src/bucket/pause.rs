@@ -60,8 +60,15 @@ impl BucketStore {
     /// deadline now stored (the latest one seen), or `None` when the pair has no bucket item
     /// to stamp (a pause then has no shared effect).
     ///
+    /// Each shard's stamp is tried [`super::CONFLICT_ATTEMPTS`] times while it loses to other
+    /// transactions. The stamp is a max-merge, so sending it again after a lost answer is
+    /// harmless: a stamp that landed makes the repeat fail its `<` condition, which reads as
+    /// the deadline stored.
+    ///
     /// # Errors
-    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    /// [`RepositoryError::Contended`] when a shard's conflicts persist through every attempt
+    /// (the other shards are still stamped); [`RepositoryError`] when DynamoDB cannot be
+    /// reached or refuses the request.
     pub async fn stamp_pause(
         &self,
         entity_id: &str,
@@ -77,14 +84,10 @@ impl BucketStore {
             let key = first.with_shard(s);
             let e = &e;
             async move {
-                loop {
-                    match self.update(&key, e, false).await? {
-                        Update::Done(_) => return Ok::<_, RepositoryError>(Some(until)),
-                        Update::ConditionFailed(old) => {
-                            return Ok(old.as_ref().and_then(pause_stamp));
-                        }
-                        Update::Conflict => {}
-                    }
+                match self.update(&key, e, false).await? {
+                    Update::Done(_) => Ok::<_, RepositoryError>(Some(until)),
+                    Update::ConditionFailed(old) => Ok(old.as_ref().and_then(pause_stamp)),
+                    Update::Conflict => Err(super::contended()),
                 }
             }
         });

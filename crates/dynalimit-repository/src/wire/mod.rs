@@ -47,7 +47,7 @@ use aws_smithy_types::config_bag::ConfigBag;
 use aws_smithy_types::retry::RetryConfig;
 use bytes::Bytes;
 use dynalimit_core::{Clock, SystemClock};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Collected, Full, LengthLimitError, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -76,6 +76,10 @@ const SKEW_CODES: &[&str] = &[
 ];
 /// A clock this far from the service's is corrected.
 const SKEW_TOLERANCE_MS: i64 = 60_000;
+/// The largest response body the fast path reads (4 MiB). An `UpdateItem` answer carries at
+/// most one item (400 KB stored, a few times that as JSON at worst); a longer body is not a
+/// DynamoDB answer, and reading stops at the limit instead of buffering whatever arrives.
+pub const MAX_RESPONSE_BYTES: usize = 4 << 20;
 /// Credentials are refreshed this long before they expire.
 const REFRESH_BEFORE_EXPIRY_MS: i64 = 5 * 60 * 1000;
 
@@ -486,24 +490,32 @@ impl Wire {
             });
             let request = self.request(target, body.clone(), &signing, stamp);
             let sent = async {
-                let response = self
-                    .http
-                    .request(request)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let response = self.http.request(request).await?;
                 let (parts, incoming) = response.into_parts();
-                let bytes = incoming
-                    .collect()
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .to_bytes();
-                Ok::<_, String>((parts.status, bytes, server_millis(&parts.headers)))
+                let read = Limited::new(incoming, MAX_RESPONSE_BYTES).collect().await;
+                let bytes = body_bytes(read.map(Collected::to_bytes))?;
+                Ok::<_, Failed>((parts.status, bytes, server_millis(&parts.headers)))
             };
             let result = match self.attempt_timeout {
-                Some(limit) => tokio::time::timeout(limit, sent)
-                    .await
-                    .unwrap_or_else(|_| Err(format!("no answer within {limit:?}"))),
+                Some(limit) => tokio::time::timeout(limit, sent).await.unwrap_or_else(|_| {
+                    Err(Failed::Transport(format!("no answer within {limit:?}")))
+                }),
                 None => sent.await,
+            };
+            let result = match result {
+                // The same request would draw the same answer: reported, not retried.
+                Err(Failed::TooLarge) => {
+                    return Err(RepositoryError::Unavailable {
+                        operation: OPERATION,
+                        message: format!(
+                            "{}: response body longer than {MAX_RESPONSE_BYTES} bytes; \
+                             the request may have been applied",
+                            self.uri
+                        ),
+                    });
+                }
+                Err(Failed::Transport(message)) => Err(message),
+                Ok(answered) => Ok(answered),
             };
 
             match result.map(|(status, bytes, server)| (answer(status, bytes), server)) {
@@ -560,6 +572,32 @@ impl Wire {
             .min(self.retry.max_backoff);
         cap.mul_f64(rand::rng().random::<f64>())
     }
+}
+
+/// Why an attempt got no answer.
+#[derive(Debug, PartialEq)]
+enum Failed {
+    /// The connection or the body failed, or the attempt timed out.
+    Transport(String),
+    /// The body exceeded [`MAX_RESPONSE_BYTES`]; reading stopped there.
+    TooLarge,
+}
+
+impl From<hyper_util::client::legacy::Error> for Failed {
+    fn from(e: hyper_util::client::legacy::Error) -> Self {
+        Failed::Transport(e.to_string())
+    }
+}
+
+/// The body read through [`Limited`], or why it could not be read.
+fn body_bytes(read: Result<Bytes, BoxError>) -> Result<Bytes, Failed> {
+    read.map_err(|e| {
+        if e.downcast_ref::<LengthLimitError>().is_some() {
+            Failed::TooLarge
+        } else {
+            Failed::Transport(e.to_string())
+        }
+    })
 }
 
 /// Reports the end of a counted request, however the attempt ends (answer, failure, timeout
@@ -719,6 +757,27 @@ mod tests {
             http::StatusCode::OK,
             Bytes::from_static(b"{}")
         )));
+    }
+
+    #[test]
+    fn a_response_body_is_read_up_to_the_limit_and_no_further() {
+        let read = |len: usize| {
+            let body = Full::new(Bytes::from(vec![b' '; len]));
+            futures::executor::block_on(Limited::new(body, MAX_RESPONSE_BYTES).collect())
+                .map(Collected::to_bytes)
+        };
+        assert_eq!(
+            body_bytes(read(MAX_RESPONSE_BYTES)).map(|b| b.len()),
+            Ok(MAX_RESPONSE_BYTES)
+        );
+        assert_eq!(
+            body_bytes(read(MAX_RESPONSE_BYTES + 1)),
+            Err(Failed::TooLarge)
+        );
+        assert_eq!(
+            body_bytes(Err("reset by peer".into())),
+            Err(Failed::Transport("reset by peer".into()))
+        );
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub(crate) enum Refusal {
     Unsupported(String),
     /// No limits for the pair.
     NoLimits,
+    /// A consumed name is not among the owner's limits (the name).
+    UnknownLimit(String),
     /// A DynamoDB failure.
     Repository(RepositoryError),
 }
@@ -74,6 +76,17 @@ fn contended() -> Refusal {
         statuses: Vec::new(),
         contended: true,
     }
+}
+
+/// Which owner of an acquire a debit is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The acquiring entity; `probe` allows trying two other shards on an exhausted shard of
+    /// a sharded, non-cascading owner (never for a cascading child, which must not bypass its
+    /// parent).
+    Entity { probe: bool },
+    /// The cascade parent of the acquiring entity.
+    Parent,
 }
 
 /// Where the slow path goes next.
@@ -105,18 +118,16 @@ impl Inner {
         }
     }
 
-    /// Debits `demand` from one owner's bucket on `resource`.
-    ///
-    /// `probe` allows trying two other shards on an exhausted shard of a sharded,
-    /// non-cascading owner (never for a cascading child, which must not bypass its parent).
+    /// Debits `demand` from one owner's bucket on `resource`, as `role`.
     pub(crate) async fn acquire_one(
         &self,
         entity_id: &str,
         resource: &str,
         demand: &BTreeMap<String, i64>,
         limits: Option<&[Limit]>,
-        probe: bool,
+        role: Role,
     ) -> Result<Entry, Refusal> {
+        let probe = matches!(role, Role::Entity { probe: true }) || role == Role::Parent;
         let now = self.clock.epoch_millis();
         let known = self.shard_count(entity_id, resource);
         let shard = random_shard(0, known);
@@ -137,7 +148,7 @@ impl Inner {
         match next {
             Next::Done(entry) => Ok(entry),
             Next::Slow { shard, shard_count } => {
-                self.slow_path(&key.with_shard(shard), shard_count, demand, limits)
+                self.slow_path(&key.with_shard(shard), shard_count, demand, limits, role)
                     .await
             }
         }
@@ -268,12 +279,19 @@ impl Inner {
     /// One `BatchGetItem` reads the bucket, the owner's META and the four configuration levels
     /// (uncached: the access walk must see the current `disabled` and cascade flags); the
     /// limits come from `limits` when given, else from the first level that has any.
+    ///
+    /// A consumed name that is not among the resolved limits refuses the acquire before the
+    /// write ([`Refusal::UnknownLimit`]) when nobody else could gate it: the acquiring entity
+    /// without a cascade parent. In a cascade the child and the parent may each gate a subset
+    /// of the names (per-key `rpm` on the child, `tpm` on the parent), so each debits the
+    /// names it knows and ignores the others with a warning.
     async fn slow_path(
         &self,
         key: &BucketKey,
         shard_count: u32,
         demand: &BTreeMap<String, i64>,
         limits: Option<&[Limit]>,
+        role: Role,
     ) -> Result<Entry, Refusal> {
         let ns = self.store.namespace_id().to_owned();
         let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
@@ -303,11 +321,24 @@ impl Inner {
             if let Some(until) = paused {
                 return Err(Refusal::Paused(until));
             }
-            let demand = known_demand(demand, limits);
             let meta = items
                 .get(&meta_key)
                 .map_or_else(Meta::absent, Meta::from_item);
             let image = items.get(&bucket_key).map(image_from_item);
+            let cascades = match &image {
+                Some(img) => img.cascade && img.parent_id.is_some(),
+                None => {
+                    let owner = meta.owner(access.cascade.unwrap_or(meta.cascade));
+                    owner.cascade && owner.parent_id.is_some()
+                }
+            };
+            if matches!(role, Role::Entity { .. })
+                && !cascades
+                && let Some(name) = super::unknown_name(demand, limits)
+            {
+                return Err(Refusal::UnknownLimit(name.clone()));
+            }
+            let demand = known_demand(demand, limits);
             // Entity-level configuration keeps its buckets; resource/system configuration
             // and explicit limits give them a TTL so unused buckets are swept (§2.6).
             let ttl = match access.source {

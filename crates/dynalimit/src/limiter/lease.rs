@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use dynalimit_core::limit::delta_to_milli;
+use dynalimit_core::CoreError;
+use dynalimit_core::limit::{MAX_TOKENS, MILLI, delta_to_milli};
+use dynalimit_repository::RepositoryError;
 
 use super::engine::Entry;
 use super::{Inner, Pending};
@@ -21,7 +23,7 @@ struct State {
 /// What an acquire consumed.
 ///
 /// The initial consumption is already written when the lease is returned. [`Lease::adjust`]
-/// records corrections in memory (positive = consume more, negative = give back; the balance
+/// checks and records corrections in memory (positive = consume more, negative = give back; the balance
 /// may go negative, which gates later callers until refill repays the debt).
 /// [`Lease::commit`] writes the corrections; [`Lease::rollback`] gives the initial consumption
 /// back and discards them. A lease dropped without either is rolled back in the background
@@ -84,28 +86,36 @@ impl Lease {
             .collect()
     }
 
-    /// Records a correction of `delta` whole tokens for a declared limit. Never fails and
-    /// never rejects; undeclared names are ignored with a warning.
-    pub fn adjust(&self, limit: &str, delta: i64) {
-        if self.entries.is_empty() {
-            return;
-        }
-        if !self.entries[0].consumed.contains_key(limit) {
-            tracing::warn!(%limit, "adjust of a limit the lease did not declare; ignored");
-            return;
-        }
-        let Ok(milli) = delta_to_milli("delta", delta) else {
-            tracing::warn!(%limit, delta, "adjustment out of bounds; ignored");
-            return;
+    /// Records a correction of `delta` whole tokens for a declared limit (positive = consume
+    /// more, negative = give back). Nothing is written until [`Lease::commit`]. A degraded
+    /// lease records nothing.
+    ///
+    /// # Errors
+    /// Before recording anything: [`Error::UnknownLimit`] for a limit the acquire did not
+    /// consume; [`Error::Invalid`] when `|delta|` exceeds 10^15 tokens or the lease's net
+    /// adjustment of the limit would (an adjustment never wraps around).
+    pub fn adjust(&self, limit: &str, delta: i64) -> Result<(), Error> {
+        let Some(first) = self.entries.first() else {
+            return Ok(());
         };
+        if !first.consumed.contains_key(limit) {
+            return Err(Error::UnknownLimit {
+                key: limit.to_owned(),
+            });
+        }
         let mut state = self.lock();
-        let slot = state.adjustments.entry(limit.to_owned()).or_insert(0);
-        *slot = slot.saturating_add(milli);
+        let total = state.adjustments.get(limit).copied().unwrap_or(0);
+        let total = accumulate(total, delta)?;
+        state.adjustments.insert(limit.to_owned(), total);
+        Ok(())
     }
 
     /// Gives `amount` whole tokens of a declared limit back (an adjustment of `-amount`).
-    pub fn release(&self, limit: &str, amount: i64) {
-        self.adjust(limit, amount.saturating_neg());
+    ///
+    /// # Errors
+    /// As [`Lease::adjust`].
+    pub fn release(&self, limit: &str, amount: i64) -> Result<(), Error> {
+        self.adjust(limit, amount.saturating_neg())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -140,15 +150,18 @@ impl Lease {
             return Ok(());
         };
         let entries = std::mem::take(&mut self.entries);
+        let watch = CutShort::new("the commit of a lease", &entries);
         detached(inner, move |inner| async move {
-            write_all(&inner, &entries, |entry| {
+            let written = write_all(&inner, &entries, |entry| {
                 entry
                     .consumed
                     .keys()
                     .filter_map(|n| Some((n.clone(), *adjustments.get(n)?)))
                     .collect()
             })
-            .await
+            .await;
+            watch.finished();
+            written
         })
         .await
     }
@@ -166,8 +179,11 @@ impl Lease {
             return Ok(());
         };
         let entries = std::mem::take(&mut self.entries);
+        let watch = CutShort::new("the rollback of a lease", &entries);
         detached(inner, move |inner| async move {
-            rollback_entries(&inner, &entries).await
+            let written = rollback_entries(&inner, &entries).await;
+            watch.finished();
+            written
         })
         .await
     }
@@ -214,10 +230,68 @@ where
         Ok(result) => result,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(e) => {
-            tracing::warn!(error = %e, "lease write task ended early");
-            Ok(())
+            tracing::error!(error = %e, "lease write task ended early (the runtime shut down)");
+            Err(Error::LeaseWrite(RepositoryError::Unavailable {
+                operation: "UpdateItem",
+                message: format!("the lease's writes were cut short: {e}"),
+            }))
         }
     }
+}
+
+/// Reports lease writes that never finished because their task was dropped: a runtime
+/// shutting down drops the tasks it has not finished (or not yet started), and with them these
+/// writes. The drop logs an `error` event naming the buckets whose tokens stay consumed
+/// (refill returns them over time); [`CutShort::finished`] disarms it.
+#[derive(Debug)]
+struct CutShort {
+    what: &'static str,
+    owners: String,
+    armed: bool,
+}
+
+impl CutShort {
+    fn new(what: &'static str, entries: &[Entry]) -> Self {
+        CutShort {
+            what,
+            owners: owners(entries),
+            armed: true,
+        }
+    }
+
+    fn finished(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CutShort {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::error!(
+                owners = %self.owners,
+                "{} was cut short (the runtime shut down); its tokens stay consumed until refill",
+                self.what
+            );
+        }
+    }
+}
+
+/// `entity/resource: name=millitokens, …; …` for log lines.
+fn owners(entries: &[Entry]) -> String {
+    entries
+        .iter()
+        .map(|e| {
+            let consumed: Vec<String> =
+                e.consumed.iter().map(|(n, c)| format!("{n}={c}")).collect();
+            format!(
+                "{}/{}: {}",
+                e.key.entity_id,
+                e.key.resource,
+                consumed.join(", ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 async fn write_all(
@@ -240,6 +314,24 @@ async fn write_all(
         }
     }
     first_error.map_or(Ok(()), |e| Err(Error::LeaseWrite(e)))
+}
+
+/// A lease's net adjustment of one limit (millitokens) after one more `delta` whole tokens:
+/// each step and the sum stay within ±10^15 tokens, so the credit and debit arithmetic of the
+/// commit (consumption plus adjustment, ceiling minus credit) cannot overflow.
+fn accumulate(total: i64, delta: i64) -> Result<i64, Error> {
+    let milli = delta_to_milli("delta", delta)?;
+    total
+        .checked_add(milli)
+        .filter(|sum| sum.unsigned_abs() <= MAX_TOKENS.unsigned_abs() * MILLI.unsigned_abs())
+        .ok_or_else(|| {
+            CoreError::invalid_value(
+                "delta",
+                delta,
+                format!("the lease's net adjustment must stay within ±{MAX_TOKENS} tokens"),
+            )
+            .into()
+        })
 }
 
 async fn rollback_entries(inner: &Inner, entries: &[Entry]) -> Result<(), Error> {
@@ -268,16 +360,46 @@ impl Drop for Lease {
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 let pending = Pending::new(&inner);
+                let watch = CutShort::new("the rollback of a dropped lease", &entries);
                 handle.spawn(async move {
                     if let Err(e) = rollback_entries(&inner, &entries).await {
                         tracing::warn!(error = %e, "rollback of a dropped lease failed");
                     }
+                    watch.finished();
                     drop(pending);
                 });
             }
             Err(_) => tracing::error!(
+                owners = %owners(&entries),
                 "lease dropped outside a Tokio runtime; its consumption cannot be given back"
             ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adjustments_accumulate_within_the_token_bound_and_never_wrap() {
+        let max = MAX_TOKENS * MILLI;
+        assert_eq!(accumulate(0, 5).unwrap(), 5000);
+        assert_eq!(accumulate(5000, -7).unwrap(), -2000);
+        assert_eq!(accumulate(0, MAX_TOKENS).unwrap(), max);
+        assert_eq!(accumulate(0, -MAX_TOKENS).unwrap(), -max);
+        // One step beyond the bound, a delta of i64::MIN, and sums past the bound either way.
+        for (total, delta) in [
+            (0, MAX_TOKENS + 1),
+            (0, i64::MIN),
+            (0, i64::MAX),
+            (max, 1),
+            (-max, -1),
+            (-max, -MAX_TOKENS),
+            (i64::MIN, -1),
+        ] {
+            let err = accumulate(total, delta).unwrap_err();
+            assert!(matches!(err, Error::Invalid(_)), "{total} + {delta}: {err}");
         }
     }
 }

@@ -12,7 +12,7 @@
 //!     .limits([Limit::per_minute("rpm", 100), Limit::per_minute("tpm", 10_000)])
 //!     .await?; // Err(Error::RateLimited(rejection)) carries retry_after and statuses
 //! let tokens_used = 420;
-//! lease.adjust("tpm", tokens_used - 500);
+//! lease.adjust("tpm", tokens_used - 500)?;
 //! lease.commit().await?;
 //! # Ok(()) }
 //! ```
@@ -34,8 +34,12 @@
 //! acquire itself runs on a task of its own, so abandoning it while its write is in flight
 //! (a timeout around `acquire(..).await`) also ends in a rollback instead of a lost debit.
 //! [`RateLimiter::settle`] waits for those background rollbacks (use it before shutting the
-//! runtime down). Dropping a lease outside a Tokio runtime cannot write; it is logged at
-//! `error` level and the tokens stay consumed (refill returns them over time).
+//! runtime down); it returns once each has been written or has failed, and a bucket that keeps
+//! losing to other transactions fails its write after
+//! [`CONFLICT_ATTEMPTS`](dynalimit_repository::bucket::CONFLICT_ATTEMPTS) attempts. Dropping a
+//! lease outside a Tokio runtime, or while the runtime shuts down (which drops unfinished
+//! tasks, rollbacks included), cannot write; it is logged at `error` level with the buckets
+//! and amounts, and the tokens stay consumed (refill returns them over time).
 
 mod engine;
 mod lease;
@@ -57,7 +61,7 @@ use dynalimit_repository::{Repository, RepositoryError};
 use tokio::sync::Notify;
 
 use crate::{Error, Rejection};
-use engine::{Entry, Refusal};
+use engine::{Entry, Refusal, Role};
 pub use lease::Lease;
 pub use pause::{DynamoPauseStore, MAX_PAUSE};
 
@@ -219,9 +223,17 @@ impl RateLimiter {
     /// [`Acquire::limits`] and [`Acquire::on_unavailable`].
     ///
     /// # Errors (when awaited)
-    /// [`Error::Invalid`] for bad input (before any I/O), [`Error::RateLimited`] when the
-    /// request does not fit, [`Error::ResourceDisabled`], [`Error::NoLimits`],
-    /// [`Error::PermissionDenied`], and [`Error::Unavailable`] under `block`.
+    /// [`Error::Invalid`] for bad input (before any I/O; a limit name given twice in
+    /// `consume` included), [`Error::UnknownLimit`] for a consumed name that is not among the
+    /// limits (before any I/O for [`Acquire::limits`]; for stored limits once they are read,
+    /// before the bucket write, unless the entity cascades, see below),
+    /// [`Error::RateLimited`] when the request does not fit, [`Error::ResourceDisabled`],
+    /// [`Error::NoLimits`], [`Error::PermissionDenied`], and [`Error::Unavailable`] under
+    /// `block`.
+    ///
+    /// In a cascade the child and its parent may each keep a subset of the stored limits, so
+    /// a name unknown to one of them is debited where it is known and ignored (with a
+    /// warning) where it is not; a name neither knows is then not refused.
     ///
     /// # Panics (when awaited)
     /// Outside a Tokio runtime: the requests run on a spawned task (see [`Acquire`]).
@@ -372,7 +384,15 @@ impl RateLimiter {
         let mut demand = BTreeMap::new();
         for (name, amount) in &consume {
             dynalimit_core::ids::validate_limit_name(name)?;
-            demand.insert(name.clone(), amount_to_milli("amount", *amount)?);
+            let milli = amount_to_milli("amount", *amount)?;
+            if demand.insert(name.clone(), milli).is_some() {
+                return Err(CoreError::invalid_value(
+                    "consume",
+                    name,
+                    "a limit name may appear once per acquire",
+                )
+                .into());
+            }
         }
         if let Some(limits) = &limits {
             for (i, l) in limits.iter().enumerate() {
@@ -385,6 +405,9 @@ impl RateLimiter {
                     )
                     .into());
                 }
+            }
+            if let Some(name) = unknown_name(&demand, limits) {
+                return Err(Error::UnknownLimit { key: name.clone() });
             }
         }
         match self
@@ -418,6 +441,7 @@ impl RateLimiter {
                     entity_id: owner,
                     resource,
                 }),
+                Refusal::UnknownLimit(key) => Err(Error::UnknownLimit { key }),
                 Refusal::Repository(e @ RepositoryError::PermissionDenied { .. }) => {
                     Err(Error::PermissionDenied(e))
                 }
@@ -493,8 +517,14 @@ impl RateLimiter {
         if let Some(Some(parent)) = inner.known_parent(entity_id, resource) {
             // Warm cascade: both writes at once.
             let (child, up) = futures::join!(
-                inner.acquire_one(entity_id, resource, demand, limits, false),
-                inner.acquire_one(&parent, resource, demand, limits, true),
+                inner.acquire_one(
+                    entity_id,
+                    resource,
+                    demand,
+                    limits,
+                    Role::Entity { probe: false }
+                ),
+                inner.acquire_one(&parent, resource, demand, limits, Role::Parent),
             );
             return match (child, up) {
                 (Ok(c), Ok(p)) => {
@@ -518,7 +548,13 @@ impl RateLimiter {
             };
         }
         let child = inner
-            .acquire_one(entity_id, resource, demand, limits, true)
+            .acquire_one(
+                entity_id,
+                resource,
+                demand,
+                limits,
+                Role::Entity { probe: true },
+            )
             .await
             .map_err(tag(entity_id))?;
         self.cold_parent(child, resource, demand, limits).await
@@ -537,7 +573,7 @@ impl RateLimiter {
         };
         match self
             .inner
-            .acquire_one(&parent, resource, demand, limits, true)
+            .acquire_one(&parent, resource, demand, limits, Role::Parent)
             .await
         {
             Ok(p) => Ok(vec![child, p]),
@@ -547,6 +583,16 @@ impl RateLimiter {
             }
         }
     }
+}
+
+/// The first consumed name that is not among `limits`.
+pub(crate) fn unknown_name<'a>(
+    demand: &'a BTreeMap<String, i64>,
+    limits: &[Limit],
+) -> Option<&'a String> {
+    demand
+        .keys()
+        .find(|name| !limits.iter().any(|l| l.name() == name.as_str()))
 }
 
 fn repo_error(entity_id: &str, resource: &str, e: RepositoryError) -> Error {

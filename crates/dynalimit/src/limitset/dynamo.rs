@@ -206,7 +206,9 @@ impl Distributed {
             return;
         };
         for &(index, delta) in &adjustments {
-            lease.adjust(&self.names[index], delta);
+            if let Err(error) = lease.adjust(&self.names[index], delta) {
+                tracing::warn!(%error, limit = %self.names[index], "distributed LimitSet adjustment refused");
+            }
         }
         let running = Running::new(&self.settling);
         let (entity_id, resource) = (self.entity_id.clone(), self.resource.clone());
