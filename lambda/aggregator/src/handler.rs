@@ -51,6 +51,7 @@ pub async fn handle(aggregator: &Aggregator, event: Event) -> DynamoDbEventRespo
         snapshots = report.snapshots_written,
         refills = report.refills_written,
         shards = report.shards_stamped,
+        shards_created = report.shards_created,
         errors = report.errors.len(),
         "batch processed"
     );

@@ -27,7 +27,8 @@
 //!    committed (the Lambda answers them as partial batch failures).
 //! 5. Proactive passes, each behind a switch of [`Settings`]: refill of the buckets seen in the
 //!    batch under their `rf` lock, doubling of shard 0 when its `wcu` projects below 20 %, and
-//!    propagation of a raised shard count to the older shards.
+//!    propagation of a raised shard count to the older shards with pre-creation of the new ones
+//!    (see [`proactive`]).
 //!
 //! # Counting each record once
 //! Stream delivery is at-least-once: a failed Lambda batch is delivered again (whole, or from

@@ -10,6 +10,14 @@
 //! * **Doubling**: on shard 0, when `wcu` projected to now is below 20 % of its capacity, the
 //!   shard count doubles (cap 32) through the same conditional writes and donations the
 //!   acquire path uses.
+//! * **Propagation**: when a record raised `shard_count` on shard 0 from `old` to `new` (a
+//!   client's doubling, another aggregator's, or this one's), the new count is set on shards
+//!   `1..old` under `shard_count < :new`, with the doubling's donations, as the doubling
+//!   writer itself does: a writer whose propagation failed, or whose doubling answer was
+//!   lost, leaves no shard on the old count and the old share. Every shard is tried; the
+//!   failures are reported. Then shards `old..new` are pre-created as clones of shard 0's new
+//!   image ([`clone_for_shard`]) under `attribute_not_exists(PK)`; a clone that finds its
+//!   shard already created is left to the client that created it.
 //!
 //! Items the core profile cannot interpret (schedules, quotas, a `vu` boundary) are left
 //! alone, as are disabled ones.
@@ -21,7 +29,8 @@ use dynalimit_core::bucket::{ShardParams, doubled_shard_count, refill};
 use dynalimit_core::decide::{BucketImage, doubling_donations};
 use dynalimit_repository::bucket::{BucketKey, BucketStore, image_from_item};
 use dynalimit_repository::error::classify;
-use dynalimit_repository::item::{Item, key, n};
+use dynalimit_repository::item::{Item, key, n, s};
+use dynalimit_repository::keys;
 
 use crate::processor::{BucketActivity, BucketRef};
 use crate::sink::Aggregator;
@@ -32,6 +41,7 @@ use crate::writes::Expr;
 pub(crate) struct ProactiveReport {
     pub(crate) refills: usize,
     pub(crate) shards_stamped: usize,
+    pub(crate) shards_created: usize,
     pub(crate) errors: Vec<String>,
 }
 
@@ -122,6 +132,90 @@ pub fn plan_doubling(img: &BucketImage, now: i64) -> Option<(u32, u32)> {
     doubled_shard_count(img.shards()).map(|to| (img.shards(), to))
 }
 
+/// Shard `shard` of a bucket whose shard 0 now holds `image` with `count` shards, as the
+/// reference's aggregator pre-creates it (§7.3, path 2): a copy of the image with the
+/// shard's keys (`PK`, `GSI2SK`, `GSI3SK`, `GSI4SK`), `shard_count = count`, every limit
+/// funded with its per-shard share `cp // count` (the `wcu` block full, it is never divided),
+/// `tc = 0`, `rf = now`, and no `vu` (the new shard holds exactly its share: nothing to trim).
+pub fn clone_for_shard(image: &Item, bucket: &BucketRef, shard: u32, count: u32, now: i64) -> Item {
+    let (ns, entity, resource) = (
+        bucket.namespace_id.as_str(),
+        bucket.entity_id.as_str(),
+        bucket.resource.as_str(),
+    );
+    let mut item = image.clone();
+    item.remove("vu");
+    for (attr, value) in [
+        ("PK", keys::bucket_pk(ns, entity, resource, shard)),
+        ("GSI2SK", keys::bucket_gsi2sk(entity, shard)),
+        ("GSI3SK", keys::bucket_gsi3sk(resource, shard)),
+        ("GSI4SK", keys::bucket_gsi4sk(entity, resource, shard)),
+    ] {
+        item.insert(attr.to_owned(), s(value));
+    }
+    item.insert("shard_count".to_owned(), n(i64::from(count)));
+    item.insert("rf".to_owned(), n(now));
+    let img = image_from_item(image);
+    let wcu = img
+        .wcu
+        .map(|w| (dynalimit_core::bucket::WCU.to_owned(), w.cp));
+    let shares = img
+        .limits
+        .iter()
+        .map(|(name, st)| (name.clone(), st.cp.div_euclid(i64::from(count.max(1)))));
+    for (name, tk) in shares.chain(wcu) {
+        item.insert(format!("b_{name}_tk"), n(tk));
+        item.insert(format!("b_{name}_tc"), n(0));
+    }
+    item
+}
+
+/// The propagation pass for a count raised on shard 0 from `old` to `new` (see the module
+/// docs).
+async fn propagate(
+    agg: &Aggregator,
+    store: &BucketStore,
+    bucket: &BucketRef,
+    image: &Item,
+    (old, new): (u32, u32),
+    report: &mut ProactiveReport,
+) {
+    let img = image_from_item(image);
+    let key = BucketKey::new(bucket.entity_id.clone(), bucket.resource.clone(), 0);
+    let done = store
+        .propagate_shard_count(&key, old, new, &doubling_donations(&img, new))
+        .await;
+    report.shards_stamped += done.updated.len();
+    for (shard, e) in done.failed {
+        report.errors.push(format!(
+            "propagation of shard_count {new} to shard {shard} of {bucket:?}: {e}"
+        ));
+    }
+    if img.disabled || img.unsupported_reason().is_some() {
+        return;
+    }
+    let now = agg.clock().epoch_millis();
+    for shard in old..new {
+        let item = clone_for_shard(image, bucket, shard, new, now);
+        let sent = agg
+            .client()
+            .put_item()
+            .table_name(&agg.settings().table_name)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(PK)")
+            .send()
+            .await;
+        match sent {
+            Ok(_) => report.shards_created += 1,
+            Err(err) if err.code() == Some("ConditionalCheckFailedException") => {}
+            Err(err) => report.errors.push(format!(
+                "pre-creation of shard {shard} of {bucket:?}: {}",
+                classify("PutItem", err)
+            )),
+        }
+    }
+}
+
 fn refill_request(
     agg: &Aggregator,
     bucket: &BucketRef,
@@ -189,22 +283,34 @@ pub(crate) async fn run(
                 )),
             }
         }
-        if settings.proactive_sharding
-            && bucket.shard == 0
-            && let Some((from, to)) = plan_doubling(&img, now)
-        {
-            let store = BucketStore::new(
-                agg.client().clone(),
-                settings.table_name.clone(),
-                bucket.namespace_id.clone(),
-            );
+        if !settings.proactive_sharding || bucket.shard != 0 {
+            continue;
+        }
+        let store = BucketStore::new(
+            agg.client().clone(),
+            settings.table_name.clone(),
+            bucket.namespace_id.clone(),
+        );
+        if let Some(raised) = act.shard_count_raised {
+            propagate(agg, &store, bucket, &act.image, raised, &mut report).await;
+        }
+        if let Some((from, to)) = plan_doubling(&img, now) {
             let key = BucketKey::new(bucket.entity_id.clone(), bucket.resource.clone(), 0);
             match store
                 .double_shards(&key, from, to, &doubling_donations(&img, to))
                 .await
             {
-                Ok(count) if count == to => report.shards_stamped += 1,
-                Ok(_) => {}
+                Ok(doubling) => {
+                    if doubling.count == to {
+                        report.shards_stamped += 1;
+                    }
+                    for (shard, e) in doubling.failed {
+                        report.errors.push(format!(
+                            "propagation of shard_count {} to shard {shard} of {bucket:?}: {e}",
+                            doubling.count
+                        ));
+                    }
+                }
                 Err(e) => report.errors.push(format!("doubling of {bucket:?}: {e}")),
             }
         }
@@ -291,6 +397,52 @@ mod tests {
         let mut img = image(0, 0, 1);
         img.disabled = true;
         assert!(plan_refill(&img, Some(1), &consumed, 1_006_000).is_none());
+    }
+
+    #[test]
+    fn a_clone_holds_one_share_per_limit_a_full_wcu_and_its_own_keys() {
+        let bucket = BucketRef {
+            namespace_id: "ns1".into(),
+            entity_id: "hot".into(),
+            resource: "gpt-4".into(),
+            shard: 0,
+        };
+        let mut shard0 = key(keys::bucket_pk("ns1", "hot", "gpt-4", 0), keys::STATE_SK);
+        for (k, v) in [
+            ("rf", n(1_000_000)),
+            ("shard_count", n(4)),
+            ("vu", n(0)),
+            ("ttl", n(99)),
+            ("b_rpm_tk", n(3_000)),
+            ("b_rpm_cp", n(100_000)),
+            ("b_rpm_ra", n(100_000)),
+            ("b_rpm_rp", n(60_000)),
+            ("b_rpm_tc", n(77_000)),
+            ("b_wcu_tk", n(10_000)),
+            ("b_wcu_cp", n(1_000_000)),
+            ("b_wcu_ra", n(1_000_000)),
+            ("b_wcu_rp", n(1000)),
+            ("b_wcu_tc", n(5)),
+        ] {
+            shard0.insert(k.to_owned(), v);
+        }
+        let clone = clone_for_shard(&shard0, &bucket, 3, 4, 2_000_000);
+        let num = |k: &str| dynalimit_repository::item::get_i64(&clone, k);
+        let text = |k: &str| dynalimit_repository::item::get_s(&clone, k).map(str::to_owned);
+        assert_eq!(text("PK"), Some(keys::bucket_pk("ns1", "hot", "gpt-4", 3)));
+        assert_eq!(text("GSI2SK"), Some(keys::bucket_gsi2sk("hot", 3)));
+        assert_eq!(text("GSI3SK"), Some(keys::bucket_gsi3sk("gpt-4", 3)));
+        assert_eq!(text("GSI4SK"), Some(keys::bucket_gsi4sk("hot", "gpt-4", 3)));
+        assert_eq!(num("shard_count"), Some(4));
+        assert_eq!(num("rf"), Some(2_000_000));
+        assert_eq!(num("vu"), None);
+        assert_eq!(num("ttl"), Some(99));
+        assert_eq!((num("b_rpm_tk"), num("b_rpm_tc")), (Some(25_000), Some(0)));
+        assert_eq!(num("b_rpm_cp"), Some(100_000), "capacity stays undivided");
+        assert_eq!(
+            (num("b_wcu_tk"), num("b_wcu_tc")),
+            (Some(1_000_000), Some(0))
+        );
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct BatchReport {
     pub refills_written: usize,
     /// Shard counts doubled or propagated.
     pub shards_stamped: usize,
+    /// Shards pre-created after a doubling (reference §7.3, path 2).
+    pub shards_created: usize,
     /// What went wrong, one line each.
     pub errors: Vec<String>,
 }
@@ -149,6 +151,7 @@ impl Aggregator {
             let p = crate::proactive::run(self, &extracted.activity).await;
             report.refills_written = p.refills;
             report.shards_stamped = p.shards_stamped;
+            report.shards_created = p.shards_created;
             report.errors.extend(p.errors);
         }
         for e in &report.errors {

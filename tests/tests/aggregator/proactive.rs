@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
+use aws_sdk_dynamodb::types::ReturnValue;
 use dynalimit_aggregator::{Aggregator, Settings};
 use dynalimit_core::ManualClock;
-use dynalimit_repository::item::{Item, get_i64, key};
+use dynalimit_repository::item::{Item, get_i64, key, n};
 use dynalimit_repository::keys;
 
 use super::{T, Writer, records_of};
@@ -71,4 +72,87 @@ async fn busy_buckets_are_refilled_under_the_rf_lock_and_hot_ones_double() {
     assert_eq!(get_i64(&item, "shard_count"), Some(4));
     assert_eq!(get_i64(&item, "vu"), Some(0));
     assert_eq!(get_i64(&item, "b_rpm_tk"), Some(50_000 - 1_000 - 25_000));
+}
+
+#[tokio::test]
+async fn a_count_raised_by_another_writer_reaches_the_older_shards_and_the_new_ones_are_created() {
+    let table = dynalimit_tests::table().await;
+    let ns = "nsq".to_owned();
+    let w = Writer::new(table.client(), table.name(), &ns);
+    // Two shards of 2; shard 0 is doubled to 4 by a writer that never propagated (its
+    // answer was lost, or it stopped): shard 1 keeps the old count and half the capacity.
+    let before = w.create("hot", 0, T).await;
+    w.create("hot", 1, T).await;
+    let after = table
+        .client()
+        .update_item()
+        .table_name(table.name())
+        .set_key(Some(key(
+            keys::bucket_pk(&ns, "hot", "gpt-4", 0),
+            keys::STATE_SK,
+        )))
+        .update_expression("SET shard_count = :to, vu = :zero ADD b_rpm_tk :give")
+        .condition_expression("shard_count = :from")
+        .expression_attribute_values(":to", n(4))
+        .expression_attribute_values(":from", n(2))
+        .expression_attribute_values(":zero", n(0))
+        .expression_attribute_values(":give", n(-25_000))
+        .return_values(ReturnValue::AllNew)
+        .send()
+        .await
+        .expect("doubled")
+        .attributes
+        .expect("image");
+    let stale: i64 = [4, 2].iter().map(|count| 100_000 / count).sum::<i64>() + 2 * 25_000;
+    assert_eq!(stale, 125_000, "1.25 × capacity before the pass");
+
+    let mut settings = Settings::new(table.name());
+    settings.proactive_refill = false;
+    let clock = Arc::new(ManualClock::new(T + 1_000));
+    let agg = Aggregator::with_clock(table.client().clone(), settings, clock);
+    let records = records_of(&[before, after], 30);
+    let report = agg.process(&records).await;
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!((report.shards_stamped, report.shards_created), (1, 2));
+
+    // Shard 1: the new count, the doubling's donation (cp // 4) and the clamp stamp.
+    let shard1 = read(&table, &ns, 1).await;
+    assert_eq!(get_i64(&shard1, "shard_count"), Some(4));
+    assert_eq!(get_i64(&shard1, "b_rpm_tk"), Some(100_000 - 25_000));
+    assert_eq!(get_i64(&shard1, "vu"), Some(0));
+    // Shards 2 and 3: clones of shard 0 with their own keys and one share each.
+    let mut shares = 0;
+    for shard in 0..4 {
+        let item = read(&table, &ns, shard).await;
+        let count = get_i64(&item, "shard_count").expect("count");
+        assert_eq!(count, 4, "shard {shard}");
+        shares += get_i64(&item, "b_rpm_cp").expect("cp") / count;
+        if shard >= 2 {
+            assert_eq!(get_i64(&item, "b_rpm_tk"), Some(25_000));
+            assert_eq!(get_i64(&item, "b_rpm_tc"), Some(0));
+            assert_eq!(get_i64(&item, "b_wcu_tk"), Some(1_000_000));
+            assert_eq!(get_i64(&item, "rf"), Some(T + 1_000));
+            assert_eq!(get_i64(&item, "vu"), None);
+            assert_eq!(
+                dynalimit_repository::item::get_s(&item, "GSI4SK"),
+                Some(keys::bucket_gsi4sk("hot", "gpt-4", shard).as_str())
+            );
+        }
+    }
+    assert_eq!(
+        shares, 100_000,
+        "the shares sum to the capacity once healed"
+    );
+
+    // The same records again (a redelivery): nothing is written twice.
+    let mut snapshot = Vec::new();
+    for shard in 0..4 {
+        snapshot.push(read(&table, &ns, shard).await);
+    }
+    let again = agg.process(&records).await;
+    assert!(again.errors.is_empty(), "{again:?}");
+    assert_eq!((again.shards_stamped, again.shards_created), (0, 0));
+    for (shard, item) in (0..4).zip(&snapshot) {
+        assert_eq!(&read(&table, &ns, shard).await, item, "shard {shard}");
+    }
 }

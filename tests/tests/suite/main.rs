@@ -10,4 +10,5 @@ mod format;
 mod kit;
 mod namespaces;
 mod schema;
+mod sharding;
 mod version;

@@ -18,6 +18,7 @@
 //! | [`BucketStore::apply_delta`] | `UpdateItem` (then a trimming retry) | exists, ceiling guards |
 //! | [`BucketStore::stamp_pause`] | `UpdateItem` on every existing shard | exists, stamp absent or earlier |
 //! | [`BucketStore::double_shards`] | `UpdateItem` on shard 0, then on shards `1..old` | `shard_count = :old` / `< :new` |
+//! | [`BucketStore::propagate_shard_count`] | `UpdateItem` on shards `1..old` | `shard_count < :new` |
 
 mod codec;
 mod expr;
@@ -35,7 +36,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Put, ReturnValue, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem,
 };
-use dynalimit_core::decide::{BucketImage, CreatePlan, DeltaPlan, RefillPlan};
+use dynalimit_core::decide::{BucketImage, CreatePlan, DeltaPlan, RefillPlan, doubling_donations};
 use futures::future::join_all;
 use rand::Rng;
 
@@ -62,6 +63,25 @@ pub enum ConsumeOutcome {
     Paused(i64),
     /// Transaction conflicts persisted through the retries.
     Contended,
+}
+
+/// Result of [`BucketStore::double_shards`].
+#[derive(Debug)]
+pub struct Doubling {
+    /// The shard count to use from now on.
+    pub count: u32,
+    /// Shards whose propagation write failed, with the error; the count on them is still
+    /// lower until a later propagation heals them.
+    pub failed: Vec<(u32, RepositoryError)>,
+}
+
+/// Result of [`BucketStore::propagate_shard_count`].
+#[derive(Debug, Default)]
+pub struct Propagation {
+    /// Shards that took the new count now.
+    pub updated: Vec<u32>,
+    /// Shards whose write failed, with the error.
+    pub failed: Vec<(u32, RepositoryError)>,
 }
 
 /// Result of a create.
@@ -451,46 +471,107 @@ impl BucketStore {
     }
 
     /// Doubles the shard count of `(entity, resource)` from `from` to `to` on shard 0, then
-    /// propagates the new count to shards `1..from` concurrently (reference §3.8). Each of
-    /// these writes also debits `donations` and stamps `vu = 0`, so the split neither adds
-    /// tokens nor leaves surplus stock spendable on the fast path. Returns the
-    /// count to use: `to` when this call won, the winner's count when another writer changed
-    /// it first, `from` on persistent conflicts.
+    /// propagates the new count to the older shards (reference §3.8) with
+    /// [`BucketStore::propagate_shard_count`]. Each of these writes also debits `donations`
+    /// and stamps `vu = 0`, so the split neither adds tokens nor leaves surplus stock
+    /// spendable on the fast path.
+    ///
+    /// The propagation also runs when this call did not win cleanly, because it is idempotent
+    /// (each shard is written at most once, under `shard_count < :new`):
+    /// * the doubling's condition failed and shard 0 already holds a higher count: either
+    ///   another writer doubled (and may have failed to propagate), or this call's own write
+    ///   landed, its answer was lost, and the transport sent it again;
+    /// * the doubling ended in an error (its outcome is unknown: the write may have landed):
+    ///   shard 0 is read back, strongly consistent, and the count it holds is propagated.
+    ///   When it still holds `from`, the error is returned.
+    ///
+    /// Returns the count to use (`to` when this call won, the count shard 0 holds when it was
+    /// already raised, `from` on persistent conflicts) and the shards whose propagation
+    /// failed; the other shards are written regardless, and a later propagation heals the
+    /// failed ones.
     ///
     /// # Errors
-    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    /// [`RepositoryError`] when the doubling write fails and shard 0 cannot be read back or
+    /// still holds `from`.
     pub async fn double_shards(
         &self,
         key: &BucketKey,
         from: u32,
         to: u32,
         donations: &[(String, i64)],
-    ) -> Result<u32, RepositoryError> {
+    ) -> Result<Doubling, RepositoryError> {
         let shard0 = key.with_shard(0);
-        match self
+        let unchanged = |count: u32| Doubling {
+            count,
+            failed: Vec::new(),
+        };
+        // The count shard 0 holds after the attempt, with its image when it was read.
+        let (seen, image) = match self
             .update(&shard0, &writes::double(from, to, donations), false)
-            .await?
+            .await
         {
-            Update::Done(_) => {}
-            Update::ConditionFailed(old) => {
-                let seen = old
-                    .as_ref()
-                    .map(|i| image_from_item(i).shards())
-                    .unwrap_or(from);
-                return Ok(seen.max(from));
+            Ok(Update::Done(_)) => (to, None),
+            Ok(Update::ConditionFailed(old)) => {
+                let image = old.as_ref().map(image_from_item);
+                (image.as_ref().map_or(from, BucketImage::shards), image)
             }
-            Update::Conflict => return Ok(from),
+            Ok(Update::Conflict) => return Ok(unchanged(from)),
+            Err(error) => match self.get(&shard0, true).await {
+                Ok(Some(image)) if image.shards() > from => (image.shards(), Some(image)),
+                _ => return Err(error),
+            },
+        };
+        if seen <= from {
+            return Ok(unchanged(from));
         }
+        // Counts only double, so the shards that existed before the last doubling are
+        // `1..seen / 2` (or `1..from` when that is more).
+        let prior = from.max(seen / 2);
+        let owned;
+        let donations = match &image {
+            Some(img) if seen != to => {
+                owned = doubling_donations(img, seen);
+                &owned
+            }
+            _ => donations,
+        };
+        let propagation = self
+            .propagate_shard_count(key, prior, seen, donations)
+            .await;
+        Ok(Doubling {
+            count: seen,
+            failed: propagation.failed,
+        })
+    }
+
+    /// Sets `shard_count = to` on shards `1..from` of `(entity, resource)` under
+    /// `shard_count < :to` (never creating an item), debiting `donations` and stamping
+    /// `vu = 0` as [`BucketStore::double_shards`] does. Every shard is tried, concurrently;
+    /// one shard's failure does not stop the others. Idempotent: a shard already at `to` (or
+    /// missing) fails the condition and is left as it is.
+    pub async fn propagate_shard_count(
+        &self,
+        key: &BucketKey,
+        from: u32,
+        to: u32,
+        donations: &[(String, i64)],
+    ) -> Propagation {
         let propagate = writes::propagate(to, donations);
         let writes = (1..from).map(|s| {
             let k = key.with_shard(s);
             let e = &propagate;
-            async move { self.update(&k, e, false).await }
+            async move { (s, self.update(&k, e, false).await) }
         });
-        for result in join_all(writes).await {
-            result?;
+        let mut report = Propagation::default();
+        for (shard, result) in join_all(writes).await {
+            match result {
+                Ok(Update::Done(_)) => report.updated.push(shard),
+                Ok(Update::ConditionFailed(_)) => {}
+                Ok(Update::Conflict) => report.failed.push((shard, contended())),
+                Err(e) => report.failed.push((shard, e)),
+            }
         }
-        Ok(to)
+        report
     }
 
     /// Reads one bucket item (eventually consistent).

@@ -191,7 +191,15 @@ impl Inner {
                     WcuDecision::SlowPath => Ok(slow_here(img.shards())),
                     WcuDecision::Double { from, to } => {
                         let donations = doubling_donations(&img, to);
-                        let count = self.store.double_shards(key, from, to, &donations).await?;
+                        let doubling = self.store.double_shards(key, from, to, &donations).await?;
+                        for (shard, error) in &doubling.failed {
+                            tracing::warn!(
+                                entity_id = %key.entity_id, resource = %key.resource, shard,
+                                to = doubling.count, %error,
+                                "shard count not propagated; the next propagation retries it"
+                            );
+                        }
+                        let count = doubling.count;
                         self.raise_shard_count(&key.entity_id, &key.resource, count);
                         tracing::info!(
                             entity_id = %key.entity_id, resource = %key.resource,

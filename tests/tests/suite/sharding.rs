@@ -1,0 +1,204 @@
+//! Shard counts heal (reference §3.8): a doubling whose answer is lost still propagates, and a
+//! propagation that fails on one shard updates the others, reports the failure, and is healed
+//! by the next propagation. Against DynamoDB Local through the fault proxy.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_smithy_types::retry::RetryConfig;
+use dynalimit_repository::bucket::{BucketKey, BucketStore};
+use dynalimit_repository::item::get_i64;
+use dynalimit_repository::{Repository, RepositoryError};
+use dynalimit_tests::TestTable;
+use dynalimit_tests::fault::FaultProxy;
+use dynalimit_tests::raw::put_bucket;
+
+/// rpm capacity in millitokens.
+const CP: i64 = 100_000;
+
+/// A repository whose requests go through `proxy`, making at most `attempts` attempts each.
+async fn through(table: &TestTable, proxy: &FaultProxy, attempts: u32) -> Repository {
+    let base = dynalimit_tests::client().await;
+    let client = Client::from_conf(
+        base.config()
+            .to_builder()
+            .endpoint_url(proxy.url())
+            .retry_config(
+                RetryConfig::standard()
+                    .with_max_attempts(attempts)
+                    .with_initial_backoff(Duration::from_millis(1)),
+            )
+            .build(),
+    );
+    table
+        .builder()
+        .client(client)
+        .namespace("shards")
+        .open()
+        .await
+        .expect("open through the proxy")
+}
+
+/// Shards `0..count` of `hot`/`gpt-4`, each with `shard_count = count` and a full rpm of 100.
+async fn buckets(table: &TestTable, ns: &str, count: u32) {
+    for shard in 0..count {
+        put_bucket(table, ns, "hot", "gpt-4", shard, &[("rpm", 100, 100, 60)]).await;
+        table
+            .client()
+            .update_item()
+            .table_name(table.name())
+            .key("PK", AttributeValue::S(pk(ns, shard)))
+            .key("SK", AttributeValue::S("#STATE".into()))
+            .update_expression("SET shard_count = :c")
+            .expression_attribute_values(":c", AttributeValue::N(count.to_string()))
+            .send()
+            .await
+            .expect("stamp the count");
+    }
+}
+
+fn pk(ns: &str, shard: u32) -> String {
+    format!("{ns}/BUCKET#hot#gpt-4#{shard}")
+}
+
+/// `(shard_count, rpm tk)` of every existing shard below `upto`, by shard.
+async fn counts(table: &TestTable, ns: &str, upto: u32) -> Vec<Option<(i64, i64)>> {
+    let mut out = Vec::new();
+    for shard in 0..upto {
+        let item = table
+            .client()
+            .get_item()
+            .table_name(table.name())
+            .key("PK", AttributeValue::S(pk(ns, shard)))
+            .key("SK", AttributeValue::S("#STATE".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("read")
+            .item;
+        out.push(item.map(|i| {
+            (
+                get_i64(&i, "shard_count").expect("count"),
+                get_i64(&i, "b_rpm_tk").expect("tk"),
+            )
+        }));
+    }
+    out
+}
+
+/// The rpm ceilings of shards `0..n` summed: each existing shard claims `cp // its count`, a
+/// shard not created yet will claim `cp // n` (it is created at the current count).
+fn sum_of_shares(shards: &[Option<(i64, i64)>]) -> i64 {
+    let n = i64::try_from(shards.len()).expect("few shards");
+    shards
+        .iter()
+        .map(|s| CP / s.map_or(n, |(count, _)| count))
+        .sum()
+}
+
+fn donations(to: u32) -> Vec<(String, i64)> {
+    vec![("rpm".to_owned(), CP / i64::from(to))]
+}
+
+async fn lost_doubling_answer(attempts: u32) {
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = through(&table, &proxy, attempts).await;
+    let ns = repo.namespace_id().to_owned();
+    buckets(&table, &ns, 4).await;
+    let store: BucketStore = repo.buckets();
+    proxy.lose_next_answer("UpdateItem", 1);
+    let doubling = store
+        .double_shards(&BucketKey::new("hot", "gpt-4", 2), 4, 8, &donations(8))
+        .await
+        .expect("the doubling landed");
+    assert_eq!(proxy.pending(), 0, "the answer was lost");
+    assert_eq!(doubling.count, 8);
+    assert!(doubling.failed.is_empty(), "{:?}", doubling.failed);
+    let after = counts(&table, &ns, 8).await;
+    // Every existing shard holds the new count and gave its donation exactly once.
+    let donated = Some((8, CP - CP / 8));
+    assert_eq!(after[..4], [donated; 4], "{after:?}");
+    assert_eq!(sum_of_shares(&after), CP);
+}
+
+#[tokio::test]
+async fn a_doubling_whose_answer_is_lost_and_resent_still_propagates() {
+    // The transport sends the write again; the resend fails its `shard_count = :old` guard on
+    // the count the first attempt wrote.
+    lost_doubling_answer(3).await;
+}
+
+#[tokio::test]
+async fn a_doubling_whose_outcome_is_unknown_reads_shard_zero_back_and_propagates() {
+    // One attempt only: the lost answer is an error, so the outcome is unknown.
+    lost_doubling_answer(1).await;
+}
+
+#[tokio::test]
+async fn a_doubling_that_did_not_land_returns_its_error_and_writes_no_shard() {
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = through(&table, &proxy, 1).await;
+    let ns = repo.namespace_id().to_owned();
+    buckets(&table, &ns, 2).await;
+    proxy.fail_next_with(
+        "UpdateItem",
+        "InternalServerError",
+        http::StatusCode::INTERNAL_SERVER_ERROR,
+        1,
+    );
+    let err = repo
+        .buckets()
+        .double_shards(&BucketKey::new("hot", "gpt-4", 0), 2, 4, &donations(4))
+        .await
+        .expect_err("shard 0 still holds the old count");
+    assert!(err.is_unavailable(), "{err:?}");
+    assert_eq!(counts(&table, &ns, 2).await, [Some((2, CP)); 2]);
+}
+
+#[tokio::test]
+async fn a_failed_propagation_write_updates_the_other_shards_and_a_later_pass_heals_it() {
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = through(&table, &proxy, 3).await;
+    let ns = repo.namespace_id().to_owned();
+    buckets(&table, &ns, 4).await;
+    let store = repo.buckets();
+    let key = BucketKey::new("hot", "gpt-4", 0);
+    proxy.fail_matching(
+        "UpdateItem",
+        &format!("{}\"", pk(&ns, 2)),
+        "ValidationException",
+        1,
+    );
+    let doubling = store
+        .double_shards(&key, 4, 8, &donations(8))
+        .await
+        .expect("shard 0 doubled");
+    assert_eq!(doubling.count, 8);
+    let failed: Vec<u32> = doubling.failed.iter().map(|(s, _)| *s).collect();
+    assert_eq!(failed, [2], "{:?}", doubling.failed);
+    assert!(matches!(
+        doubling.failed[0].1,
+        RepositoryError::Rejected { .. }
+    ));
+    let stale = counts(&table, &ns, 8).await;
+    let healed = Some((8, CP - CP / 8));
+    assert_eq!(stale[..4], [healed, healed, Some((4, CP)), healed]);
+    // The stale shard claims a quarter where an eighth is its share: 112.5 % of capacity.
+    assert_eq!(sum_of_shares(&stale), CP + CP / 8);
+
+    let again = store.propagate_shard_count(&key, 4, 8, &donations(8)).await;
+    assert_eq!(again.updated, [2]);
+    assert!(again.failed.is_empty(), "{:?}", again.failed);
+    let after = counts(&table, &ns, 8).await;
+    assert_eq!(after[..4], [healed; 4]);
+    assert_eq!(sum_of_shares(&after), CP);
+
+    // Idempotent: a third pass writes nothing.
+    let third = store.propagate_shard_count(&key, 4, 8, &donations(8)).await;
+    assert!(third.updated.is_empty() && third.failed.is_empty());
+    assert_eq!(counts(&table, &ns, 8).await, after);
+}
