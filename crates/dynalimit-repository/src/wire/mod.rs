@@ -408,7 +408,7 @@ impl Wire {
         });
         let key = sigv4::SigningKey::derive(
             credentials.secret_access_key(),
-            day,
+            stamp,
             &self.region,
             &self.service,
         );
