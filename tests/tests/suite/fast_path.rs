@@ -4,13 +4,14 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{ProvideCredentials, future};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_smithy_async::time::TimeSource;
 use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
 use aws_smithy_types::retry::RetryConfig;
 use dynalimit::{Error, Limit, OnUnavailable, RateLimiter};
@@ -34,9 +35,33 @@ fn tpm(n: i64) -> Limit {
     Limit::per_minute("tpm", n)
 }
 
+/// The SDK client's time source, moved forward by the test (the identity cache and the fast
+/// path's credential lifetimes read it).
+#[derive(Debug, Clone, Default)]
+struct Shifted(Arc<std::sync::atomic::AtomicU64>);
+
+impl Shifted {
+    fn advance(&self, by: Duration) {
+        let ms = u64::try_from(by.as_millis()).unwrap();
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl TimeSource for Shifted {
+    fn now(&self) -> SystemTime {
+        let now = u64::try_from(SystemClock.epoch_millis()).unwrap();
+        SystemTime::UNIX_EPOCH + Duration::from_millis(now + self.0.load(Ordering::SeqCst))
+    }
+}
+
 /// A client for `url` retrying twice at most, with a millisecond backoff, and with
-/// `credentials` when given.
-async fn client_for(url: &str, counter: &RequestCounter, credentials: Option<KeyRing>) -> Client {
+/// `credentials` (and `time`) when given.
+async fn client_for(
+    url: &str,
+    counter: &RequestCounter,
+    credentials: Option<KeyRing>,
+    time: Option<Shifted>,
+) -> Client {
     let base = dynalimit_tests::client_with(Some(counter.clone())).await;
     let mut config = base.config().to_builder().endpoint_url(url).retry_config(
         RetryConfig::standard()
@@ -45,6 +70,9 @@ async fn client_for(url: &str, counter: &RequestCounter, credentials: Option<Key
     );
     if let Some(credentials) = credentials {
         config = config.credentials_provider(credentials);
+    }
+    if let Some(time) = time {
+        config = config.time_source(time);
     }
     Client::from_conf(config.build())
 }
@@ -55,6 +83,8 @@ struct KeyRing {
     key: Arc<Mutex<String>>,
     failing: Arc<AtomicBool>,
     calls: Arc<AtomicUsize>,
+    /// Each resolution takes this long (milliseconds).
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl KeyRing {
@@ -63,6 +93,7 @@ impl KeyRing {
             key: Arc::new(Mutex::new(key.to_string())),
             failing: Arc::new(AtomicBool::new(false)),
             calls: Arc::new(AtomicUsize::new(0)),
+            delay_ms: Arc::default(),
         }
     }
 
@@ -83,9 +114,11 @@ impl ProvideCredentials for KeyRing {
             )));
         }
         let key = self.key.lock().unwrap().clone();
-        future::ProvideCredentials::ready(Ok(Credentials::new(
-            key, "secret", None, None, "keyring",
-        )))
+        let delay = Duration::from_millis(self.delay_ms.load(Ordering::SeqCst));
+        future::ProvideCredentials::new(async move {
+            tokio::time::sleep(delay).await;
+            Ok(Credentials::new(key, "secret", None, None, "keyring"))
+        })
     }
 }
 
@@ -112,15 +145,15 @@ struct Rig {
 }
 
 async fn rig() -> Rig {
-    rig_with(None).await
+    rig_with(None, None).await
 }
 
-async fn rig_with(credentials: Option<KeyRing>) -> Rig {
+async fn rig_with(credentials: Option<KeyRing>, time: Option<Shifted>) -> Rig {
     let table = dynalimit_tests::table().await;
     let proxy = FaultProxy::start().await;
     let counter = RequestCounter::default();
     let repo = Repository::builder()
-        .client(client_for(&proxy.url(), &counter, credentials).await)
+        .client(client_for(&proxy.url(), &counter, credentials, time).await)
         .request_counter(counter.clone())
         .stack(table.name().to_owned())
         .namespace(NS)
@@ -321,7 +354,7 @@ async fn denied_access_is_a_typed_permission_error_and_not_retried() {
 #[tokio::test]
 async fn after_a_key_rotation_the_refused_old_key_is_replaced_at_the_next_acquire() {
     let keys = KeyRing::new("AKIDOLD");
-    let r = rig_with(Some(keys.clone())).await;
+    let r = rig_with(Some(keys.clone()), None).await;
     r.warm("a").await;
     let last_key = |r: &Rig| r.proxy.requests().last().unwrap().signed_by.0.clone();
     assert_eq!(last_key(&r), "AKIDOLD");
@@ -347,9 +380,72 @@ async fn after_a_key_rotation_the_refused_old_key_is_replaced_at_the_next_acquir
 }
 
 #[tokio::test]
+async fn a_static_key_is_resolved_again_after_the_sdks_fifteen_minutes() {
+    let keys = KeyRing::new("AKIDFIRST");
+    let time = Shifted::default();
+    let r = rig_with(Some(keys.clone()), Some(time.clone())).await;
+    r.warm("a").await;
+    let last_key = |r: &Rig| r.proxy.requests().last().unwrap().signed_by.0.clone();
+    assert_eq!(last_key(&r), "AKIDFIRST");
+    keys.rotate("AKIDSECOND");
+    time.advance(Duration::from_secs(14 * 60));
+    r.spend("a").await;
+    assert_eq!(last_key(&r), "AKIDFIRST", "still within the 15 minutes");
+    time.advance(Duration::from_secs(61));
+    r.spend("a").await;
+    assert_eq!(
+        last_key(&r),
+        "AKIDSECOND",
+        "resolved again after 15 minutes"
+    );
+}
+
+#[tokio::test]
+async fn one_request_refreshes_the_credentials_while_the_others_sign_with_the_current_ones() {
+    let keys = KeyRing::new("AKIDEARLY");
+    let time = Shifted::default();
+    let r = rig_with(Some(keys.clone()), Some(time.clone())).await;
+    r.warm("a").await;
+    // Into the refresh window (the static key's 15 minutes are over, its 5 more are not):
+    // the provider takes a second, and the acquires meanwhile go on with the current key.
+    keys.rotate("AKIDLATE");
+    keys.delay_ms.store(1_000, Ordering::SeqCst);
+    time.advance(Duration::from_secs(16 * 60));
+    let calls = keys.calls.load(Ordering::SeqCst);
+    let before = r.proxy.requests().len();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let limiter = r.limiter.clone();
+        tasks.spawn(async move {
+            limiter
+                .acquire("a", "gpt-4", [("rpm", 1)])
+                .await
+                .expect("admitted")
+                .commit()
+                .await
+                .expect("commit");
+        });
+    }
+    tasks.join_all().await;
+    assert_eq!(
+        keys.calls.load(Ordering::SeqCst) - calls,
+        1,
+        "one refresh for all requests"
+    );
+    let signed: Vec<String> = r.proxy.requests()[before..]
+        .iter()
+        .map(|q| q.signed_by.0.clone())
+        .collect();
+    // The refreshing request signs with the new key once its second is over; the others did
+    // not wait for it.
+    assert!(signed.contains(&"AKIDEARLY".to_string()), "{signed:?}");
+    assert_eq!(signed.last().map(String::as_str), Some("AKIDLATE"));
+}
+
+#[tokio::test]
 async fn a_key_refused_again_after_the_new_resolution_is_reported_not_looped() {
     let keys = KeyRing::new("AKIDONLY");
-    let r = rig_with(Some(keys.clone())).await;
+    let r = rig_with(Some(keys.clone()), None).await;
     r.warm("a").await;
     r.proxy.refuse_key("AKIDONLY");
     let before = r.proxy.requests().len();
@@ -368,7 +464,7 @@ async fn a_key_refused_again_after_the_new_resolution_is_reported_not_looped() {
 #[tokio::test]
 async fn a_failing_credential_provider_is_unavailable_and_admitted_degraded_under_allow() {
     let keys = KeyRing::new("AKIDDOWN");
-    let r = rig_with(Some(keys.clone())).await;
+    let r = rig_with(Some(keys.clone()), None).await;
     keys.failing.store(true, Ordering::SeqCst);
     let before = r.proxy.requests().len();
     let lease = r
