@@ -73,6 +73,8 @@ struct State {
     requests: Mutex<Vec<Recorded>>,
     /// `x-amz-date` of every request, in order.
     dates: Mutex<Vec<String>>,
+    /// Access key ids whose requests are refused as unknown.
+    refused_keys: Mutex<Vec<String>>,
 }
 
 /// The proxy; stops with the test's runtime.
@@ -127,6 +129,16 @@ impl FaultProxy {
     /// now: the service's clock as a client with a skewed clock sees it.
     pub fn fail_next_dated(&self, operation: &str, code: &str, n: usize, offset_ms: i64) {
         self.plan(operation, code, StatusCode::BAD_REQUEST, n, offset_ms);
+    }
+
+    /// Refuses every later request signed with `access_key_id` with
+    /// `UnrecognizedClientException` (a rotated-out key), until [`FaultProxy::clear`].
+    pub fn refuse_key(&self, access_key_id: &str) {
+        self.state
+            .refused_keys
+            .lock()
+            .expect("refused keys")
+            .push(access_key_id.to_string());
     }
 
     /// As [`FaultProxy::fail_next`], for requests whose body contains `needle` only (a
@@ -196,6 +208,11 @@ impl FaultProxy {
     /// Every planned fault is dropped; requests pass unchanged from now on.
     pub fn clear(&self) {
         self.state.plans.lock().expect("plans").clear();
+        self.state
+            .refused_keys
+            .lock()
+            .expect("refused keys")
+            .clear();
     }
 
     /// Every request the proxy received, in order, with its body.
@@ -266,6 +283,11 @@ async fn forward(
         signed_by: (part(0), part(2)),
     });
     let text = String::from_utf8_lossy(&bytes);
+    let refused = state
+        .refused_keys
+        .lock()
+        .expect("refused keys")
+        .contains(&part(0));
     let fault = state
         .plans
         .lock()
@@ -280,7 +302,19 @@ async fn forward(
                     .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                     .is_ok()
         })
-        .cloned();
+        .cloned()
+        .or_else(|| {
+            refused.then(|| Plan {
+                operation: operation.clone(),
+                matching: None,
+                reply: Reply::Error {
+                    code: "UnrecognizedClientException".to_string(),
+                    status: StatusCode::BAD_REQUEST,
+                    date_offset_ms: 0,
+                },
+                remaining: Arc::new(AtomicUsize::new(0)),
+            })
+        });
     if let Some(Plan {
         reply:
             Reply::Error {

@@ -2,11 +2,16 @@
 //! exactly what the SDK path writes, and handling the service's errors (through a
 //! fault-injecting proxy for throttling, conflicts, denials and server errors).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::error::CredentialsError;
+use aws_credential_types::provider::{ProvideCredentials, future};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_smithy_async::time::TimeSource;
 use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
 use aws_smithy_types::retry::RetryConfig;
 use dynalimit::{Error, Limit, OnUnavailable, RateLimiter};
@@ -30,20 +35,91 @@ fn tpm(n: i64) -> Limit {
     Limit::per_minute("tpm", n)
 }
 
-/// A client for `url` retrying twice at most, with a millisecond backoff.
-async fn client_for(url: &str, counter: &RequestCounter) -> Client {
+/// The SDK client's time source, moved forward by the test (the identity cache and the fast
+/// path's credential lifetimes read it).
+#[derive(Debug, Clone, Default)]
+struct Shifted(Arc<std::sync::atomic::AtomicU64>);
+
+impl Shifted {
+    fn advance(&self, by: Duration) {
+        let ms = u64::try_from(by.as_millis()).unwrap();
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl TimeSource for Shifted {
+    fn now(&self) -> SystemTime {
+        let now = u64::try_from(SystemClock.epoch_millis()).unwrap();
+        SystemTime::UNIX_EPOCH + Duration::from_millis(now + self.0.load(Ordering::SeqCst))
+    }
+}
+
+/// A client for `url` retrying twice at most, with a millisecond backoff, and with
+/// `credentials` (and `time`) when given.
+async fn client_for(
+    url: &str,
+    counter: &RequestCounter,
+    credentials: Option<KeyRing>,
+    time: Option<Shifted>,
+) -> Client {
     let base = dynalimit_tests::client_with(Some(counter.clone())).await;
-    Client::from_conf(
-        base.config()
-            .to_builder()
-            .endpoint_url(url)
-            .retry_config(
-                RetryConfig::standard()
-                    .with_max_attempts(2)
-                    .with_initial_backoff(Duration::from_millis(1)),
-            )
-            .build(),
-    )
+    let mut config = base.config().to_builder().endpoint_url(url).retry_config(
+        RetryConfig::standard()
+            .with_max_attempts(2)
+            .with_initial_backoff(Duration::from_millis(1)),
+    );
+    if let Some(credentials) = credentials {
+        config = config.credentials_provider(credentials);
+    }
+    if let Some(time) = time {
+        config = config.time_source(time);
+    }
+    Client::from_conf(config.build())
+}
+
+/// A credential provider whose access key the test rotates, or which the test breaks.
+#[derive(Debug, Clone)]
+struct KeyRing {
+    key: Arc<Mutex<String>>,
+    failing: Arc<AtomicBool>,
+    calls: Arc<AtomicUsize>,
+    /// Each resolution takes this long (milliseconds).
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl KeyRing {
+    fn new(key: &str) -> KeyRing {
+        KeyRing {
+            key: Arc::new(Mutex::new(key.to_string())),
+            failing: Arc::new(AtomicBool::new(false)),
+            calls: Arc::new(AtomicUsize::new(0)),
+            delay_ms: Arc::default(),
+        }
+    }
+
+    fn rotate(&self, key: &str) {
+        *self.key.lock().unwrap() = key.to_string();
+    }
+}
+
+impl ProvideCredentials for KeyRing {
+    fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.failing.load(Ordering::SeqCst) {
+            return future::ProvideCredentials::ready(Err(CredentialsError::provider_error(
+                "the credential service is down",
+            )));
+        }
+        let key = self.key.lock().unwrap().clone();
+        let delay = Duration::from_millis(self.delay_ms.load(Ordering::SeqCst));
+        future::ProvideCredentials::new(async move {
+            tokio::time::sleep(delay).await;
+            Ok(Credentials::new(key, "secret", None, None, "keyring"))
+        })
+    }
 }
 
 /// The state item of `entity`'s only bucket, by scan.
@@ -69,11 +145,15 @@ struct Rig {
 }
 
 async fn rig() -> Rig {
+    rig_with(None, None).await
+}
+
+async fn rig_with(credentials: Option<KeyRing>, time: Option<Shifted>) -> Rig {
     let table = dynalimit_tests::table().await;
     let proxy = FaultProxy::start().await;
     let counter = RequestCounter::default();
     let repo = Repository::builder()
-        .client(client_for(&proxy.url(), &counter).await)
+        .client(client_for(&proxy.url(), &counter, credentials, time).await)
         .request_counter(counter.clone())
         .stack(table.name().to_owned())
         .namespace(NS)
@@ -111,6 +191,19 @@ impl Rig {
     async fn warm(&self, entity: &str) {
         self.spend(entity).await;
         self.counter.reset();
+    }
+
+    /// An acquire under `on_unavailable = block`, which must fail as unavailable; its message.
+    async fn refused_as_unavailable(&self, entity: &str) -> String {
+        let refused = self
+            .limiter
+            .acquire(entity, "gpt-4", [("rpm", 1)])
+            .on_unavailable(OnUnavailable::Block)
+            .await;
+        match refused {
+            Err(Error::Unavailable { message, .. }) => message,
+            other => panic!("{other:?}"),
+        }
     }
 
     async fn bucket(&self, entity: &str) -> Item {
@@ -160,15 +253,7 @@ async fn exhausted_retries_are_unavailable_and_write_nothing() {
     let before = r.bucket("a").await;
     r.proxy
         .fail_next("UpdateItem", "ProvisionedThroughputExceededException", 2);
-    let refused = r
-        .limiter
-        .acquire("a", "gpt-4", [("rpm", 1)])
-        .on_unavailable(OnUnavailable::Block)
-        .await;
-    assert!(
-        matches!(refused, Err(Error::Unavailable { .. })),
-        "{refused:?}"
-    );
+    r.refused_as_unavailable("a").await;
     assert_eq!(
         r.counter.count("UpdateItem"),
         2,
@@ -264,6 +349,142 @@ async fn denied_access_is_a_typed_permission_error_and_not_retried() {
         "{refused:?}"
     );
     assert_eq!(r.counter.count("UpdateItem"), 1);
+}
+
+#[tokio::test]
+async fn after_a_key_rotation_the_refused_old_key_is_replaced_at_the_next_acquire() {
+    let keys = KeyRing::new("AKIDOLD");
+    let r = rig_with(Some(keys.clone()), None).await;
+    r.warm("a").await;
+    let last_key = |r: &Rig| r.proxy.requests().last().unwrap().signed_by.0.clone();
+    assert_eq!(last_key(&r), "AKIDOLD");
+    // The key is rotated: the provider hands out the new one and the service refuses the old
+    // one, while the fast path still holds the old one (static keys have no expiry).
+    keys.rotate("AKIDNEW");
+    r.proxy.refuse_key("AKIDOLD");
+    let before = r.proxy.requests().len();
+    for _ in 0..3 {
+        r.spend("a").await;
+    }
+    let keys_used: Vec<String> = r.proxy.requests()[before..]
+        .iter()
+        .filter(|q| q.operation == "UpdateItem")
+        .map(|q| q.signed_by.0.clone())
+        .collect();
+    assert_eq!(
+        keys_used,
+        ["AKIDOLD", "AKIDNEW", "AKIDNEW", "AKIDNEW"],
+        "one refused request, then the new key"
+    );
+    assert_eq!(get_i64(&r.bucket("a").await, "b_rpm_tc"), Some(4000));
+}
+
+#[tokio::test]
+async fn a_static_key_is_resolved_again_after_the_sdks_fifteen_minutes() {
+    let keys = KeyRing::new("AKIDFIRST");
+    let time = Shifted::default();
+    let r = rig_with(Some(keys.clone()), Some(time.clone())).await;
+    r.warm("a").await;
+    let last_key = |r: &Rig| r.proxy.requests().last().unwrap().signed_by.0.clone();
+    assert_eq!(last_key(&r), "AKIDFIRST");
+    keys.rotate("AKIDSECOND");
+    time.advance(Duration::from_secs(14 * 60));
+    r.spend("a").await;
+    assert_eq!(last_key(&r), "AKIDFIRST", "still within the 15 minutes");
+    time.advance(Duration::from_secs(61));
+    r.spend("a").await;
+    assert_eq!(
+        last_key(&r),
+        "AKIDSECOND",
+        "resolved again after 15 minutes"
+    );
+}
+
+#[tokio::test]
+async fn one_request_refreshes_the_credentials_while_the_others_sign_with_the_current_ones() {
+    let keys = KeyRing::new("AKIDEARLY");
+    let time = Shifted::default();
+    let r = rig_with(Some(keys.clone()), Some(time.clone())).await;
+    r.warm("a").await;
+    // Into the refresh window (the static key's 15 minutes are over, its 5 more are not):
+    // the provider takes a second, and the acquires meanwhile go on with the current key.
+    keys.rotate("AKIDLATE");
+    keys.delay_ms.store(1_000, Ordering::SeqCst);
+    time.advance(Duration::from_secs(16 * 60));
+    let calls = keys.calls.load(Ordering::SeqCst);
+    let before = r.proxy.requests().len();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let limiter = r.limiter.clone();
+        tasks.spawn(async move {
+            limiter
+                .acquire("a", "gpt-4", [("rpm", 1)])
+                .await
+                .expect("admitted")
+                .commit()
+                .await
+                .expect("commit");
+        });
+    }
+    tasks.join_all().await;
+    assert_eq!(
+        keys.calls.load(Ordering::SeqCst) - calls,
+        1,
+        "one refresh for all requests"
+    );
+    let signed: Vec<String> = r.proxy.requests()[before..]
+        .iter()
+        .map(|q| q.signed_by.0.clone())
+        .collect();
+    // The refreshing request signs with the new key once its second is over; the others did
+    // not wait for it.
+    assert!(signed.contains(&"AKIDEARLY".to_string()), "{signed:?}");
+    assert_eq!(signed.last().map(String::as_str), Some("AKIDLATE"));
+}
+
+#[tokio::test]
+async fn a_key_refused_again_after_the_new_resolution_is_reported_not_looped() {
+    let keys = KeyRing::new("AKIDONLY");
+    let r = rig_with(Some(keys.clone()), None).await;
+    r.warm("a").await;
+    r.proxy.refuse_key("AKIDONLY");
+    let before = r.proxy.requests().len();
+    let refused = r.limiter.acquire("a", "gpt-4", [("rpm", 1)]).await;
+    assert!(
+        matches!(refused, Err(Error::PermissionDenied(_))),
+        "{refused:?}"
+    );
+    assert_eq!(
+        r.proxy.requests().len() - before,
+        2,
+        "the refused request and one retry with credentials resolved again"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_credential_provider_is_unavailable_and_admitted_degraded_under_allow() {
+    let keys = KeyRing::new("AKIDDOWN");
+    let r = rig_with(Some(keys.clone()), None).await;
+    keys.failing.store(true, Ordering::SeqCst);
+    let before = r.proxy.requests().len();
+    let lease = r
+        .limiter
+        .acquire("a", "gpt-4", [("rpm", 1)])
+        .on_unavailable(OnUnavailable::Allow)
+        .await
+        .expect("admitted degraded while the provider is down");
+    assert!(lease.is_degraded());
+    r.refused_as_unavailable("a").await;
+    assert!(
+        r.proxy.requests()[before..]
+            .iter()
+            .all(|q| q.operation != "UpdateItem"),
+        "nothing was sent unsigned"
+    );
+    // The provider recovers: so does the fast path.
+    keys.failing.store(false, Ordering::SeqCst);
+    r.spend("a").await;
+    assert_eq!(r.proxy.requests().last().unwrap().signed_by.0, "AKIDDOWN");
 }
 
 #[tokio::test]
@@ -529,17 +750,8 @@ async fn an_oversized_answer_is_an_error_not_an_unbounded_read() {
     let body = vec![b' '; MAX_RESPONSE_BYTES + 1];
     r.proxy
         .replace_answer("UpdateItem", None, http::StatusCode::OK, body, 1);
-    let refused = r
-        .limiter
-        .acquire("big", "gpt-4", [("rpm", 1)])
-        .on_unavailable(OnUnavailable::Block)
-        .await;
-    match refused {
-        Err(Error::Unavailable { message, .. }) => {
-            assert!(message.contains("longer than"), "{message}");
-        }
-        other => panic!("{other:?}"),
-    }
+    let message = r.refused_as_unavailable("big").await;
+    assert!(message.contains("longer than"), "{message}");
     assert_eq!(r.counter.count("UpdateItem"), 1, "not sent again");
     // The write was applied before its answer was lost: debited once, never twice.
     let after = get_i64(&r.bucket("big").await, "b_rpm_tc").unwrap();

@@ -10,10 +10,13 @@
 //! Nothing is guessed: the endpoint, signing region and service are read off a real request
 //! the SDK client sends when the repository opens ([`EndpointCapture`]), so custom endpoints,
 //! FIPS or dual-stack endpoints and DynamoDB Local all resolve exactly as the SDK resolves
-//! them. Credentials come from the client's own provider and are cached until five minutes
-//! before they expire; retries follow the client's retry configuration (attempts, exponential
-//! backoff with full jitter) for throttling, 5xx answers and connection failures, and its
-//! attempt timeout. A request refused for its signing time is signed again with the service's
+//! them. Credentials come from the client's own credential provider, kept with the lifetimes
+//! of the SDK's identity cache (credentials without an expiry are resolved again after 15
+//! minutes); one request refreshes them five minutes before their end while the others keep
+//! signing, a provider failure is [`RepositoryError::Unavailable`], and a
+//! request refused for its credentials is signed once more with newly resolved ones. Retries
+//! follow the client's retry configuration (attempts, exponential backoff with full jitter)
+//! for throttling, 5xx answers and connection failures, and its attempt timeout. A request refused for its signing time is signed again with the service's
 //! clock (from its `Date` header), as the SDK corrects clock skew. A client carrying
 //! interceptors other than [`RequestCounter`] keeps every request on the SDK, so nothing the
 //! user hooked in is bypassed.
@@ -28,6 +31,7 @@
 //! # Ok(()) }
 //! ```
 
+mod credentials;
 mod json;
 pub mod sigv4;
 
@@ -39,7 +43,7 @@ use aws_credential_types::Credentials;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::auth::AuthSchemeId;
-use aws_smithy_runtime_api::client::identity::{ResolveCachedIdentity, SharedIdentityResolver};
+use aws_smithy_runtime_api::client::identity::{ResolveIdentity, SharedIdentityResolver};
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
 use aws_smithy_runtime_api::client::runtime_components::{GetIdentityResolver, RuntimeComponents};
@@ -55,6 +59,8 @@ use hyper_util::rt::TokioExecutor;
 use rand::Rng;
 
 pub use json::ObjectWriter;
+
+use credentials::{Decision, Lifetime, REFRESH_RETRY_MS};
 
 use crate::RepositoryError;
 use crate::error::classify_code;
@@ -80,8 +86,21 @@ const SKEW_TOLERANCE_MS: i64 = 60_000;
 /// most one item (400 KB stored, a few times that as JSON at worst); a longer body is not a
 /// DynamoDB answer, and reading stops at the limit instead of buffering whatever arrives.
 pub const MAX_RESPONSE_BYTES: usize = 4 << 20;
-/// Credentials are refreshed this long before they expire.
-const REFRESH_BEFORE_EXPIRY_MS: i64 = 5 * 60 * 1000;
+/// Error codes of a request refused for its credentials (unknown, rotated or expired key,
+/// or a signature that does not match): the credentials are resolved again and the request
+/// signed once more.
+const CREDENTIAL_CODES: &[&str] = &[
+    "UnrecognizedClientException",
+    "InvalidClientTokenId",
+    "InvalidSignatureException",
+    "SignatureDoesNotMatch",
+    "IncompleteSignatureException",
+    "ExpiredTokenException",
+    "ExpiredToken",
+];
+/// How long the fast path waits for the credential provider (the SDK identity cache's
+/// default load timeout).
+const CREDENTIALS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the SDK client sends DynamoDB requests, as seen on one of its real requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,7 +239,14 @@ impl UpdateItem<'_> {
 struct Signing {
     credentials: Credentials,
     key: sigv4::SigningKey,
-    expires_ms: Option<i64>,
+    lifetime: Lifetime,
+}
+
+fn epoch_millis(t: std::time::SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -241,6 +267,8 @@ pub struct Wire {
     resolver: SharedIdentityResolver,
     signing: RwLock<Option<Arc<Signing>>>,
     refresh: tokio::sync::Mutex<()>,
+    /// No refresh starts before this instant, after a failed one.
+    refresh_retry_ms: AtomicI64,
     retry: Retry,
     attempt_timeout: Option<Duration>,
     counter: Option<RequestCounter>,
@@ -333,6 +361,7 @@ impl Wire {
             resolver,
             signing: RwLock::new(None),
             refresh: tokio::sync::Mutex::new(()),
+            refresh_retry_ms: AtomicI64::new(0),
             retry: Retry {
                 max_attempts: retry.max_attempts().max(1),
                 initial_backoff: retry.initial_backoff(),
@@ -372,74 +401,148 @@ impl Wire {
         }
     }
 
-    async fn signing(
+    /// The credentials' clock: the SDK client's time source, as its identity cache reads it.
+    fn credential_now_ms(&self) -> i64 {
+        self.components
+            .time_source()
+            .map_or_else(|| SystemClock.epoch_millis(), |t| epoch_millis(t.now()))
+    }
+
+    fn current(&self) -> Option<Arc<Signing>> {
+        self.signing.read().ok().and_then(|s| s.clone())
+    }
+
+    /// The signing state for a request at `stamp` (see the `credentials` module).
+    async fn signing(&self, stamp: &sigv4::Stamp) -> Result<Arc<Signing>, RepositoryError> {
+        let now = self.credential_now_ms();
+        if let Some(current) = self.current() {
+            match current
+                .lifetime
+                .decide(now, self.refresh_retry_ms.load(Ordering::Relaxed))
+            {
+                Decision::Use => return Ok(self.for_day(current, stamp)),
+                Decision::UseAndRefresh => {
+                    // One request refreshes; the others sign with the still-valid credentials.
+                    if let Ok(_one_refresh) = self.refresh.try_lock() {
+                        let unchanged = self
+                            .current()
+                            .is_some_and(|latest| Arc::ptr_eq(&latest, &current));
+                        if unchanged {
+                            match self.resolve(now, stamp).await {
+                                Ok(fresh) => return Ok(fresh),
+                                Err(e) => {
+                                    self.refresh_retry_ms
+                                        .store(now + REFRESH_RETRY_MS, Ordering::Relaxed);
+                                    tracing::warn!(
+                                        error = %e,
+                                        "refreshing the fast path's credentials failed; \
+                                         signing with the current ones until they end"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                    let latest = self.current().unwrap_or(current);
+                    return Ok(self.for_day(latest, stamp));
+                }
+                Decision::Wait => {}
+            }
+        }
+        let _one_refresh = self.refresh.lock().await;
+        let now = self.credential_now_ms();
+        if let Some(current) = self
+            .current()
+            .filter(|s| s.lifetime.decide(now, i64::MAX) != Decision::Wait)
+        {
+            return Ok(self.for_day(current, stamp));
+        }
+        self.resolve(now, stamp).await
+    }
+
+    /// `signing`, with the key of `stamp`'s day (derived once a day, then shared).
+    fn for_day(&self, signing: Arc<Signing>, stamp: &sigv4::Stamp) -> Arc<Signing> {
+        if signing.key.is_for_day(&stamp.day) {
+            return signing;
+        }
+        let next = Arc::new(Signing {
+            credentials: signing.credentials.clone(),
+            key: self.derive(&signing.credentials, stamp),
+            lifetime: signing.lifetime,
+        });
+        if let Ok(mut slot) = self.signing.write()
+            && slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &signing))
+        {
+            *slot = Some(next.clone());
+        }
+        next
+    }
+
+    fn derive(&self, credentials: &Credentials, stamp: &sigv4::Stamp) -> sigv4::SigningKey {
+        sigv4::SigningKey::derive(
+            credentials.secret_access_key(),
+            stamp,
+            &self.region,
+            &self.service,
+        )
+    }
+
+    /// Resolves new credentials and makes them the signing state.
+    async fn resolve(
         &self,
         now: i64,
         stamp: &sigv4::Stamp,
     ) -> Result<Arc<Signing>, RepositoryError> {
-        let day = &stamp.day;
-        let fresh = |s: &Signing| {
-            s.key.is_for_day(day)
-                && s.expires_ms
-                    .is_none_or(|e| now < e - REFRESH_BEFORE_EXPIRY_MS)
-        };
-        let current = || self.signing.read().ok().and_then(|s| s.clone());
-        if let Some(s) = current().filter(|s| fresh(s)) {
-            return Ok(s);
-        }
-        let _one_refresh = self.refresh.lock().await;
-        if let Some(s) = current().filter(|s| fresh(s)) {
-            return Ok(s);
-        }
-        let previous = current();
-        let credentials = match previous {
-            // A new day with credentials still good: only the key changes.
-            Some(p)
-                if p.expires_ms
-                    .is_none_or(|e| now < e - REFRESH_BEFORE_EXPIRY_MS) =>
-            {
-                p.credentials.clone()
-            }
-            _ => self.resolve_credentials().await?,
-        };
-        let expires_ms = credentials.expiry().map(|t| {
-            t.duration_since(UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        });
-        let key = sigv4::SigningKey::derive(
-            credentials.secret_access_key(),
-            day,
-            &self.region,
-            &self.service,
-        );
+        let credentials = self.resolve_credentials().await?;
+        let expiry_ms = credentials.expiry().map(epoch_millis);
         let signing = Arc::new(Signing {
+            key: self.derive(&credentials, stamp),
             credentials,
-            key,
-            expires_ms,
+            lifetime: Lifetime::of(now, expiry_ms),
         });
         if let Ok(mut slot) = self.signing.write() {
             *slot = Some(signing.clone());
         }
+        self.refresh_retry_ms.store(0, Ordering::Relaxed);
         Ok(signing)
     }
 
-    /// The credentials the SDK signs with, through its identity cache.
+    /// Forgets `used` (unless it was replaced already), so the next request resolves
+    /// credentials again.
+    fn invalidate(&self, used: &Arc<Signing>) {
+        if let Ok(mut slot) = self.signing.write()
+            && slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, used))
+        {
+            *slot = None;
+        }
+    }
+
+    /// The credentials of the client's own provider. A provider that fails or does not answer
+    /// within [`CREDENTIALS_TIMEOUT`] leaves the service unreachable for now: the failure is
+    /// [`RepositoryError::Unavailable`], so the limiter's `on_unavailable` policy applies.
     async fn resolve_credentials(&self) -> Result<Credentials, RepositoryError> {
-        let no_credentials = |message: String| RepositoryError::PermissionDenied {
+        let unavailable = |message: String| RepositoryError::Unavailable {
             operation: OPERATION,
             message: format!("no credentials: {message}"),
         };
         let bag = ConfigBag::base();
-        let identity = self
-            .components
-            .identity_cache()
-            .resolve_cached_identity(self.resolver.clone(), &self.components, &bag)
-            .await
-            .map_err(|e| no_credentials(e.to_string()))?;
+        let identity = tokio::time::timeout(
+            CREDENTIALS_TIMEOUT,
+            self.resolver.resolve_identity(&self.components, &bag),
+        )
+        .await
+        .map_err(|_| {
+            unavailable(format!(
+                "the provider gave none within {CREDENTIALS_TIMEOUT:?}"
+            ))
+        })?
+        .map_err(|e| unavailable(e.to_string()))?;
         identity
             .data::<Credentials>()
             .cloned()
-            .ok_or_else(|| no_credentials("the identity is not an access key".into()))
+            .ok_or_else(|| RepositoryError::PermissionDenied {
+                operation: OPERATION,
+                message: "no credentials: the identity is not an access key".into(),
+            })
     }
 
     fn request(
@@ -478,12 +581,13 @@ impl Wire {
     /// Sends with retries; returns the final answer.
     async fn send(&self, target: &str, body: Bytes) -> Result<Answer, RepositoryError> {
         let mut attempt = 0;
+        let mut reauthenticated = false;
         loop {
             attempt += 1;
             let last = attempt >= self.retry.max_attempts;
             let now = SystemClock.epoch_millis() + self.skew_ms.load(Ordering::Relaxed);
             let stamp = sigv4::Stamp::at(now);
-            let signing = self.signing(now, &stamp).await?;
+            let signing = self.signing(&stamp).await?;
             let _on_the_wire = self.counter.as_ref().map(|c| {
                 c.started(OPERATION);
                 Finished(c)
@@ -524,6 +628,17 @@ impl Wire {
                         return Ok(answer);
                     }
                     // Signed again at once with the corrected time.
+                    continue;
+                }
+                // Refused for its credentials, not its time: new credentials, one more try (the
+                // request was refused before anything was applied).
+                Ok((answer, _)) if !reauthenticated && refuses_credentials(&answer) => {
+                    reauthenticated = true;
+                    self.invalidate(&signing);
+                    tracing::warn!(
+                        code = answer_code(&answer),
+                        "the service refused the fast path's credentials; resolving them again"
+                    );
                     continue;
                 }
                 Ok((answer, _)) if !last && retryable(&answer) => {}
@@ -694,6 +809,19 @@ fn corrupt_response(why: &str) -> RepositoryError {
     RepositoryError::Unavailable {
         operation: OPERATION,
         message: format!("unreadable response: {why}"),
+    }
+}
+
+/// Whether the service refused the request's credentials.
+fn refuses_credentials(answer: &Answer) -> bool {
+    matches!(answer, Answer::Failure(status, error)
+        if status.is_client_error() && CREDENTIAL_CODES.contains(&error.code()))
+}
+
+fn answer_code(answer: &Answer) -> &str {
+    match answer {
+        Answer::Success(_) => "",
+        Answer::Failure(_, error) => error.code(),
     }
 }
 

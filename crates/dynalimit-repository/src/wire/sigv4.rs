@@ -2,16 +2,17 @@
 //! and the headers `content-type`, `host`, `x-amz-date`, `x-amz-security-token` (temporary
 //! credentials only) and `x-amz-target`.
 //!
-//! The signing key depends only on the secret, the UTC day, the region and the service, so it
-//! is derived once per day and credential and reused; a request then costs two SHA-256 digests
-//! and one HMAC.
+//! The key derivation and the final signature are the maintained `aws-sigv4` crate's
+//! ([`v4::generate_signing_key`], [`v4::calculate_signature`]); this module only writes the
+//! canonical request of the one shape. The signing key depends only on the secret, the UTC
+//! day, the region and the service, so it is derived once per day and credential and reused; a
+//! request then costs two SHA-256 digests and one HMAC.
 
 use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use hmac::{Hmac, KeyInit, Mac};
+use aws_sigv4::sign::v4;
 use sha2::{Digest, Sha256};
-
-type HmacSha256 = Hmac<Sha256>;
 
 /// The signature's inputs besides the credentials.
 #[derive(Debug, Clone, Copy)]
@@ -31,6 +32,8 @@ pub struct Stamp {
     pub amz_date: String,
     /// `YYYYMMDD`.
     pub day: String,
+    /// The instant itself.
+    pub time: SystemTime,
 }
 
 impl Stamp {
@@ -47,7 +50,16 @@ impl Stamp {
             rem % 3600 / 60,
             rem % 60
         );
-        Stamp { amz_date, day }
+        let time = if epoch_millis >= 0 {
+            UNIX_EPOCH + Duration::from_millis(epoch_millis.unsigned_abs())
+        } else {
+            UNIX_EPOCH - Duration::from_millis(epoch_millis.unsigned_abs())
+        };
+        Stamp {
+            amz_date,
+            day,
+            time,
+        }
     }
 }
 
@@ -65,13 +77,6 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
-fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
-    // An HMAC accepts keys of any length.
-    let mut mac = HmacSha256::new_from_slice(key).unwrap_or_else(|_| unreachable!());
-    mac.update(data);
-    mac.finalize().into_bytes().into()
-}
-
 fn hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
@@ -85,7 +90,7 @@ fn hex(bytes: &[u8]) -> String {
 /// The derived signing key of one secret, day, region and service.
 #[derive(Clone)]
 pub struct SigningKey {
-    key: [u8; 32],
+    key: Vec<u8>,
     /// `day/region/service/aws4_request`.
     scope: String,
 }
@@ -99,14 +104,12 @@ impl std::fmt::Debug for SigningKey {
 }
 
 impl SigningKey {
-    /// Derives the key.
-    pub fn derive(secret: &str, day: &str, region: &str, service: &str) -> SigningKey {
-        let k_date = hmac(format!("AWS4{secret}").as_bytes(), day.as_bytes());
-        let k_region = hmac(&k_date, region.as_bytes());
-        let k_service = hmac(&k_region, service.as_bytes());
+    /// Derives the key of the day of `stamp`.
+    pub fn derive(secret: &str, stamp: &Stamp, region: &str, service: &str) -> SigningKey {
+        let key = v4::generate_signing_key(secret, stamp.time, region, service);
         SigningKey {
-            key: hmac(&k_service, b"aws4_request"),
-            scope: format!("{day}/{region}/{service}/aws4_request"),
+            key: key.as_ref().to_vec(),
+            scope: format!("{}/{region}/{service}/aws4_request", stamp.day),
         }
     }
 
@@ -151,7 +154,7 @@ impl SigningKey {
             self.scope,
             hex(&Sha256::digest(canonical.as_bytes()))
         );
-        let signature = hex(&hmac(&self.key, string_to_sign.as_bytes()));
+        let signature = v4::calculate_signature(&self.key, string_to_sign.as_bytes());
         format!(
             "AWS4-HMAC-SHA256 Credential={access_key_id}/{}, SignedHeaders={signed_headers}, Signature={signature}",
             self.scope
@@ -161,10 +164,7 @@ impl SigningKey {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, UNIX_EPOCH};
-
     use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
-    use aws_sigv4::sign::v4;
     use proptest::prelude::*;
 
     use super::*;
@@ -187,12 +187,11 @@ mod tests {
             "test",
         )
         .into();
-        let time = UNIX_EPOCH + Duration::from_millis(u64::try_from(millis).unwrap());
         let params = v4::SigningParams::builder()
             .identity(&identity)
             .region(region)
             .name("dynamodb")
-            .time(time)
+            .time(stamp.time)
             .settings(SigningSettings::default())
             .build()
             .unwrap()
@@ -230,7 +229,7 @@ mod tests {
 
     #[test]
     fn a_key_knows_its_day() {
-        let key = SigningKey::derive("s", "20261122", "us-east-1", "dynamodb");
+        let key = SigningKey::derive("s", &Stamp::at(1_795_327_199_999), "us-east-1", "dynamodb");
         assert!(key.is_for_day("20261122"));
         assert!(!key.is_for_day("20261123"));
         assert!(!key.is_for_day("2026112"));
@@ -247,8 +246,7 @@ mod tests {
             };
             let millis = 1_795_327_199_123;
             let stamp = Stamp::at(millis);
-            let key =
-                SigningKey::derive("wJalrXUtnFEMI/K7MDENG", &stamp.day, "eu-west-1", "dynamodb");
+            let key = SigningKey::derive("wJalrXUtnFEMI/K7MDENG", &stamp, "eu-west-1", "dynamodb");
             let ours = key.authorization("AKIDEXAMPLE", token, &stamp.amz_date, &request);
             let theirs = reference(
                 "AKIDEXAMPLE",
@@ -272,7 +270,7 @@ mod tests {
             let host = format!("127.0.0.1:{port}");
             let request = Request { host: &host, target: "DynamoDB_20120810.GetItem", body: &body };
             let stamp = Stamp::at(millis);
-            let key = SigningKey::derive("secret", &stamp.day, "us-east-1", "dynamodb");
+            let key = SigningKey::derive("secret", &stamp, "us-east-1", "dynamodb");
             let ours = key.authorization("AKID", None, &stamp.amz_date, &request);
             prop_assert_eq!(ours, reference("AKID", "secret", None, millis, "us-east-1", &request));
         }
