@@ -26,14 +26,50 @@ pub mod moto;
 pub mod raw;
 pub mod template;
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use aws_config::{BehaviorVersion, Region};
 use aws_sdk_dynamodb::Client;
+use dynalimit_core::{Clock, SystemClock};
 use dynalimit_repository::local::DynamoDbLocal;
 use dynalimit_repository::metrics::RequestCounter;
 use dynalimit_repository::{Repository, RepositoryBuilder, is_loopback, local_credentials, schema};
+
+/// The system's clocks with the wall reading moved by a fixed offset.
+#[derive(Debug, Clone, Copy)]
+pub struct ShiftedClock {
+    offset_millis: i64,
+}
+
+impl Clock for ShiftedClock {
+    fn epoch_millis(&self) -> i64 {
+        SystemClock.epoch_millis() + self.offset_millis
+    }
+
+    fn monotonic(&self) -> Duration {
+        SystemClock.monotonic()
+    }
+}
+
+/// A clock for tests that sum the usage snapshots of real acquires: the system's time, moved
+/// back two hours when it stands in hour 23 or hour 00 UTC, so the test's writes stay clear
+/// of hour 00 for at least an hour.
+///
+/// The snapshot item starting at `T00:00:00Z` is both the hour's and the day's (table format
+/// §1.4.10) and holds the sum of both windows' counts, so writes landing in hour 00 count
+/// twice in a summary of one window; tests that mean to exercise that write fixed times.
+pub fn clock_clear_of_midnight() -> Arc<dyn Clock> {
+    const HOUR: i64 = 3_600_000;
+    let hour_of_day = SystemClock.epoch_millis().rem_euclid(24 * HOUR) / HOUR;
+    let offset_millis = if hour_of_day == 23 || hour_of_day == 0 {
+        -2 * HOUR
+    } else {
+        0
+    };
+    Arc::new(ShiftedClock { offset_millis })
+}
 
 /// The endpoint every test of this process talks to.
 #[derive(Debug)]

@@ -9,6 +9,13 @@
 //! configured order: with the default order, finest first (`hourly,daily[,monthly]`), it
 //! names the finest window that had usage there. Its counters are the sum of those windows.
 //!
+//! Consequently the counts of a shared item are not one window's: with `hourly,daily` the
+//! day's first item holds hour 00's usage plus the whole day's, so a summary of either window
+//! that includes it counts hour 00 twice (three times on the first of a month when `monthly`
+//! is configured too). The format keeps no separate share, so readers (this one and
+//! zae-limiter's) report the item as stored (pinned by the aggregator test
+//! `shared_windows::a_year_end_batch_with_every_window_writes_each_shared_item_once`).
+//!
 //! A window filter therefore keeps an item whose stored `window` is that window **or a finer
 //! one** when the item's start is a start of the filtered window: a daily query finds the
 //! day's item even when it says `hourly`, a monthly one finds the month's item whatever it

@@ -263,7 +263,14 @@ async fn the_bootstrap_counts_stream_events_under_the_runtime_api_with_the_templ
         .await
         .expect("build");
     let table = dynalimit_tests::table().await;
-    let repo = table.repository("lambda").await;
+    // Acquires stay clear of hour 00, whose snapshot item is also the day's.
+    let repo = table
+        .builder()
+        .namespace("lambda")
+        .clock(dynalimit_tests::clock_clear_of_midnight())
+        .open()
+        .await
+        .unwrap();
     let ns = repo.namespace_id().to_owned();
 
     // Real acquires. mallory's usage cannot be counted: a daily snapshot item of hers holds a
@@ -278,7 +285,7 @@ async fn the_bootstrap_counts_stream_events_under_the_runtime_api_with_the_templ
     )
     .await
     .unwrap();
-    let now = dynalimit_core::SystemClock.epoch_millis();
+    let now = repo.clock().epoch_millis();
     let corrupt: Vec<Item> = [now, now + 86_400_000]
         .into_iter()
         .map(|t| {

@@ -8,7 +8,14 @@ use super::{counters, drain, runner};
 #[tokio::test]
 async fn acquires_adjustments_and_rollbacks_sum_to_the_consumed_tokens() {
     let table = dynalimit_tests::table().await;
-    let repo = table.repository("limiter").await;
+    // Acquires stay clear of hour 00, whose snapshot item is also the day's.
+    let repo = table
+        .builder()
+        .namespace("limiter")
+        .clock(dynalimit_tests::clock_clear_of_midnight())
+        .open()
+        .await
+        .unwrap();
     repo.set_resource_defaults(
         "gpt-4",
         &[
