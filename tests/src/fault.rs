@@ -8,8 +8,9 @@
 //! `__type` `com.amazonaws.dynamodb.v20120810#<Code>` and `message`. A faulted request never
 //! reaches DynamoDB, as a real throttle or conflict applies nothing. A request can also be
 //! forwarded, applied, and then answered with another status and body of the test's choice
-//! ([`FaultProxy::replace_answer`], [`FaultProxy::lose_next_answer`]): an answer that does
-//! not say what the write did.
+//! ([`FaultProxy::replace_answer`], [`FaultProxy::lose_next_answer`]), never answered
+//! ([`FaultProxy::hang_after_applying`]) or answered with a body cut short
+//! ([`FaultProxy::cut_answer_body`]): an answer that does not say what the write did.
 //!
 //! The proxy also records every request as it arrived on the wire (its `X-Amz-Target`
 //! operation and JSON body), including those of the acquire's fast path, which no SDK
@@ -52,6 +53,11 @@ enum Reply {
     },
     /// The request is forwarded and applied; its answer is replaced by this one.
     Replace { status: StatusCode, body: Bytes },
+    /// The request is forwarded and applied; no answer ever comes.
+    Hang,
+    /// The request is forwarded and applied; DynamoDB's status and headers are passed on,
+    /// then the connection fails halfway through the body.
+    CutBody,
 }
 
 /// One request as the proxy received it.
@@ -185,6 +191,18 @@ impl FaultProxy {
             r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"injected by the test proxy"}"#,
             n,
         );
+    }
+
+    /// Forwards the next `n` requests of `operation`, so DynamoDB applies them, and never
+    /// answers them: the client's attempt timeout ends each.
+    pub fn hang_after_applying(&self, operation: &str, n: usize) {
+        self.push(operation, None, Reply::Hang, n);
+    }
+
+    /// Forwards the next `n` requests of `operation`, so DynamoDB applies them, passes on
+    /// DynamoDB's status and headers, and fails the connection halfway through the body.
+    pub fn cut_answer_body(&self, operation: &str, n: usize) {
+        self.push(operation, None, Reply::CutBody, n);
     }
 
     fn plan(&self, operation: &str, code: &str, status: StatusCode, n: usize, offset_ms: i64) {
@@ -347,18 +365,28 @@ async fn forward(
         .request(Request::from_parts(parts, Full::new(bytes)))
         .await
         .expect("upstream answers");
-    if let Some(Plan {
-        reply: Reply::Replace { status, body },
-        ..
-    }) = fault
-    {
-        let (mut parts, _applied) = response.into_parts();
-        parts.status = status;
-        parts.headers.remove(http::header::CONTENT_LENGTH);
-        parts.headers.remove("x-amz-crc32");
-        return Response::from_parts(parts, Body::from(body));
-    }
-    let (parts, body) = response.into_parts();
+    let (mut parts, body) = response.into_parts();
     let bytes = body.collect().await.expect("upstream body").to_bytes();
-    Response::from_parts(parts, Body::from(bytes))
+    match fault.map(|p| p.reply) {
+        Some(Reply::Replace { status, body }) => {
+            parts.status = status;
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+            parts.headers.remove("x-amz-crc32");
+            Response::from_parts(parts, Body::from(body))
+        }
+        Some(Reply::Hang) => std::future::pending().await,
+        Some(Reply::CutBody) => {
+            use futures::StreamExt;
+            let half = bytes.slice(..bytes.len() / 2);
+            // The status, headers and half the body reach the client before the cut.
+            let cut = futures::stream::once(async move { Ok::<_, std::io::Error>(half) }).chain(
+                futures::stream::once(async {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    Err(std::io::Error::other("connection cut by the test proxy"))
+                }),
+            );
+            Response::from_parts(parts, Body::from_stream(cut))
+        }
+        _ => Response::from_parts(parts, Body::from(bytes)),
+    }
 }

@@ -34,6 +34,7 @@ use dynalimit_repository::bucket::{BucketKey, BucketStore};
 use dynalimit_repository::entity::NewEntity;
 use dynalimit_repository::item::Item;
 use dynalimit_repository::metrics::RequestCounter;
+use dynalimit_repository::retry::Resend;
 use dynalimit_repository::wire::{UpdateItem, Wire};
 use serde_json::{Value, json};
 
@@ -375,6 +376,7 @@ impl Bench {
             values: &values,
             return_all_new: false,
             return_old_on_failure: false,
+            resend: Resend::Never,
         })
         .await?;
         Ok(())

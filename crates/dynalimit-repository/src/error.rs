@@ -114,6 +114,19 @@ pub enum RepositoryError {
         message: String,
     },
 
+    /// A write reached DynamoDB, or may have, and its answer was lost: the connection failed
+    /// after the request was written, the attempt timed out, or the service answered 5xx
+    /// ("may or may not have succeeded"). The write may have been applied once; it is never
+    /// sent again unless a second application is provably refused by its own condition.
+    /// Reported as unavailable ([`RepositoryError::is_unavailable`]).
+    #[error("{operation} may or may not have been applied (its answer was lost): {message}")]
+    OutcomeUnknown {
+        /// The DynamoDB operation.
+        operation: &'static str,
+        /// What failed.
+        message: String,
+    },
+
     /// DynamoDB rejected the request for another reason (a malformed request, a limit).
     #[error("DynamoDB rejected {operation} ({code}): {message}")]
     Rejected {
@@ -215,6 +228,7 @@ impl RepositoryError {
                 | RepositoryError::TransactionConflict { .. }
                 | RepositoryError::Contended { .. }
                 | RepositoryError::Unavailable { .. }
+                | RepositoryError::OutcomeUnknown { .. }
         )
     }
 
@@ -226,6 +240,7 @@ impl RepositoryError {
             RepositoryError::Throttled { .. }
                 | RepositoryError::Contended { .. }
                 | RepositoryError::Unavailable { .. }
+                | RepositoryError::OutcomeUnknown { .. }
                 | RepositoryError::Unsupported { .. }
                 | RepositoryError::Corrupt { .. }
                 | RepositoryError::ReservedLimitName { .. }
@@ -322,7 +337,7 @@ pub fn classify_code(operation: &'static str, code: &str, message: String) -> Re
     }
 }
 
-fn error_chain(err: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     let mut out = err.to_string();
     let mut source = err.source();
     while let Some(s) = source {

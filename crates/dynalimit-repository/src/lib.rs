@@ -33,6 +33,7 @@ pub mod local;
 pub mod metrics;
 pub mod namespace;
 mod repository;
+pub mod retry;
 pub mod schema;
 pub mod stack;
 pub mod usage;

@@ -202,3 +202,38 @@ async fn a_failed_propagation_write_updates_the_other_shards_and_a_later_pass_he
     assert!(third.updated.is_empty() && third.failed.is_empty());
     assert_eq!(counts(&table, &ns, 8).await, after);
 }
+
+/// A propagation write whose answer is lost is sent again: harmless, because the write that
+/// landed makes the repeat fail its `shard_count < :new` guard, so the donation is debited
+/// once.
+#[tokio::test]
+async fn a_propagation_whose_answer_is_lost_is_sent_again_and_donates_once() {
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = through(&table, &proxy, 3).await;
+    let ns = repo.namespace_id().to_owned();
+    buckets(&table, &ns, 4).await;
+    let key = BucketKey::new("hot", "gpt-4", 0);
+    proxy.replace_answer(
+        "UpdateItem",
+        Some(&format!("{}\"", pk(&ns, 2))),
+        http::StatusCode::INTERNAL_SERVER_ERROR,
+        r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"lost"}"#,
+        1,
+    );
+    proxy.clear_requests();
+    let report = repo
+        .buckets()
+        .propagate_shard_count(&key, 4, 8, &donations(8))
+        .await;
+    assert_eq!(proxy.pending(), 0, "the answer was lost");
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    let to_shard_2 = proxy
+        .requests()
+        .iter()
+        .filter(|q| q.body["Key"]["PK"]["S"] == pk(&ns, 2).as_str())
+        .count();
+    assert_eq!(to_shard_2, 2, "sent again after the lost answer");
+    let after = counts(&table, &ns, 8).await;
+    assert_eq!(after[1..4], [Some((8, CP - CP / 8)); 3], "{after:?}");
+}

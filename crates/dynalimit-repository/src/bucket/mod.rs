@@ -36,6 +36,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Put, ReturnValue, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem,
 };
+use aws_smithy_types::retry::RetryConfig;
 use dynalimit_core::decide::{BucketImage, CreatePlan, DeltaPlan, RefillPlan, doubling_donations};
 use futures::future::join_all;
 use rand::Rng;
@@ -46,9 +47,10 @@ pub use pause::{PAUSE_ATTRIBUTE, live_pause, pause_stamp};
 
 use crate::RepositoryError;
 use crate::config::batch_get_items;
-use crate::error::classify;
+use crate::error::{classify, error_chain};
 use crate::item::{Item, get_s as get_str};
 use crate::keys::{META_SK, STATE_SK as BUCKET_SK, entity_pk};
+use crate::retry::{self, Attempt, Resend};
 use crate::wire::{UpdateItem, UpdateOutcome, Wire};
 
 /// Result of a speculative consume or a consumption-only retry.
@@ -173,17 +175,21 @@ impl BucketStore {
         (entity_pk(&self.ns, entity_id), META_SK.to_owned())
     }
 
+    /// One `UpdateItem`, on the fast path when the store has one, tried again while it loses
+    /// to transactions. An attempt that may have been applied is not sent again unless
+    /// `resend` is [`Resend::Harmless`] (see [`crate::retry`]).
     async fn update(
         &self,
         key: &BucketKey,
         e: &Expr,
         return_new: bool,
+        resend: Resend,
     ) -> Result<Update, RepositoryError> {
         let mut attempt = 1;
         loop {
             let sent = match &self.wire {
-                Some(wire) => self.update_fast(wire, key, e, return_new).await?,
-                None => self.update_sdk(key, e, return_new).await?,
+                Some(wire) => self.update_fast(wire, key, e, return_new, resend).await?,
+                None => self.update_sdk(key, e, return_new, resend).await?,
             };
             match sent {
                 Update::Conflict if attempt < CONFLICT_ATTEMPTS => {
@@ -201,6 +207,7 @@ impl BucketStore {
         key: &BucketKey,
         e: &Expr,
         return_new: bool,
+        resend: Resend,
     ) -> Result<Update, RepositoryError> {
         let key = key.key_map(&self.ns);
         let update = e.update_expression();
@@ -215,6 +222,7 @@ impl BucketStore {
             values: e.value_pairs(),
             return_all_new: return_new,
             return_old_on_failure: true,
+            resend,
         };
         match wire.update_item(&request).await {
             Ok(UpdateOutcome::Updated(item)) => Ok(Update::Done(item)),
@@ -224,38 +232,71 @@ impl BucketStore {
         }
     }
 
+    /// The SDK's `UpdateItem`, with the SDK's own retries off: the attempts follow the
+    /// client's retry configuration under the rules of [`crate::retry`], which the SDK's
+    /// retry classifier does not know (it sends a write again after a timeout or a 5xx).
     async fn update_sdk(
         &self,
         key: &BucketKey,
         e: &Expr,
         return_new: bool,
+        resend: Resend,
     ) -> Result<Update, RepositoryError> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key.key_map(&self.ns)))
-            .set_update_expression(e.update_expression())
-            .set_condition_expression(e.condition_expression())
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
-            .return_values(if return_new {
-                ReturnValue::AllNew
-            } else {
-                ReturnValue::None
-            })
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match result {
-            Ok(out) => Ok(Update::Done(out.attributes)),
-            Err(err) => match err.as_service_error() {
+        let policy = retry::Policy::of(self.client.config().retry_config());
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key.key_map(&self.ns)))
+                .set_update_expression(e.update_expression())
+                .set_condition_expression(e.condition_expression())
+                .set_expression_attribute_names(e.names())
+                .set_expression_attribute_values(e.values())
+                .return_values(if return_new {
+                    ReturnValue::AllNew
+                } else {
+                    ReturnValue::None
+                })
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .customize()
+                .config_override(
+                    aws_sdk_dynamodb::Config::builder().retry_config(RetryConfig::disabled()),
+                )
+                .send()
+                .await;
+            let err = match result {
+                Ok(out) => return Ok(Update::Done(out.attributes)),
+                Err(err) => err,
+            };
+            match err.as_service_error() {
                 Some(UpdateItemError::ConditionalCheckFailedException(c)) => {
-                    Ok(Update::ConditionFailed(c.item().cloned()))
+                    return Ok(Update::ConditionFailed(c.item().cloned()));
                 }
-                Some(UpdateItemError::TransactionConflictException(_)) => Ok(Update::Conflict),
-                _ => Err(classify("UpdateItem", err)),
-            },
+                Some(UpdateItemError::TransactionConflictException(_)) => {
+                    return Ok(Update::Conflict);
+                }
+                _ => {}
+            }
+            let last = attempt >= policy.max_attempts;
+            match retry::sdk_attempt(&err) {
+                Attempt::Applied => return Ok(Update::Done(None)),
+                Attempt::MaybeApplied if last || resend == Resend::Never => {
+                    return Err(retry::unknown("UpdateItem", error_chain(&err)));
+                }
+                Attempt::MaybeApplied => {}
+                Attempt::Refused => {
+                    let refused = classify("UpdateItem", err);
+                    if last || !refused.is_retryable() {
+                        return Err(refused);
+                    }
+                }
+            }
+            tokio::time::sleep(policy.backoff(attempt)).await;
         }
     }
 
@@ -265,7 +306,7 @@ impl BucketStore {
         e: &Expr,
         now: i64,
     ) -> Result<ConsumeOutcome, RepositoryError> {
-        Ok(match self.update(key, e, true).await? {
+        Ok(match self.update(key, e, true, Resend::Never).await? {
             Update::Done(Some(item)) if !item.is_empty() => {
                 ConsumeOutcome::Consumed(image_from_item(&item))
             }
@@ -294,11 +335,16 @@ impl BucketStore {
     /// The speculative consume (one `UpdateItem`): debits `demand` (millitokens per limit) and
     /// one `wcu` token.
     ///
-    /// A success whose answer carries no item (`ALL_NEW` missing or empty) is followed by a
-    /// strongly consistent `GetItem` of the item. Should that read fail, the debit stands and
-    /// the error is returned: the caller loses the tokens, never gets them twice. So does a
-    /// success whose body exceeds [`crate::wire::MAX_RESPONSE_BYTES`] (not sent again). An
-    /// answer lost on the connection is, for now, sent again by the transport.
+    /// A success whose answer carries no item (`ALL_NEW` missing or empty, or a 2xx body cut
+    /// short or longer than [`crate::wire::MAX_RESPONSE_BYTES`]) is followed by a strongly
+    /// consistent `GetItem` of the item. Should that read fail, the debit stands and the error
+    /// is returned: the caller loses the tokens, never gets them twice.
+    ///
+    /// An answer lost after the request may have reached DynamoDB (a connection failing after
+    /// the request left, a timeout, a 5xx) is [`RepositoryError::OutcomeUnknown`]; the debit
+    /// is never sent again, so it counts once or not at all (test
+    /// `suite::ambiguous::fast_path_a_consume_answered_5xx_after_it_landed_is_unknown_and_counted_once`
+    /// and its SDK-path twin).
     ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
@@ -313,7 +359,8 @@ impl BucketStore {
     }
 
     /// The consumption-only retry after a lost lock or a lost create (refused while a pause
-    /// stamp is in force at `now`).
+    /// stamp is in force at `now`). A lost answer is handled as for
+    /// [`BucketStore::speculative_consume`]: never sent again.
     ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
@@ -329,6 +376,10 @@ impl BucketStore {
 
     /// The rf-locked materialising write.
     ///
+    /// Never sent again after a lost answer: a second attempt would fail its own `rf` lock,
+    /// read as a lost lock, and the caller would consume again. The caller gets
+    /// [`RepositoryError::OutcomeUnknown`] instead (the write counted once or not at all).
+    ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
     pub async fn refill(
@@ -337,7 +388,10 @@ impl BucketStore {
         plan: &RefillPlan,
     ) -> Result<RefillOutcome, RepositoryError> {
         Ok(
-            match self.update(key, &writes::refill_write(plan), false).await? {
+            match self
+                .update(key, &writes::refill_write(plan), false, Resend::Never)
+                .await?
+            {
                 Update::Done(_) => RefillOutcome::Applied,
                 Update::ConditionFailed(_) => RefillOutcome::LostLock,
                 Update::Conflict => RefillOutcome::Contended,
@@ -353,9 +407,11 @@ impl BucketStore {
     /// one (only a failed guard does). A conflict applies nothing, so after
     /// [`RepositoryError::Contended`] the item is as it was.
     ///
-    /// A lost answer (the connection fails or times out after the request left) is not yet
-    /// told apart from a request that never arrived: the transport sends it again under the
-    /// client's retry policy, so a change that landed can land twice.
+    /// A lost answer (the connection fails or times out after the request left, or a 5xx)
+    /// is [`RepositoryError::OutcomeUnknown`]: the write is not sent again and never
+    /// escalates to the unguarded shape, so a credit lands once or not at all (test
+    /// `suite::ambiguous::fast_path_a_rollback_answered_5xx_after_it_landed_is_credited_once`
+    /// and its SDK-path twin).
     ///
     /// # Errors
     /// [`RepositoryError::Contended`] when transaction conflicts persist through every
@@ -369,7 +425,10 @@ impl BucketStore {
             return Ok(DeltaOutcome::Applied);
         }
         for trim in [false, true] {
-            match self.update(key, &writes::delta(plan, trim), false).await? {
+            match self
+                .update(key, &writes::delta(plan, trim), false, Resend::Never)
+                .await?
+            {
                 Update::Done(_) => {
                     return Ok(if trim {
                         DeltaOutcome::Trimmed
@@ -387,6 +446,11 @@ impl BucketStore {
 
     /// Creates a missing bucket item in one transaction with a `ConditionCheck` on the
     /// owner's META as read (reference §3.7.3).
+    ///
+    /// A lost answer is sent again by the SDK with the same `ClientRequestToken`, which
+    /// DynamoDB answers as the first time without applying the transaction again: the item
+    /// is created once (test
+    /// `suite::ambiguous::a_bucket_create_answered_5xx_after_it_landed_is_applied_once`).
     ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
@@ -507,7 +571,12 @@ impl BucketStore {
         };
         // The count shard 0 holds after the attempt, with its image when it was read.
         let (seen, image) = match self
-            .update(&shard0, &writes::double(from, to, donations), false)
+            .update(
+                &shard0,
+                &writes::double(from, to, donations),
+                false,
+                Resend::Harmless,
+            )
             .await
         {
             Ok(Update::Done(_)) => (to, None),
@@ -548,7 +617,9 @@ impl BucketStore {
     /// `shard_count < :to` (never creating an item), debiting `donations` and stamping
     /// `vu = 0` as [`BucketStore::double_shards`] does. Every shard is tried, concurrently;
     /// one shard's failure does not stop the others. Idempotent: a shard already at `to` (or
-    /// missing) fails the condition and is left as it is.
+    /// missing) fails the condition and is left as it is, so a write whose answer is lost is
+    /// sent again and its donation is still debited once (test
+    /// `suite::sharding::a_propagation_whose_answer_is_lost_is_sent_again_and_donates_once`).
     pub async fn propagate_shard_count(
         &self,
         key: &BucketKey,
@@ -560,7 +631,7 @@ impl BucketStore {
         let writes = (1..from).map(|s| {
             let k = key.with_shard(s);
             let e = &propagate;
-            async move { (s, self.update(&k, e, false).await) }
+            async move { (s, self.update(&k, e, false, Resend::Harmless).await) }
         });
         let mut report = Propagation::default();
         for (shard, result) in join_all(writes).await {

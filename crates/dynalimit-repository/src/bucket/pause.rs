@@ -15,6 +15,7 @@ use super::{BucketKey, BucketStore, Update};
 use crate::RepositoryError;
 use crate::error::classify;
 use crate::item::{Item, get_i64};
+use crate::retry::Resend;
 
 /// The bucket-item attribute carrying a shared pause deadline (N, epoch ms). Its name has none
 /// of the `b_` / `l_` / `w_` prefixes that bucket readers parse, so readers that do not know it
@@ -84,7 +85,7 @@ impl BucketStore {
             let key = first.with_shard(s);
             let e = &e;
             async move {
-                match self.update(&key, e, false).await? {
+                match self.update(&key, e, false, Resend::Harmless).await? {
                     Update::Done(_) => Ok::<_, RepositoryError>(Some(until)),
                     Update::ConditionFailed(old) => Ok(old.as_ref().and_then(pause_stamp)),
                     Update::Conflict => Err(super::contended()),

@@ -16,7 +16,10 @@
 //! signing, a provider failure is [`RepositoryError::Unavailable`], and a
 //! request refused for its credentials is signed once more with newly resolved ones. Retries
 //! follow the client's retry configuration (attempts, exponential backoff with full jitter)
-//! for throttling, 5xx answers and connection failures, and its attempt timeout. A request refused for its signing time is signed again with the service's
+//! and its attempt timeout, under the rules of [`crate::retry`]: a request is sent again after
+//! a refused connection or a 4xx refusal, never after an attempt that may have been applied
+//! (unless the write says a second application is harmless). A request refused for its
+//! signing time is signed again with the service's
 //! clock (from its `Date` header), as the SDK corrects clock skew. A client carrying
 //! interceptors other than [`RequestCounter`] keeps every request on the SDK, so nothing the
 //! user hooked in is bypassed.
@@ -48,7 +51,6 @@ use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
 use aws_smithy_runtime_api::client::runtime_components::{GetIdentityResolver, RuntimeComponents};
 use aws_smithy_types::config_bag::ConfigBag;
-use aws_smithy_types::retry::RetryConfig;
 use bytes::Bytes;
 use dynalimit_core::{Clock, SystemClock};
 use http_body_util::{BodyExt, Collected, Full, LengthLimitError, Limited};
@@ -56,7 +58,6 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use rand::Rng;
 
 pub use json::ObjectWriter;
 
@@ -66,6 +67,7 @@ use crate::RepositoryError;
 use crate::error::classify_code;
 use crate::item::Item;
 use crate::metrics::RequestCounter;
+use crate::retry::{self, Resend};
 
 /// The JSON protocol's content type.
 pub(crate) const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
@@ -204,6 +206,8 @@ pub struct UpdateItem<'a> {
     pub return_all_new: bool,
     /// `ReturnValuesOnConditionCheckFailure = ALL_OLD`.
     pub return_old_on_failure: bool,
+    /// Whether the request may be sent again after an attempt that may have been applied.
+    pub resend: Resend,
 }
 
 impl UpdateItem<'_> {
@@ -249,13 +253,6 @@ fn epoch_millis(t: std::time::SystemTime) -> i64 {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Retry {
-    max_attempts: u32,
-    initial_backoff: Duration,
-    max_backoff: Duration,
-}
-
 /// The fast-path transport of one repository (see the module documentation).
 pub struct Wire {
     http: HttpClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
@@ -269,7 +266,7 @@ pub struct Wire {
     refresh: tokio::sync::Mutex<()>,
     /// No refresh starts before this instant, after a failed one.
     refresh_retry_ms: AtomicI64,
-    retry: Retry,
+    retry: retry::Policy,
     attempt_timeout: Option<Duration>,
     counter: Option<RequestCounter>,
     /// The service's clock minus ours, once a refused signature showed they differ.
@@ -349,8 +346,6 @@ impl Wire {
         let http = HttpClient::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .build(connector);
-        let standard = RetryConfig::standard();
-        let retry = config.retry_config().unwrap_or(&standard);
         Ok(Wire {
             http,
             uri,
@@ -362,11 +357,7 @@ impl Wire {
             signing: RwLock::new(None),
             refresh: tokio::sync::Mutex::new(()),
             refresh_retry_ms: AtomicI64::new(0),
-            retry: Retry {
-                max_attempts: retry.max_attempts().max(1),
-                initial_backoff: retry.initial_backoff(),
-                max_backoff: retry.max_backoff(),
-            },
+            retry: retry::Policy::of(config.retry_config()),
             attempt_timeout: timeouts.and_then(|t| t.operation_attempt_timeout()),
             counter,
             skew_ms: AtomicI64::new(0),
@@ -380,19 +371,32 @@ impl Wire {
 
     /// Sends one `UpdateItem`.
     ///
+    /// Sent again only while earlier attempts are known not to have been applied (see
+    /// [`crate::retry`]). A 2xx answer whose body cannot be read or parsed is an applied
+    /// write: [`UpdateOutcome::Updated`] without the item.
+    ///
     /// # Errors
-    /// The classified failure once the retries are spent (a transaction conflict is
+    /// [`RepositoryError::OutcomeUnknown`] when an attempt may have been applied and its
+    /// answer was lost (the request is not sent again unless it is [`Resend::Harmless`]);
+    /// otherwise the classified failure once the retries are spent (a transaction conflict is
     /// [`RepositoryError::TransactionConflict`], never retried here).
     pub async fn update_item(
         &self,
         request: &UpdateItem<'_>,
     ) -> Result<UpdateOutcome, RepositoryError> {
         let body = Bytes::from(request.body());
-        match self.send(TARGET_UPDATE_ITEM, body).await? {
+        match self.send(TARGET_UPDATE_ITEM, body, request.resend).await? {
             Answer::Success(bytes) => {
-                let parsed: json::UpdateItemBody =
-                    serde_json::from_slice(&bytes).map_err(|e| corrupt_response(&e.to_string()))?;
-                Ok(UpdateOutcome::Updated(parsed.attributes.map(|m| m.0)))
+                match serde_json::from_slice::<json::UpdateItemBody>(&bytes) {
+                    Ok(parsed) => Ok(UpdateOutcome::Updated(parsed.attributes.map(|m| m.0))),
+                    Err(e) => {
+                        tracing::warn!(
+                            error = %e,
+                            "an applied UpdateItem's answer is unreadable; its item is not known"
+                        );
+                        Ok(UpdateOutcome::Updated(None))
+                    }
+                }
             }
             Answer::Failure(_, error) if error.code() == "ConditionalCheckFailedException" => {
                 Ok(UpdateOutcome::ConditionFailed(error.item.map(|m| m.0)))
@@ -578,8 +582,14 @@ impl Wire {
             .unwrap_or_else(|_| http::Request::new(Full::new(Bytes::new())))
     }
 
-    /// Sends with retries; returns the final answer.
-    async fn send(&self, target: &str, body: Bytes) -> Result<Answer, RepositoryError> {
+    /// Sends with retries; returns the final answer (see [`crate::retry`] for what is sent
+    /// again).
+    async fn send(
+        &self,
+        target: &str,
+        body: Bytes,
+        resend: Resend,
+    ) -> Result<Answer, RepositoryError> {
         let mut attempt = 0;
         let mut reauthenticated = false;
         loop {
@@ -597,61 +607,94 @@ impl Wire {
                 let response = self.http.request(request).await?;
                 let (parts, incoming) = response.into_parts();
                 let read = Limited::new(incoming, MAX_RESPONSE_BYTES).collect().await;
-                let bytes = body_bytes(read.map(Collected::to_bytes))?;
-                Ok::<_, Failed>((parts.status, bytes, server_millis(&parts.headers)))
+                match body_bytes(read.map(Collected::to_bytes)) {
+                    Ok(bytes) => Ok((parts.status, bytes, server_millis(&parts.headers))),
+                    Err(why) => Err(Failed::Unread(parts.status, why)),
+                }
             };
             let result = match self.attempt_timeout {
-                Some(limit) => tokio::time::timeout(limit, sent).await.unwrap_or_else(|_| {
-                    Err(Failed::Transport(format!("no answer within {limit:?}")))
-                }),
+                Some(limit) => tokio::time::timeout(limit, sent)
+                    .await
+                    .unwrap_or_else(|_| Err(Failed::Lost(format!("no answer within {limit:?}")))),
                 None => sent.await,
             };
-            let result = match result {
-                // The same request would draw the same answer: reported, not retried.
-                Err(Failed::TooLarge) => {
+            let may_resend = !last && resend == Resend::Harmless;
+            let (answer, server) = match result {
+                Ok((status, bytes, server)) => (answer(status, bytes), server),
+                // The request never left: sent again like a throttled one.
+                Err(Failed::NotSent(message)) if last => {
                     return Err(RepositoryError::Unavailable {
                         operation: OPERATION,
-                        message: format!(
-                            "{}: response body longer than {MAX_RESPONSE_BYTES} bytes; \
-                             the request may have been applied",
-                            self.uri
-                        ),
+                        message: format!("{}: {message}", self.uri),
                     });
                 }
-                Err(Failed::Transport(message)) => Err(message),
-                Ok(answered) => Ok(answered),
+                Err(Failed::NotSent(_)) => {
+                    tokio::time::sleep(self.retry.backoff(attempt)).await;
+                    continue;
+                }
+                // A 2xx status: DynamoDB applied the write; only its item is unknown.
+                Err(Failed::Unread(status, why)) if status.is_success() => {
+                    tracing::warn!(%why, "an applied UpdateItem's answer is unreadable");
+                    return Ok(Answer::Success(Bytes::new()));
+                }
+                // A 4xx status: refused, nothing applied.
+                Err(Failed::Unread(status, why)) if status.is_client_error() => {
+                    return Err(RepositoryError::Unavailable {
+                        operation: OPERATION,
+                        message: format!("{}: answer {status} unreadable: {why}", self.uri),
+                    });
+                }
+                Err(Failed::Unread(status, why)) if !may_resend => {
+                    return Err(retry::unknown(
+                        OPERATION,
+                        format!("{}: answer {status} unreadable: {why}", self.uri),
+                    ));
+                }
+                Err(Failed::Lost(message)) if !may_resend => {
+                    return Err(retry::unknown(
+                        OPERATION,
+                        format!("{}: {message}", self.uri),
+                    ));
+                }
+                Err(Failed::Unread(..) | Failed::Lost(_)) => {
+                    tokio::time::sleep(self.retry.backoff(attempt)).await;
+                    continue;
+                }
             };
-
-            match result.map(|(status, bytes, server)| (answer(status, bytes), server)) {
-                Ok((answer, server)) if self.corrects_skew(&answer, server) => {
+            match answer {
+                answer if self.corrects_skew(&answer, server) => {
                     if last {
                         return Ok(answer);
                     }
                     // Signed again at once with the corrected time.
-                    continue;
                 }
                 // Refused for its credentials, not its time: new credentials, one more try (the
                 // request was refused before anything was applied).
-                Ok((answer, _)) if !reauthenticated && refuses_credentials(&answer) => {
+                answer if !reauthenticated && refuses_credentials(&answer) => {
                     reauthenticated = true;
                     self.invalidate(&signing);
                     tracing::warn!(
                         code = answer_code(&answer),
                         "the service refused the fast path's credentials; resolving them again"
                     );
-                    continue;
                 }
-                Ok((answer, _)) if !last && retryable(&answer) => {}
-                Ok((answer, _)) => return Ok(answer),
-                Err(message) if last => {
-                    return Err(RepositoryError::Unavailable {
-                        operation: OPERATION,
-                        message: format!("{}: {message}", self.uri),
-                    });
+                // A 5xx may or may not have been applied.
+                Answer::Failure(status, error) if status.is_server_error() && !may_resend => {
+                    return Err(retry::unknown(
+                        OPERATION,
+                        format!(
+                            "{}: {status} {}: {}",
+                            self.uri,
+                            error.code(),
+                            error.message.as_deref().unwrap_or_default()
+                        ),
+                    ));
                 }
-                Err(_) => {}
+                answer if !last && retryable(&answer) => {
+                    tokio::time::sleep(self.retry.backoff(attempt)).await;
+                }
+                answer => return Ok(answer),
             }
-            tokio::time::sleep(self.backoff(attempt)).await;
         }
     }
 
@@ -677,40 +720,38 @@ impl Wire {
         );
         true
     }
-
-    /// Full jitter: a random pause in `[0, min(initial × 2^(attempt-1), max))`.
-    fn backoff(&self, attempt: u32) -> Duration {
-        let cap = self
-            .retry
-            .initial_backoff
-            .saturating_mul(1 << (attempt - 1).min(16))
-            .min(self.retry.max_backoff);
-        cap.mul_f64(rand::rng().random::<f64>())
-    }
 }
 
 /// Why an attempt got no answer.
 #[derive(Debug, PartialEq)]
 enum Failed {
-    /// The connection or the body failed, or the attempt timed out.
-    Transport(String),
-    /// The body exceeded [`MAX_RESPONSE_BYTES`]; reading stopped there.
-    TooLarge,
+    /// The connection was never established: the request did not leave.
+    NotSent(String),
+    /// The request may have reached the service: the connection failed after it was
+    /// written, or the attempt timed out.
+    Lost(String),
+    /// The status arrived, the body could not be read (failed, or longer than
+    /// [`MAX_RESPONSE_BYTES`]).
+    Unread(http::StatusCode, String),
 }
 
 impl From<hyper_util::client::legacy::Error> for Failed {
     fn from(e: hyper_util::client::legacy::Error) -> Self {
-        Failed::Transport(e.to_string())
+        if retry::never_connected(&e) {
+            Failed::NotSent(e.to_string())
+        } else {
+            Failed::Lost(e.to_string())
+        }
     }
 }
 
 /// The body read through [`Limited`], or why it could not be read.
-fn body_bytes(read: Result<Bytes, BoxError>) -> Result<Bytes, Failed> {
+fn body_bytes(read: Result<Bytes, BoxError>) -> Result<Bytes, String> {
     read.map_err(|e| {
         if e.downcast_ref::<LengthLimitError>().is_some() {
-            Failed::TooLarge
+            format!("response body longer than {MAX_RESPONSE_BYTES} bytes")
         } else {
-            Failed::Transport(e.to_string())
+            e.to_string()
         }
     })
 }
@@ -805,13 +846,6 @@ fn to_repository_error(status: http::StatusCode, error: &json::ErrorBody) -> Rep
     classify_code(OPERATION, &code, message)
 }
 
-fn corrupt_response(why: &str) -> RepositoryError {
-    RepositoryError::Unavailable {
-        operation: OPERATION,
-        message: format!("unreadable response: {why}"),
-    }
-}
-
 /// Whether the service refused the request's credentials.
 fn refuses_credentials(answer: &Answer) -> bool {
     matches!(answer, Answer::Failure(status, error)
@@ -900,11 +934,13 @@ mod tests {
         );
         assert_eq!(
             body_bytes(read(MAX_RESPONSE_BYTES + 1)),
-            Err(Failed::TooLarge)
+            Err(format!(
+                "response body longer than {MAX_RESPONSE_BYTES} bytes"
+            ))
         );
         assert_eq!(
             body_bytes(Err("reset by peer".into())),
-            Err(Failed::Transport("reset by peer".into()))
+            Err("reset by peer".to_string())
         );
     }
 
@@ -946,6 +982,7 @@ mod tests {
             values: &values,
             return_all_new: true,
             return_old_on_failure: false,
+            resend: Resend::Never,
         };
         let body: serde_json::Value = serde_json::from_slice(&request.body()).unwrap();
         assert_eq!(

@@ -172,7 +172,7 @@ impl Inner {
         if let Err(e) = self.credit(entry, &net).await {
             tracing::warn!(
                 entity_id = %entry.key.entity_id, resource = %entry.key.resource, error = %e,
-                "compensation failed; the debit stands"
+                "compensation failed or its outcome is unknown (not sent again); the debit may stand"
             );
         }
     }

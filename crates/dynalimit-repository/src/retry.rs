@@ -1,0 +1,161 @@
+//! When a bucket write is sent again, shared by the fast path ([`crate::wire`]) and the SDK
+//! path of [`crate::bucket::BucketStore`].
+//!
+//! A write is sent again only when its earlier attempt is known not to have been applied:
+//! the connection was never established, or DynamoDB refused the request with a 4xx
+//! (throttling, a refused signature or credential). Once the request may have reached the
+//! service and no answer says what happened (a connection failing after the request was
+//! written, an attempt timeout, a 5xx answer, which DynamoDB documents as "may or may not
+//! have succeeded"), the outcome is unknown, and the write is reported as
+//! [`RepositoryError::OutcomeUnknown`] instead of being sent again, unless the caller
+//! declared it [`Resend::Harmless`]. A 2xx status is an applied write even when its body
+//! cannot be read: the write is reported as applied with no returned item.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_types::retry::RetryConfig;
+use rand::Rng;
+
+use crate::RepositoryError;
+
+/// Whether a write may be sent again after an attempt that may have been applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resend {
+    /// A second application would count twice (a debit, a credit, a lock whose second
+    /// attempt fails its own condition and reads as lost): never sent again once it may
+    /// have been applied.
+    Never,
+    /// The write's condition refuses a second application and that refusal means "already
+    /// done" to the caller (a shard count raised under `shard_count < :new`).
+    Harmless,
+}
+
+/// The attempts and backoff of the client's retry configuration.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Policy {
+    pub(crate) max_attempts: u32,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+}
+
+impl Policy {
+    /// The policy of `config` (the SDK's standard one when the client has none).
+    pub(crate) fn of(config: Option<&RetryConfig>) -> Self {
+        let standard = RetryConfig::standard();
+        let retry = config.unwrap_or(&standard);
+        Policy {
+            max_attempts: retry.max_attempts().max(1),
+            initial_backoff: retry.initial_backoff(),
+            max_backoff: retry.max_backoff(),
+        }
+    }
+
+    /// Full jitter: a random pause in `[0, min(initial × 2^(attempt-1), max))`.
+    pub(crate) fn backoff(&self, attempt: u32) -> Duration {
+        let cap = self
+            .initial_backoff
+            .saturating_mul(1 << attempt.saturating_sub(1).min(16))
+            .min(self.max_backoff);
+        cap.mul_f64(rand::rng().random::<f64>())
+    }
+}
+
+/// The error of a write whose outcome is unknown.
+pub(crate) fn unknown(operation: &'static str, message: impl Into<String>) -> RepositoryError {
+    RepositoryError::OutcomeUnknown {
+        operation,
+        message: message.into(),
+    }
+}
+
+/// What an SDK attempt that failed did to the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// A 2xx status whose body could not be read: applied.
+    Applied,
+    /// Refused, or never sent: nothing applied.
+    Refused,
+    /// It may have been applied.
+    MaybeApplied,
+}
+
+/// Classifies an SDK failure by what it may have applied.
+pub(crate) fn sdk_attempt<E>(err: &SdkError<E, HttpResponse>) -> Attempt
+where
+    E: std::error::Error + 'static,
+{
+    let by_status = |status: u16| match status {
+        200..=299 => Attempt::Applied,
+        400..=499 => Attempt::Refused,
+        _ => Attempt::MaybeApplied,
+    };
+    match err {
+        SdkError::ServiceError(ctx) => match by_status(ctx.raw().status().as_u16()) {
+            // A service error always has a body; a 2xx one is not an answer DynamoDB gives.
+            Attempt::Applied => Attempt::MaybeApplied,
+            other => other,
+        },
+        SdkError::ResponseError(ctx) => by_status(ctx.raw().status().as_u16()),
+        SdkError::DispatchFailure(_) if never_connected(err) => Attempt::Refused,
+        SdkError::ConstructionFailure(_) => Attempt::Refused,
+        _ => Attempt::MaybeApplied,
+    }
+}
+
+/// Whether `error`'s source chain shows a connection that was never established (the
+/// request did not leave).
+pub(crate) fn never_connected(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(h) = e.downcast_ref::<hyper_util::client::legacy::Error>()
+            && h.is_connect()
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_is_capped_and_grows_with_the_attempt() {
+        let policy = Policy {
+            max_attempts: 5,
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(50),
+        };
+        for _ in 0..200 {
+            assert!(policy.backoff(1) < Duration::from_millis(10));
+            assert!(policy.backoff(2) < Duration::from_millis(20));
+            assert!(policy.backoff(9) < Duration::from_millis(50));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_told_apart_from_a_failure_after_sending() {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<http_body_util::Full<bytes::Bytes>>();
+        let request = http::Request::post(format!("http://127.0.0.1:{port}/"))
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let err = client.request(request).await.unwrap_err();
+        assert!(never_connected(&err), "{err:?}");
+    }
+
+    #[test]
+    fn a_plain_error_is_not_a_connection_that_never_happened() {
+        let io = std::io::Error::other("reset by peer");
+        assert!(!never_connected(&io));
+    }
+}
