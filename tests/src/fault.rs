@@ -58,6 +58,9 @@ enum Reply {
     /// The request is forwarded and applied; DynamoDB's status and headers are passed on,
     /// then the connection fails halfway through the body.
     CutBody,
+    /// The request is forwarded and applied; DynamoDB's status, headers and half the body
+    /// are passed on, then nothing more, the connection held open.
+    StallBody,
 }
 
 /// One request as the proxy received it.
@@ -203,6 +206,13 @@ impl FaultProxy {
     /// DynamoDB's status and headers, and fails the connection halfway through the body.
     pub fn cut_answer_body(&self, operation: &str, n: usize) {
         self.push(operation, None, Reply::CutBody, n);
+    }
+
+    /// Forwards the next `n` requests of `operation`, so DynamoDB applies them, passes on
+    /// DynamoDB's status, headers and half the body, and then stalls with the connection
+    /// open.
+    pub fn stall_answer_body(&self, operation: &str, n: usize) {
+        self.push(operation, None, Reply::StallBody, n);
     }
 
     fn plan(&self, operation: &str, code: &str, status: StatusCode, n: usize, offset_ms: i64) {
@@ -386,6 +396,13 @@ async fn forward(
                 }),
             );
             Response::from_parts(parts, Body::from_stream(cut))
+        }
+        Some(Reply::StallBody) => {
+            use futures::StreamExt;
+            let half = bytes.slice(..bytes.len() / 2);
+            let stall = futures::stream::once(async move { Ok::<_, std::io::Error>(half) })
+                .chain(futures::stream::pending());
+            Response::from_parts(parts, Body::from_stream(stall))
         }
         _ => Response::from_parts(parts, Body::from(bytes)),
     }

@@ -11,5 +11,6 @@ mod format;
 mod kit;
 mod namespaces;
 mod schema;
+mod settings;
 mod sharding;
 mod version;
