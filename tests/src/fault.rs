@@ -101,6 +101,58 @@ struct State {
     dates: Mutex<Vec<String>>,
     /// Access key ids whose requests are refused as unknown.
     refused_keys: Mutex<Vec<String>>,
+    /// Faults drawn at random, when set.
+    chaos: Mutex<Option<Chaos>>,
+}
+
+/// Faults drawn at random for the data-plane operations (see [`FaultProxy::chaos`]).
+#[derive(Debug)]
+struct Chaos {
+    rate: f64,
+    rng: rand::rngs::StdRng,
+    served: std::collections::BTreeMap<String, usize>,
+}
+
+/// The operations [`FaultProxy::chaos`] faults.
+const CHAOS_OPERATIONS: &[&str] = &[
+    "UpdateItem",
+    "TransactWriteItems",
+    "GetItem",
+    "BatchGetItem",
+    "Query",
+];
+
+impl Chaos {
+    /// The fault for one request of `operation`, if one is drawn.
+    fn draw(&mut self, operation: &str) -> Option<(&'static str, Reply)> {
+        use rand::Rng;
+        if !CHAOS_OPERATIONS.contains(&operation) || !self.rng.random_bool(self.rate) {
+            return None;
+        }
+        let error = |code: &str, status| Reply::Error {
+            code: code.to_string(),
+            status,
+            date_offset_ms: 0,
+        };
+        let (name, reply) = match self.rng.random_range(0..8) {
+            0 => (
+                "throttled",
+                error("ThrottlingException", StatusCode::BAD_REQUEST),
+            ),
+            1 => (
+                "500, not applied",
+                error("InternalServerError", StatusCode::INTERNAL_SERVER_ERROR),
+            ),
+            2 => ("500 after applying", Reply::After(Lost::Answer500)),
+            3 => ("no answer after applying", Reply::After(Lost::Hang)),
+            4 => ("reset after applying", Reply::After(Lost::Reset)),
+            5 => ("body cut after applying", Reply::After(Lost::CutBody)),
+            6 => ("late answer", Reply::After(Lost::Delay)),
+            _ => ("held, never forwarded", Reply::Hold),
+        };
+        *self.served.entry(name.to_string()).or_default() += 1;
+        Some((name, reply))
+    }
 }
 
 /// The proxy; stops with the test's runtime.
@@ -283,6 +335,32 @@ impl FaultProxy {
         });
     }
 
+    /// From now on, each request of a data-plane operation (`UpdateItem`,
+    /// `TransactWriteItems`, `GetItem`, `BatchGetItem`, `Query`) is faulted with probability
+    /// `rate`, the fault drawn evenly from: throttled, 500 not applied, and applied then
+    /// answered 500, never answered, reset before the status, body cut, answered late, and a
+    /// request held without forwarding. Draws follow `seed`. Requests are no longer recorded
+    /// (a long run would hold them all).
+    pub fn chaos(&self, rate: f64, seed: u64) {
+        use rand::SeedableRng;
+        *self.state.chaos.lock().expect("chaos") = Some(Chaos {
+            rate,
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+            served: std::collections::BTreeMap::new(),
+        });
+    }
+
+    /// How many faults of each kind [`FaultProxy::chaos`] has served.
+    pub fn chaos_served(&self) -> std::collections::BTreeMap<String, usize> {
+        self.state
+            .chaos
+            .lock()
+            .expect("chaos")
+            .as_ref()
+            .map(|c| c.served.clone())
+            .unwrap_or_default()
+    }
+
     /// Every planned fault is dropped; requests pass unchanged from now on.
     pub fn clear(&self) {
         self.state.plans.lock().expect("plans").clear();
@@ -355,11 +433,13 @@ async fn forward(
         .map(|c| c.split('/').map(str::to_string).collect::<Vec<_>>())
         .unwrap_or_default();
     let part = |i: usize| scope.get(i).cloned().unwrap_or_default();
-    state.requests.lock().expect("requests").push(Recorded {
-        operation: operation.clone(),
-        body: serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
-        signed_by: (part(0), part(2)),
-    });
+    if state.chaos.lock().expect("chaos").is_none() {
+        state.requests.lock().expect("requests").push(Recorded {
+            operation: operation.clone(),
+            body: serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+            signed_by: (part(0), part(2)),
+        });
+    }
     let text = String::from_utf8_lossy(&bytes);
     let refused = state
         .refused_keys
@@ -381,6 +461,20 @@ async fn forward(
                     .is_ok()
         })
         .cloned()
+        .or_else(|| {
+            let drawn = state
+                .chaos
+                .lock()
+                .expect("chaos")
+                .as_mut()
+                .and_then(|c| c.draw(&operation));
+            drawn.map(|(_, reply)| Plan {
+                operation: operation.clone(),
+                matching: None,
+                reply,
+                remaining: Arc::new(AtomicUsize::new(0)),
+            })
+        })
         .or_else(|| {
             refused.then(|| Plan {
                 operation: operation.clone(),
@@ -430,12 +524,22 @@ async fn forward(
     parts.uri = format!("{upstream}{}", path.trim_start_matches('/'))
         .parse()
         .expect("upstream URI");
-    let response = client
+    // An upstream that fails (an emulator being restarted) fails the client's connection
+    // the same way.
+    let Ok(response) = client
         .request(Request::from_parts(parts, Full::new(bytes)))
         .await
-        .expect("upstream answers");
+    else {
+        return reset();
+    };
     let (parts, body) = response.into_parts();
-    let bytes = body.collect().await.expect("upstream body").to_bytes();
+    let Ok(bytes) = body
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes)
+    else {
+        return reset();
+    };
     match fault.map(|p| p.reply) {
         Some(Reply::Replace { status, body }) => replaced(parts, status, body),
         Some(Reply::After(how)) => lose(how, parts, bytes).await,
@@ -450,13 +554,7 @@ async fn lose(how: Lost, parts: http::response::Parts, bytes: Bytes) -> Response
     match how {
         Lost::Answer500 => replaced(parts, StatusCode::INTERNAL_SERVER_ERROR, LOST_500.into()),
         Lost::Hang => std::future::pending().await,
-        // The body fails before anything is flushed: the connection closes without a status.
-        Lost::Reset => {
-            let fail = futures::stream::once(async {
-                Err::<Bytes, _>(std::io::Error::other("connection reset by the test proxy"))
-            });
-            Response::from_parts(parts, Body::from_stream(fail))
-        }
+        Lost::Reset => reset(),
         // The status, headers and half the body reach the client before the cut.
         Lost::CutBody => {
             let cut = futures::stream::once(async move { Ok::<_, std::io::Error>(half) }).chain(
@@ -485,4 +583,13 @@ fn replaced(mut parts: http::response::Parts, status: StatusCode, body: Bytes) -
     parts.headers.remove(http::header::CONTENT_LENGTH);
     parts.headers.remove("x-amz-crc32");
     Response::from_parts(parts, Body::from(body))
+}
+
+/// A response whose body fails before anything is flushed: the connection closes without a
+/// status.
+fn reset() -> Response<Body> {
+    let fail = futures::stream::once(async {
+        Err::<Bytes, _>(std::io::Error::other("connection reset by the test proxy"))
+    });
+    Response::new(Body::from_stream(fail))
 }
