@@ -41,6 +41,9 @@ struct Plan {
     remaining: Arc<AtomicUsize>,
 }
 
+/// The body of a 500 answer standing for a lost one.
+const LOST_500: &str = r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"injected by the test proxy"}"#;
+
 /// How a faulted request is answered.
 #[derive(Debug, Clone)]
 enum Reply {
@@ -53,11 +56,28 @@ enum Reply {
     },
     /// The request is forwarded and applied; its answer is replaced by this one.
     Replace { status: StatusCode, body: Bytes },
-    /// The request is forwarded and applied; no answer ever comes.
+    /// The request is forwarded and applied; then its answer is lost this way.
+    After(Lost),
+    /// The request is held, never forwarded, never answered (a half-open connection).
+    Hold,
+}
+
+/// How the answer of a request the proxy forwarded (and DynamoDB applied) is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// `InternalServerError` (status 500) instead of DynamoDB's answer.
+    Answer500,
+    /// No answer ever comes; the connection stays open.
     Hang,
-    /// The request is forwarded and applied; DynamoDB's status and headers are passed on,
-    /// then the connection fails halfway through the body.
+    /// The connection closes before a status is sent.
+    Reset,
+    /// DynamoDB's status and headers are passed on, then the connection fails halfway
+    /// through the body.
     CutBody,
+    /// DynamoDB's status, headers and half the body are passed on, then nothing more.
+    StallBody,
+    /// Not lost: DynamoDB's answer, 300 ms late.
+    Delay,
 }
 
 /// One request as the proxy received it.
@@ -81,6 +101,58 @@ struct State {
     dates: Mutex<Vec<String>>,
     /// Access key ids whose requests are refused as unknown.
     refused_keys: Mutex<Vec<String>>,
+    /// Faults drawn at random, when set.
+    chaos: Mutex<Option<Chaos>>,
+}
+
+/// Faults drawn at random for the data-plane operations (see [`FaultProxy::chaos`]).
+#[derive(Debug)]
+struct Chaos {
+    rate: f64,
+    rng: rand::rngs::StdRng,
+    served: std::collections::BTreeMap<String, usize>,
+}
+
+/// The operations [`FaultProxy::chaos`] faults.
+const CHAOS_OPERATIONS: &[&str] = &[
+    "UpdateItem",
+    "TransactWriteItems",
+    "GetItem",
+    "BatchGetItem",
+    "Query",
+];
+
+impl Chaos {
+    /// The fault for one request of `operation`, if one is drawn.
+    fn draw(&mut self, operation: &str) -> Option<(&'static str, Reply)> {
+        use rand::Rng;
+        if !CHAOS_OPERATIONS.contains(&operation) || !self.rng.random_bool(self.rate) {
+            return None;
+        }
+        let error = |code: &str, status| Reply::Error {
+            code: code.to_string(),
+            status,
+            date_offset_ms: 0,
+        };
+        let (name, reply) = match self.rng.random_range(0..8) {
+            0 => (
+                "throttled",
+                error("ThrottlingException", StatusCode::BAD_REQUEST),
+            ),
+            1 => (
+                "500, not applied",
+                error("InternalServerError", StatusCode::INTERNAL_SERVER_ERROR),
+            ),
+            2 => ("500 after applying", Reply::After(Lost::Answer500)),
+            3 => ("no answer after applying", Reply::After(Lost::Hang)),
+            4 => ("reset after applying", Reply::After(Lost::Reset)),
+            5 => ("body cut after applying", Reply::After(Lost::CutBody)),
+            6 => ("late answer", Reply::After(Lost::Delay)),
+            _ => ("held, never forwarded", Reply::Hold),
+        };
+        *self.served.entry(name.to_string()).or_default() += 1;
+        Some((name, reply))
+    }
 }
 
 /// The proxy; stops with the test's runtime.
@@ -118,6 +190,32 @@ impl FaultProxy {
     /// The proxy's endpoint URL.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The test kit's client sending through this proxy, making at most `attempts` attempts
+    /// a millisecond apart, each bounded by `attempt_timeout` when given.
+    pub async fn client(
+        &self,
+        attempts: u32,
+        attempt_timeout: Option<std::time::Duration>,
+    ) -> aws_sdk_dynamodb::Client {
+        let base = crate::client().await;
+        let mut timeouts = aws_smithy_types::timeout::TimeoutConfig::builder();
+        if let Some(limit) = attempt_timeout {
+            timeouts = timeouts.operation_attempt_timeout(limit);
+        }
+        aws_sdk_dynamodb::Client::from_conf(
+            base.config()
+                .to_builder()
+                .endpoint_url(self.url())
+                .retry_config(
+                    aws_smithy_types::retry::RetryConfig::standard()
+                        .with_max_attempts(attempts)
+                        .with_initial_backoff(std::time::Duration::from_millis(1)),
+                )
+                .timeout_config(timeouts.build())
+                .build(),
+        )
     }
 
     /// Answers the next `n` requests of `operation` (`UpdateItem`, …) with error `code`
@@ -184,25 +282,39 @@ impl FaultProxy {
     /// each with `InternalServerError` (status 500) instead of DynamoDB's answer: a write
     /// whose answer was lost.
     pub fn lose_next_answer(&self, operation: &str, n: usize) {
-        self.replace_answer(
-            operation,
-            None,
-            StatusCode::INTERNAL_SERVER_ERROR,
-            r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"injected by the test proxy"}"#,
-            n,
-        );
+        self.lose_after_applying(operation, None, Lost::Answer500, n);
     }
 
     /// Forwards the next `n` requests of `operation`, so DynamoDB applies them, and never
     /// answers them: the client's attempt timeout ends each.
     pub fn hang_after_applying(&self, operation: &str, n: usize) {
-        self.push(operation, None, Reply::Hang, n);
+        self.lose_after_applying(operation, None, Lost::Hang, n);
     }
 
     /// Forwards the next `n` requests of `operation`, so DynamoDB applies them, passes on
     /// DynamoDB's status and headers, and fails the connection halfway through the body.
     pub fn cut_answer_body(&self, operation: &str, n: usize) {
-        self.push(operation, None, Reply::CutBody, n);
+        self.lose_after_applying(operation, None, Lost::CutBody, n);
+    }
+
+    /// Forwards the next `n` requests of `operation`, so DynamoDB applies them, passes on
+    /// DynamoDB's status, headers and half the body, and then stalls with the connection
+    /// open.
+    pub fn stall_answer_body(&self, operation: &str, n: usize) {
+        self.lose_after_applying(operation, None, Lost::StallBody, n);
+    }
+
+    /// Forwards the next `n` requests of `operation` whose body contains `needle` (any when
+    /// `None`), so DynamoDB applies them, and loses each answer as `how` says.
+    pub fn lose_after_applying(&self, operation: &str, needle: Option<&str>, how: Lost, n: usize) {
+        self.push(operation, needle, Reply::After(how), n);
+    }
+
+    /// Holds the next `n` requests of `operation` whose body contains `needle` (any when
+    /// `None`) without forwarding or answering them: a half-open connection; nothing is
+    /// applied.
+    pub fn hold(&self, operation: &str, needle: Option<&str>, n: usize) {
+        self.push(operation, needle, Reply::Hold, n);
     }
 
     fn plan(&self, operation: &str, code: &str, status: StatusCode, n: usize, offset_ms: i64) {
@@ -221,6 +333,32 @@ impl FaultProxy {
             reply,
             remaining: Arc::new(AtomicUsize::new(n)),
         });
+    }
+
+    /// From now on, each request of a data-plane operation (`UpdateItem`,
+    /// `TransactWriteItems`, `GetItem`, `BatchGetItem`, `Query`) is faulted with probability
+    /// `rate`, the fault drawn evenly from: throttled, 500 not applied, and applied then
+    /// answered 500, never answered, reset before the status, body cut, answered late, and a
+    /// request held without forwarding. Draws follow `seed`. Requests are no longer recorded
+    /// (a long run would hold them all).
+    pub fn chaos(&self, rate: f64, seed: u64) {
+        use rand::SeedableRng;
+        *self.state.chaos.lock().expect("chaos") = Some(Chaos {
+            rate,
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+            served: std::collections::BTreeMap::new(),
+        });
+    }
+
+    /// How many faults of each kind [`FaultProxy::chaos`] has served.
+    pub fn chaos_served(&self) -> std::collections::BTreeMap<String, usize> {
+        self.state
+            .chaos
+            .lock()
+            .expect("chaos")
+            .as_ref()
+            .map(|c| c.served.clone())
+            .unwrap_or_default()
     }
 
     /// Every planned fault is dropped; requests pass unchanged from now on.
@@ -295,11 +433,13 @@ async fn forward(
         .map(|c| c.split('/').map(str::to_string).collect::<Vec<_>>())
         .unwrap_or_default();
     let part = |i: usize| scope.get(i).cloned().unwrap_or_default();
-    state.requests.lock().expect("requests").push(Recorded {
-        operation: operation.clone(),
-        body: serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
-        signed_by: (part(0), part(2)),
-    });
+    if state.chaos.lock().expect("chaos").is_none() {
+        state.requests.lock().expect("requests").push(Recorded {
+            operation: operation.clone(),
+            body: serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+            signed_by: (part(0), part(2)),
+        });
+    }
     let text = String::from_utf8_lossy(&bytes);
     let refused = state
         .refused_keys
@@ -321,6 +461,20 @@ async fn forward(
                     .is_ok()
         })
         .cloned()
+        .or_else(|| {
+            let drawn = state
+                .chaos
+                .lock()
+                .expect("chaos")
+                .as_mut()
+                .and_then(|c| c.draw(&operation));
+            drawn.map(|(_, reply)| Plan {
+                operation: operation.clone(),
+                matching: None,
+                reply,
+                remaining: Arc::new(AtomicUsize::new(0)),
+            })
+        })
         .or_else(|| {
             refused.then(|| Plan {
                 operation: operation.clone(),
@@ -357,28 +511,52 @@ async fn forward(
             .body(Body::from(body))
             .expect("fault response");
     }
+    if matches!(
+        fault,
+        Some(Plan {
+            reply: Reply::Hold,
+            ..
+        })
+    ) {
+        return std::future::pending().await;
+    }
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     parts.uri = format!("{upstream}{}", path.trim_start_matches('/'))
         .parse()
         .expect("upstream URI");
-    let response = client
+    // An upstream that fails (an emulator being restarted) fails the client's connection
+    // the same way.
+    let Ok(response) = client
         .request(Request::from_parts(parts, Full::new(bytes)))
         .await
-        .expect("upstream answers");
-    let (mut parts, body) = response.into_parts();
-    let bytes = body.collect().await.expect("upstream body").to_bytes();
+    else {
+        return reset();
+    };
+    let (parts, body) = response.into_parts();
+    let Ok(bytes) = body
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes)
+    else {
+        return reset();
+    };
     match fault.map(|p| p.reply) {
-        Some(Reply::Replace { status, body }) => {
-            parts.status = status;
-            parts.headers.remove(http::header::CONTENT_LENGTH);
-            parts.headers.remove("x-amz-crc32");
-            Response::from_parts(parts, Body::from(body))
-        }
-        Some(Reply::Hang) => std::future::pending().await,
-        Some(Reply::CutBody) => {
-            use futures::StreamExt;
-            let half = bytes.slice(..bytes.len() / 2);
-            // The status, headers and half the body reach the client before the cut.
+        Some(Reply::Replace { status, body }) => replaced(parts, status, body),
+        Some(Reply::After(how)) => lose(how, parts, bytes).await,
+        _ => Response::from_parts(parts, Body::from(bytes)),
+    }
+}
+
+/// DynamoDB's answer (`parts`, `bytes`) lost as `how` says.
+async fn lose(how: Lost, parts: http::response::Parts, bytes: Bytes) -> Response<Body> {
+    use futures::StreamExt;
+    let half = bytes.slice(..bytes.len() / 2);
+    match how {
+        Lost::Answer500 => replaced(parts, StatusCode::INTERNAL_SERVER_ERROR, LOST_500.into()),
+        Lost::Hang => std::future::pending().await,
+        Lost::Reset => reset(),
+        // The status, headers and half the body reach the client before the cut.
+        Lost::CutBody => {
             let cut = futures::stream::once(async move { Ok::<_, std::io::Error>(half) }).chain(
                 futures::stream::once(async {
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -387,6 +565,31 @@ async fn forward(
             );
             Response::from_parts(parts, Body::from_stream(cut))
         }
-        _ => Response::from_parts(parts, Body::from(bytes)),
+        Lost::StallBody => {
+            let stall = futures::stream::once(async move { Ok::<_, std::io::Error>(half) })
+                .chain(futures::stream::pending());
+            Response::from_parts(parts, Body::from_stream(stall))
+        }
+        Lost::Delay => {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            Response::from_parts(parts, Body::from(bytes))
+        }
     }
+}
+
+/// DynamoDB's answer with its status and body replaced.
+fn replaced(mut parts: http::response::Parts, status: StatusCode, body: Bytes) -> Response<Body> {
+    parts.status = status;
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    parts.headers.remove("x-amz-crc32");
+    Response::from_parts(parts, Body::from(body))
+}
+
+/// A response whose body fails before anything is flushed: the connection closes without a
+/// status.
+fn reset() -> Response<Body> {
+    let fail = futures::stream::once(async {
+        Err::<Bytes, _>(std::io::Error::other("connection reset by the test proxy"))
+    });
+    Response::new(Body::from_stream(fail))
 }

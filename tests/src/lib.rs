@@ -24,6 +24,7 @@ pub mod fault;
 pub mod lambda;
 pub mod moto;
 pub mod raw;
+pub mod soak;
 pub mod template;
 
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -198,7 +198,8 @@ fn find_jar_dir(root: &Path) -> Option<PathBuf> {
         .find_map(|p| find_jar_dir(&p))
 }
 
-/// A running, private, in-memory DynamoDB Local. Dropping it stops the emulator.
+/// A running, private DynamoDB Local (in memory unless started with a data directory).
+/// Dropping it stops the emulator.
 #[derive(Debug)]
 pub struct DynamoDbLocal {
     child: Child,
@@ -231,6 +232,26 @@ impl DynamoDbLocal {
     /// # Errors
     /// As [`DynamoDbLocal::start`].
     pub fn start_in(dir: &Path, port: u16) -> Result<Self, RepositoryError> {
+        Self::start_with(dir, port, None)
+    }
+
+    /// Starts an instance from an existing installation `dir` on `port` that keeps its data
+    /// in directory `db_path` (created if missing), so a restart on the same directory finds
+    /// the tables again.
+    ///
+    /// # Errors
+    /// As [`DynamoDbLocal::start`].
+    pub fn start_persistent_in(
+        dir: &Path,
+        port: u16,
+        db_path: &Path,
+    ) -> Result<Self, RepositoryError> {
+        std::fs::create_dir_all(db_path)
+            .map_err(|e| setup_error(format!("cannot create {}: {e}", db_path.display())))?;
+        Self::start_with(dir, port, Some(db_path))
+    }
+
+    fn start_with(dir: &Path, port: u16, db_path: Option<&Path>) -> Result<Self, RepositoryError> {
         if which("java").is_none() {
             return Err(setup_error(
                 "java was not found on PATH; DynamoDB Local needs a Java 17+ runtime: install one \
@@ -248,8 +269,13 @@ impl DynamoDbLocal {
         let jar = dir.join(JAR);
         // The watchdog: java runs in the background; `read` returns when our end of the pipe
         // closes (this process ended, however it ended), and the JVM is stopped.
+        let command = if db_path.is_some() {
+            JAVA_PERSISTENT_COMMAND
+        } else {
+            JAVA_COMMAND
+        };
         let script = format!(
-            "{JAVA_COMMAND} </dev/null &{}",
+            "{command} </dev/null &{}",
             r#"
 pid=$!
 trap 'kill $pid 2>/dev/null' EXIT HUP INT TERM
@@ -265,6 +291,7 @@ exit 0"#
             .arg(&lib)
             .arg(&jar)
             .arg(port.to_string())
+            .args(db_path)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -341,6 +368,9 @@ impl Drop for DynamoDbLocal {
 /// The JVM command line of an in-memory instance; `$1` is the native library directory, `$2`
 /// the jar, `$3` the port.
 const JAVA_COMMAND: &str = r#"java -Xmx1g -XX:+UseSerialGC "-Djava.library.path=$1" -jar "$2" -inMemory -sharedDb -disableTelemetry -port "$3""#;
+
+/// As [`JAVA_COMMAND`], keeping the data in directory `$4`.
+const JAVA_PERSISTENT_COMMAND: &str = r#"java -Xmx1g -XX:+UseSerialGC "-Djava.library.path=$1" -jar "$2" -dbPath "$4" -sharedDb -disableTelemetry -port "$3""#;
 
 /// Starts an in-memory instance from installation `dir` on `port` in the background, detached
 /// from this process (it keeps running after this process exits, with its output in `log`),

@@ -47,6 +47,8 @@ pub(crate) struct Shared {
     pub(crate) counter: Option<RequestCounter>,
     /// The fast path, once a request of the client showed where it goes.
     pub(crate) wire: OnceLock<Arc<Wire>>,
+    /// The retry quota of bucket writes, fast path and SDK path alike.
+    pub(crate) budget: Arc<crate::retry::Budget>,
 }
 
 /// One namespace of the table.
@@ -234,12 +236,20 @@ impl Repository {
         if !shared.fast_path || shared.wire.get().is_some() {
             return;
         }
-        match Wire::for_client(&shared.client, capture, shared.counter.clone()) {
+        match Wire::for_client(
+            &shared.client,
+            capture,
+            shared.counter.clone(),
+            Arc::clone(&shared.budget),
+        ) {
             Ok(wire) => {
                 tracing::debug!(uri = %wire.uri(), "UpdateItem takes the fast path");
                 let _ = shared.wire.set(Arc::new(wire));
             }
-            Err(why) => tracing::debug!(?why, "UpdateItem stays on the SDK"),
+            Err(why) => tracing::info!(
+                ?why,
+                "bucket writes stay on the SDK: the fast path would bypass the client's setting"
+            ),
         }
     }
 
@@ -664,6 +674,7 @@ impl RepositoryBuilder {
             }),
             counter: self.counter.clone(),
             wire: OnceLock::new(),
+            budget: Arc::default(),
         });
         let repo = Repository {
             scope: Arc::new(Scope {

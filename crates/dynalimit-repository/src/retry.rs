@@ -9,7 +9,8 @@
 //! have succeeded"), the outcome is unknown, and the write is reported as
 //! [`RepositoryError::OutcomeUnknown`] instead of being sent again, unless the caller
 //! declared it [`Resend::Harmless`]. A 2xx status is an applied write even when its body
-//! cannot be read: the write is reported as applied with no returned item.
+//! cannot be read: the write is reported as applied with no returned item. Every retry is
+//! paid from the repository's [`Budget`].
 
 use std::time::Duration;
 
@@ -59,6 +60,60 @@ impl Policy {
             .saturating_mul(1 << attempt.saturating_sub(1).min(16))
             .min(self.max_backoff);
         cap.mul_f64(rand::rng().random::<f64>())
+    }
+}
+
+/// Capacity of a [`Budget`], as the SDK's standard retry quota.
+pub const BUDGET_CAPACITY: u32 = 500;
+/// What a retry after a failure costs from the [`Budget`].
+pub const RETRY_COST: u32 = 14;
+/// What a retry after throttling costs from the [`Budget`].
+pub const THROTTLING_RETRY_COST: u32 = 5;
+
+/// The retry quota shared by every bucket write of one repository, fast path and SDK path
+/// alike, as the SDK's standard retry mode keeps one per client: each retry pays
+/// [`RETRY_COST`] ([`THROTTLING_RETRY_COST`] after throttling), a request that succeeds after
+/// retrying gives its payments back, and one that succeeds at once adds one unit, up to
+/// [`BUDGET_CAPACITY`]. An empty budget makes the next failure final, so a brownout is not
+/// multiplied by every caller's retries.
+#[derive(Debug)]
+pub struct Budget {
+    available: std::sync::atomic::AtomicU32,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            available: std::sync::atomic::AtomicU32::new(BUDGET_CAPACITY),
+        }
+    }
+}
+
+impl Budget {
+    /// Units left.
+    pub fn available(&self) -> u32 {
+        self.available.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Pays `cost` for a retry; false (nothing paid) when the budget cannot.
+    pub(crate) fn pay(&self, cost: u32) -> bool {
+        use std::sync::atomic::Ordering;
+        self.available
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
+                a.checked_sub(cost)
+            })
+            .is_ok()
+    }
+
+    /// A request succeeded after paying `paid` for its retries (0 when it took none).
+    pub(crate) fn succeeded(&self, paid: u32) {
+        use std::sync::atomic::Ordering;
+        let back = if paid == 0 { 1 } else { paid };
+        let _ = self
+            .available
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
+                Some(a.saturating_add(back).min(BUDGET_CAPACITY))
+            });
     }
 }
 
@@ -135,6 +190,29 @@ mod tests {
             assert!(policy.backoff(2) < Duration::from_millis(20));
             assert!(policy.backoff(9) < Duration::from_millis(50));
         }
+    }
+
+    #[test]
+    fn the_budget_stops_retries_when_spent_and_refills_on_success() {
+        let budget = Budget::default();
+        let mut paid = 0;
+        while budget.pay(RETRY_COST) {
+            paid += RETRY_COST;
+        }
+        assert_eq!(paid, BUDGET_CAPACITY / RETRY_COST * RETRY_COST);
+        assert!(budget.available() < RETRY_COST);
+        assert!(budget.pay(budget.available()), "the rest can still be paid");
+        assert!(!budget.pay(THROTTLING_RETRY_COST));
+        // A request that succeeded after one retry gives its payment back.
+        budget.succeeded(RETRY_COST);
+        assert_eq!(budget.available(), RETRY_COST);
+        // One that succeeded at once adds a unit, never beyond the capacity.
+        budget.succeeded(0);
+        assert_eq!(budget.available(), RETRY_COST + 1);
+        for _ in 0..1000 {
+            budget.succeeded(0);
+        }
+        assert_eq!(budget.available(), BUDGET_CAPACITY);
     }
 
     #[tokio::test]

@@ -5,53 +5,31 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::Client;
-use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
 use dynalimit::{Error, OnUnavailable};
 use dynalimit_repository::RepositoryError;
 use dynalimit_repository::item::get_i64;
-use dynalimit_repository::metrics::RequestCounter;
-use dynalimit_tests::fault::FaultProxy;
 
-use super::fast_path::{Rig, rig_on};
+use super::fast_path::{Rig, rig_edited};
 /// One request of `rpm`, in millitokens.
 const ONE: i64 = 1000;
 
 /// A repository through a fault proxy whose client would retry up to 3 times, with a 1 s
 /// attempt timeout; `fast` chooses the transport of bucket writes.
 async fn rig(fast: bool) -> Rig {
-    let table = dynalimit_tests::table().await;
-    let proxy = FaultProxy::start().await;
-    let counter = RequestCounter::default();
-    let base = dynalimit_tests::client_with(Some(counter.clone())).await;
-    let config = base
-        .config()
-        .to_builder()
-        .endpoint_url(proxy.url())
-        .retry_config(
-            RetryConfig::standard()
-                .with_max_attempts(3)
-                .with_initial_backoff(Duration::from_millis(1)),
-        )
-        .timeout_config(
+    rig_edited(fast, |config| {
+        config.timeout_config(
             TimeoutConfig::builder()
                 .operation_attempt_timeout(Duration::from_secs(1))
                 .build(),
-        );
-    rig_on(
-        table,
-        proxy,
-        counter,
-        Client::from_conf(config.build()),
-        fast,
-    )
+        )
+    })
     .await
 }
 
 impl Rig {
     /// `(tk, tc)` of `rpm` on `entity`'s bucket.
-    async fn rpm(&self, entity: &str) -> (i64, i64) {
+    pub(crate) async fn rpm(&self, entity: &str) -> (i64, i64) {
         let item = self.bucket(entity).await;
         (
             get_i64(&item, "b_rpm_tk").unwrap(),
@@ -61,7 +39,7 @@ impl Rig {
 
     /// An acquire under `block` whose consume is answered ambiguously: unavailable, with the
     /// consume sent once and applied once.
-    async fn unknown_consume_is_unavailable_and_counted_once(&self, entity: &str) {
+    pub(crate) async fn unknown_consume_is_unavailable_and_counted_once(&self, entity: &str) {
         let (_, tc_before) = self.rpm(entity).await;
         let refused = self
             .limiter

@@ -161,6 +161,29 @@ async fn rig_with(credentials: Option<KeyRing>, time: Option<Shifted>) -> Rig {
     r
 }
 
+/// A rig whose client is the test kit's, through a new proxy, retrying up to 3 times with a
+/// millisecond backoff, and changed by `edit`; `fast` chooses the transport of bucket writes.
+pub(crate) async fn rig_edited(
+    fast: bool,
+    edit: impl FnOnce(aws_sdk_dynamodb::config::Builder) -> aws_sdk_dynamodb::config::Builder,
+) -> Rig {
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let counter = RequestCounter::default();
+    let base = dynalimit_tests::client_with(Some(counter.clone())).await;
+    let config = base
+        .config()
+        .to_builder()
+        .endpoint_url(proxy.url())
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(3)
+                .with_initial_backoff(Duration::from_millis(1)),
+        );
+    let client = Client::from_conf(edit(config).build());
+    rig_on(table, proxy, counter, client, fast).await
+}
+
 /// Namespace [`NS`] of `table` opened with `client` (which goes through `proxy` and counts
 /// in `counter`), the fast path on or off, with system defaults of 100 rpm and 10 000 tpm.
 pub(crate) async fn rig_on(

@@ -10,6 +10,8 @@ mod fast_path;
 mod format;
 mod kit;
 mod namespaces;
+mod outcomes;
 mod schema;
+mod settings;
 mod sharding;
 mod version;

@@ -2,11 +2,7 @@
 //! propagation that fails on one shard updates the others, reports the failure, and is healed
 //! by the next propagation. Against DynamoDB Local through the fault proxy.
 
-use std::time::Duration;
-
-use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_smithy_types::retry::RetryConfig;
 use dynalimit_repository::bucket::{BucketKey, BucketStore};
 use dynalimit_repository::item::get_i64;
 use dynalimit_repository::{Repository, RepositoryError};
@@ -19,18 +15,7 @@ const CP: i64 = 100_000;
 
 /// A repository whose requests go through `proxy`, making at most `attempts` attempts each.
 async fn through(table: &TestTable, proxy: &FaultProxy, attempts: u32) -> Repository {
-    let base = dynalimit_tests::client().await;
-    let client = Client::from_conf(
-        base.config()
-            .to_builder()
-            .endpoint_url(proxy.url())
-            .retry_config(
-                RetryConfig::standard()
-                    .with_max_attempts(attempts)
-                    .with_initial_backoff(Duration::from_millis(1)),
-            )
-            .build(),
-    );
+    let client = proxy.client(attempts, None).await;
     table
         .builder()
         .client(client)

@@ -146,6 +146,7 @@ pub struct BucketStore {
     table: String,
     ns: String,
     wire: Option<Arc<Wire>>,
+    budget: Arc<retry::Budget>,
 }
 
 impl BucketStore {
@@ -156,12 +157,20 @@ impl BucketStore {
             table: table.into(),
             ns: ns.into(),
             wire: None,
+            budget: Arc::default(),
         }
     }
 
     /// Sends this store's `UpdateItem`s over `wire` (the fast path) instead of the SDK.
     pub fn with_fast_path(mut self, wire: Option<Arc<Wire>>) -> Self {
         self.wire = wire;
+        self
+    }
+
+    /// Pays the retries of this store's SDK-path `UpdateItem`s from `budget` (shared with
+    /// the fast path of the same repository).
+    pub fn with_retry_budget(mut self, budget: Arc<retry::Budget>) -> Self {
+        self.budget = budget;
         self
     }
 
@@ -244,6 +253,7 @@ impl BucketStore {
     ) -> Result<Update, RepositoryError> {
         let policy = retry::Policy::of(self.client.config().retry_config());
         let mut attempt = 0;
+        let mut paid = 0;
         loop {
             attempt += 1;
             let result = self
@@ -270,7 +280,10 @@ impl BucketStore {
                 .send()
                 .await;
             let err = match result {
-                Ok(out) => return Ok(Update::Done(out.attributes)),
+                Ok(out) => {
+                    self.budget.succeeded(paid);
+                    return Ok(Update::Done(out.attributes));
+                }
                 Err(err) => err,
             };
             match err.as_service_error() {
@@ -284,16 +297,26 @@ impl BucketStore {
             }
             let last = attempt >= policy.max_attempts;
             match retry::sdk_attempt(&err) {
-                Attempt::Applied => return Ok(Update::Done(None)),
-                Attempt::MaybeApplied if last || resend == Resend::Never => {
+                Attempt::Applied => {
+                    self.budget.succeeded(paid);
+                    return Ok(Update::Done(None));
+                }
+                Attempt::MaybeApplied
+                    if last || resend == Resend::Never || !self.budget.pay(retry::RETRY_COST) =>
+                {
                     return Err(retry::unknown("UpdateItem", error_chain(&err)));
                 }
-                Attempt::MaybeApplied => {}
+                Attempt::MaybeApplied => paid += retry::RETRY_COST,
                 Attempt::Refused => {
                     let refused = classify("UpdateItem", err);
-                    if last || !refused.is_retryable() {
+                    let cost = match refused {
+                        RepositoryError::Throttled { .. } => retry::THROTTLING_RETRY_COST,
+                        _ => retry::RETRY_COST,
+                    };
+                    if last || !refused.is_retryable() || !self.budget.pay(cost) {
                         return Err(refused);
                     }
+                    paid += cost;
                 }
             }
             tokio::time::sleep(policy.backoff(attempt)).await;
@@ -853,5 +876,6 @@ impl crate::Repository {
             self.scope.id.clone(),
         )
         .with_fast_path(self.shared.wire.get().cloned())
+        .with_retry_budget(Arc::clone(&self.shared.budget))
     }
 }

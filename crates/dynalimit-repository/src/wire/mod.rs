@@ -4,8 +4,9 @@
 //! The SDK spends around 200 µs of client CPU on one `UpdateItem` (interceptor and config-bag
 //! machinery, endpoint rules, header maps, per-request allocations). The acquire path sends one
 //! request shape only, so [`Wire`] sends it directly: the body is written into one buffer, the
-//! request is signed with a signing key derived once per day ([`sigv4`]), and it travels over
-//! a pooled hyper connection (TCP_NODELAY, rustls with the platform's roots for `https`).
+//! request is signed with a signing key derived once per day ([`sigv4`]), and it is handed to
+//! the SDK client's own HTTP connector, so the client's HTTP client (proxy, private CA, mTLS,
+//! FIPS TLS), its connect and read timeouts and its connection pool all apply.
 //!
 //! Nothing is guessed: the endpoint, signing region and service are read off a real request
 //! the SDK client sends when the repository opens ([`EndpointCapture`]), so custom endpoints,
@@ -15,14 +16,20 @@
 //! minutes); one request refreshes them five minutes before their end while the others keep
 //! signing, a provider failure is [`RepositoryError::Unavailable`], and a
 //! request refused for its credentials is signed once more with newly resolved ones. Retries
-//! follow the client's retry configuration (attempts, exponential backoff with full jitter)
-//! and its attempt timeout, under the rules of [`crate::retry`]: a request is sent again after
-//! a refused connection or a 4xx refusal, never after an attempt that may have been applied
-//! (unless the write says a second application is harmless). A request refused for its
-//! signing time is signed again with the service's
-//! clock (from its `Date` header), as the SDK corrects clock skew. A client carrying
-//! interceptors other than [`RequestCounter`] keeps every request on the SDK, so nothing the
-//! user hooked in is bypassed.
+//! follow the client's retry configuration (attempts, exponential backoff with full jitter),
+//! paid from the repository's retry budget ([`crate::retry::Budget`]), within its attempt and
+//! operation timeouts, under the rules of [`crate::retry`]: a request is sent again after a
+//! refused connection or a 4xx refusal, never after an attempt that may have been applied
+//! (unless the write says a second application is harmless). With stalled-stream protection
+//! on, an answer whose body does not arrive within the grace period is treated as a body that
+//! failed. A request refused for its signing time is signed again with the service's clock
+//! (from its `Date` header), as the SDK corrects clock skew.
+//!
+//! A client carrying interceptors other than [`RequestCounter`], or in the adaptive retry
+//! mode (whose client-side rate limiting the fast path does not implement), keeps every
+//! request on the SDK, so nothing the user configured is bypassed; [`Ineligible`] names the
+//! reason, which the repository logs at `info` when it opens, and
+//! `Repository::fast_path()` is `None`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
@@ -38,7 +45,7 @@ mod credentials;
 mod json;
 pub mod sigv4;
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -46,18 +53,21 @@ use aws_credential_types::Credentials;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::auth::AuthSchemeId;
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorSettings, SharedHttpConnector,
+};
 use aws_smithy_runtime_api::client::identity::{ResolveIdentity, SharedIdentityResolver};
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
+use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_runtime_api::client::runtime_components::{GetIdentityResolver, RuntimeComponents};
+use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::config_bag::ConfigBag;
+use aws_smithy_types::retry::RetryMode;
 use bytes::Bytes;
 use dynalimit_core::{Clock, SystemClock};
-use http_body_util::{BodyExt, Collected, Full, LengthLimitError, Limited};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::{BodyExt, Collected, LengthLimitError, Limited};
 
 pub use json::ObjectWriter;
 
@@ -255,7 +265,8 @@ fn epoch_millis(t: std::time::SystemTime) -> i64 {
 
 /// The fast-path transport of one repository (see the module documentation).
 pub struct Wire {
-    http: HttpClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    /// The SDK client's own HTTP connector (its proxy, TLS and connect/read timeouts).
+    connector: SharedHttpConnector,
     uri: http::Uri,
     host: http::HeaderValue,
     region: String,
@@ -267,7 +278,11 @@ pub struct Wire {
     /// No refresh starts before this instant, after a failed one.
     refresh_retry_ms: AtomicI64,
     retry: retry::Policy,
+    budget: Arc<retry::Budget>,
     attempt_timeout: Option<Duration>,
+    operation_timeout: Option<Duration>,
+    /// The stalled-stream grace period, when the client's protection covers downloads.
+    stall_grace: Option<Duration>,
     counter: Option<RequestCounter>,
     /// The service's clock minus ours, once a refused signature showed they differ.
     skew_ms: AtomicI64,
@@ -294,8 +309,11 @@ pub enum Ineligible {
     NoCredentials,
     /// No SigV4-signed request was seen, or its URI is not plain `http(s)://host[:port]/`.
     UnknownEndpoint,
-    /// The TLS roots of the platform cannot be loaded for an `https` endpoint.
-    NoTlsRoots(String),
+    /// The client has no HTTP client to send with.
+    NoHttpClient,
+    /// The client's retry mode is adaptive (client-side rate limiting the fast path does not
+    /// implement).
+    AdaptiveRetry,
 }
 
 impl Wire {
@@ -308,6 +326,7 @@ impl Wire {
         client: &aws_sdk_dynamodb::Client,
         capture: &EndpointCapture,
         counter: Option<RequestCounter>,
+        budget: Arc<retry::Budget>,
     ) -> Result<Wire, Ineligible> {
         let config = client.config();
         for interceptor in config.interceptors() {
@@ -329,11 +348,9 @@ impl Wire {
             .uri
             .parse()
             .map_err(|_| Ineligible::UnknownEndpoint)?;
-        let https = match uri.scheme_str() {
-            Some("https") => true,
-            Some("http") => false,
-            _ => return Err(Ineligible::UnknownEndpoint),
-        };
+        if !matches!(uri.scheme_str(), Some("https" | "http")) {
+            return Err(Ineligible::UnknownEndpoint);
+        }
         if uri.path() != "/" || uri.query().is_some() {
             return Err(Ineligible::UnknownEndpoint);
         }
@@ -341,13 +358,27 @@ impl Wire {
             .authority()
             .and_then(|a| http::HeaderValue::from_str(a.as_str()).ok())
             .ok_or(Ineligible::UnknownEndpoint)?;
+        if config
+            .retry_config()
+            .is_some_and(|r| r.mode() == RetryMode::Adaptive)
+        {
+            return Err(Ineligible::AdaptiveRetry);
+        }
         let timeouts = config.timeout_config();
-        let connector = connector(https, timeouts.and_then(|t| t.connect_timeout()))?;
-        let http = HttpClient::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(connector);
+        let mut settings = HttpConnectorSettings::builder();
+        settings
+            .set_connect_timeout(timeouts.and_then(|t| t.connect_timeout()))
+            .set_read_timeout(timeouts.and_then(|t| t.read_timeout()));
+        let connector = components
+            .http_client()
+            .ok_or(Ineligible::NoHttpClient)?
+            .http_connector(&settings.build(), &components);
+        let stall_grace = config
+            .stalled_stream_protection()
+            .filter(|p| p.is_enabled() && p.download_enabled())
+            .map(|p| p.grace_period());
         Ok(Wire {
-            http,
+            connector,
             uri,
             host,
             region: endpoint.region,
@@ -358,7 +389,10 @@ impl Wire {
             refresh: tokio::sync::Mutex::new(()),
             refresh_retry_ms: AtomicI64::new(0),
             retry: retry::Policy::of(config.retry_config()),
+            budget,
             attempt_timeout: timeouts.and_then(|t| t.operation_attempt_timeout()),
+            operation_timeout: timeouts.and_then(|t| t.operation_timeout()),
+            stall_grace,
             counter,
             skew_ms: AtomicI64::new(0),
         })
@@ -555,7 +589,7 @@ impl Wire {
         body: Bytes,
         signing: &Signing,
         stamp: sigv4::Stamp,
-    ) -> http::Request<Full<Bytes>> {
+    ) -> HttpRequest {
         let credentials = &signing.credentials;
         let token = credentials.session_token();
         let authorization = signing.key.authorization(
@@ -578,20 +612,60 @@ impl Wire {
             builder = builder.header("x-amz-security-token", token);
         }
         builder
-            .body(Full::new(body))
-            .unwrap_or_else(|_| http::Request::new(Full::new(Bytes::new())))
+            .body(SdkBody::from(body))
+            .ok()
+            .and_then(|r| HttpRequest::try_from(r).ok())
+            .unwrap_or_else(|| HttpRequest::new(SdkBody::empty()))
     }
 
-    /// Sends with retries; returns the final answer (see [`crate::retry`] for what is sent
-    /// again).
+    /// Sends with retries within the client's operation timeout; returns the final answer
+    /// (see [`crate::retry`] for what is sent again).
     async fn send(
         &self,
         target: &str,
         body: Bytes,
         resend: Resend,
     ) -> Result<Answer, RepositoryError> {
+        let Some(limit) = self.operation_timeout else {
+            return self
+                .attempts(target, body, resend, &AtomicBool::new(false))
+                .await;
+        };
+        let maybe_applied = AtomicBool::new(false);
+        match tokio::time::timeout(limit, self.attempts(target, body, resend, &maybe_applied)).await
+        {
+            Ok(answer) => answer,
+            Err(_) if maybe_applied.load(Ordering::Relaxed) => Err(retry::unknown(
+                OPERATION,
+                format!(
+                    "{}: no answer within the operation timeout {limit:?}",
+                    self.uri
+                ),
+            )),
+            Err(_) => Err(RepositoryError::Unavailable {
+                operation: OPERATION,
+                message: format!(
+                    "{}: not sent within the operation timeout {limit:?}",
+                    self.uri
+                ),
+            }),
+        }
+    }
+
+    /// The attempts of [`Wire::send`]; `maybe_applied` says, whenever the operation timeout
+    /// cuts this short, whether an attempt may have been applied.
+    async fn attempts(
+        &self,
+        target: &str,
+        body: Bytes,
+        resend: Resend,
+        maybe_applied: &AtomicBool,
+    ) -> Result<Answer, RepositoryError> {
         let mut attempt = 0;
+        let mut paid = 0;
         let mut reauthenticated = false;
+        // Whether an earlier attempt may have been applied (only a harmless write goes on).
+        let mut unknown_before = false;
         loop {
             attempt += 1;
             let last = attempt >= self.retry.max_attempts;
@@ -603,13 +677,22 @@ impl Wire {
                 Finished(c)
             });
             let request = self.request(target, body.clone(), &signing, stamp);
+            maybe_applied.store(true, Ordering::Relaxed);
             let sent = async {
-                let response = self.http.request(request).await?;
-                let (parts, incoming) = response.into_parts();
-                let read = Limited::new(incoming, MAX_RESPONSE_BYTES).collect().await;
+                let response = self.connector.call(request).await.map_err(Failed::from)?;
+                let status = http::StatusCode::from_u16(response.status().as_u16())
+                    .unwrap_or(http::StatusCode::BAD_GATEWAY);
+                let server = server_millis(response.headers().get("date"));
+                let read = Limited::new(response.into_body(), MAX_RESPONSE_BYTES).collect();
+                let read = match self.stall_grace {
+                    Some(grace) => tokio::time::timeout(grace, read).await.map_err(|_| {
+                        Failed::Unread(status, format!("the answer stalled for {grace:?}"))
+                    })?,
+                    None => read.await,
+                };
                 match body_bytes(read.map(Collected::to_bytes)) {
-                    Ok(bytes) => Ok((parts.status, bytes, server_millis(&parts.headers))),
-                    Err(why) => Err(Failed::Unread(parts.status, why)),
+                    Ok(bytes) => Ok((status, bytes, server)),
+                    Err(why) => Err(Failed::Unread(status, why)),
                 }
             };
             let result = match self.attempt_timeout {
@@ -618,51 +701,75 @@ impl Wire {
                     .unwrap_or_else(|_| Err(Failed::Lost(format!("no answer within {limit:?}")))),
                 None => sent.await,
             };
-            let may_resend = !last && resend == Resend::Harmless;
-            let (answer, server) = match result {
-                Ok((status, bytes, server)) => (answer(status, bytes), server),
+            // The answer, or why the attempt may have been applied without one.
+            let reply = match result {
+                Ok((status, bytes, server)) => Ok((answer(status, bytes), server)),
                 // The request never left: sent again like a throttled one.
-                Err(Failed::NotSent(message)) if last => {
-                    return Err(RepositoryError::Unavailable {
-                        operation: OPERATION,
-                        message: format!("{}: {message}", self.uri),
-                    });
-                }
-                Err(Failed::NotSent(_)) => {
+                Err(Failed::NotSent(message)) => {
+                    maybe_applied.store(unknown_before, Ordering::Relaxed);
+                    if last || !self.budget.pay(retry::RETRY_COST) {
+                        return Err(RepositoryError::Unavailable {
+                            operation: OPERATION,
+                            message: format!("{}: {message}", self.uri),
+                        });
+                    }
+                    paid += retry::RETRY_COST;
                     tokio::time::sleep(self.retry.backoff(attempt)).await;
                     continue;
                 }
                 // A 2xx status: DynamoDB applied the write; only its item is unknown.
                 Err(Failed::Unread(status, why)) if status.is_success() => {
                     tracing::warn!(%why, "an applied UpdateItem's answer is unreadable");
+                    self.budget.succeeded(paid);
                     return Ok(Answer::Success(Bytes::new()));
                 }
                 // A 4xx status: refused, nothing applied.
                 Err(Failed::Unread(status, why)) if status.is_client_error() => {
+                    maybe_applied.store(unknown_before, Ordering::Relaxed);
                     return Err(RepositoryError::Unavailable {
                         operation: OPERATION,
                         message: format!("{}: answer {status} unreadable: {why}", self.uri),
                     });
                 }
-                Err(Failed::Unread(status, why)) if !may_resend => {
-                    return Err(retry::unknown(
-                        OPERATION,
-                        format!("{}: answer {status} unreadable: {why}", self.uri),
-                    ));
+                Err(Failed::Unread(status, why)) => {
+                    Err(format!("answer {status} unreadable: {why}"))
                 }
-                Err(Failed::Lost(message)) if !may_resend => {
-                    return Err(retry::unknown(
-                        OPERATION,
-                        format!("{}: {message}", self.uri),
-                    ));
+                Err(Failed::Lost(message)) => Err(message),
+            };
+            // A 5xx "may or may not have succeeded".
+            let reply = match reply {
+                Ok((Answer::Failure(status, error), _)) if status.is_server_error() => {
+                    Err(format!(
+                        "{status} {}: {}",
+                        error.code(),
+                        error.message.as_deref().unwrap_or_default()
+                    ))
                 }
-                Err(Failed::Unread(..) | Failed::Lost(_)) => {
+                other => other,
+            };
+            let (answer, server) = match reply {
+                Ok(answered) => answered,
+                Err(message) => {
+                    let harmless = !last && resend == Resend::Harmless;
+                    if !harmless || !self.budget.pay(retry::RETRY_COST) {
+                        return Err(retry::unknown(
+                            OPERATION,
+                            format!("{}: {message}", self.uri),
+                        ));
+                    }
+                    paid += retry::RETRY_COST;
+                    unknown_before = true;
                     tokio::time::sleep(self.retry.backoff(attempt)).await;
                     continue;
                 }
             };
             match answer {
+                Answer::Success(_) => {
+                    self.budget.succeeded(paid);
+                    return Ok(answer);
+                }
                 answer if self.corrects_skew(&answer, server) => {
+                    maybe_applied.store(unknown_before, Ordering::Relaxed);
                     if last {
                         return Ok(answer);
                     }
@@ -671,6 +778,7 @@ impl Wire {
                 // Refused for its credentials, not its time: new credentials, one more try (the
                 // request was refused before anything was applied).
                 answer if !reauthenticated && refuses_credentials(&answer) => {
+                    maybe_applied.store(unknown_before, Ordering::Relaxed);
                     reauthenticated = true;
                     self.invalidate(&signing);
                     tracing::warn!(
@@ -678,22 +786,23 @@ impl Wire {
                         "the service refused the fast path's credentials; resolving them again"
                     );
                 }
-                // A 5xx may or may not have been applied.
-                Answer::Failure(status, error) if status.is_server_error() && !may_resend => {
-                    return Err(retry::unknown(
-                        OPERATION,
-                        format!(
-                            "{}: {status} {}: {}",
-                            self.uri,
-                            error.code(),
-                            error.message.as_deref().unwrap_or_default()
-                        ),
-                    ));
-                }
-                answer if !last && retryable(&answer) => {
+                answer
+                    if !last
+                        && retryable(&answer)
+                        && self.budget.pay(retry::THROTTLING_RETRY_COST) =>
+                {
+                    maybe_applied.store(unknown_before, Ordering::Relaxed);
+                    paid += retry::THROTTLING_RETRY_COST;
                     tokio::time::sleep(self.retry.backoff(attempt)).await;
                 }
-                answer => return Ok(answer),
+                answer => {
+                    if unknown_before {
+                        // The answer to a harmless resend; the first attempt's fate is part
+                        // of it (its condition reports a landed first attempt).
+                        maybe_applied.store(true, Ordering::Relaxed);
+                    }
+                    return Ok(answer);
+                }
             }
         }
     }
@@ -735,8 +844,8 @@ enum Failed {
     Unread(http::StatusCode, String),
 }
 
-impl From<hyper_util::client::legacy::Error> for Failed {
-    fn from(e: hyper_util::client::legacy::Error) -> Self {
+impl From<ConnectorError> for Failed {
+    fn from(e: ConnectorError) -> Self {
         if retry::never_connected(&e) {
             Failed::NotSent(e.to_string())
         } else {
@@ -767,45 +876,12 @@ impl Drop for Finished<'_> {
 }
 
 /// The service's `Date` header, in epoch milliseconds.
-fn server_millis(headers: &http::HeaderMap) -> Option<i64> {
-    let date = headers.get(http::header::DATE)?.to_str().ok()?;
+fn server_millis(date: Option<&str>) -> Option<i64> {
+    let date = date?;
     let parsed =
         aws_smithy_types::DateTime::from_str(date, aws_smithy_types::date_time::Format::HttpDate)
             .ok()?;
     parsed.to_millis().ok()
-}
-
-fn connector(
-    https: bool,
-    connect_timeout: Option<Duration>,
-) -> Result<HttpsConnector<HttpConnector>, Ineligible> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    if https {
-        let found = rustls_native_certs::load_native_certs();
-        if found.certs.is_empty() {
-            let why = found
-                .errors
-                .first()
-                .map_or_else(|| "no certificates".to_string(), |e| e.to_string());
-            return Err(Ineligible::NoTlsRoots(why));
-        }
-        roots.add_parsable_certificates(found.certs);
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Ineligible::NoTlsRoots(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(connect_timeout.unwrap_or(Duration::from_millis(3100))));
-    Ok(hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http))
 }
 
 /// One response: the body of a success, or the error of a failure, parsed once.
@@ -924,7 +1000,7 @@ mod tests {
     #[test]
     fn a_response_body_is_read_up_to_the_limit_and_no_further() {
         let read = |len: usize| {
-            let body = Full::new(Bytes::from(vec![b' '; len]));
+            let body = http_body_util::Full::new(Bytes::from(vec![b' '; len]));
             futures::executor::block_on(Limited::new(body, MAX_RESPONSE_BYTES).collect())
                 .map(Collected::to_bytes)
         };

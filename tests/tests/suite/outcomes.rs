@@ -1,0 +1,268 @@
+//! Every bucket write shape under every way of losing its answer, on the fast path.
+//!
+//! Each case writes to two identical buckets: one through a fault, one cleanly. A write whose
+//! answer was lost must leave its bucket exactly as the clean write left the twin (applied
+//! once, never twice), and report what the caller may know: an unknown outcome for a write
+//! that is never sent again, the write's own result for a 2xx answer, for a late answer and
+//! for a write whose second application its condition refuses (sent again). A request held
+//! without reaching DynamoDB (a half-open connection) changes nothing.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use dynalimit_core::Limit;
+use dynalimit_core::decide::{Plan, TtlAction, plan_delta, plan_refill};
+use dynalimit_repository::bucket::{BucketKey, BucketStore};
+use dynalimit_repository::item::Item;
+use dynalimit_repository::{Repository, RepositoryError};
+use dynalimit_tests::TestTable;
+use dynalimit_tests::fault::{FaultProxy, Lost};
+use dynalimit_tests::raw::put_bucket;
+
+/// rpm capacity in millitokens.
+const CP: i64 = 100_000;
+/// One minute after the buckets' `rf`.
+const NOW: i64 = 1_700_000_060_000;
+const RESOURCE: &str = "gpt-4";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Consume,
+    ConsumeOnly,
+    Refill,
+    Credit,
+    TrimCredit,
+    Doubling,
+    Propagation,
+    PauseStamp,
+}
+
+impl Shape {
+    /// Whether the write's own condition refuses a second application (sent again).
+    fn harmless(self) -> bool {
+        matches!(
+            self,
+            Shape::Doubling | Shape::Propagation | Shape::PauseStamp
+        )
+    }
+
+    /// Text only the faulted request's body holds (the trim follows a guarded credit).
+    fn needle(self) -> Option<&'static str> {
+        (self == Shape::TrimCredit).then_some("\"vu\"")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    After(Lost),
+    Hold,
+}
+
+const FAULTS: [Fault; 6] = [
+    Fault::After(Lost::Answer500),
+    Fault::After(Lost::Hang),
+    Fault::After(Lost::Reset),
+    Fault::After(Lost::CutBody),
+    Fault::After(Lost::Delay),
+    Fault::Hold,
+];
+
+/// A repository through `proxy`: three attempts, 1 s attempt timeout.
+async fn through(table: &TestTable, proxy: &FaultProxy) -> Repository {
+    let client = proxy.client(3, Some(Duration::from_secs(1))).await;
+    let repo = table
+        .builder()
+        .client(client)
+        .namespace("outcomes")
+        .open()
+        .await
+        .expect("open through the proxy");
+    assert!(repo.fast_path().is_some());
+    repo
+}
+
+fn pk(ns: &str, entity: &str, shard: u32) -> String {
+    format!("{ns}/BUCKET#{entity}#{RESOURCE}#{shard}")
+}
+
+/// A full bucket of `entity` (rpm 100/min) with `shards` shards, debited `debit` millitokens.
+async fn bucket(table: &TestTable, ns: &str, entity: &str, shards: u32, debit: i64) {
+    for shard in 0..shards {
+        put_bucket(table, ns, entity, RESOURCE, shard, &[("rpm", 100, 100, 60)]).await;
+        table
+            .client()
+            .update_item()
+            .table_name(table.name())
+            .key("PK", AttributeValue::S(pk(ns, entity, shard)))
+            .key("SK", AttributeValue::S("#STATE".into()))
+            .update_expression("SET shard_count = :c ADD b_rpm_tk :d")
+            .expression_attribute_values(":c", AttributeValue::N(shards.to_string()))
+            .expression_attribute_values(":d", AttributeValue::N((-debit).to_string()))
+            .send()
+            .await
+            .expect("shape the bucket");
+    }
+}
+
+/// The state of every shard of `entity`'s bucket, without the attributes that name it.
+async fn state(table: &TestTable, ns: &str, entity: &str, shards: u32) -> Vec<Item> {
+    let mut out = Vec::new();
+    for shard in 0..shards {
+        let mut item = table
+            .client()
+            .get_item()
+            .table_name(table.name())
+            .key("PK", AttributeValue::S(pk(ns, entity, shard)))
+            .key("SK", AttributeValue::S("#STATE".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("read")
+            .item
+            .expect("the bucket exists");
+        item.retain(|k, _| k != "PK" && k != "entity_id" && !k.starts_with("GSI"));
+        out.push(item);
+    }
+    out
+}
+
+/// Sends `shape`'s write to `entity`'s bucket.
+async fn write(shape: Shape, store: &BucketStore, entity: &str) -> Result<(), RepositoryError> {
+    let key = BucketKey::new(entity, RESOURCE, 0);
+    let demand: BTreeMap<String, i64> = [("rpm".to_string(), 1000)].into();
+    match shape {
+        Shape::Consume => store
+            .speculative_consume(&key, &demand, NOW)
+            .await
+            .map(drop),
+        Shape::ConsumeOnly => store
+            .consume_only(&key, &[("rpm".to_string(), 1000)], NOW)
+            .await
+            .map(drop),
+        Shape::Refill => {
+            let img = store.read(&key).await?.expect("bucket");
+            let limits = [Limit::per_minute("rpm", 100)];
+            let Plan::Write(plan) = plan_refill(&img, &limits, &demand, NOW, TtlAction::Keep)
+            else {
+                panic!("the refill is admitted");
+            };
+            store.refill(&key, &plan).await.map(drop)
+        }
+        Shape::Credit | Shape::TrimCredit => {
+            let img = store.read(&key).await?.expect("bucket");
+            let net = [("rpm".to_string(), -1000)].into();
+            let plan = plan_delta(&net, &img.limits, img.shards());
+            store.apply_delta(&key, &plan).await.map(drop)
+        }
+        Shape::Doubling => store
+            .double_shards(&key, 1, 2, &[("rpm".to_string(), CP / 2)])
+            .await
+            .map(drop),
+        Shape::Propagation => {
+            let report = store
+                .propagate_shard_count(&key, 2, 4, &[("rpm".to_string(), CP / 4)])
+                .await;
+            match report.failed.into_iter().next() {
+                Some((_, e)) => Err(e),
+                None => Ok(()),
+            }
+        }
+        Shape::PauseStamp => store
+            .stamp_pause(entity, RESOURCE, NOW + 30_000)
+            .await
+            .map(drop),
+    }
+}
+
+async fn every_fault(shape: Shape) {
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = through(&table, &proxy).await;
+    let ns = repo.namespace_id().to_owned();
+    let store = repo.buckets();
+    let shards = if shape == Shape::Propagation { 2 } else { 1 };
+    let debit = if shape == Shape::Credit { 5000 } else { 0 };
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let (faulted, clean) = (format!("f{i}"), format!("c{i}"));
+        bucket(&table, &ns, &faulted, shards, debit).await;
+        bucket(&table, &ns, &clean, shards, debit).await;
+        let before = state(&table, &ns, &faulted, shards).await;
+        write(shape, &store, &clean).await.expect("the clean write");
+        let expected = state(&table, &ns, &clean, shards).await;
+        assert_ne!(before, expected, "{shape:?} changes the bucket");
+
+        match fault {
+            Fault::After(how) => proxy.lose_after_applying("UpdateItem", shape.needle(), how, 1),
+            Fault::Hold => proxy.hold("UpdateItem", shape.needle(), 1),
+        }
+        let result = write(shape, &store, &faulted).await;
+        assert_eq!(
+            proxy.pending(),
+            0,
+            "{shape:?} {fault:?}: the fault was served"
+        );
+        let after = state(&table, &ns, &faulted, shards).await;
+        let unknown = matches!(result, Err(RepositoryError::OutcomeUnknown { .. }));
+        let answered = matches!(fault, Fault::After(Lost::CutBody | Lost::Delay));
+        match (shape.harmless(), fault) {
+            // Sent again after the held attempt timed out: applied once.
+            (true, _) => {
+                assert!(result.is_ok(), "{shape:?} {fault:?}: {result:?}");
+                assert_eq!(after, expected, "{shape:?} {fault:?}: applied once");
+            }
+            (false, Fault::Hold) => {
+                assert!(unknown, "{shape:?} {fault:?}: {result:?}");
+                assert_eq!(after, before, "{shape:?} {fault:?}: never arrived");
+            }
+            (false, _) if answered => {
+                assert!(result.is_ok(), "{shape:?} {fault:?}: {result:?}");
+                assert_eq!(after, expected, "{shape:?} {fault:?}: applied once");
+            }
+            (false, _) => {
+                assert!(unknown, "{shape:?} {fault:?}: {result:?}");
+                assert_eq!(after, expected, "{shape:?} {fault:?}: applied once");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn consume() {
+    every_fault(Shape::Consume).await;
+}
+
+#[tokio::test]
+async fn consume_only_retry() {
+    every_fault(Shape::ConsumeOnly).await;
+}
+
+#[tokio::test]
+async fn rf_locked_refill() {
+    every_fault(Shape::Refill).await;
+}
+
+#[tokio::test]
+async fn guarded_credit() {
+    every_fault(Shape::Credit).await;
+}
+
+#[tokio::test]
+async fn trim_credit() {
+    every_fault(Shape::TrimCredit).await;
+}
+
+#[tokio::test]
+async fn doubling() {
+    every_fault(Shape::Doubling).await;
+}
+
+#[tokio::test]
+async fn propagation() {
+    every_fault(Shape::Propagation).await;
+}
+
+#[tokio::test]
+async fn pause_stamp() {
+    every_fault(Shape::PauseStamp).await;
+}
