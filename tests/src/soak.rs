@@ -57,7 +57,7 @@ const PARENT_TPM: i64 = 60_000;
 const CHILD_RPM: i64 = 300;
 const CHILD_TPM: i64 = 30_000;
 /// Longest an acquire, commit or rollback may take before its task counts as stuck.
-const STUCK_AFTER: Duration = Duration::from_secs(30);
+pub const STUCK_AFTER: Duration = Duration::from_secs(30);
 
 /// What a soak does.
 #[derive(Debug, Clone, Serialize, Deserialize)]
