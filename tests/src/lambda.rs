@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use dynalimit_core::{Clock, SystemClock};
-use dynalimit_repository::local::free_port;
+use dynalimit_local::free_port;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;

@@ -34,9 +34,12 @@ use std::time::Duration;
 use aws_config::{BehaviorVersion, Region};
 use aws_sdk_dynamodb::Client;
 use dynalimit_core::{Clock, SystemClock};
-use dynalimit_repository::local::DynamoDbLocal;
-use dynalimit_repository::metrics::RequestCounter;
-use dynalimit_repository::{Repository, RepositoryBuilder, is_loopback, local_credentials, schema};
+use dynalimit_format::schema;
+use dynalimit_local::DynamoDbLocal;
+use dynalimit_repository::RequestCounter;
+use dynalimit_repository::aws::is_loopback;
+use dynalimit_repository::aws::local_credentials;
+use dynalimit_repository::{Repository, RepositoryBuilder};
 
 /// The system's clocks with the wall reading moved by a fixed offset.
 #[derive(Debug, Clone, Copy)]
@@ -184,7 +187,7 @@ pub struct TestTable {
 pub async fn table() -> TestTable {
     let client = client().await;
     let name = unique_table_name();
-    schema::create_table(&client, &name)
+    dynalimit_repository::create_table(&client, &name)
         .await
         .unwrap_or_else(|e| panic!("test kit: cannot create table {name}: {e}"));
     TestTable { name, client }
@@ -247,7 +250,7 @@ impl TestTable {
     }
 
     /// Every item of the table (a full scan), for assertions.
-    pub async fn scan_all(&self) -> Vec<dynalimit_repository::item::Item> {
+    pub async fn scan_all(&self) -> Vec<dynalimit_format::item::Item> {
         let mut out = Vec::new();
         let mut start = None;
         loop {

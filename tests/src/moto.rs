@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use dynalimit_repository::local::free_port;
+use dynalimit_local::free_port;
 
 /// A running moto server on loopback. Dropping it stops the process.
 #[derive(Debug)]
@@ -91,7 +91,7 @@ impl MotoServer {
         let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .endpoint_url(&self.url)
             .region(aws_config::Region::new("us-east-1"))
-            .credentials_provider(dynalimit_repository::local_credentials())
+            .credentials_provider(dynalimit_repository::aws::local_credentials())
             .load()
             .await;
         aws_sdk_dynamodb::Client::new(&config)

@@ -32,12 +32,14 @@ use aws_config::{BehaviorVersion, Region};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit::{Error, Limit, OnUnavailable, RateLimiter};
-use dynalimit_core::decide::doubling_donations;
+use dynalimit_format::item::get_i64;
+use dynalimit_format::keys;
+use dynalimit_local::{self as local, DynamoDbLocal};
+use dynalimit_repository::NewEntity;
+use dynalimit_repository::aws::local_credentials;
 use dynalimit_repository::bucket::BucketKey;
-use dynalimit_repository::entity::NewEntity;
-use dynalimit_repository::item::get_i64;
-use dynalimit_repository::local::{self, DynamoDbLocal};
-use dynalimit_repository::{Repository, RepositoryError, keys, local_credentials, schema};
+use dynalimit_repository::{Repository, RepositoryError};
+
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
@@ -220,10 +222,23 @@ impl Report {
     }
 }
 
-fn setup(message: impl std::fmt::Display) -> RepositoryError {
-    RepositoryError::Setup {
-        message: message.to_string(),
-    }
+/// Why a soak could not run (its findings are in the [`Report`], not here).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SoakError {
+    /// Setting up failed: a worker could not be started or read, or an item is unreadable.
+    #[error("{0}")]
+    Setup(String),
+    /// DynamoDB Local could not be installed or started.
+    #[error(transparent)]
+    Local(#[from] dynalimit_local::LocalError),
+    /// A request of the set-up or of the final reads failed.
+    #[error(transparent)]
+    Repository(#[from] RepositoryError),
+}
+
+fn setup(message: impl std::fmt::Display) -> SoakError {
+    SoakError::Setup(message.to_string())
 }
 
 async fn client_for(endpoint: &str) -> Client {
@@ -252,9 +267,10 @@ fn child(i: u32) -> String {
 /// Runs a soak with workers started from `worker_exe` (the `dynalimit-soak` binary).
 ///
 /// # Errors
-/// [`RepositoryError::Setup`] when the emulator cannot be installed or started, or a worker
-/// cannot be started; the classified failure of the set-up requests.
-pub async fn run(options: &Options, worker_exe: &Path) -> Result<Report, RepositoryError> {
+/// [`SoakError::Local`] when the emulator cannot be installed or started,
+/// [`SoakError::Setup`] when a worker cannot be started or read; the classified failure of
+/// the set-up requests.
+pub async fn run(options: &Options, worker_exe: &Path) -> Result<Report, SoakError> {
     let dir = local::install()?;
     let port = local::free_port()?;
     let db = std::env::temp_dir().join(format!("dynalimit-soak-{}-{port}", std::process::id()));
@@ -262,7 +278,7 @@ pub async fn run(options: &Options, worker_exe: &Path) -> Result<Report, Reposit
     let mut emulator = Some(DynamoDbLocal::start_persistent_in(&dir, port, &db)?);
     let endpoint = format!("http://127.0.0.1:{port}");
     let client = client_for(&endpoint).await;
-    schema::create_table(&client, TABLE).await?;
+    dynalimit_repository::create_table(&client, TABLE).await?;
     let repo = open(client.clone()).await?;
     repo.create_entity(NewEntity::new(PARENT)).await?;
     repo.set_limits(
@@ -409,11 +425,7 @@ async fn double_parent(repo: &Repository) {
         if let Ok(Some(img)) = store.read(&key).await {
             let from = img.shards();
             let to = from * 2;
-            if store
-                .double_shards(&key, from, to, &doubling_donations(&img, to))
-                .await
-                .is_ok()
-            {
+            if store.double_shards(&key, from, to).await.is_ok() {
                 return;
             }
         }
@@ -430,9 +442,7 @@ async fn heal(repo: &Repository, owner: &str) -> i64 {
     };
     let count = img.shards();
     if count > 1 {
-        let _ = store
-            .propagate_shard_count(&key, count / 2, count, &doubling_donations(&img, count))
-            .await;
+        let _ = store.propagate_shard_count(&key, count / 2, count).await;
     }
     i64::from(count)
 }
@@ -443,7 +453,7 @@ async fn read_shards(
     client: &Client,
     ns: &str,
     owner: &str,
-) -> Result<Vec<(i64, BTreeMap<String, i64>)>, RepositoryError> {
+) -> Result<Vec<(i64, BTreeMap<String, i64>)>, SoakError> {
     let read = |shard: u32| async move {
         client
             .get_item()
@@ -531,7 +541,7 @@ async fn task(limiter: &RateLimiter, owner: &str, seed: u64, until: Instant) -> 
                 continue;
             }
             Ok(Ok(lease)) => lease,
-            Ok(Err(Error::RateLimited(_))) => {
+            Ok(Err(Error::Rejected(_))) => {
                 ledger.rejected += 1;
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 continue;

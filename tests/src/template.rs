@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use dynalimit_repository::stack::TEMPLATE;
+use dynalimit_stack::TEMPLATE;
 use serde_json::{Value, json};
 
 /// The template as JSON, short-form tags (`!Ref`, `!If`, …) turned into their long form

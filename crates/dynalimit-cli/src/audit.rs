@@ -3,7 +3,7 @@
 use anyhow::Result;
 use aws_sdk_dynamodb::types::AttributeValue;
 use clap::Args;
-use dynalimit_repository::audit::{SYSTEM_AUDIT_ID, resource_audit_id};
+use dynalimit_format::audit::{SYSTEM_AUDIT_ID, resource_audit_id};
 use serde_json::{Value, json};
 
 use crate::context::Global;

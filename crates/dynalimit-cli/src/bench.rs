@@ -25,17 +25,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::AttributeValue;
 use clap::Args;
 use dynalimit::{Limit, RateLimiter};
 use dynalimit_core::{Clock as _, SystemClock};
-use dynalimit_repository::Repository;
+use dynalimit_format::expr::Expr;
 use dynalimit_repository::bucket::{BucketKey, BucketStore};
-use dynalimit_repository::entity::NewEntity;
-use dynalimit_repository::item::Item;
-use dynalimit_repository::metrics::RequestCounter;
-use dynalimit_repository::retry::Resend;
-use dynalimit_repository::wire::{UpdateItem, Wire};
+use dynalimit_repository::{NewEntity, Repository, RequestCounter};
 use serde_json::{Value, json};
 
 use crate::demo::{Target, print_table};
@@ -179,8 +174,8 @@ struct Bench {
     client: Client,
     /// The bucket store of the benchmark's namespace.
     store: BucketStore,
-    /// The fast path of the benchmark's repository, when it is on.
-    wire: Option<Arc<Wire>>,
+    /// The benchmark's repository (its fast path, when it is on, carries the raw updates).
+    repo: Repository,
     table: String,
     limiter: RateLimiter,
     counter: RequestCounter,
@@ -260,7 +255,7 @@ async fn measure(args: &BenchArgs, target: &Target, stack: &str) -> anyhow::Resu
     }
     let bench = Bench {
         client,
-        wire: repo.fast_path().cloned(),
+        repo: repo.clone(),
         store: repo.buckets(),
         table: stack.to_string(),
         limiter: RateLimiter::new(repo.clone()),
@@ -353,44 +348,35 @@ impl Bench {
         }
     }
 
+    /// The item a raw update adds to: the bucket item of entity `raw-{index}`, which no
+    /// acquire touches.
+    fn raw_key(&self, index: u64) -> dynalimit_format::Item {
+        BucketKey::new(format!("raw-{index}"), RESOURCE, 0).key_map(self.store.namespace_id())
+    }
+
     /// The raw `UpdateItem` through the transport acquires use.
     async fn raw_update(&self, index: u64) -> anyhow::Result<()> {
-        let Some(wire) = &self.wire else {
+        let Some(wire) = self.repo.fast_path() else {
             return self.raw_sdk(index).await;
         };
-        let key: Item = [
-            (
-                "PK".to_string(),
-                AttributeValue::S(format!("bench/RAW#{index}")),
-            ),
-            ("SK".to_string(), AttributeValue::S("#STATE".into())),
-        ]
-        .into();
-        let values = [(":one".to_string(), AttributeValue::N("1".into()))];
-        wire.update_item(&UpdateItem {
-            table: &self.table,
-            key: &key,
-            update_expression: Some("ADD n :one"),
-            condition_expression: None,
-            names: &[],
-            values: &values,
-            return_all_new: false,
-            return_old_on_failure: false,
-            resend: Resend::Never,
-        })
-        .await?;
+        let mut add = Expr::default();
+        add.add("n", 1);
+        wire.send_update(&self.table, &self.raw_key(index), &add)
+            .await?;
         Ok(())
     }
 
     /// The raw `UpdateItem` through the SDK's client.
     async fn raw_sdk(&self, index: u64) -> anyhow::Result<()> {
+        let mut add = Expr::default();
+        add.add("n", 1);
         self.client
             .update_item()
             .table_name(&self.table)
-            .key("PK", AttributeValue::S(format!("bench/RAW#{index}")))
-            .key("SK", AttributeValue::S("#STATE".into()))
-            .update_expression("ADD n :one")
-            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .set_key(Some(self.raw_key(index)))
+            .set_update_expression(add.update_expression())
+            .set_expression_attribute_names(add.names())
+            .set_expression_attribute_values(add.values())
             .send()
             .await?;
         Ok(())

@@ -4,8 +4,8 @@ use anyhow::Result;
 use aws_config::SdkConfig;
 use clap::Args;
 use dynalimit_repository::aws::{self, AwsSettings};
-use dynalimit_repository::stack::StackManager;
 use dynalimit_repository::{DEFAULT_NAMESPACE, DEFAULT_STACK, Repository, RepositoryBuilder};
+use dynalimit_stack::StackManager;
 use serde_json::Value;
 
 use crate::output::{self, Format};

@@ -21,11 +21,9 @@ use aws_sdk_dynamodb::Client;
 use clap::Args;
 use dynalimit::{Error, Limit, RateLimiter};
 use dynalimit_core::{Clock as _, SystemClock};
+use dynalimit_local::DynamoDbLocal;
 use dynalimit_repository::aws::{self, AwsSettings};
-use dynalimit_repository::entity::NewEntity;
-use dynalimit_repository::local::DynamoDbLocal;
-use dynalimit_repository::metrics::RequestCounter;
-use dynalimit_repository::{Repository, RepositoryError};
+use dynalimit_repository::{NewEntity, Repository, RepositoryError, RequestCounter};
 use rand::Rng as _;
 
 /// Options of `dynalimit demo`.
@@ -257,13 +255,16 @@ async fn client_task(
                 tally.estimated.fetch_add(estimate, Ordering::Relaxed);
                 tally.actual.fetch_add(actual, Ordering::Relaxed);
             }
-            Err(Error::RateLimited(rejection)) => {
+            Err(Error::Rejected(rejection)) => {
                 tally.rejected.fetch_add(1, Ordering::Relaxed);
-                if rejection.entity_id == PROJECT {
+                if rejection.entity_id() == Some(PROJECT) {
                     tally.rejected_by_project.fetch_add(1, Ordering::Relaxed);
                 }
                 let left = u64::try_from(deadline - SystemClock.epoch_millis()).unwrap_or(0);
-                let wait = rejection.retry_after().min(Duration::from_millis(left));
+                let wait = rejection
+                    .retry_after()
+                    .unwrap_or_default()
+                    .min(Duration::from_millis(left));
                 tokio::time::sleep(wait.max(Duration::from_millis(20))).await;
             }
             Err(e) => return Err(e.into()),

@@ -5,9 +5,11 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, anyhow, bail};
 use aws_config::SdkConfig;
 use clap::Args;
-use dynalimit_repository::error::classify;
-use dynalimit_repository::stack::{self, StackEvent, StackInfo, StackManager, StackOptions};
-use dynalimit_repository::{Repository, RepositoryError, version};
+use dynalimit_format::version;
+use dynalimit_repository::{Repository, RepositoryError};
+use dynalimit_stack::{
+    self as stack, StackError, StackEvent, StackInfo, StackManager, StackOptions,
+};
 use serde_json::{Value, json};
 
 use crate::context::Global;
@@ -252,7 +254,7 @@ async fn stack_status(
 ) -> Result<Option<StackInfo>> {
     match manager.status().await {
         Ok(info) => Ok(info),
-        Err(RepositoryError::Rejected { .. }) if global.endpoint(config).is_some() => Ok(None),
+        Err(StackError::Rejected { .. }) if global.endpoint(config).is_some() => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
@@ -278,7 +280,7 @@ pub(crate) async fn status(global: &Global) -> Result<()> {
         Err(e) => return Err(anyhow!("DescribeTable failed: {}", e.into_service_error())),
     };
     if stack.is_none() && table.is_none() {
-        return Err(RepositoryError::StackNotFound {
+        return Err(StackError::NotFound {
             stack: global.stack.clone(),
         }
         .into());
@@ -355,10 +357,10 @@ pub(crate) async fn delete(global: &Global, args: &DeleteArgs) -> Result<()> {
             Err(e)
                 if e.as_service_error()
                     .is_some_and(|s| s.is_resource_not_found_exception()) => {}
-            Err(e) => return Err(classify("DeleteTable", e).into()),
+            Err(e) => return Err(RepositoryError::from_sdk("DeleteTable", e).into()),
         }
     }
-    Err(RepositoryError::StackNotFound {
+    Err(StackError::NotFound {
         stack: global.stack.clone(),
     }
     .into())

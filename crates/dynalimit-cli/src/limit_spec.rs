@@ -3,7 +3,7 @@
 //! One limit is `NAME=RATE[/PERIOD][:burst=N]`. `PERIOD` is `sec`, `min` (the default), `hour`,
 //! `day`, or a number of seconds such as `10s`. Without a burst the capacity equals the rate.
 //! Names follow the library's rule: a name that is an attribute of the table's items (`ttl`,
-//! `window`, `total_events`, `PK`, …, see `dynalimit_core::ids::RESERVED_LIMIT_NAMES`) is
+//! `window`, `total_events`, `PK`, …, see `dynalimit_format::attr::ALL`) is
 //! refused before anything is sent.
 //!
 //! The YAML file maps names to the same text, or to `{rate, per, burst}`:
@@ -18,6 +18,7 @@
 
 use anyhow::{Context, Result, anyhow, bail};
 use dynalimit_core::Limit;
+use dynalimit_format::attr;
 
 /// Seconds of a period name.
 fn period_seconds(period: &str) -> Result<i64> {
@@ -46,9 +47,7 @@ fn number(what: &str, text: &str) -> Result<i64> {
 
 fn build(name: &str, rate: i64, period: i64, burst: Option<i64>) -> Result<Limit> {
     let limit = Limit::custom(name, burst.unwrap_or(rate), rate, period);
-    limit
-        .validate()
-        .with_context(|| format!("limit {name:?}"))?;
+    attr::validate_limit(&limit).with_context(|| format!("limit {name:?}"))?;
     Ok(limit)
 }
 

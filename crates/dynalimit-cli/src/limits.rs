@@ -4,8 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
-use dynalimit_repository::config::LimitConfig;
-use dynalimit_repository::{OnUnavailable, Repository};
+use dynalimit_repository::{LimitConfig, OnUnavailable, Repository};
 use serde_json::{Value, json};
 
 use crate::context::{Global, bad_input};

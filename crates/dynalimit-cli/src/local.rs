@@ -10,7 +10,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
-use dynalimit_repository::local;
+use dynalimit_local as local;
 use serde_json::json;
 
 use crate::context::Global;

@@ -23,6 +23,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use dynalimit_repository::RepositoryError;
+use dynalimit_stack::StackError;
 
 use crate::context::Global;
 
@@ -132,15 +133,21 @@ fn exit_code(error: &anyhow::Error) -> u8 {
     {
         return 2;
     }
+    if let Some(e) = error.downcast_ref::<StackError>() {
+        return match e {
+            StackError::Validation(_) => 2,
+            StackError::NotFound { .. } => 4,
+            _ => 3,
+        };
+    }
     match error.downcast_ref::<RepositoryError>() {
         Some(RepositoryError::Validation(_) | RepositoryError::MissingRegion { .. }) => 2,
-        Some(RepositoryError::StackNotFound { .. } | RepositoryError::TableNotFound { .. }) => 4,
+        Some(RepositoryError::TableNotFound { .. }) => 4,
         Some(
             RepositoryError::PermissionDenied { .. }
             | RepositoryError::Throttled { .. }
             | RepositoryError::Unavailable { .. }
-            | RepositoryError::Rejected { .. }
-            | RepositoryError::StackFailed { .. },
+            | RepositoryError::Rejected { .. },
         ) => 3,
         _ => 1,
     }

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::bucket::{
-    MAX_SHARD_COUNT, ShardParams, WCU_CAPACITY_MILLI, WCU_DEBIT_MILLI, WCU_PERIOD_MS,
+    MAX_SHARD_COUNT, ShardParams, WCU, WCU_CAPACITY_MILLI, WCU_DEBIT_MILLI, WCU_PERIOD_MS,
     WCU_REFILL_MILLI, available_tokens, doubled_shard_count, refill, retry_after_ms, try_consume,
 };
 use crate::limit::Limit;
@@ -46,6 +46,18 @@ impl LimitState {
         }
     }
 
+    /// A limit on shard `shard` of `shard_count` as a create writes it: shard 0 (or the only
+    /// shard) starts at its share `cp // S`; a shard a doubling brought into use starts empty
+    /// and fills by refill, because the tokens of the split bucket are held by the shards
+    /// that already exist (see [`plan_create`]).
+    pub fn created(limit: &Limit, shard_count: u32, shard: u32) -> Self {
+        let mut state = LimitState::starting(limit, shard_count);
+        if shard > 0 && shard_count > 1 {
+            state.tk = 0;
+        }
+        state
+    }
+
     /// This limit's parameters on a shard of an item with `shard_count` shards.
     pub fn params(&self, shard_count: u32) -> ShardParams {
         ShardParams::for_shard(self.cp, self.ra, self.rp, shard_count)
@@ -79,7 +91,7 @@ pub struct BucketImage {
     /// The reserved `wcu` limit, if present.
     pub wcu: Option<LimitState>,
     /// 0.15–0.17 features found on the item that the core profile cannot interpret
-    /// (attribute names), see [`unsupported_bucket_attribute`].
+    /// (attribute names, as the table format's bucket codec reports them).
     pub unsupported: Vec<String>,
 }
 
@@ -104,34 +116,6 @@ impl BucketImage {
             .iter()
             .find(|(_, s)| s.ra <= 0)
             .map(|(name, _)| format!("limit {name} has no refill (a quota)"))
-    }
-}
-
-/// Whether an attribute of a bucket item belongs to a 0.15–0.17 feature the core profile does
-/// not implement (reference §12.8). `string_value` is the attribute's value when it is a string
-/// (per-limit schedule strings equal to `"-"` mean "explicitly unscheduled" and are harmless).
-///
-/// ```
-/// use dynalimit_core::decide::unsupported_bucket_attribute;
-/// assert!(unsupported_bucket_attribute("sched", Some("1|…")));
-/// assert!(unsupported_bucket_attribute("b_rpm_gc", None));
-/// assert!(!unsupported_bucket_attribute("b_rpm_sched", Some("-")));
-/// assert!(!unsupported_bucket_attribute("b_rpm_tk", None));
-/// ```
-pub fn unsupported_bucket_attribute(name: &str, string_value: Option<&str>) -> bool {
-    if matches!(name, "sched" | "rsched" | "sched_tz") {
-        return true;
-    }
-    let Some(rest) = name.strip_prefix("b_") else {
-        return false;
-    };
-    let Some((_, field)) = rest.rsplit_once('_') else {
-        return false;
-    };
-    match field {
-        "sched" | "rsched" => string_value != Some("-"),
-        "rsa" | "ws" | "wa" | "wtc" | "gc" | "tu" | "rn" => true,
-        _ => false,
     }
 }
 
@@ -295,30 +279,6 @@ pub fn decide_wcu_exhaustion(
     }
 }
 
-/// What each existing shard gives up when the count doubles from `from` to `to`: per limit,
-/// `cp // to` millitokens (`wcu` excluded).
-///
-/// The `to - from` shards that the doubling brings into use are created later, each funded
-/// with `cp // to`. Debiting each of the `from` existing shards by the same amount (with the
-/// doubling write on shard 0 and the propagation writes on the others) keeps the sum of all
-/// balances unchanged by the split, so tokens spent before the doubling are not handed out a
-/// second time. A shard that was nearly empty goes into debt, which refill repays: the split
-/// can under-admit briefly, never over-admit.
-///
-/// ```
-/// use dynalimit_core::decide::{doubling_donations, BucketImage, LimitState};
-/// let mut img = BucketImage::default();
-/// img.limits.insert("rpm".into(), LimitState { tk: 50_000, cp: 100_000, ra: 100_000, rp: 60_000, tc: 0 });
-/// assert_eq!(doubling_donations(&img, 2), vec![("rpm".to_owned(), 50_000)]);
-/// ```
-pub fn doubling_donations(img: &BucketImage, to: u32) -> Vec<(String, i64)> {
-    img.limits
-        .iter()
-        .map(|(name, s)| (name.clone(), s.cp.div_euclid(i64::from(to.max(1)))))
-        .filter(|(_, d)| *d > 0)
-        .collect()
-}
-
 /// How an rf-locked write treats `ttl` (reference §2.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TtlAction {
@@ -375,8 +335,8 @@ pub struct RefillPlan {
     /// TTL handling.
     pub ttl: TtlAction,
     /// `REMOVE vu` pinned on the value read (a `vu = 0` trim stamp), together with a pin on
-    /// the shard count read (a doubling landing in between re-stamps `vu = 0`, which must not
-    /// be erased by a write planned with the old share).
+    /// the shard count read (the plan's ceilings use that count; after a doubling they would
+    /// be too large to lift the stamp).
     pub remove_vu: Option<i64>,
     /// Shard count the plan's ceilings were computed with.
     pub shard_count: u32,
@@ -401,6 +361,9 @@ pub struct CreatePlan {
     pub consumed: BTreeMap<String, i64>,
     /// Statuses of the declared limits.
     pub statuses: Vec<LimitStatus>,
+    /// Whether the request fits: false for an empty new shard written without consuming
+    /// anything (the acquire is then refused with `statuses`).
+    pub admitted: bool,
 }
 
 /// A plan, or a rejection carrying every declared limit's status.
@@ -537,12 +500,25 @@ pub fn wcu_seed() -> Seed {
     }
 }
 
-/// Plans the create of a missing shard item: every resolved limit starts at the shard's share
-/// `cp // shard_count` minus what this acquire consumes.
+/// Plans the create of missing shard `shard` of a bucket with `shard_count` shards.
+///
+/// Shard 0 (a bucket's first item, or its only one) starts every resolved limit at its share
+/// `cp // shard_count` minus what this acquire consumes; a request that does not fit is
+/// refused and nothing is created.
+///
+/// A shard other than 0 exists only because a doubling split the bucket, and the tokens of a
+/// split bucket are already held by the shards that existed before: funding the new shard
+/// with a share of its own would hand those tokens out twice. So it starts empty (the `wcu`
+/// block full) and fills by refill at its share of the rate, and the existing shards keep
+/// what they hold, spent down and refilled to their smaller share. A split therefore never
+/// raises what can be spent (it may lower it for a while), where the reference's clients
+/// fund every new shard with a full share. The create is written even when the request does
+/// not fit, with nothing consumed (`admitted` false), so the shard starts refilling.
 pub fn plan_create(
     limits: &[Limit],
     demand: &BTreeMap<String, i64>,
     shard_count: u32,
+    shard: u32,
     now: i64,
     ttl: Option<i64>,
 ) -> Plan<CreatePlan> {
@@ -551,7 +527,7 @@ pub fn plan_create(
     let mut statuses = Vec::new();
     let mut consumed = BTreeMap::new();
     for limit in limits {
-        let state = LimitState::starting(limit, shards);
+        let state = LimitState::created(limit, shards, shard);
         let c = match demand.get(limit.name()) {
             Some(&w) => {
                 let st = status(limit.name(), &state, shards, state.tk, w);
@@ -564,8 +540,16 @@ pub fn plan_create(
         };
         rows.push((limit.clone(), state.tk - c, c));
     }
-    if statuses.iter().any(|s| s.exceeded) {
-        return Plan::Reject(statuses);
+    let admitted = !statuses.iter().any(|s| s.exceeded);
+    if !admitted {
+        if shard == 0 || shards == 1 {
+            return Plan::Reject(statuses);
+        }
+        for (_, tk, tc) in &mut rows {
+            *tk += *tc;
+            *tc = 0;
+        }
+        consumed.values_mut().for_each(|c| *c = 0);
     }
     Plan::Write(CreatePlan {
         rf: now,
@@ -574,6 +558,7 @@ pub fn plan_create(
         ttl,
         consumed,
         statuses,
+        admitted,
     })
 }
 
@@ -706,6 +691,116 @@ pub fn availability(
 pub fn shard_in(from: u32, to: u32, r: u32) -> u32 {
     let span = to.saturating_sub(from).max(1);
     (from + r % span).min(MAX_SHARD_COUNT - 1)
+}
+
+/// The shard that `shard` was split from: the doubling that brought shard `k` into use
+/// (from a count of `2^m` with `2^m <= k < 2^(m+1)`) split shard `k - 2^m`. Shard 0 is its own.
+///
+/// A new shard starts empty ([`plan_create`]); its older twin is where the split's tokens are.
+///
+/// ```
+/// use dynalimit_core::decide::split_from;
+/// assert_eq!([0, 1, 2, 3, 5, 7, 12].map(split_from), [0, 0, 0, 1, 1, 3, 4]);
+/// ```
+pub fn split_from(shard: u32) -> u32 {
+    match shard.checked_ilog2() {
+        Some(bit) => shard - (1 << bit),
+        None => 0,
+    }
+}
+
+/// One limit's part of a proactive refill (reference §7.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProactiveDelta {
+    /// Limit name (`wcu` included).
+    pub limit: String,
+    /// Millitokens to add (negative: a trim).
+    pub delta: i64,
+    /// Balance on the image, pinned when the delta is positive.
+    pub tk_read: i64,
+}
+
+/// A proactive refill of one bucket item, as the aggregator plans it (reference §7.3): `ADD`
+/// the deltas and `SET rf = rf_new` under the `rf` lock, with pins on `vu`, `shard_count`
+/// and each raised balance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProactiveRefill {
+    /// `rf` on the image (the lock).
+    pub rf_read: i64,
+    /// `rf` to stamp: `max(now, rf_read)`.
+    pub rf_new: i64,
+    /// `vu` on the image, pinned (absent: must stay absent).
+    pub vu_read: Option<i64>,
+    /// `shard_count` stored on the image, pinned (absent: must stay absent); the ceilings
+    /// depend on it.
+    pub shard_count: Option<i64>,
+    /// Per-limit deltas.
+    pub deltas: Vec<ProactiveDelta>,
+}
+
+/// Plans the proactive refill of an item from its image, the `shard_count` stored on it and
+/// the batch's consumption per limit (millitokens). Each limit is projected to `now`; a
+/// positive delta is written only when the projected balance is below what the batch saw
+/// consumed (the bucket is busy), and a trim (a balance above a lowered ceiling) always is.
+/// `None` when nothing needs writing or the item must be left alone (disabled, or carrying
+/// what the core profile cannot interpret).
+pub fn plan_proactive_refill(
+    img: &BucketImage,
+    shard_count: Option<i64>,
+    consumed: &BTreeMap<String, i64>,
+    now: i64,
+) -> Option<ProactiveRefill> {
+    if img.disabled || img.unsupported_reason().is_some() {
+        return None;
+    }
+    let shards = img.shards();
+    let mut deltas = Vec::new();
+    for (name, st) in &img.limits {
+        let (projected, _) = refill(st.tk, img.rf, now, st.params(shards));
+        let delta = projected - st.tk;
+        let busy = projected < consumed.get(name).copied().unwrap_or(0).max(0);
+        if delta < 0 || (delta > 0 && busy) {
+            deltas.push(ProactiveDelta {
+                limit: name.clone(),
+                delta,
+                tk_read: st.tk,
+            });
+        }
+    }
+    if deltas.is_empty() {
+        return None;
+    }
+    if let Some(w) = img.wcu {
+        let (projected, _) = refill(w.tk, img.rf, now, ShardParams::wcu());
+        if projected != w.tk {
+            deltas.push(ProactiveDelta {
+                limit: WCU.to_owned(),
+                delta: projected - w.tk,
+                tk_read: w.tk,
+            });
+        }
+    }
+    Some(ProactiveRefill {
+        rf_read: img.rf,
+        rf_new: now.max(img.rf),
+        vu_read: img.vu,
+        shard_count,
+        deltas,
+    })
+}
+
+/// Whether shard 0 should double proactively: its `wcu` projected to `now` is below 20 % of
+/// capacity and the count is below the cap. Returns `(from, to)`.
+pub fn plan_proactive_doubling(img: &BucketImage, now: i64) -> Option<(u32, u32)> {
+    if img.disabled || img.unsupported_reason().is_some() {
+        return None;
+    }
+    let w = img.wcu?;
+    let (projected, _) = refill(w.tk, img.rf, now, ShardParams::wcu());
+    if i128::from(projected) * 5 >= i128::from(w.cp) {
+        return None;
+    }
+    doubled_shard_count(img.shards()).map(|to| (img.shards(), to))
 }
 
 #[cfg(test)]

@@ -16,9 +16,9 @@ pub enum CoreError {
         /// What rule it breaks.
         reason: String,
     },
-    /// A limit name equal to an attribute name of an item the table format defines (see
-    /// [`crate::ids::RESERVED_LIMIT_NAMES`]): limits become counter attributes of usage
-    /// snapshots, so it would collide with that attribute.
+    /// A limit name equal to an attribute name of an item the table format defines (raised by
+    /// the table format's `attr::validate_limit_name`): limits become counter attributes of
+    /// usage snapshots, so it would collide with that attribute.
     #[error(
         "invalid limit name {name:?}: reserved, it is an attribute of {items} in the table \
          format, and a limit's usage is stored under its name"

@@ -3,7 +3,7 @@
 //! | identifier | first character | then | max length |
 //! |---|---|---|---|
 //! | entity id, parent id, principal | letter or digit | letters, digits, `_ . - : @` | 256 |
-//! | limit name | letter | letters, digits, `_ . -` | 64 (`wcu` and [`RESERVED_LIMIT_NAMES`] are reserved) |
+//! | limit name | letter | letters, digits, `_ . -` | 64 (`wcu` is reserved; the table format reserves its attribute names too) |
 //! | resource | letter | letters, digits, `_ . - / :` | 64 (`_default_` is the entity-wide name) |
 //! | stack (table) name | letter | letters, digits, `-` | 55 |
 //! | namespace name | any | no `/`, `#` or control characters, not `_` | 128 |
@@ -16,129 +16,6 @@ pub const DEFAULT_RESOURCE: &str = "_default_";
 pub const RESERVED_NAMESPACE: &str = "_";
 /// The reserved limit name of the write-capacity tracker on every bucket item.
 pub const WCU_LIMIT: &str = "wcu";
-
-/// Limit names refused because they are attribute names of items the table format defines
-/// (reference §1.2–§1.4, every item kind), each with the items that carry it.
-///
-/// A limit's consumption is stored on usage snapshot items as a counter attribute named
-/// exactly after the limit (§1.4.10), so a limit named `ttl`, `window` or `PK` would
-/// overwrite (or be refused as) an attribute the format gives that item, and every
-/// aggregator transaction for the bucket would fail. The list takes every item kind, not
-/// only snapshots, so that no future use of limit names as attribute names can collide
-/// either. Comparison is exact: DynamoDB attribute names are case-sensitive, so `pk` or
-/// `TTL` stay allowed.
-///
-/// zae-limiter 0.17 refuses only `wcu` (`zae_limiter.models.RESERVED_LIMIT_NAMES`); a
-/// configuration it stored with one of these names is reported by dynalimit's reader instead
-/// of being read.
-pub const RESERVED_LIMIT_NAMES: &[(&str, &str)] = &[
-    // §1.2: primary key, index keys (GSI1–4, the reserved LSI1–5) and the TTL attribute.
-    ("PK", "every item (primary key)"),
-    ("SK", "every item (sort key)"),
-    ("GSI1PK", "entity items (GSI1 key)"),
-    ("GSI1SK", "entity items (GSI1 key)"),
-    ("GSI2PK", "bucket and usage snapshot items (GSI2 key)"),
-    ("GSI2SK", "bucket and usage snapshot items (GSI2 key)"),
-    ("GSI3PK", "entity config and bucket items (GSI3 key)"),
-    ("GSI3SK", "entity config and bucket items (GSI3 key)"),
-    ("GSI4PK", "every namespaced item (GSI4 key)"),
-    ("GSI4SK", "every namespaced item (GSI4 key)"),
-    ("LSI1SK", "the table's reserved LSI1 key"),
-    ("LSI2SK", "the table's reserved LSI2 key"),
-    ("LSI3SK", "the table's reserved LSI3 key"),
-    ("LSI4SK", "the table's reserved LSI4 key"),
-    ("LSI5SK", "the table's reserved LSI5 key"),
-    (
-        "ttl",
-        "bucket, operation, audit and usage snapshot items (the table's TTL)",
-    ),
-    // §1.4.1–§1.4.2: namespace registry records.
-    ("namespace_id", "namespace registry items"),
-    ("namespace_name", "namespace registry items"),
-    ("status", "namespace registry items"),
-    ("created_at", "namespace registry and entity items"),
-    ("deleted_at", "namespace registry items"),
-    // §1.4.3: the version record (`template_version` is tolerated by readers).
-    ("schema_version", "the version record"),
-    ("lambda_version", "the version record"),
-    ("client_min_version", "the version record"),
-    ("updated_at", "the version record"),
-    ("updated_by", "the version record"),
-    ("template_version", "the version record"),
-    // §1.4.4: entity metadata.
-    (
-        "entity_id",
-        "entity, config, bucket, operation, audit and usage snapshot items",
-    ),
-    ("name", "entity items"),
-    ("parent_id", "entity and bucket items"),
-    ("cascade", "entity, config and bucket items"),
-    ("pgen", "entity and bucket items"),
-    ("pinc", "entity and bucket items"),
-    ("metadata", "entity items"),
-    // §1.4.5–§1.4.6: limit configuration items and registries.
-    ("config_version", "config items"),
-    ("on_unavailable", "the system config item"),
-    ("audit_retention_days", "the system config item"),
-    (
-        "resource",
-        "config, bucket, operation, audit and usage snapshot items",
-    ),
-    ("disabled", "config and bucket items"),
-    ("sched_tz", "config and bucket items"),
-    ("resources", "the resource registry item"),
-    // §1.4.7: bucket items (item-level attributes).
-    ("rf", "bucket items"),
-    ("shard_count", "bucket items"),
-    ("bypass", "bucket items"),
-    ("vu", "bucket items"),
-    ("sched", "bucket items"),
-    ("rsched", "bucket items"),
-    // §1.4.8: reset / top-up operation records.
-    ("operation", "operation records"),
-    ("writer", "operation records"),
-    ("ent", "operation records"),
-    ("shards", "operation records"),
-    ("amounts", "operation records"),
-    // §1.4.9: audit events.
-    ("event_id", "audit items"),
-    ("timestamp", "audit items"),
-    ("action", "audit items"),
-    ("principal", "audit items"),
-    ("details", "audit items"),
-    // §1.4.10: usage snapshots (besides the keys, ids and ttl above).
-    ("window", "usage snapshot items"),
-    ("window_start", "usage snapshot items"),
-    ("total_events", "usage snapshot items"),
-    // §1.4.11: provisioner state.
-    ("managed_system", "the provisioner state item"),
-    ("managed_resources", "the provisioner state item"),
-    ("managed_entities", "the provisioner state item"),
-    ("last_applied", "the provisioner state item"),
-    ("applied_hash", "the provisioner state item"),
-    ("owners", "provisioner pending items"),
-    // §1.4.12: legacy formats readers still recognise.
-    ("total_consumed_milli", "legacy (pre-0.6) items"),
-    ("tokens_milli", "legacy (pre-0.6) items"),
-    ("data", "legacy (pre-0.6) items"),
-    // dynalimit's aggregator watermark items (`#AGGREGATOR#…`, lambda/aggregator).
-    ("seq", "aggregator watermark items"),
-    ("shard", "aggregator watermark items"),
-];
-
-/// The items carrying attribute `name` when it is one of [`RESERVED_LIMIT_NAMES`].
-///
-/// ```
-/// use dynalimit_core::ids::reserved_limit_name;
-/// assert!(reserved_limit_name("ttl").is_some());
-/// assert!(reserved_limit_name("TTL").is_none());
-/// ```
-pub fn reserved_limit_name(name: &str) -> Option<&'static str> {
-    RESERVED_LIMIT_NAMES
-        .iter()
-        .find(|(reserved, _)| *reserved == name)
-        .map(|(_, items)| *items)
-}
 
 fn check(
     field: &'static str,
@@ -242,23 +119,19 @@ pub fn validate_principal(principal: &str) -> Result<(), CoreError> {
     )
 }
 
-/// Checks a limit name: the format's rule, `wcu` (the write-capacity tracker) and the
-/// attribute names of [`RESERVED_LIMIT_NAMES`] are refused.
+/// Checks a limit name: the format's rule, and `wcu` (the write-capacity tracker) is refused.
+/// The table format also refuses its item attribute names (`ttl`, `window`, …); limits headed
+/// for the table are checked with `dynalimit_format::attr::validate_limit_name`.
 ///
 /// ```
-/// use dynalimit_core::CoreError;
 /// use dynalimit_core::ids::validate_limit_name;
 /// assert!(validate_limit_name("rpm.v2").is_ok());
 /// assert!(validate_limit_name("wcu").is_err());
-/// assert!(matches!(
-///     validate_limit_name("total_events"),
-///     Err(CoreError::ReservedLimitName { .. })
-/// ));
+/// assert!(validate_limit_name("9lives").is_err());
 /// ```
 ///
 /// # Errors
-/// [`CoreError::InvalidIdentifier`] for a name breaking the rule or `wcu`,
-/// [`CoreError::ReservedLimitName`] for an item attribute name.
+/// [`CoreError::InvalidIdentifier`] for a name breaking the rule or `wcu`.
 pub fn validate_limit_name(name: &str) -> Result<(), CoreError> {
     check(
         "limit name",
@@ -275,12 +148,6 @@ pub fn validate_limit_name(name: &str) -> Result<(), CoreError> {
             name,
             "'wcu' is reserved for the write-capacity tracker",
         ));
-    }
-    if let Some(items) = reserved_limit_name(name) {
-        return Err(CoreError::ReservedLimitName {
-            name: name.to_owned(),
-            items,
-        });
     }
     Ok(())
 }
@@ -387,73 +254,6 @@ mod tests {
         assert!(validate_limit_name("a/b").is_err());
         assert!(validate_limit_name("1rpm").is_err());
         assert!(validate_limit_name("wcu").is_err());
-    }
-
-    #[test]
-    fn every_item_attribute_name_is_refused_as_a_limit_name() {
-        for (name, items) in RESERVED_LIMIT_NAMES {
-            // Each would pass the name rule: the refusal is the reservation.
-            assert!(name.chars().next().unwrap().is_ascii_alphabetic(), "{name}");
-            match validate_limit_name(name) {
-                Err(CoreError::ReservedLimitName { name: n, items: i }) => {
-                    assert_eq!((n.as_str(), i), (*name, *items));
-                }
-                other => panic!("{name}: {other:?}"),
-            }
-            let message = validate_limit_name(name).unwrap_err().to_string();
-            assert!(
-                message.contains(name) && message.contains(items),
-                "{message}"
-            );
-        }
-        let mut names: Vec<&str> = RESERVED_LIMIT_NAMES.iter().map(|(n, _)| *n).collect();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), RESERVED_LIMIT_NAMES.len(), "listed twice");
-    }
-
-    #[test]
-    fn near_misses_of_reserved_names_stay_allowed() {
-        for ok in [
-            "pk",
-            "Pk",
-            "sk",
-            "TTL",
-            "Ttl",
-            "ttl2",
-            "ttl_s",
-            "ttls",
-            "Window",
-            "window2",
-            "windows",
-            "window-start",
-            "window.start",
-            "total",
-            "total_events2",
-            "events",
-            "gsi2pk",
-            "GSI5PK",
-            "GSI2PK1",
-            "LSI6SK",
-            "entity",
-            "entity_ids",
-            "Resource",
-            "resource2",
-            "res",
-            "rpm",
-            "tpm",
-            "requests",
-            "tokens",
-            "status_code",
-            "names",
-            "sched2",
-            "rf2",
-            "shard_counts",
-            "datas",
-            "dat",
-        ] {
-            assert!(validate_limit_name(ok).is_ok(), "{ok}");
-        }
     }
 
     #[test]

@@ -1,17 +1,18 @@
-//! Pure domain logic of dynalimit: no I/O, no runtime.
+//! Pure domain logic of dynalimit: no I/O.
 //!
-//! Everything here is deterministic and takes time from an injected [`Clock`], so the
-//! decisions the DynamoDB data plane makes can be tested without DynamoDB and without sleeps.
+//! Everything here is deterministic and takes time from an injected [`Clock`] ([`time`], the
+//! one time abstraction of the workspace), so the decisions the DynamoDB data plane makes can
+//! be tested without DynamoDB and without sleeps.
 
 pub mod adaptive;
 pub mod algorithms;
 pub mod bucket;
-pub mod clock;
 pub mod decide;
 pub mod error;
 pub mod ids;
 pub mod limit;
+pub mod time;
 
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::CoreError;
 pub use limit::Limit;
+pub use time::{Clock, ManualClock, SystemClock, TokioClock};

@@ -168,13 +168,12 @@ impl Limit {
     /// support), `0 < refill_period_seconds <= 10^9`.
     ///
     /// Every path that sends limits to DynamoDB (the repository's `set_limits` family, an
-    /// acquire with explicit limits, the CLI) calls this first.
+    /// acquire with explicit limits, the CLI) calls this first, through the table format's
+    /// `attr::validate_limit`, which also refuses the format's attribute names.
     ///
     /// # Errors
-    /// [`CoreError::InvalidIdentifier`] for a bad name, [`CoreError::ReservedLimitName`] for a
-    /// name that is an item attribute of the table format
-    /// ([`crate::ids::RESERVED_LIMIT_NAMES`]), [`CoreError::InvalidValue`] for a value out of
-    /// bounds.
+    /// [`CoreError::InvalidIdentifier`] for a bad name, [`CoreError::InvalidValue`] for a
+    /// value out of bounds.
     pub fn validate(&self) -> Result<(), CoreError> {
         validate_limit_name(&self.name)?;
         bounded("capacity", self.capacity, MAX_TOKENS)?;

@@ -1,132 +1,21 @@
 //! Entities (reference §1.4.4, §6.2): metadata, parent/child links, deletion.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::ids;
+use dynalimit_format::audit::{AuditAction, COMPLETE_DETAIL, RECORDS_DELETED_DETAIL};
+use dynalimit_format::entity::{self as format, Entity, NewEntity, meta_key};
+use dynalimit_format::expr::Expr;
+use dynalimit_format::item::{self, Item};
+use dynalimit_format::schema::{GSI1, GSI3};
+use dynalimit_format::{attr, keys};
 
-use crate::audit::AuditAction;
+use crate::batch::batch_delete;
 use crate::error::classify;
-use crate::item::{self, Item};
-use crate::{Repository, RepositoryError, keys};
-
-/// An entity: an API key, a project, a tenant — whatever owns buckets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entity {
-    /// Its id.
-    pub id: String,
-    /// Display name (defaults to the id).
-    pub name: String,
-    /// The parent whose buckets a cascading acquire also debits.
-    pub parent_id: Option<String>,
-    /// Whether acquires cascade to the parent by default.
-    pub cascade: bool,
-    /// Free-form string metadata.
-    pub metadata: BTreeMap<String, String>,
-    /// Creation time, `YYYY-MM-DDTHH:MM:SSZ`.
-    pub created_at: String,
-    /// Parent generation (`pgen`), 0 for entities written before it existed.
-    pub parent_generation: i64,
-    /// Incarnation (`pinc`), random per create.
-    pub incarnation: Option<String>,
-}
-
-/// What to create; see [`Repository::create_entity`].
-///
-/// ```
-/// use dynalimit_repository::entity::NewEntity;
-///
-/// let key = NewEntity::new("api-key-1")
-///     .name("Production key")
-///     .parent("project-7")
-///     .cascade(true)
-///     .metadata("owner", "team-a");
-/// assert_eq!(key.id(), "api-key-1");
-/// ```
-#[derive(Debug, Clone, Default)]
-#[must_use]
-pub struct NewEntity {
-    id: String,
-    name: Option<String>,
-    parent_id: Option<String>,
-    cascade: bool,
-    metadata: BTreeMap<String, String>,
-}
-
-impl NewEntity {
-    /// An entity with id `id`, no parent, no cascade.
-    pub fn new(id: impl Into<String>) -> Self {
-        NewEntity {
-            id: id.into(),
-            ..Default::default()
-        }
-    }
-
-    /// Its id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// Sets the display name.
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-
-    /// Sets the parent.
-    pub fn parent(mut self, parent_id: impl Into<String>) -> Self {
-        self.parent_id = Some(parent_id.into());
-        self
-    }
-
-    /// Sets whether acquires cascade to the parent.
-    pub fn cascade(mut self, cascade: bool) -> Self {
-        self.cascade = cascade;
-        self
-    }
-
-    /// Adds one metadata entry.
-    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.metadata.insert(key.into(), value.into());
-        self
-    }
-
-    fn validate(&self) -> Result<(), RepositoryError> {
-        ids::validate_entity_id(&self.id)?;
-        if let Some(p) = &self.parent_id {
-            ids::validate_entity_id(p)?;
-            if p == &self.id {
-                return Err(dynalimit_core::CoreError::invalid_identifier(
-                    "parent_id",
-                    p,
-                    "an entity cannot be its own parent",
-                )
-                .into());
-            }
-        }
-        Ok(())
-    }
-}
-
-pub(crate) fn entity_from_item(found: &Item) -> Result<Entity, RepositoryError> {
-    let id = item::require_s(found, "entity_id")?;
-    Ok(Entity {
-        name: item::get_s(found, "name").unwrap_or(&id).to_string(),
-        parent_id: item::get_s(found, "parent_id").map(str::to_string),
-        cascade: item::get_bool(found, "cascade").unwrap_or(false),
-        metadata: match found.get("metadata") {
-            Some(AttributeValue::M(m)) => m
-                .iter()
-                .filter_map(|(k, v)| v.as_s().ok().map(|v| (k.clone(), v.clone())))
-                .collect(),
-            _ => BTreeMap::new(),
-        },
-        created_at: item::get_s(found, "created_at").unwrap_or("").to_string(),
-        parent_generation: item::get_i64(found, "pgen").unwrap_or(0),
-        incarnation: item::get_s(found, "pinc").map(str::to_string),
-        id,
-    })
-}
+use crate::namespace::absent;
+use crate::page;
+use crate::{Repository, RepositoryError};
 
 impl Repository {
     /// Creates an entity; fails if it exists. The parent need not exist yet.
@@ -138,46 +27,17 @@ impl Repository {
         new.validate()?;
         let ns = &self.scope.id;
         let now = self.shared.clock.epoch_millis();
-        let created_at = item::iso_seconds(now);
         let incarnation = format!("{:016x}", rand::random::<u64>());
-        let mut it = item::key(keys::entity_pk(ns, &new.id), keys::META_SK);
-        it.insert("entity_id".into(), item::s(&new.id));
-        it.insert(
-            "name".into(),
-            item::s(new.name.clone().unwrap_or_else(|| new.id.clone())),
-        );
-        it.insert(
-            "parent_id".into(),
-            new.parent_id
-                .as_deref()
-                .map_or(AttributeValue::Null(true), item::s),
-        );
-        it.insert("cascade".into(), AttributeValue::Bool(new.cascade));
-        it.insert("pgen".into(), item::n(now));
-        it.insert("pinc".into(), item::s(&incarnation));
-        it.insert(
-            "metadata".into(),
-            AttributeValue::M(
-                new.metadata
-                    .iter()
-                    .map(|(k, v)| (k.clone(), item::s(v)))
-                    .collect(),
-            ),
-        );
-        it.insert("created_at".into(), item::s(&created_at));
-        it.insert("GSI4PK".into(), item::s(ns));
-        it.insert("GSI4SK".into(), item::s(keys::entity_pk(ns, &new.id)));
-        if let Some(parent) = &new.parent_id {
-            it.insert("GSI1PK".into(), item::s(keys::parent_gsi1pk(ns, parent)));
-            it.insert("GSI1SK".into(), item::s(keys::child_gsi1sk(&new.id)));
-        }
+        let it = new.meta_item(ns, now, &incarnation);
+        let condition = absent();
         let put = self
             .shared
             .client
             .put_item()
             .table_name(&self.shared.table)
             .set_item(Some(it.clone()))
-            .condition_expression("attribute_not_exists(PK)")
+            .set_condition_expression(condition.condition_expression())
+            .set_expression_attribute_names(condition.names())
             .send()
             .await;
         if let Err(e) = put {
@@ -185,20 +45,15 @@ impl Repository {
                 .is_some_and(|s| s.is_conditional_check_failed_exception())
             {
                 return Err(RepositoryError::AlreadyExists {
-                    what: format!("entity {:?}", new.id),
+                    what: format!("entity {:?}", new.id()),
                 });
             }
             return Err(classify("PutItem", e));
         }
-        let details = HashMap::from([
-            ("name".to_string(), it["name"].clone()),
-            ("parent_id".to_string(), it["parent_id"].clone()),
-            ("cascade".to_string(), AttributeValue::Bool(new.cascade)),
-            ("metadata".to_string(), it["metadata"].clone()),
-        ]);
-        self.audit(&new.id, AuditAction::EntityCreated, None, details)
+        let details = format::created_details(&it);
+        self.audit(new.id(), AuditAction::EntityCreated, None, details)
             .await?;
-        entity_from_item(&it)
+        Ok(Entity::from_item(&it)?)
     }
 
     /// Reads an entity.
@@ -212,14 +67,11 @@ impl Repository {
             .client
             .get_item()
             .table_name(&self.shared.table)
-            .set_key(Some(item::key(
-                keys::entity_pk(&self.scope.id, entity_id),
-                keys::META_SK,
-            )))
+            .set_key(Some(meta_key(&self.scope.id, entity_id)))
             .send()
             .await
             .map_err(|e| classify("GetItem", e))?;
-        out.item.as_ref().map(entity_from_item).transpose()
+        Ok(out.item.as_ref().map(Entity::from_item).transpose()?)
     }
 
     /// The parent of `entity_id`, when it has one and the parent exists.
@@ -245,69 +97,28 @@ impl Repository {
     /// [`RepositoryError::Validation`] for a bad id; the classified failure.
     pub async fn children(&self, parent_id: &str) -> Result<Vec<Entity>, RepositoryError> {
         ids::validate_entity_id(parent_id)?;
-        let mut out = self
-            .query_items(
-                Some("GSI1"),
-                "GSI1PK = :p",
-                &[(":p", keys::parent_gsi1pk(&self.scope.id, parent_id))],
-            )
+        let mut e = Expr::default();
+        let c = e.eq(
+            attr::GSI1PK,
+            item::s(keys::parent_gsi1pk(&self.scope.id, parent_id)),
+        );
+        e.when(c);
+        let mut out = page::all_items(self.query(Some(GSI1), &e))
             .await?
             .iter()
-            .map(entity_from_item)
+            .map(Entity::from_item)
             .collect::<Result<Vec<_>, _>>()?;
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
     }
 
-    /// Every item of a query (all pages), optionally on an index.
-    pub(crate) async fn query_items(
+    /// A query of this repository's table, on `index` when given, with `e`'s key condition.
+    pub(crate) fn query(
         &self,
         index: Option<&str>,
-        condition: &str,
-        values: &[(&str, String)],
-    ) -> Result<Vec<Item>, RepositoryError> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let mut q = self
-                .shared
-                .client
-                .query()
-                .table_name(&self.shared.table)
-                .set_index_name(index.map(str::to_string))
-                .key_condition_expression(condition)
-                .set_exclusive_start_key(start);
-            for (k, v) in values {
-                q = q.expression_attribute_values(*k, item::s(v));
-            }
-            let page = q.send().await.map_err(|e| classify("Query", e))?;
-            out.extend(page.items().iter().cloned());
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
-            }
-        }
-        Ok(out)
-    }
-
-    /// Every key (`PK`, `SK`) of a query (all pages), optionally on an index.
-    pub(crate) async fn query_keys(
-        &self,
-        index: Option<&str>,
-        condition: &str,
-        values: &[(&str, String)],
-    ) -> Result<Vec<Item>, RepositoryError> {
-        Ok(self
-            .query_items(index, condition, values)
-            .await?
-            .iter()
-            .filter_map(|found| {
-                Some(item::key(
-                    item::get_s(found, "PK")?,
-                    item::get_s(found, "SK")?,
-                ))
-            })
-            .collect())
+        e: &Expr,
+    ) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+        page::query(&self.shared.client, &self.shared.table, index, e)
     }
 
     /// Deletes an entity and every item that belongs to it — operation records, then bucket
@@ -322,48 +133,49 @@ impl Repository {
         ids::validate_entity_id(entity_id)?;
         let ns = &self.scope.id;
         let entity_pk = keys::entity_pk(ns, entity_id);
-        let own = self
-            .query_keys(None, "PK = :pk", &[(":pk", entity_pk.clone())])
-            .await?;
-        let buckets = self
-            .query_keys(
-                Some("GSI3"),
-                "GSI3PK = :pk AND begins_with(GSI3SK, :b)",
-                &[(":pk", entity_pk.clone()), (":b", "BUCKET#".into())],
-            )
-            .await?;
+        let own = page::all_keys(self.query(None, &partition(&entity_pk, None))).await?;
+        let mut discover = Expr::default();
+        let c = discover.eq(attr::GSI3PK, item::s(&entity_pk));
+        discover.when(c);
+        let c = discover.begins_with(attr::GSI3SK, keys::BUCKET_INDEX_SK_PREFIX);
+        discover.when(c);
+        let buckets = page::all_keys(self.query(Some(GSI3), &discover)).await?;
         let mut ops = Vec::new();
         let mut partitions: Vec<String> = buckets
             .iter()
-            .filter_map(|k| item::get_s(k, "PK").map(str::to_string))
+            .filter_map(|k| item::key_of(k).map(|(pk, _)| pk.to_owned()))
             .collect();
         partitions.sort();
         partitions.dedup();
         for pk in &partitions {
-            ops.extend(
-                self.query_keys(
-                    None,
-                    "PK = :pk AND begins_with(SK, :op)",
-                    &[(":pk", pk.clone()), (":op", keys::OP_SK_PREFIX.into())],
-                )
-                .await?,
-            );
+            let e = partition(pk, Some(keys::OP_SK_PREFIX));
+            ops.extend(page::all_keys(self.query(None, &e)).await?);
         }
-        let (meta, rest): (Vec<Item>, Vec<Item>) = own
-            .into_iter()
-            .partition(|k| item::get_s(k, "SK") == Some(keys::META_SK));
+        let (meta, rest): (Vec<Item>, Vec<Item>) = own.into_iter().partition(format::is_meta);
         let mut deleted = 0;
         for phase in [ops, buckets, rest, meta] {
-            deleted += self.batch_delete(phase).await?;
+            deleted += batch_delete(&self.shared.client, &self.shared.table, phase).await?;
         }
         if deleted > 0 {
             let details = HashMap::from([
-                ("records_deleted".to_string(), item::n(deleted)),
-                ("complete".to_string(), AttributeValue::Bool(true)),
+                (RECORDS_DELETED_DETAIL.to_string(), item::n(deleted)),
+                (COMPLETE_DETAIL.to_string(), AttributeValue::Bool(true)),
             ]);
             self.audit(entity_id, AuditAction::EntityDeleted, None, details)
                 .await?;
         }
         Ok(deleted)
     }
+}
+
+/// The key condition of partition `pk`, narrowed to sort keys starting with `prefix`.
+pub(crate) fn partition(pk: &str, prefix: Option<&str>) -> Expr {
+    let mut e = Expr::default();
+    let c = e.eq(attr::PK, item::s(pk));
+    e.when(c);
+    if let Some(prefix) = prefix {
+        let c = e.begins_with(attr::SK, prefix);
+        e.when(c);
+    }
+    e
 }

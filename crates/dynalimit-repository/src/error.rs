@@ -1,6 +1,7 @@
 //! The error type of the repository, and the classification of AWS SDK failures.
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use dynalimit_format::FormatError;
 use thiserror::Error;
 
 /// Everything the data plane can report. SDK failures are classified at the boundary; no SDK
@@ -59,9 +60,7 @@ pub enum RepositoryError {
     },
 
     /// The table (the stack) does not exist.
-    #[error(
-        "table {table:?} does not exist; deploy it with `dynalimit deploy` or Repository::open"
-    )]
+    #[error("table {table:?} does not exist; deploy it with `dynalimit deploy`")]
     TableNotFound {
         /// The table name.
         table: String,
@@ -159,7 +158,7 @@ pub enum RepositoryError {
     },
 
     /// A stored limit configuration names a limit after an attribute of the table's items
-    /// ([`dynalimit_core::ids::RESERVED_LIMIT_NAMES`]), as a client that refuses only `wcu`
+    /// ([`dynalimit_format::attr::ALL`]), as a client that refuses only `wcu`
     /// (zae-limiter 0.17) can write it. dynalimit refuses to use the item rather than misread
     /// it; acquires treat this as unavailable (governed by `on_unavailable`).
     #[error(
@@ -183,23 +182,11 @@ pub enum RepositoryError {
         message: String,
     },
 
-    /// The CloudFormation stack does not exist.
-    #[error("stack {stack:?} does not exist; deploy it with `dynalimit deploy`")]
-    StackNotFound {
-        /// The stack name.
-        stack: String,
-    },
-
-    /// A CloudFormation operation on the stack did not reach the state it aimed for.
-    #[error("stack {stack:?} ended in {status}: {reason}")]
-    StackFailed {
-        /// The stack name.
-        stack: String,
-        /// The status it ended in (e.g. `ROLLBACK_COMPLETE`).
-        status: String,
-        /// The first failure CloudFormation reported, or the stack's status reason.
-        reason: String,
-    },
+    /// Provisioning the missing table as the CloudFormation stack failed (feature
+    /// `provision`).
+    #[cfg(feature = "provision")]
+    #[error(transparent)]
+    Provisioning(#[from] dynalimit_stack::StackError),
 
     /// No AWS region is configured for an endpoint that is not a loopback emulator.
     #[error(
@@ -209,13 +196,6 @@ pub enum RepositoryError {
     MissingRegion {
         /// The profile that was read.
         profile: String,
-    },
-
-    /// Setting up a local environment failed (installing or starting DynamoDB Local).
-    #[error("{message}")]
-    Setup {
-        /// One line naming the problem and what to install or do.
-        message: String,
     },
 }
 
@@ -253,6 +233,35 @@ impl RepositoryError {
             message: message.into(),
         }
     }
+
+    /// Classifies a failure of the AWS SDK's `operation` (throttling, permissions,
+    /// conflicts, outages, refusals), for requests other crates send with the repository's
+    /// client (the aggregator's snapshot transactions, for example).
+    pub fn from_sdk<E, R>(operation: &'static str, err: SdkError<E, R>) -> RepositoryError
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: std::fmt::Debug,
+    {
+        classify(operation, err)
+    }
+}
+
+impl From<FormatError> for RepositoryError {
+    fn from(e: FormatError) -> Self {
+        match e {
+            FormatError::Corrupt { key, message } => RepositoryError::Corrupt { key, message },
+            FormatError::Unsupported { key, feature } => {
+                RepositoryError::Unsupported { key, feature }
+            }
+            FormatError::ReservedLimitName { key, name } => {
+                RepositoryError::ReservedLimitName { key, name }
+            }
+            other => RepositoryError::Corrupt {
+                key: String::new(),
+                message: other.to_string(),
+            },
+        }
+    }
 }
 
 const THROTTLING_CODES: &[&str] = &[
@@ -273,7 +282,7 @@ const PERMISSION_CODES: &[&str] = &[
 ];
 
 /// Classifies an SDK failure of `operation` into a [`RepositoryError`].
-pub fn classify<E, R>(operation: &'static str, err: SdkError<E, R>) -> RepositoryError
+pub(crate) fn classify<E, R>(operation: &'static str, err: SdkError<E, R>) -> RepositoryError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug,
@@ -310,7 +319,11 @@ where
 }
 
 /// Classifies a service error code (also used for transaction cancellation reasons).
-pub fn classify_code(operation: &'static str, code: &str, message: String) -> RepositoryError {
+pub(crate) fn classify_code(
+    operation: &'static str,
+    code: &str,
+    message: String,
+) -> RepositoryError {
     if THROTTLING_CODES.contains(&code) {
         RepositoryError::Throttled { operation, message }
     } else if PERMISSION_CODES.contains(&code) {

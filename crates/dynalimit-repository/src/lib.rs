@@ -1,12 +1,25 @@
 //! The DynamoDB data plane of dynalimit.
 //!
-//! A [`Repository`] owns one namespace of one table: it creates the table with the schema of
-//! [`schema::TABLE_SCHEMA`], keeps the namespace registry and the version record, and reads and
-//! writes entities, limit configuration and buckets in the zae-limiter 0.17 table format, so
-//! Python and Rust services can share one table.
+//! A [`Repository`] owns one namespace of one table: it creates the table when it is missing,
+//! keeps the namespace registry and the version record, and reads and writes entities, limit
+//! configuration, buckets, audit events and usage snapshots in the zae-limiter 0.17 table
+//! format ([`dynalimit_format`]), so Python and Rust services can share one table.
 //!
-//! Every `UpdateItem` of the bucket engine goes through [`wire`], a direct transport that
-//! signs and sends the request without the SDK's orchestrator, when the client allows it.
+//! Every `UpdateItem` of the bucket engine takes a fast path that signs the request and hands
+//! it to the SDK client's own HTTP connector, when the client allows it
+//! ([`Repository::fast_path`]).
+//!
+//! | item | for |
+//! |---|---|
+//! | [`Repository`], [`RepositoryBuilder`], [`RepositoryError`] | services and operators |
+//! | [`bucket`] | the acquire path's reads and writes of bucket items (the limiter, the aggregator) |
+//! | [`aws`] | AWS settings, loaded as the AWS CLI loads them, for every client dynalimit builds |
+//! | [`RequestCounter`] | counting the requests a client sends (tests, the benchmark) |
+//!
+//! A missing table is created directly on an emulator (DynamoDB Local, LocalStack). On AWS it
+//! is provisioned as the CloudFormation stack of `dynalimit-stack` when the cargo feature
+//! `provision` is on (the `dynalimit` crate turns it on by default); without it, deploy the
+//! stack with `dynalimit deploy` first.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
@@ -21,36 +34,37 @@
 //! # Ok(()) }
 //! ```
 
-pub mod audit;
+mod audit;
 pub mod aws;
+mod batch;
 pub mod bucket;
-pub mod config;
-pub mod entity;
-pub mod error;
-pub mod item;
-pub mod keys;
-pub mod local;
-pub mod metrics;
-pub mod namespace;
+mod config;
+mod entity;
+mod error;
+mod metrics;
+mod namespace;
+mod page;
 mod repository;
 pub mod retry;
-pub mod schema;
-pub mod stack;
-pub mod usage;
-pub mod version;
-pub mod wire;
+mod schema;
+mod usage;
+mod wire;
 
-pub use audit::{AuditEvent, AuditPage};
-pub use aws::{is_loopback, local_credentials};
-pub use config::{
-    CacheStats, ConfigLevel, DisabledFlag, LimitConfig, OnUnavailable, ResolvedLimits,
-};
-pub use entity::{Entity, NewEntity};
+pub use audit::AuditPage;
+pub use batch::batch_get_items;
+pub use config::{CacheStats, ResolvedLimits};
+pub use dynalimit_format::audit::AuditEvent;
+pub use dynalimit_format::config::{ConfigLevel, DisabledFlag, LimitConfig, OnUnavailable};
+pub use dynalimit_format::entity::{Entity, NewEntity};
+pub use dynalimit_format::namespace::NamespaceInfo;
+pub use dynalimit_format::usage::UsageSnapshot;
+pub use dynalimit_format::version::VersionRecord;
 pub use error::RepositoryError;
-pub use namespace::NamespaceInfo;
+pub use metrics::RequestCounter;
 pub use repository::{
     DEFAULT_BUCKET_TTL_MULTIPLIER, DEFAULT_CONFIG_CACHE_TTL, DEFAULT_NAMESPACE, DEFAULT_STACK,
     Repository, RepositoryBuilder,
 };
-pub use usage::{UsagePage, UsageQuery, UsageSnapshot, UsageSummary};
-pub use version::VersionRecord;
+pub use schema::create_table;
+pub use usage::{UsagePage, UsageQuery, UsageSummary};
+pub use wire::{FastPath, MAX_RESPONSE_BYTES};

@@ -5,10 +5,10 @@
 //! `BatchGetItem`, …), and how many were on the wire at once. The tests use it to prove "one
 //! request per warm acquire"; the benchmark uses it to report requests per operation. Hand it
 //! to [`crate::RepositoryBuilder::request_counter`] as well, so the fast path
-//! ([`crate::wire`]) reports its requests too.
+//! reports its requests too.
 //!
 //! ```
-//! use dynalimit_repository::metrics::RequestCounter;
+//! use dynalimit_repository::RequestCounter;
 //!
 //! let counter = RequestCounter::default();
 //! let config = aws_sdk_dynamodb::Config::builder()

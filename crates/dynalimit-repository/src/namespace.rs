@@ -2,46 +2,25 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::{
-    AttributeValue, DeleteRequest, Put, TransactWriteItem, WriteRequest,
-};
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use base64::Engine;
 use dynalimit_core::ids;
+use dynalimit_format::expr::Expr;
+use dynalimit_format::item::{self, Item};
+use dynalimit_format::namespace::{
+    self as format, ACTIVE, DELETED, NamespaceInfo, PURGING, forward_key, reverse_key,
+};
+use dynalimit_format::schema::GSI4;
+use dynalimit_format::{attr, keys};
 
+use crate::batch::batch_delete;
 use crate::error::classify;
-use crate::item::{self, Item};
-use crate::{Repository, RepositoryError, keys};
-
-/// A registered namespace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NamespaceInfo {
-    /// The name users choose.
-    pub name: String,
-    /// The opaque id that prefixes the namespace's keys.
-    pub id: String,
-    /// `active`, `deleted` or `purging`.
-    pub status: String,
-    /// When it was registered (`YYYY-MM-DDTHH:MM:SSZ`).
-    pub created_at: String,
-    /// When it was soft-deleted.
-    pub deleted_at: Option<String>,
-}
-
-impl NamespaceInfo {
-    fn from_item(found: &Item) -> Result<NamespaceInfo, RepositoryError> {
-        Ok(NamespaceInfo {
-            name: item::require_s(found, "namespace_name")?,
-            id: item::require_s(found, "namespace_id")?,
-            status: item::get_s(found, "status").unwrap_or("active").to_string(),
-            created_at: item::get_s(found, "created_at").unwrap_or("").to_string(),
-            deleted_at: item::get_s(found, "deleted_at").map(str::to_string),
-        })
-    }
-}
+use crate::page;
+use crate::{Repository, RepositoryError};
 
 /// A new opaque namespace id: 8 random bytes in URL-safe base64 (11 characters), never
 /// starting with `-`.
-pub fn new_namespace_id() -> String {
+fn new_namespace_id() -> String {
     loop {
         let bytes: [u8; 8] = rand::random();
         let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
@@ -51,18 +30,13 @@ pub fn new_namespace_id() -> String {
     }
 }
 
-fn record(name: &str, id: &str, sk: String, created_at: &str) -> Item {
-    let mut it = item::key(keys::SYSTEM_RESERVED_PK, sk);
-    it.insert("namespace_id".into(), item::s(id));
-    it.insert("namespace_name".into(), item::s(name));
-    it.insert("status".into(), item::s("active"));
-    it.insert("created_at".into(), item::s(created_at));
-    it.insert("GSI4PK".into(), item::s(keys::RESERVED_NS));
-    it.insert("GSI4SK".into(), item::s(keys::SYSTEM_RESERVED_PK));
-    it
+/// `attribute_not_exists(PK)`: the condition of a put that must not replace an item.
+pub(crate) fn absent() -> Expr {
+    let mut e = Expr::default();
+    let c = e.not_exists(attr::PK);
+    e.when(c);
+    e
 }
-
-const BATCH_RETRIES: u32 = 5;
 
 impl Repository {
     fn remember_namespace(&self, name: &str, id: &str) {
@@ -103,9 +77,9 @@ impl Repository {
         consistent: bool,
     ) -> Result<Option<String>, RepositoryError> {
         let found = self
-            .get_registry_record(keys::namespace_sk(name), consistent)
+            .get_registry_record(forward_key(name), consistent)
             .await?;
-        Ok(found.filter(|info| info.status == "active").map(|info| {
+        Ok(found.filter(|info| info.status == ACTIVE).map(|info| {
             self.remember_namespace(name, &info.id);
             info.id
         }))
@@ -131,16 +105,18 @@ impl Repository {
         }
         let id = new_namespace_id();
         let now = item::iso_seconds(self.shared.clock.epoch_millis());
+        let condition = absent();
         let put = |it: Item| {
             Put::builder()
                 .table_name(&self.shared.table)
                 .set_item(Some(it))
-                .condition_expression("attribute_not_exists(PK)")
+                .set_condition_expression(condition.condition_expression())
+                .set_expression_attribute_names(condition.names())
                 .build()
                 .map(|p| TransactWriteItem::builder().put(p).build())
         };
-        let forward = put(record(name, &id, keys::namespace_sk(name), &now));
-        let reverse = put(record(name, &id, keys::nsid_sk(&id), &now));
+        let forward = put(format::record(forward_key(name), name, &id, &now));
+        let reverse = put(format::record(reverse_key(&id), name, &id, &now));
         let (forward, reverse) = match (forward, reverse) {
             (Ok(f), Ok(r)) => (f, r),
             (Err(e), _) | (_, Err(e)) => {
@@ -230,8 +206,7 @@ impl Repository {
         name: &str,
     ) -> Result<Option<NamespaceInfo>, RepositoryError> {
         ids::validate_namespace_name(name)?;
-        self.get_registry_record(keys::namespace_sk(name), false)
-            .await
+        self.get_registry_record(forward_key(name), false).await
     }
 
     /// Reads the reverse record of namespace id `id` (present also while deleted).
@@ -242,13 +217,13 @@ impl Repository {
         &self,
         id: &str,
     ) -> Result<Option<NamespaceInfo>, RepositoryError> {
-        self.get_registry_record(keys::nsid_sk(id), true).await
+        self.get_registry_record(reverse_key(id), true).await
     }
 
-    /// Reads one record of the namespace registry by its sort key.
+    /// Reads one record of the namespace registry.
     async fn get_registry_record(
         &self,
-        sk: String,
+        key: Item,
         consistent: bool,
     ) -> Result<Option<NamespaceInfo>, RepositoryError> {
         let out = self
@@ -256,49 +231,64 @@ impl Repository {
             .client
             .get_item()
             .table_name(&self.shared.table)
-            .set_key(Some(item::key(keys::SYSTEM_RESERVED_PK, sk)))
+            .set_key(Some(key))
             .set_consistent_read(consistent.then_some(true))
             .send()
             .await
             .map_err(|e| classify("GetItem", e))?;
-        out.item.as_ref().map(NamespaceInfo::from_item).transpose()
+        Ok(out
+            .item
+            .as_ref()
+            .map(NamespaceInfo::from_item)
+            .transpose()?)
     }
 
-    /// Updates the `status` (as `#st`) and companions of the reverse record of namespace `id`.
-    async fn update_reverse_record<const N: usize>(
+    /// Sets the `status` of the reverse record of namespace `id`, with `deleted_at` set to
+    /// `deleted_at` or removed.
+    async fn update_reverse_record(
         &self,
         id: &str,
-        expression: &str,
-        values: [(&str, AttributeValue); N],
+        status: &str,
+        deleted_at: Option<Option<String>>,
     ) -> Result<(), RepositoryError> {
-        let mut update = self
-            .shared
+        let mut e = Expr::default();
+        e.set(attr::STATUS, item::s(status));
+        match deleted_at {
+            Some(Some(at)) => e.set(attr::DELETED_AT, item::s(at)),
+            Some(None) => e.remove(attr::DELETED_AT),
+            None => {}
+        }
+        self.shared
             .client
             .update_item()
             .table_name(&self.shared.table)
-            .set_key(Some(item::key(keys::SYSTEM_RESERVED_PK, keys::nsid_sk(id))))
-            .update_expression(expression)
-            .expression_attribute_names("#st", "status");
-        for (name, value) in values {
-            update = update.expression_attribute_values(name, value);
-        }
-        update.send().await.map_err(|e| classify("UpdateItem", e))?;
+            .set_key(Some(reverse_key(id)))
+            .set_update_expression(e.update_expression())
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .send()
+            .await
+            .map_err(|e| classify("UpdateItem", e))?;
         Ok(())
     }
 
     async fn query_registry(&self, prefix: &str) -> Result<Vec<NamespaceInfo>, RepositoryError> {
-        self.query_items(
+        let mut e = Expr::default();
+        let pk = e.eq(attr::PK, item::s(keys::SYSTEM_RESERVED_PK));
+        e.when(pk);
+        let sk = e.begins_with(attr::SK, prefix);
+        e.when(sk);
+        let items = page::all_items(page::query(
+            &self.shared.client,
+            &self.shared.table,
             None,
-            "PK = :pk AND begins_with(SK, :p)",
-            &[
-                (":pk", keys::SYSTEM_RESERVED_PK.to_string()),
-                (":p", prefix.to_string()),
-            ],
-        )
-        .await?
-        .iter()
-        .map(NamespaceInfo::from_item)
-        .collect()
+            &e,
+        ))
+        .await?;
+        Ok(items
+            .iter()
+            .map(NamespaceInfo::from_item)
+            .collect::<Result<_, _>>()?)
     }
 
     /// The reverse record of `id`, or [`RepositoryError::NotFound`].
@@ -316,7 +306,7 @@ impl Repository {
     /// The classified failure.
     pub async fn list_namespaces(&self) -> Result<Vec<NamespaceInfo>, RepositoryError> {
         let mut all = self.query_registry(keys::NAMESPACE_SK_PREFIX).await?;
-        all.retain(|n| n.status == "active");
+        all.retain(|n| n.status == ACTIVE);
         all.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(all)
     }
@@ -335,20 +325,13 @@ impl Repository {
             .client
             .delete_item()
             .table_name(&self.shared.table)
-            .set_key(Some(item::key(
-                keys::SYSTEM_RESERVED_PK,
-                keys::namespace_sk(name),
-            )))
+            .set_key(Some(forward_key(name)))
             .send()
             .await
             .map_err(|e| classify("DeleteItem", e))?;
         let now = item::iso_seconds(self.shared.clock.epoch_millis());
-        self.update_reverse_record(
-            &info.id,
-            "SET #st = :d, deleted_at = :t",
-            [(":d", item::s("deleted")), (":t", item::s(now))],
-        )
-        .await?;
+        self.update_reverse_record(&info.id, DELETED, Some(Some(now)))
+            .await?;
         self.forget_namespace(name);
         Ok(Some(info.id))
     }
@@ -368,26 +351,23 @@ impl Repository {
             .into());
         }
         let info = self.existing_namespace_by_id(id).await?;
-        if info.status != "deleted" {
+        if info.status != DELETED {
             return Err(RepositoryError::NamespaceState {
                 name: info.name,
                 state: info.status,
                 message: "only a deleted namespace can be recovered".into(),
             });
         }
-        let forward = record(
-            &info.name,
-            id,
-            keys::namespace_sk(&info.name),
-            &info.created_at,
-        );
+        let forward = format::record(forward_key(&info.name), &info.name, id, &info.created_at);
+        let condition = absent();
         let put = self
             .shared
             .client
             .put_item()
             .table_name(&self.shared.table)
             .set_item(Some(forward))
-            .condition_expression("attribute_not_exists(PK)")
+            .set_condition_expression(condition.condition_expression())
+            .set_expression_attribute_names(condition.names())
             .send()
             .await;
         if let Err(e) = put {
@@ -396,21 +376,16 @@ impl Repository {
             {
                 return Err(RepositoryError::NamespaceState {
                     name: info.name,
-                    state: "deleted".into(),
+                    state: DELETED.into(),
                     message: "its name has been registered again with another id".into(),
                 });
             }
             return Err(classify("PutItem", e));
         }
-        self.update_reverse_record(
-            id,
-            "SET #st = :a REMOVE deleted_at",
-            [(":a", item::s("active"))],
-        )
-        .await?;
+        self.update_reverse_record(id, ACTIVE, Some(None)).await?;
         self.remember_namespace(&info.name, id);
         Ok(NamespaceInfo {
-            status: "active".into(),
+            status: ACTIVE.into(),
             deleted_at: None,
             ..info
         })
@@ -422,7 +397,7 @@ impl Repository {
     /// The classified failure.
     pub async fn list_orphan_namespaces(&self) -> Result<Vec<NamespaceInfo>, RepositoryError> {
         let mut all = self.query_registry(keys::NSID_SK_PREFIX).await?;
-        all.retain(|n| n.status == "deleted");
+        all.retain(|n| n.status == DELETED);
         Ok(all)
     }
 
@@ -443,110 +418,34 @@ impl Repository {
             .into());
         }
         let info = self.existing_namespace_by_id(id).await?;
-        if info.status == "active" {
+        if info.status == ACTIVE {
             return Err(RepositoryError::NamespaceState {
                 name: info.name,
                 state: info.status,
                 message: "delete the namespace before purging it".into(),
             });
         }
-        self.update_reverse_record(id, "SET #st = :p", [(":p", item::s("purging"))])
-            .await?;
+        self.update_reverse_record(id, PURGING, None).await?;
         let mut deleted = 0;
-        let mut start = None;
-        loop {
-            let page = self
-                .shared
-                .client
-                .query()
-                .table_name(&self.shared.table)
-                .index_name("GSI4")
-                .key_condition_expression("GSI4PK = :ns")
-                .expression_attribute_values(":ns", item::s(id))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| classify("Query", e))?;
-            let keys: Vec<Item> = page
-                .items()
-                .iter()
-                .filter_map(|it| Some(item::key(item::get_s(it, "PK")?, item::get_s(it, "SK")?)))
-                .collect();
-            deleted += self.batch_delete(keys).await?;
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
-            }
+        let mut e = Expr::default();
+        let c = e.eq(attr::GSI4PK, item::s(id));
+        e.when(c);
+        let mut pages = page::query(&self.shared.client, &self.shared.table, Some(GSI4), &e)
+            .into_paginator()
+            .send();
+        while let Some(found) = pages.next().await {
+            let found = found.map_err(|e| classify("Query", e))?;
+            let keys: Vec<Item> = found.items().iter().filter_map(item::key_map_of).collect();
+            deleted += batch_delete(&self.shared.client, &self.shared.table, keys).await?;
         }
         self.shared
             .client
             .delete_item()
             .table_name(&self.shared.table)
-            .set_key(Some(item::key(keys::SYSTEM_RESERVED_PK, keys::nsid_sk(id))))
+            .set_key(Some(reverse_key(id)))
             .send()
             .await
             .map_err(|e| classify("DeleteItem", e))?;
         Ok(deleted)
     }
-
-    /// Deletes `keys` with `BatchWriteItem` in groups of 25, retrying unprocessed items with
-    /// jittered exponential back-off. Returns how many were deleted.
-    pub(crate) async fn batch_delete(&self, keys: Vec<Item>) -> Result<usize, RepositoryError> {
-        let mut deleted = 0;
-        let mut unique = keys;
-        unique.sort_by_key(item::describe_key);
-        unique.dedup_by_key(|k| item::describe_key(k));
-        for chunk in unique.chunks(25) {
-            let mut pending: Vec<WriteRequest> = chunk
-                .iter()
-                .filter_map(|k| {
-                    DeleteRequest::builder()
-                        .set_key(Some(k.clone()))
-                        .build()
-                        .ok()
-                        .map(|d| WriteRequest::builder().delete_request(d).build())
-                })
-                .collect();
-            let mut attempt = 0;
-            while !pending.is_empty() {
-                let sent = pending.len();
-                let out = self
-                    .shared
-                    .client
-                    .batch_write_item()
-                    .request_items(self.shared.table.clone(), std::mem::take(&mut pending))
-                    .send()
-                    .await
-                    .map_err(|e| classify("BatchWriteItem", e))?;
-                pending = out
-                    .unprocessed_items
-                    .and_then(|mut m| m.remove(&self.shared.table))
-                    .unwrap_or_default();
-                deleted += sent - pending.len();
-                if pending.is_empty() {
-                    break;
-                }
-                attempt += 1;
-                if attempt > BATCH_RETRIES {
-                    return Err(RepositoryError::Unavailable {
-                        operation: "BatchWriteItem",
-                        message: format!(
-                            "{} items still unprocessed after {BATCH_RETRIES} retries; run again \
-                             to finish",
-                            pending.len()
-                        ),
-                    });
-                }
-                let base = 50u64 << attempt.min(6);
-                let jitter = rand::random::<u64>() % base;
-                tokio::time::sleep(std::time::Duration::from_millis(base / 2 + jitter)).await;
-            }
-        }
-        Ok(deleted)
-    }
-}
-
-/// A convenience for attribute values in tests and tools.
-pub fn is_null(value: Option<&AttributeValue>) -> bool {
-    matches!(value, Some(AttributeValue::Null(true)) | None)
 }

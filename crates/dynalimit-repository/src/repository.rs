@@ -6,19 +6,17 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use aws_config::{Region, SdkConfig};
+use aws_sdk_dynamodb::Client;
+use dynalimit_core::{Clock, SystemClock, ids};
+use dynalimit_format::expr::Expr;
+use dynalimit_format::version::{self, VersionRecord};
+use dynalimit_format::{attr, item, keys};
 
 use crate::aws::{self, AwsSettings};
-use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::AttributeValue;
-use dynalimit_core::{Clock, SystemClock, ids};
-
 use crate::config::ConfigCache;
 use crate::error::classify;
-use crate::item::{self, Item};
-use crate::keys;
 use crate::metrics::RequestCounter;
-use crate::version::{self, VersionRecord};
-use crate::wire::{EndpointCapture, Wire};
+use crate::wire::{EndpointCapture, FastPath};
 use crate::{RepositoryError, schema};
 
 /// The default stack (and table) name.
@@ -46,7 +44,7 @@ pub(crate) struct Shared {
     /// Handed to the fast path, which counts its requests there.
     pub(crate) counter: Option<RequestCounter>,
     /// The fast path, once a request of the client showed where it goes.
-    pub(crate) wire: OnceLock<Arc<Wire>>,
+    pub(crate) wire: OnceLock<Arc<FastPath>>,
     /// The retry quota of bucket writes, fast path and SDK path alike.
     pub(crate) budget: Arc<crate::retry::Budget>,
 }
@@ -209,7 +207,7 @@ impl Repository {
             .client
             .get_item()
             .table_name(&self.shared.table)
-            .set_key(Some(item::key(keys::SYSTEM_RESERVED_PK, keys::VERSION_SK)))
+            .set_key(Some(version::record_key()))
             .consistent_read(true)
             .customize()
             .interceptor(capture.clone())
@@ -217,16 +215,7 @@ impl Repository {
             .await
             .map_err(|e| classify("GetItem", e))?;
         self.start_fast_path(&capture);
-        let Some(found) = out.item else {
-            return Ok(None);
-        };
-        Ok(Some(VersionRecord {
-            schema_version: get_s_or(&found, "schema_version", version::SCHEMA_VERSION),
-            lambda_version: item::get_s(&found, "lambda_version").map(str::to_string),
-            client_min_version: get_s_or(&found, "client_min_version", "0.0.0"),
-            updated_at: get_s_or(&found, "updated_at", ""),
-            updated_by: item::get_s(&found, "updated_by").map(str::to_string),
-        }))
+        Ok(out.item.as_ref().map(VersionRecord::from_item))
     }
 
     /// Sets up the fast path from a request the client sent (once; nothing happens when it is
@@ -236,7 +225,7 @@ impl Repository {
         if !shared.fast_path || shared.wire.get().is_some() {
             return;
         }
-        match Wire::for_client(
+        match FastPath::for_client(
             &shared.client,
             capture,
             shared.counter.clone(),
@@ -253,10 +242,11 @@ impl Repository {
         }
     }
 
-    /// The fast path that carries this repository's `UpdateItem`s, when it is in use (see
-    /// [`crate::wire`]).
-    pub fn fast_path(&self) -> Option<&Arc<Wire>> {
-        self.shared.wire.get()
+    /// The fast path that carries this repository's `UpdateItem`s, when it is in use: it is
+    /// chosen when nothing the client is configured with would be bypassed (see
+    /// [`RepositoryBuilder::fast_path`]).
+    pub fn fast_path(&self) -> Option<&FastPath> {
+        self.shared.wire.get().map(Arc::as_ref)
     }
 
     /// Writes the version record: creates it when missing (`client_min_version = 0.0.0`,
@@ -270,22 +260,17 @@ impl Repository {
         lambda_version: Option<&str>,
     ) -> Result<(), RepositoryError> {
         let now = item::iso_seconds(self.shared.clock.epoch_millis());
-        let lambda = lambda_version.map_or(AttributeValue::Null(true), item::s);
-        let mut record = item::key(keys::SYSTEM_RESERVED_PK, keys::VERSION_SK);
-        record.insert("schema_version".into(), item::s(version::SCHEMA_VERSION));
-        record.insert("lambda_version".into(), lambda.clone());
-        record.insert("client_min_version".into(), item::s("0.0.0"));
-        record.insert("updated_at".into(), item::s(&now));
-        record.insert("updated_by".into(), item::s(version::writer_tag()));
-        record.insert("GSI4PK".into(), item::s(keys::RESERVED_NS));
-        record.insert("GSI4SK".into(), item::s(keys::SYSTEM_RESERVED_PK));
+        let mut absent = Expr::default();
+        let c = absent.not_exists(attr::PK);
+        absent.when(c);
         let created = self
             .shared
             .client
             .put_item()
             .table_name(&self.shared.table)
-            .set_item(Some(record))
-            .condition_expression("attribute_not_exists(PK)")
+            .set_item(Some(version::new_record(&now, lambda_version)))
+            .set_condition_expression(absent.condition_expression())
+            .set_expression_attribute_names(absent.names())
             .send()
             .await;
         match created {
@@ -295,25 +280,15 @@ impl Repository {
                     .is_some_and(|s| s.is_conditional_check_failed_exception()) => {}
             Err(e) => return Err(classify("PutItem", e)),
         }
-        let mut update = self
-            .shared
+        let refresh = version::refresh(&now, lambda_version);
+        self.shared
             .client
             .update_item()
             .table_name(&self.shared.table)
-            .set_key(Some(item::key(keys::SYSTEM_RESERVED_PK, keys::VERSION_SK)))
-            .expression_attribute_values(":s", item::s(version::SCHEMA_VERSION))
-            .expression_attribute_values(":t", item::s(&now))
-            .expression_attribute_values(":b", item::s(version::writer_tag()))
-            .expression_attribute_values(":m", item::s("0.0.0"));
-        let mut set = "SET schema_version = :s, updated_at = :t, updated_by = :b, \
-                       client_min_version = if_not_exists(client_min_version, :m)"
-            .to_string();
-        if lambda_version.is_some() {
-            set.push_str(", lambda_version = :l");
-            update = update.expression_attribute_values(":l", lambda);
-        }
-        update
-            .update_expression(set)
+            .set_key(Some(version::record_key()))
+            .set_update_expression(refresh.update_expression())
+            .set_expression_attribute_names(refresh.names())
+            .set_expression_attribute_values(refresh.values())
             .send()
             .await
             .map_err(|e| classify("UpdateItem", e))?;
@@ -346,10 +321,6 @@ impl Repository {
         }
         Ok(())
     }
-}
-
-fn get_s_or(item: &Item, name: &str, default: &str) -> String {
-    item::get_s(item, name).unwrap_or(default).to_string()
 }
 
 /// Builds a [`Repository`]. Every setting has a default; see each method.
@@ -448,7 +419,8 @@ impl RepositoryBuilder {
     }
 
     /// Whether `UpdateItem`, the request of every acquire, may bypass the SDK's orchestrator
-    /// ([`crate::wire`]); default: yes, unless `$DYNALIMIT_FAST_PATH` is `0`, `false` or `off`.
+    /// ([`Repository::fast_path`]); default: yes, unless `$DYNALIMIT_FAST_PATH` is `0`, `false`
+    /// or `off`.
     /// The fast path is never used for a client with interceptors other than a
     /// [`RequestCounter`].
     pub fn fast_path(mut self, enabled: bool) -> Self {
@@ -582,9 +554,11 @@ impl RepositoryBuilder {
     /// it works under the stack's acquire-only and read-only policies.
     ///
     /// A missing table is provisioned as the CloudFormation stack of `infra/` (without the
-    /// aggregator; `dynalimit deploy` adds it) when the repository talks to AWS itself: no
-    /// endpoint override and no ready client. With an endpoint override (DynamoDB Local,
-    /// LocalStack) or a ready client, the table is created directly with `CreateTable`.
+    /// aggregator; `dynalimit deploy` adds it) when the repository talks to AWS itself (no
+    /// endpoint override and no ready client) and the cargo feature `provision` is on;
+    /// without the feature a missing table on AWS is [`RepositoryError::TableNotFound`]. With
+    /// an endpoint override (DynamoDB Local, LocalStack) or a ready client, the table is
+    /// created directly with `CreateTable`.
     ///
     /// # Errors
     /// As [`Repository::open`].
@@ -602,19 +576,9 @@ impl RepositoryBuilder {
                 return Err(RepositoryError::TableNotFound { table: stack });
             }
             // Through CloudFormation on AWS itself; directly on an emulator or a ready client.
-            if let (Some(config), None) = (base, endpoint) {
-                let options = crate::stack::StackOptions {
-                    aggregator: false,
-                    ..Default::default()
-                };
-                crate::stack::StackManager::from_sdk_config(&stack, &config)
-                    .deploy(&options, None, &mut |event| {
-                        tracing::info!(stack = %stack, "{event}");
-                    })
-                    .await?;
-                schema::wait_active(&repo.shared.client, &stack).await?;
-            } else {
-                schema::create_table(&repo.shared.client, &stack).await?;
+            match (base, endpoint) {
+                (Some(config), None) => provision(&repo, &stack, &config).await?,
+                _ => schema::create_table(&repo.shared.client, &stack).await?,
             }
         }
         match repo.version_record().await? {
@@ -686,6 +650,37 @@ impl RepositoryBuilder {
         };
         Ok((repo, base, endpoint))
     }
+}
+
+/// Provisions the missing table `stack` on AWS as the CloudFormation stack, without the
+/// aggregator, and waits until the table is active.
+#[cfg(feature = "provision")]
+async fn provision(
+    repo: &Repository,
+    stack: &str,
+    config: &SdkConfig,
+) -> Result<(), RepositoryError> {
+    let mut options = dynalimit_stack::StackOptions::default();
+    options.aggregator = false;
+    dynalimit_stack::StackManager::from_sdk_config(stack, config)
+        .deploy(&options, None, &mut |event| {
+            tracing::info!(stack = %stack, "{event}");
+        })
+        .await?;
+    schema::wait_active(&repo.shared.client, stack).await
+}
+
+/// Without the `provision` feature a missing table on AWS is not created: it is deployed with
+/// `dynalimit deploy`.
+#[cfg(not(feature = "provision"))]
+async fn provision(
+    _repo: &Repository,
+    stack: &str,
+    _config: &SdkConfig,
+) -> Result<(), RepositoryError> {
+    Err(RepositoryError::TableNotFound {
+        table: stack.to_owned(),
+    })
 }
 
 #[cfg(test)]

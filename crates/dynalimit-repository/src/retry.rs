@@ -1,5 +1,16 @@
-//! When a bucket write is sent again, shared by the fast path ([`crate::wire`]) and the SDK
-//! path of [`crate::bucket::BucketStore`].
+//! When a request is sent again, and how long to wait before it.
+//!
+//! # Pauses
+//! Every retry loop of the workspace waits with a [`Backoff`], one named policy per kind of
+//! failure: [`Backoff::CONFLICT`] (a transaction conflict on one item),
+//! [`Backoff::UNPROCESSED`] (keys or items a batch request left unprocessed),
+//! [`Backoff::RACE`] (a conditional transaction that lost to another writer) and
+//! [`Backoff::of_client`] (the client's own retry configuration, for bucket writes). Pauses
+//! are the async runtime's timer, not a repository's clock: a clock injected for tests moves
+//! the time of buckets, not the pauses between attempts.
+//!
+//! # Bucket writes
+//! Shared by the fast path and the SDK path of [`crate::bucket::BucketStore`]:
 //!
 //! A write is sent again only when its earlier attempt is known not to have been applied:
 //! the connection was never established, or DynamoDB refused the request with a 4xx
@@ -8,9 +19,10 @@
 //! written, an attempt timeout, a 5xx answer, which DynamoDB documents as "may or may not
 //! have succeeded"), the outcome is unknown, and the write is reported as
 //! [`RepositoryError::OutcomeUnknown`] instead of being sent again, unless the caller
-//! declared it [`Resend::Harmless`]. A 2xx status is an applied write even when its body
+//! declared that a second application is harmless. A 2xx status is an applied write even when its body
 //! cannot be read: the write is reported as applied with no returned item. Every retry is
-//! paid from the repository's [`Budget`].
+//! paid from the repository's retry budget: [`BUDGET_CAPACITY`] units, [`RETRY_COST`] per
+//! retry ([`THROTTLING_RETRY_COST`] after throttling), refunded on success.
 
 use std::time::Duration;
 
@@ -23,7 +35,7 @@ use crate::RepositoryError;
 
 /// Whether a write may be sent again after an attempt that may have been applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resend {
+pub(crate) enum Resend {
     /// A second application would count twice (a debit, a credit, a lock whose second
     /// attempt fails its own condition and reads as lost): never sent again once it may
     /// have been applied.
@@ -33,41 +45,93 @@ pub enum Resend {
     Harmless,
 }
 
-/// The attempts and backoff of the client's retry configuration.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Policy {
-    pub(crate) max_attempts: u32,
-    initial_backoff: Duration,
-    max_backoff: Duration,
+/// How long to wait before retry number `n` (1 for the first retry): a cap of
+/// `first × 2^(n-1)`, never above `max`, and a random pause below it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    first: Duration,
+    max: Duration,
+    jitter: Jitter,
 }
 
-impl Policy {
-    /// The policy of `config` (the SDK's standard one when the client has none).
-    pub(crate) fn of(config: Option<&RetryConfig>) -> Self {
-        let standard = RetryConfig::standard();
-        let retry = config.unwrap_or(&standard);
-        Policy {
-            max_attempts: retry.max_attempts().max(1),
-            initial_backoff: retry.initial_backoff(),
-            max_backoff: retry.max_backoff(),
+/// Where in `[0, cap)` a pause falls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Jitter {
+    /// Anywhere in `[0, cap)`: retries of many callers spread out the most.
+    Full,
+    /// In `[cap/2, cap)`: never much shorter than the cap, for retries that wait for the
+    /// service to catch up (unprocessed batch items).
+    Half,
+}
+
+impl Backoff {
+    /// A transaction conflict on one item: full jitter below 25, 50, 100 ms, …
+    pub const CONFLICT: Backoff = Backoff::new(25, 1600, Jitter::Full);
+    /// Keys or items a batch request left unprocessed (DynamoDB asks for exponential
+    /// backoff): half jitter below 50, 100, 200 ms, … up to 3.2 s.
+    pub const UNPROCESSED: Backoff = Backoff::new(50, 3200, Jitter::Half);
+    /// A conditional transaction that lost to another writer and is planned again: full
+    /// jitter below 50, 100, 200 and 400 ms.
+    pub const RACE: Backoff = Backoff::new(50, 400, Jitter::Full);
+
+    const fn new(first_ms: u64, max_ms: u64, jitter: Jitter) -> Backoff {
+        Backoff {
+            first: Duration::from_millis(first_ms),
+            max: Duration::from_millis(max_ms),
+            jitter,
         }
     }
 
-    /// Full jitter: a random pause in `[0, min(initial × 2^(attempt-1), max))`.
-    pub(crate) fn backoff(&self, attempt: u32) -> Duration {
-        let cap = self
-            .initial_backoff
-            .saturating_mul(1 << attempt.saturating_sub(1).min(16))
-            .min(self.max_backoff);
-        cap.mul_f64(rand::rng().random::<f64>())
+    /// The backoff of a client's retry configuration (the SDK's standard one when it has
+    /// none): full jitter below `initial_backoff × 2^(n-1)`, at most `max_backoff`.
+    pub fn of_client(config: Option<&RetryConfig>) -> Backoff {
+        let standard = RetryConfig::standard();
+        let retry = config.unwrap_or(&standard);
+        Backoff {
+            first: retry.initial_backoff(),
+            max: retry.max_backoff(),
+            jitter: Jitter::Full,
+        }
+    }
+
+    /// The cap of retry `n`.
+    fn cap(&self, n: u32) -> Duration {
+        self.first
+            .saturating_mul(1 << n.saturating_sub(1).min(16))
+            .min(self.max)
+    }
+
+    /// A pause before retry `n` (1 for the first retry).
+    pub fn delay(&self, n: u32) -> Duration {
+        let cap = self.cap(n);
+        let fraction = rand::rng().random::<f64>();
+        match self.jitter {
+            Jitter::Full => cap.mul_f64(fraction),
+            Jitter::Half => cap.mul_f64(0.5 + fraction / 2.0),
+        }
+    }
+
+    /// Waits [`Backoff::delay`] of retry `n`.
+    pub async fn pause(&self, n: u32) {
+        tokio::time::sleep(self.delay(n)).await;
     }
 }
 
-/// Capacity of a [`Budget`], as the SDK's standard retry quota.
+/// The number of attempts of a client's retry configuration (at least 1).
+pub(crate) fn max_attempts(config: Option<&RetryConfig>) -> u32 {
+    config
+        .map_or(
+            RetryConfig::standard().max_attempts(),
+            RetryConfig::max_attempts,
+        )
+        .max(1)
+}
+
+/// Capacity of a repository's retry budget, as the SDK's standard retry quota.
 pub const BUDGET_CAPACITY: u32 = 500;
-/// What a retry after a failure costs from the [`Budget`].
+/// What a retry after a failure costs from the budget.
 pub const RETRY_COST: u32 = 14;
-/// What a retry after throttling costs from the [`Budget`].
+/// What a retry after throttling costs from the budget.
 pub const THROTTLING_RETRY_COST: u32 = 5;
 
 /// The retry quota shared by every bucket write of one repository, fast path and SDK path
@@ -77,7 +141,7 @@ pub const THROTTLING_RETRY_COST: u32 = 5;
 /// [`BUDGET_CAPACITY`]. An empty budget makes the next failure final, so a brownout is not
 /// multiplied by every caller's retries.
 #[derive(Debug)]
-pub struct Budget {
+pub(crate) struct Budget {
     available: std::sync::atomic::AtomicU32,
 }
 
@@ -91,7 +155,8 @@ impl Default for Budget {
 
 impl Budget {
     /// Units left.
-    pub fn available(&self) -> u32 {
+    #[cfg(test)]
+    fn available(&self) -> u32 {
         self.available.load(std::sync::atomic::Ordering::Relaxed)
     }
 
@@ -180,15 +245,29 @@ mod tests {
 
     #[test]
     fn the_backoff_is_capped_and_grows_with_the_attempt() {
-        let policy = Policy {
-            max_attempts: 5,
-            initial_backoff: Duration::from_millis(10),
-            max_backoff: Duration::from_millis(50),
-        };
+        let config = RetryConfig::standard()
+            .with_initial_backoff(Duration::from_millis(10))
+            .with_max_backoff(Duration::from_millis(50));
+        let policy = Backoff::of_client(Some(&config));
         for _ in 0..200 {
-            assert!(policy.backoff(1) < Duration::from_millis(10));
-            assert!(policy.backoff(2) < Duration::from_millis(20));
-            assert!(policy.backoff(9) < Duration::from_millis(50));
+            assert!(policy.delay(1) < Duration::from_millis(10));
+            assert!(policy.delay(2) < Duration::from_millis(20));
+            assert!(policy.delay(9) < Duration::from_millis(50));
+        }
+    }
+
+    #[test]
+    fn named_policies_keep_their_caps_and_jitter() {
+        for _ in 0..200 {
+            assert!(Backoff::CONFLICT.delay(1) < Duration::from_millis(25));
+            assert!(Backoff::CONFLICT.delay(3) < Duration::from_millis(100));
+            let d = Backoff::UNPROCESSED.delay(2);
+            assert!(
+                d >= Duration::from_millis(50) && d < Duration::from_millis(100),
+                "{d:?}"
+            );
+            assert!(Backoff::UNPROCESSED.delay(20) < Duration::from_millis(3200));
+            assert!(Backoff::RACE.delay(9) < Duration::from_millis(400));
         }
     }
 

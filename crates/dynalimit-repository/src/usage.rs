@@ -1,60 +1,30 @@
 //! Usage snapshots written by the aggregator (reference §1.4.10): queries per entity or per
 //! resource, and summaries over them.
 //!
-//! # Items shared by several windows
-//! A snapshot item is keyed by its window's start alone, so the item of a day's hour 00 is
-//! also that day's item (`YYYY-MM-DDT00:00:00Z`), and on the first of a month the month's
-//! too. The aggregators (dynalimit's and zae-limiter's alike) add every configured window's
-//! counts to that one item and write its `window` once, from the first window in the
-//! configured order: with the default order, finest first (`hourly,daily[,monthly]`), it
-//! names the finest window that had usage there. Its counters are the sum of those windows.
-//!
-//! Consequently the counts of a shared item are not one window's: with `hourly,daily` the
-//! day's first item holds hour 00's usage plus the whole day's, so a summary of either window
-//! that includes it counts hour 00 twice (three times on the first of a month when `monthly`
-//! is configured too). The format keeps no separate share, so readers (this one and
-//! zae-limiter's) report the item as stored (pinned by the aggregator test
-//! `shared_windows::a_year_end_batch_with_every_window_writes_each_shared_item_once`).
-//!
-//! A window filter therefore keeps an item whose stored `window` is that window **or a finer
-//! one** when the item's start is a start of the filtered window: a daily query finds the
-//! day's item even when it says `hourly`, a monthly one finds the month's item whatever it
-//! says; an hourly query keeps only items that say `hourly` (an item a daily write created
-//! holds no usage of hour 00). With windows configured coarsest first the stored `window`
-//! is the coarsest sharer and finer queries miss shared items.
+//! A snapshot item can be shared by several windows (a day's hour 00 is also that day's item);
+//! its counters are the sum of those windows, and a window filter keeps an item whose stored
+//! `window` is that window or a finer one when its start is also a start of the filtered
+//! window (see [`dynalimit_format::usage`]).
 
 use std::collections::BTreeMap;
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::CoreError;
 use dynalimit_core::ids;
+use dynalimit_format::expr::Expr;
+use dynalimit_format::item;
+use dynalimit_format::schema::GSI2;
+use dynalimit_format::usage::{UsageSnapshot, Window, window_holds};
+use dynalimit_format::{attr, keys};
 
-use crate::config::{decode_cursor, encode_cursor};
+use crate::entity::partition;
 use crate::error::classify;
-use crate::item::{self, Item};
-use crate::{Repository, RepositoryError, keys};
+use crate::page::{self, decode_cursor, encode_cursor};
+use crate::{Repository, RepositoryError};
 
 /// Largest page a snapshot query asks for.
-pub const MAX_USAGE_PAGE: usize = 1000;
+pub(crate) const MAX_USAGE_PAGE: usize = 1000;
 /// Most snapshots a summary reads.
-pub const MAX_SUMMARY_SNAPSHOTS: usize = 10_000;
-
-/// One usage snapshot: what an entity consumed of a resource in one window.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UsageSnapshot {
-    /// The entity.
-    pub entity_id: String,
-    /// The resource.
-    pub resource: String,
-    /// `hourly`, `daily` or `monthly`.
-    pub window: String,
-    /// Window start, `YYYY-MM-DDTHH:MM:SSZ`.
-    pub window_start: String,
-    /// Whole tokens consumed per limit (net of returns), plus `{limit}#od` overdraw counts.
-    pub counters: BTreeMap<String, i64>,
-    /// Consumption events counted (one per record and limit).
-    pub total_events: i64,
-}
+pub(crate) const MAX_SUMMARY_SNAPSHOTS: usize = 10_000;
 
 /// Which snapshots to read. Set an entity, a resource, or both.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -126,7 +96,7 @@ impl UsageQuery {
             ids::validate_resource(r)?;
         }
         if let Some(w) = &self.window
-            && !matches!(w.as_str(), "hourly" | "daily" | "monthly")
+            && w.parse::<Window>().is_err()
         {
             return Err(CoreError::invalid_value(
                 "window",
@@ -143,42 +113,6 @@ impl UsageQuery {
             .is_none_or(|w| window_holds(w, &s.window, &s.window_start))
             && self.start.as_ref().is_none_or(|t| s.window_start >= *t)
             && self.end.as_ref().is_none_or(|t| s.window_start <= *t)
-    }
-}
-
-/// Rank of a window, finest first; `None` for a name the format does not define.
-fn window_rank(window: &str) -> Option<u8> {
-    match window {
-        "hourly" => Some(0),
-        "daily" => Some(1),
-        "monthly" => Some(2),
-        _ => None,
-    }
-}
-
-/// True when `start` (`YYYY-MM-DDTHH:MM:SSZ`) is the start of a `window`.
-fn starts(window: &str, start: &str) -> bool {
-    let b = start.as_bytes();
-    if b.len() != 20 || !start.ends_with(":00:00Z") {
-        return false;
-    }
-    match window {
-        "hourly" => true,
-        "daily" => start.ends_with("T00:00:00Z"),
-        "monthly" => start.ends_with("T00:00:00Z") && &start[8..10] == "01",
-        _ => false,
-    }
-}
-
-/// Whether an item stored with `stored` window starting at `start` holds `wanted`'s counts
-/// (see the module documentation on shared items).
-fn window_holds(wanted: &str, stored: &str, start: &str) -> bool {
-    if wanted == stored {
-        return true;
-    }
-    match (window_rank(wanted), window_rank(stored)) {
-        (Some(w), Some(s)) => w > s && starts(wanted, start),
-        _ => false,
     }
 }
 
@@ -207,7 +141,7 @@ pub struct UsageSummary {
     pub min_window_start: Option<String>,
     /// Latest window start.
     pub max_window_start: Option<String>,
-    /// True when the summary stopped at [`MAX_SUMMARY_SNAPSHOTS`].
+    /// True when the summary stopped at its limit of 10 000 snapshots.
     pub truncated: bool,
 }
 
@@ -247,31 +181,6 @@ impl UsageSummary {
     }
 }
 
-/// Decodes a snapshot item; `None` when it lacks its identity attributes.
-pub fn snapshot_from_item(found: &Item) -> Option<UsageSnapshot> {
-    let entity_id = item::get_s(found, "entity_id").filter(|s| !s.is_empty())?;
-    let resource = item::get_s(found, "resource").filter(|s| !s.is_empty())?;
-    let window_start = item::get_s(found, "window_start").filter(|s| !s.is_empty())?;
-    let counters = found
-        .iter()
-        // Every attribute the format gives an item is reserved as a limit name; the rest
-        // are counters.
-        .filter(|(k, _)| ids::reserved_limit_name(k).is_none())
-        .filter_map(|(k, v)| match v {
-            AttributeValue::N(n) => item::parse_number(n).map(|n| (k.clone(), n)),
-            _ => None,
-        })
-        .collect();
-    Some(UsageSnapshot {
-        entity_id: entity_id.to_owned(),
-        resource: resource.to_owned(),
-        window: item::get_s(found, "window").unwrap_or_default().to_owned(),
-        window_start: window_start.to_owned(),
-        counters,
-        total_events: item::get_i64(found, "total_events").unwrap_or(0),
-    })
-}
-
 impl Repository {
     /// One page of usage snapshots of this namespace, newest first: by entity (the entity's
     /// partition, narrowed to a resource when one is given) or by resource across entities
@@ -288,43 +197,41 @@ impl Repository {
         cursor: Option<&str>,
     ) -> Result<UsagePage, RepositoryError> {
         query.validate()?;
-        if limit == 0 || limit > MAX_USAGE_PAGE {
-            return Err(
-                CoreError::invalid_value("limit", limit, "must be between 1 and 1000").into(),
-            );
-        }
+        let size = page::page_size(limit, MAX_USAGE_PAGE)?;
         let start = cursor.map(decode_cursor).transpose()?;
         let ns = self.namespace_id();
-        let request = self
-            .client()
-            .query()
-            .table_name(self.table_name())
-            .scan_index_forward(false)
-            .limit(i32::try_from(limit).unwrap_or(1000))
-            .set_exclusive_start_key(start);
         let request = match (&query.entity_id, &query.resource) {
             (Some(entity), resource) => {
                 let prefix = match resource {
-                    Some(r) => format!("{}{r}#", keys::USAGE_SK_PREFIX),
+                    Some(r) => keys::usage_sk_prefix(r),
                     None => keys::USAGE_SK_PREFIX.to_owned(),
                 };
-                request
-                    .key_condition_expression("PK = :pk AND begins_with(SK, :p)")
-                    .expression_attribute_values(":pk", item::s(keys::entity_pk(ns, entity)))
-                    .expression_attribute_values(":p", item::s(prefix))
+                self.query(
+                    None,
+                    &partition(&keys::entity_pk(ns, entity), Some(&prefix)),
+                )
             }
-            (None, Some(resource)) => request
-                .index_name("GSI2")
-                .key_condition_expression("GSI2PK = :pk AND begins_with(GSI2SK, :p)")
-                .expression_attribute_values(":pk", item::s(keys::resource_pk(ns, resource)))
-                .expression_attribute_values(":p", item::s("USAGE#")),
+            (None, Some(resource)) => {
+                let mut e = Expr::default();
+                let c = e.eq(attr::GSI2PK, item::s(keys::resource_pk(ns, resource)));
+                e.when(c);
+                let c = e.begins_with(attr::GSI2SK, keys::USAGE_INDEX_SK_PREFIX);
+                e.when(c);
+                self.query(Some(GSI2), &e)
+            }
             (None, None) => unreachable!("validated above"),
         };
-        let out = request.send().await.map_err(|e| classify("Query", e))?;
+        let out = request
+            .scan_index_forward(false)
+            .limit(size)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| classify("Query", e))?;
         let snapshots = out
             .items()
             .iter()
-            .filter_map(snapshot_from_item)
+            .filter_map(UsageSnapshot::from_item)
             .filter(|s| query.keeps(s))
             .collect();
         let next = out
@@ -335,7 +242,7 @@ impl Repository {
     }
 
     /// Totals and averages per counter over every snapshot matching `query`, reading all
-    /// pages (up to [`MAX_SUMMARY_SNAPSHOTS`] snapshots).
+    /// pages (up to 10 000 snapshots).
     ///
     /// # Errors
     /// As [`Repository::usage_snapshots`].
@@ -377,32 +284,6 @@ mod tests {
             counters: BTreeMap::from([("rpm".to_owned(), rpm)]),
             total_events: events,
         }
-    }
-
-    #[test]
-    fn items_decode_with_every_unknown_number_as_a_counter() {
-        let mut it = item::key("ns/ENTITY#u1", "#USAGE#gpt-4#2026-01-01T00:00:00Z");
-        for (k, v) in [
-            ("entity_id", item::s("u1")),
-            ("resource", item::s("gpt-4")),
-            ("window", item::s("hourly")),
-            ("window_start", item::s("2026-01-01T00:00:00Z")),
-            ("total_events", item::n(3)),
-            ("ttl", item::n(99)),
-            ("rpm", item::n(5)),
-            ("tpm.v2", item::n(-2)),
-            ("GSI4PK", item::s("ns")),
-        ] {
-            it.insert(k.to_owned(), v);
-        }
-        let s = snapshot_from_item(&it).unwrap();
-        assert_eq!(
-            s.counters,
-            BTreeMap::from([("rpm".to_owned(), 5), ("tpm.v2".to_owned(), -2)])
-        );
-        assert_eq!(s.total_events, 3);
-        it.remove("entity_id");
-        assert!(snapshot_from_item(&it).is_none());
     }
 
     #[test]

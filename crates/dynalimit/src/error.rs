@@ -8,10 +8,9 @@ use crate::Rejection;
 
 /// Everything that can go wrong in this crate.
 ///
-/// A rate-limit rejection is a value: [`Error::RateLimited`] carries a [`Rejection`] with the
-/// retry-after and every limit's status, so `?` propagates it while callers that want to
-/// answer `429` match on it (or call [`Error::rejection`]). Every other variant is an input or
-/// infrastructure failure.
+/// A refusal is a value: [`Error::Rejected`] carries the [`Rejection`] (why, and when to
+/// retry), so `?` propagates it while callers that want to answer `429` match on it (or call
+/// [`Error::rejection`]). Every other variant is an input or infrastructure failure.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -140,9 +139,9 @@ pub enum Error {
     #[error("pause store: {0}")]
     PauseStore(#[source] Box<dyn std::error::Error + Send + Sync>),
 
-    /// The request does not fit; nothing was consumed.
+    /// The request was refused; nothing was taken.
     #[error("{0}")]
-    RateLimited(Rejection),
+    Rejected(#[from] Rejection),
 
     /// Access to the resource is disabled for this entity (or its cascade parent). Never
     /// retried.
@@ -192,13 +191,13 @@ impl Error {
     /// The rejection, when this is one.
     pub fn rejection(&self) -> Option<&Rejection> {
         match self {
-            Error::RateLimited(r) => Some(r),
+            Error::Rejected(r) => Some(r),
             _ => None,
         }
     }
 
-    /// Whether this is a rate-limit rejection.
-    pub fn is_rate_limited(&self) -> bool {
-        matches!(self, Error::RateLimited(_))
+    /// Whether this is a refusal (nothing was taken; retrying later may succeed).
+    pub fn is_rejected(&self) -> bool {
+        matches!(self, Error::Rejected(_))
     }
 }

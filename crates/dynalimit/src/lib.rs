@@ -15,7 +15,7 @@
 //! let lease = limiter
 //!     .acquire("api-key-123", "gpt-4", [("rpm", 1), ("tpm", 500)])
 //!     .limits([Limit::per_minute("rpm", 100), Limit::per_minute("tpm", 10_000)])
-//!     .await?; // Err(Error::RateLimited(rejection)) carries retry_after and each limit's status
+//!     .await?; // Err(Error::Rejected(rejection)) carries retry_after and each limit's status
 //! let tokens_used = 420; // what the model call really used
 //! lease.adjust("tpm", tokens_used - 500)?;
 //! lease.commit().await?; // dropped without commit: rolled back
@@ -24,20 +24,30 @@
 
 pub mod adaptive;
 pub mod backoff;
-pub mod error;
+mod error;
 #[cfg(feature = "dynamodb")]
 pub mod limiter;
 pub mod limitset;
 pub mod pool;
-pub mod rejection;
-pub mod time;
+mod rejection;
 #[cfg(feature = "tower")]
 pub mod tower;
 
+/// Time, injected: the clocks every part of dynalimit reads time and waits through (see
+/// [`dynalimit_core::time`]). Tests drive a [`ManualClock`](time::ManualClock) or, under
+/// paused tokio time, a [`TokioClock`](time::TokioClock).
+pub mod time {
+    pub use dynalimit_core::time::{Clock, ManualClock, Sleep, SystemClock, TokioClock};
+}
+
 pub use dynalimit_core::Limit;
 #[cfg(feature = "dynamodb")]
-pub use dynalimit_repository::{Repository, RepositoryError};
+pub use dynalimit_repository::{
+    AuditEvent, AuditPage, CacheStats, ConfigLevel, DisabledFlag, Entity, LimitConfig,
+    NamespaceInfo, NewEntity, Repository, RepositoryBuilder, RepositoryError, ResolvedLimits,
+    UsagePage, UsageQuery, UsageSnapshot, UsageSummary, VersionRecord,
+};
 pub use error::Error;
 #[cfg(feature = "dynamodb")]
 pub use limiter::{Lease, OnUnavailable, RateLimiter};
-pub use rejection::{LimitStatus, Rejection};
+pub use rejection::{LimitStatus, Overload, Reason, Rejection};

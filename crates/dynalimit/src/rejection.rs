@@ -1,55 +1,188 @@
-//! The rejection value: why a request did not fit, and when it would.
+//! The one rejection type: why an acquire was refused, and when to try again.
 
 use std::fmt;
 use std::time::Duration;
 
 pub use dynalimit_core::decide::LimitStatus;
 
-/// A request that does not fit, as a value.
+/// A refused acquire: nothing was taken.
 ///
-/// It names the bucket owner that refused (the entity itself, or its parent when a cascade
-/// was refused), carries every declared limit's status on the shard that was tried (the limit
-/// reported is that shard's share, see [`LimitStatus`]), and how long to wait. `contended`
-/// means nothing was written because writers kept colliding; retrying after
-/// [`Rejection::retry_after`] (100 ms) is the right response. `paused` means the bucket
-/// carries a shared pause stamp (see `RateLimiter::pause`) and holds the time left.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Every component refuses the same way, in the manner of tokio's semaphore and governor's
+/// `NotUntil`: a refusal is a value in the `Err` of a `Result`, carrying what the caller needs
+/// to react (how long to wait, what was exhausted). Calls that can only be refused return
+/// `Result<_, Rejection>` ([`AdaptiveLimiter`](crate::adaptive::AdaptiveLimiter),
+/// [`Backoff`](crate::backoff::Backoff)); calls that can also fail otherwise (bad input,
+/// DynamoDB) return `Result<_, Error>` with the refusal as
+/// [`Error::Rejected`](crate::Error::Rejected) (`RateLimiter`,
+/// [`LimitSet`](crate::limitset::LimitSet), [`LimitPool`](crate::pool::LimitPool)); `?`
+/// turns the former into the latter.
+///
+/// ```
+/// use dynalimit::{Reason, Rejection};
+///
+/// fn answer(r: &Rejection) -> (u16, Option<u64>) {
+///     match r.reason() {
+///         Reason::Overloaded { .. } => (503, None),
+///         _ => (429, r.retry_after_header()),
+///     }
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq)]
 pub struct Rejection {
-    /// The entity whose bucket refused.
-    pub entity_id: String,
-    /// The resource.
-    pub resource: String,
-    /// Every declared limit's status; at least one is exceeded unless `contended`.
-    pub statuses: Vec<LimitStatus>,
-    /// Lost races persisted; nothing was written.
-    pub contended: bool,
-    /// The bucket is paused by a shared stamp: the time left until its deadline. The statuses
-    /// are empty then (no balance was examined).
-    pub paused: Option<Duration>,
+    reason: Reason,
+    retry_after: Option<Duration>,
+    bucket: Option<(String, String)>,
+    statuses: Vec<LimitStatus>,
 }
 
+/// Why an acquire was refused.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Reason {
+    /// A shared bucket in DynamoDB cannot cover the request: at least one of
+    /// [`Rejection::statuses`] is exceeded.
+    Limits,
+    /// Writers kept colliding on the bucket; nothing was written. Retrying after 100 ms is
+    /// the right response.
+    Contended,
+    /// A pause is in force until this wall-clock instant (epoch ms): a bucket's shared pause
+    /// stamp, or a [`Backoff`](crate::backoff::Backoff) scope.
+    Paused {
+        /// The deadline, epoch milliseconds.
+        until_epoch_ms: i64,
+    },
+    /// An in-process [`LimitSet`](crate::limitset::LimitSet) cannot take these amounts now.
+    Exhausted {
+        /// The amounts asked for (after defaults), none of which was taken.
+        requested: Vec<(String, f64)>,
+    },
+    /// The [`AdaptiveLimiter`](crate::adaptive::AdaptiveLimiter) refused a permit.
+    Overloaded {
+        /// What refused it.
+        cause: Overload,
+        /// The limit at that moment.
+        limit: u32,
+        /// Permits held at that moment.
+        inflight: u32,
+        /// Callers queued at that moment.
+        queued: u32,
+    },
+}
+
+/// Why the adaptive limiter refused a permit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Overload {
+    /// The limit is reached and the caller would not wait.
+    Full,
+    /// The queue shed the request (gradual rejection).
+    Shed,
+    /// The request's level is below the prioritizer's current threshold.
+    Priority,
+    /// No permit came free within the caller's wait budget.
+    Timeout,
+}
+
+/// The retry-after of a contended bucket.
+#[cfg(feature = "dynamodb")]
+const CONTENDED_RETRY: Duration = Duration::from_millis(100);
+
 impl Rejection {
-    /// How long until the largest deficit is refilled (100 ms for a contended rejection, the
-    /// time left for a paused bucket).
-    pub fn retry_after(&self) -> Duration {
-        if let Some(left) = self.paused {
-            return left;
+    /// A bucket of `entity_id` on `resource` that cannot cover the request; the retry-after
+    /// is the largest wait of the statuses.
+    #[cfg(feature = "dynamodb")]
+    pub(crate) fn limits(entity_id: &str, resource: &str, statuses: Vec<LimitStatus>) -> Self {
+        let ms = statuses.iter().map(|s| s.retry_after_ms).max().unwrap_or(0);
+        Rejection {
+            reason: Reason::Limits,
+            retry_after: Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+            bucket: Some((entity_id.to_owned(), resource.to_owned())),
+            statuses,
         }
-        if self.contended {
-            return Duration::from_millis(100);
+    }
+
+    /// Writers kept colliding on the bucket of `entity_id` on `resource`.
+    #[cfg(feature = "dynamodb")]
+    pub(crate) fn contended(entity_id: &str, resource: &str) -> Self {
+        Rejection {
+            reason: Reason::Contended,
+            retry_after: Some(CONTENDED_RETRY),
+            bucket: Some((entity_id.to_owned(), resource.to_owned())),
+            statuses: Vec::new(),
         }
-        let ms = self
-            .statuses
-            .iter()
-            .map(|s| s.retry_after_ms)
-            .max()
-            .unwrap_or(0);
-        Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    }
+
+    /// A pause until `until_epoch_ms`, `left` from now; on the bucket of `bucket` when given.
+    pub(crate) fn paused(
+        until_epoch_ms: i64,
+        left: Duration,
+        bucket: Option<(&str, &str)>,
+    ) -> Self {
+        Rejection {
+            reason: Reason::Paused { until_epoch_ms },
+            retry_after: Some(left),
+            bucket: bucket.map(|(e, r)| (e.to_owned(), r.to_owned())),
+            statuses: Vec::new(),
+        }
+    }
+
+    /// A LimitSet that cannot take `requested` now; it could in `retry_after` if nothing
+    /// else happened (`None`: only a release helps).
+    pub(crate) fn exhausted(requested: Vec<(String, f64)>, retry_after: Option<Duration>) -> Self {
+        Rejection {
+            reason: Reason::Exhausted { requested },
+            retry_after,
+            bucket: None,
+            statuses: Vec::new(),
+        }
+    }
+
+    /// The adaptive limiter refused a permit.
+    pub(crate) fn overloaded(cause: Overload, limit: u32, inflight: u32, queued: u32) -> Self {
+        Rejection {
+            reason: Reason::Overloaded {
+                cause,
+                limit,
+                inflight,
+                queued,
+            },
+            retry_after: None,
+            bucket: None,
+            statuses: Vec::new(),
+        }
+    }
+
+    /// Why.
+    pub fn reason(&self) -> &Reason {
+        &self.reason
+    }
+
+    /// How long until the request could fit if nothing else happened: the largest deficit's
+    /// refill for exhausted buckets, 100 ms for a contended one, the time left of a pause.
+    /// `None` when only a release can help (a held resource, a full concurrency limit).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
     }
 
     /// The value of an HTTP `Retry-After` header: whole seconds, rounded up past the wait.
-    pub fn retry_after_header(&self) -> u64 {
-        self.retry_after().as_secs() + 1
+    pub fn retry_after_header(&self) -> Option<u64> {
+        self.retry_after.map(|d| d.as_secs() + 1)
+    }
+
+    /// The entity whose bucket refused (the parent when a cascade was refused).
+    pub fn entity_id(&self) -> Option<&str> {
+        self.bucket.as_ref().map(|(e, _)| e.as_str())
+    }
+
+    /// The resource of the bucket that refused.
+    pub fn resource(&self) -> Option<&str> {
+        self.bucket.as_ref().map(|(_, r)| r.as_str())
+    }
+
+    /// Every declared limit's status on the shard that was tried (the limit reported is that
+    /// shard's share, see [`LimitStatus`]); empty unless the reason is [`Reason::Limits`].
+    pub fn statuses(&self) -> &[LimitStatus] {
+        &self.statuses
     }
 
     /// The statuses of the limits that did not fit.
@@ -61,37 +194,66 @@ impl Rejection {
     pub fn status(&self, name: &str) -> Option<&LimitStatus> {
         self.statuses.iter().find(|s| s.limit.name() == name)
     }
+
+    /// The deadline of a pause, epoch milliseconds, when the reason is one.
+    pub fn paused_until(&self) -> Option<i64> {
+        match self.reason {
+            Reason::Paused { until_epoch_ms } => Some(until_epoch_ms),
+            _ => None,
+        }
+    }
+
+    /// What refused an adaptive permit, when the reason is [`Reason::Overloaded`].
+    pub fn overload(&self) -> Option<Overload> {
+        match self.reason {
+            Reason::Overloaded { cause, .. } => Some(cause),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(left) = self.paused {
-            return write!(
-                f,
-                "rate limit paused for {}/{}; retry after {:.3}s",
-                self.entity_id,
-                self.resource,
-                left.as_secs_f64()
-            );
+        let bucket = self
+            .bucket
+            .as_ref()
+            .map(|(e, r)| format!(" for {e}/{r}"))
+            .unwrap_or_default();
+        match &self.reason {
+            Reason::Limits => {
+                let names: Vec<&str> = self.violations().map(|s| s.limit.name()).collect();
+                write!(f, "rate limit exceeded{bucket}: [{}]", names.join(", "))?;
+            }
+            Reason::Contended => write!(f, "rate limit contended{bucket}")?,
+            Reason::Paused { .. } => write!(f, "rate limit paused{bucket}")?,
+            Reason::Exhausted { requested } => write!(f, "limits exhausted for {requested:?}")?,
+            Reason::Overloaded {
+                cause,
+                limit,
+                inflight,
+                queued,
+            } => {
+                let why = match cause {
+                    Overload::Full => "limit reached",
+                    Overload::Shed => "shed by the queue",
+                    Overload::Priority => "priority below the current threshold",
+                    Overload::Timeout => "no permit within the wait budget",
+                };
+                write!(
+                    f,
+                    "concurrency limit exceeded ({why}): limit {limit}, in flight {inflight}, \
+                     queued {queued}"
+                )?;
+            }
         }
-        if self.contended {
-            return write!(
-                f,
-                "rate limit contended for {}/{}; retry after 0.1s",
-                self.entity_id, self.resource
-            );
+        if let Some(after) = self.retry_after {
+            write!(f, "; retry after {:.3}s", after.as_secs_f64())?;
         }
-        let names: Vec<&str> = self.violations().map(|s| s.limit.name()).collect();
-        write!(
-            f,
-            "rate limit exceeded for {}/{}: [{}]; retry after {:.3}s",
-            self.entity_id,
-            self.resource,
-            names.join(", "),
-            self.retry_after().as_secs_f64()
-        )
+        Ok(())
     }
 }
+
+impl std::error::Error for Rejection {}
 
 #[cfg(test)]
 mod tests {
@@ -110,31 +272,29 @@ mod tests {
 
     #[test]
     fn retry_after_is_the_largest_wait_and_the_header_rounds_up() {
-        let r = Rejection {
-            entity_id: "e".into(),
-            resource: "r".into(),
-            statuses: vec![status("rpm", true, 6_001), status("tpm", false, 0)],
-            contended: false,
-            paused: None,
-        };
-        assert_eq!(r.retry_after(), Duration::from_millis(6_001));
-        assert_eq!(r.retry_after_header(), 7);
+        let r = Rejection::limits(
+            "e",
+            "r",
+            vec![status("rpm", true, 6_001), status("tpm", false, 0)],
+        );
+        assert_eq!(r.retry_after(), Some(Duration::from_millis(6_001)));
+        assert_eq!(r.retry_after_header(), Some(7));
         assert_eq!(r.violations().count(), 1);
         assert!(r.to_string().contains("[rpm]"));
         assert!(r.status("tpm").is_some());
-        let c = Rejection {
-            contended: true,
-            statuses: vec![],
-            ..r
-        };
-        assert_eq!(c.retry_after(), Duration::from_millis(100));
-        let p = Rejection {
-            contended: false,
-            paused: Some(Duration::from_millis(2_500)),
-            ..c
-        };
-        assert_eq!(p.retry_after(), Duration::from_millis(2_500));
-        assert_eq!(p.retry_after_header(), 3);
+        assert_eq!((r.entity_id(), r.resource()), (Some("e"), Some("r")));
+        let c = Rejection::contended("e", "r");
+        assert_eq!(c.retry_after(), Some(Duration::from_millis(100)));
+        let p = Rejection::paused(9_000, Duration::from_millis(2_500), Some(("e", "r")));
+        assert_eq!(p.retry_after(), Some(Duration::from_millis(2_500)));
+        assert_eq!(p.retry_after_header(), Some(3));
+        assert_eq!(p.paused_until(), Some(9_000));
         assert!(p.to_string().contains("paused"));
+        let o = Rejection::overloaded(Overload::Shed, 4, 4, 9);
+        assert_eq!(
+            (o.retry_after(), o.overload()),
+            (None, Some(Overload::Shed))
+        );
+        assert!(o.to_string().contains("shed"));
     }
 }

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use dynalimit::Error;
 use dynalimit::limitset::{
-    Backing, Config, InProcess, Limit, LimitSet, ManualTimer, Outcome, Settle, SyncBacking, Take,
-    Timer,
+    Backing, Config, InProcess, LimitSet, Outcome, SetLimit, Settle, SyncBacking, Take,
 };
 use dynalimit::pool::LimitPool;
+use dynalimit::time::{Clock, ManualClock};
 use support::*;
 
 /// An async-only backing that stands in for a remote store: every take crosses an await
@@ -29,7 +29,7 @@ struct Remote {
 struct Lease(u64);
 
 impl Remote {
-    fn new(limits: Vec<Limit>) -> Self {
+    fn new(limits: Vec<SetLimit>) -> Self {
         Remote {
             store: InProcess::new(limits, Duration::ZERO),
             leases: AtomicU64::new(0),
@@ -41,7 +41,7 @@ impl Remote {
 impl Backing for Remote {
     type Ticket = Lease;
 
-    fn limits(&self) -> &[Limit] {
+    fn limits(&self) -> &[SetLimit] {
         self.store.limits()
     }
 
@@ -64,8 +64,8 @@ impl Backing for Remote {
     }
 }
 
-fn remote_set(entity: &str, timer: &ManualTimer) -> LimitSet<Remote> {
-    let limits = vec![Limit::from(token_bucket("rpm", 3.0, 60.0))];
+fn remote_set(entity: &str, timer: &ManualClock) -> LimitSet<Remote> {
+    let limits = vec![SetLimit::from(token_bucket("rpm", 3.0, 60.0))];
     let mut config = Config::new();
     config.insert("entity".into(), entity.into());
     LimitSet::from_backing(Remote::new(limits), config, Arc::new(timer.clone())).unwrap()
@@ -73,7 +73,7 @@ fn remote_set(entity: &str, timer: &ManualTimer) -> LimitSet<Remote> {
 
 #[tokio::test]
 async fn async_only_backing_serves_the_same_api_and_settles_each_lease_once() {
-    let timer = ManualTimer::new();
+    let timer = ManualClock::default();
     let set = remote_set("alpha", &timer);
     let mut acquisition = set.acquire([("rpm", 2)]).await.unwrap();
     assert_eq!(acquisition.config()["entity"], "alpha");
@@ -123,7 +123,7 @@ async fn async_only_backing_serves_the_same_api_and_settles_each_lease_once() {
 
 #[tokio::test]
 async fn pool_over_three_async_backed_sets_spreads_and_falls_through() {
-    let timer = ManualTimer::new();
+    let timer = ManualClock::default();
     let pool = LimitPool::new(vec![
         remote_set("alpha", &timer),
         remote_set("beta", &timer),
@@ -156,5 +156,5 @@ async fn pool_over_three_async_backed_sets_spreads_and_falls_through() {
     let mut acquisition = pool.acquire([("rpm", 1)]).await.unwrap();
     acquisition.update([("rpm", 1)]).unwrap();
     assert_eq!(acquisition.config()["entity"], "beta");
-    assert_eq!(timer.now(), Duration::from_secs(20));
+    assert_eq!(timer.monotonic(), Duration::from_secs(20));
 }

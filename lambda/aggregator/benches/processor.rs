@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dynalimit_aggregator::processor::{extract, plan};
 use dynalimit_aggregator::{EventKind, SequenceNumber, StreamRecord, Window};
-use dynalimit_repository::item::Item;
+use dynalimit_format::item::Item;
 
 fn image(entity: usize, shard: usize, rf: i64, tc: i64) -> Item {
     let mut item = Item::new();

@@ -18,7 +18,7 @@
 //! `AWS_LAMBDA_LOG_FORMAT` (falling back to `RUST_LOG`).
 
 use crate::error::AggregatorError;
-use crate::window::Window;
+use dynalimit_format::usage::Window;
 
 /// The table (stack) name. Required.
 pub const ENV_TABLE: &str = "DYNALIMIT_TABLE";

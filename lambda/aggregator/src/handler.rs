@@ -3,8 +3,8 @@
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 
+use crate::aggregator::{Aggregator, BatchReport};
 use crate::record::{SequenceNumber, StreamRecord};
-use crate::sink::{Aggregator, BatchReport};
 
 /// Converts a Lambda stream event into records, in delivery order. Records that cannot be read
 /// (no sequence number, no recognisable event) are dropped with a warning: delivering them

@@ -28,7 +28,8 @@
 //! 5. Proactive passes, each behind a switch of [`Settings`]: refill of the buckets seen in the
 //!    batch under their `rf` lock, doubling of shard 0 when its `wcu` projects below 20 %, and
 //!    propagation of a raised shard count to the older shards with pre-creation of the new ones
-//!    (see [`proactive`]).
+//!    (planned by `dynalimit_core::decide::plan_proactive_refill` and
+//!    `plan_proactive_doubling`, written by the repository's bucket store).
 //!
 //! # Counting each record once
 //! Stream delivery is at-least-once: a failed Lambda batch is delivered again (whole, or from
@@ -52,19 +53,18 @@
 //! reader takes every number attribute it does not know as a limit counter, and the sort-key
 //! prefix `#AGGREGATOR#` does not match the `#USAGE#` prefix its snapshot queries use.
 
+mod aggregator;
 pub mod config;
 pub mod error;
 pub mod handler;
-pub mod proactive;
+mod proactive;
 pub mod processor;
 pub mod record;
 pub mod runner;
-mod sink;
-pub mod window;
 pub mod writes;
 
+pub use aggregator::{Aggregator, BatchReport};
 pub use config::Settings;
+pub use dynalimit_format::usage::Window;
 pub use error::AggregatorError;
 pub use record::{EventKind, SequenceNumber, StreamRecord};
-pub use sink::{Aggregator, BatchReport};
-pub use window::Window;

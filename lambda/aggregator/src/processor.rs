@@ -36,21 +36,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use aws_sdk_dynamodb::types::AttributeValue;
-use dynalimit_core::bucket::WCU;
-use dynalimit_repository::item::{Item, get_i64, get_s};
-use dynalimit_repository::keys::{self, parse_bucket_pk};
+use dynalimit_format::bucket::{self, balance, bucket_pk_of, consumed, counter, is_soft};
+use dynalimit_format::item::Item;
+use dynalimit_format::usage::{SNAPSHOT_ATTRIBUTES, Window};
 
 use crate::record::{EventKind, SequenceNumber, StreamRecord};
-use crate::window::Window;
 
 /// Most items one `TransactWriteItems` may carry.
 pub const MAX_TRANSACT_ITEMS: usize = 100;
-
-/// Sort-key prefix of the aggregator's watermark items (one per bucket item, in the owner
-/// entity's partition). It deliberately does not start with `#USAGE#`, so snapshot queries
-/// never see it.
-pub const MARKER_SK_PREFIX: &str = "#AGGREGATOR#";
 
 /// One bucket item: the unit whose stream records arrive in order.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -66,26 +59,20 @@ pub struct BucketRef {
 }
 
 impl BucketRef {
-    /// `(PK, SK)` of this bucket item's watermark: `{ns}/ENTITY#{entity}`,
+    /// The key of this bucket item's watermark: `{ns}/ENTITY#{entity}`,
     /// `#AGGREGATOR#{resource}#{shard}`.
-    pub fn marker_key(&self) -> (String, String) {
-        (
-            keys::entity_pk(&self.namespace_id, &self.entity_id),
-            format!("{MARKER_SK_PREFIX}{}#{}", self.resource, self.shard),
+    pub fn marker_key(&self) -> Item {
+        dynalimit_format::usage::watermark_key(
+            &self.namespace_id,
+            &self.entity_id,
+            &self.resource,
+            self.shard,
         )
     }
 
-    /// `(PK, SK)` of the bucket item itself.
-    pub fn bucket_key(&self) -> (String, String) {
-        (
-            keys::bucket_pk(
-                &self.namespace_id,
-                &self.entity_id,
-                &self.resource,
-                self.shard,
-            ),
-            keys::STATE_SK.to_owned(),
-        )
+    /// The bucket item's key within its namespace.
+    pub fn bucket_key(&self) -> bucket::BucketKey {
+        bucket::BucketKey::new(self.entity_id.clone(), self.resource.clone(), self.shard)
     }
 
     /// The (namespace, entity, resource) whose snapshots this item's usage feeds.
@@ -158,31 +145,11 @@ pub struct Extracted {
 }
 
 fn shard_count(image: &Item) -> u32 {
-    get_i64(image, "shard_count")
-        .and_then(|v| u32::try_from(v).ok())
-        .unwrap_or(1)
-        .max(1)
-}
-
-/// The limit names with a `b_{name}_tc` number on `image`, and their values.
-fn consumed_counters(image: &Item) -> impl Iterator<Item = (&str, i64)> {
-    image.iter().filter_map(|(attr, value)| {
-        let name = attr.strip_prefix("b_")?.strip_suffix("_tc")?;
-        if name.is_empty() || name == WCU {
-            return None;
-        }
-        match value {
-            AttributeValue::N(n) => dynalimit_repository::item::parse_number(n).map(|v| (name, v)),
-            _ => None,
-        }
-    })
+    bucket::shard_count(image).unwrap_or(1).max(1)
 }
 
 fn bucket_of(image: &Item) -> Option<BucketRef> {
-    if get_s(image, "SK") != Some(keys::STATE_SK) {
-        return None;
-    }
-    let k = parse_bucket_pk(get_s(image, "PK")?)?;
+    let k = bucket_pk_of(image)?;
     Some(BucketRef {
         namespace_id: k.namespace_id,
         entity_id: k.entity_id,
@@ -209,17 +176,17 @@ pub fn extract(records: &[StreamRecord]) -> Extracted {
             out.ignored += 1;
             continue;
         };
-        let at_ms = get_i64(new, "rf").unwrap_or(0);
-        let mut deltas: Vec<LimitDelta> = consumed_counters(new)
+        let at_ms = bucket::refilled_at(new).unwrap_or(0);
+        let mut deltas: Vec<LimitDelta> = consumed(new)
             .filter_map(|(name, new_tc)| {
                 let old_tc = match old {
-                    Some(old) => get_i64(old, &format!("b_{name}_tc"))?,
+                    Some(old) => counter(old, name)?,
                     None => 0,
                 };
                 let milli = new_tc.checked_sub(old_tc)?;
                 (milli != 0).then(|| {
-                    let soft = new.contains_key(&format!("b_{name}_soft"));
-                    let tk = get_i64(new, &format!("b_{name}_tk")).unwrap_or(0);
+                    let soft = is_soft(new, name);
+                    let tk = balance(new, name).unwrap_or(0);
                     LimitDelta {
                         limit: name.to_owned(),
                         milli,
@@ -252,8 +219,8 @@ pub fn extract(records: &[StreamRecord]) -> Extracted {
             entry.shard_count_raised = Some((from, new_sc));
         }
         // A limit named like an attribute the snapshot update sets cannot be counted (see
-        // `writes::SNAPSHOT_ATTRIBUTES`); it still counts for the proactive passes above.
-        deltas.retain(|d| !crate::writes::SNAPSHOT_ATTRIBUTES.contains(&d.limit.as_str()));
+        // `SNAPSHOT_ATTRIBUTES`); it still counts for the proactive passes above.
+        deltas.retain(|d| !SNAPSHOT_ATTRIBUTES.contains(&d.limit.as_str()));
         if !deltas.is_empty() {
             out.usage.push(Usage {
                 bucket,
@@ -487,6 +454,7 @@ pub fn watermark_keys(usage: &[Usage]) -> Vec<BucketRef> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dynalimit_format::keys;
 
     /// 2026-03-10T00:20:00Z and 2026-03-10T01:05:00Z.
     const MAR10_0020: i64 = 1_773_102_000_000;
@@ -557,13 +525,13 @@ mod tests {
     #[test]
     fn limits_named_like_snapshot_attributes_are_left_out_of_usage_only() {
         let image = |tc: i64| {
-            let mut it = dynalimit_repository::item::key(
+            let mut it = dynalimit_format::item::key(
                 keys::bucket_pk("ns", "u1", "gpt-4", 0),
                 keys::STATE_SK,
             );
-            it.insert("rf".into(), dynalimit_repository::item::n(MAR10_0105));
+            it.insert("rf".into(), dynalimit_format::item::n(MAR10_0105));
             for limit in ["rpm", "ttl", "window"] {
-                it.insert(format!("b_{limit}_tc"), dynalimit_repository::item::n(tc));
+                it.insert(format!("b_{limit}_tc"), dynalimit_format::item::n(tc));
             }
             it
         };

@@ -10,7 +10,7 @@ use std::fmt;
 
 use aws_lambda_events::event::dynamodb::EventRecord;
 use aws_sdk_dynamodb::types::AttributeValue;
-use dynalimit_repository::item::Item;
+use dynalimit_format::item::Item;
 
 /// What happened to the item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,11 +17,10 @@ use std::time::Duration;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodbstreams::Client as StreamsClient;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
-use dynalimit_repository::error::classify;
 
+use crate::aggregator::Aggregator;
 use crate::error::AggregatorError;
 use crate::record::{SequenceNumber, StreamRecord};
-use crate::sink::Aggregator;
 
 /// Where the runner starts reading shards it has no checkpoint for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -109,7 +108,7 @@ where
     R: std::fmt::Debug,
 {
     let code = err.code().map(str::to_owned);
-    let e = classify(operation, err);
+    let e = dynalimit_repository::RepositoryError::from_sdk(operation, err);
     (
         code,
         AggregatorError::Streams {

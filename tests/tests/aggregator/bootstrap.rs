@@ -15,10 +15,12 @@ use std::time::Duration;
 use aws_sdk_dynamodbstreams::types::{AttributeValue as StreamValue, Record, ShardIteratorType};
 use dynalimit::{Limit, RateLimiter};
 use dynalimit_aggregator::Window;
-use dynalimit_aggregator::writes::snapshot_sk;
 use dynalimit_core::Clock;
-use dynalimit_repository::item::{Item, get_s, key, s};
-use dynalimit_repository::{Repository, UsageQuery, is_loopback, keys};
+use dynalimit_format::item::{Item, get_s, key, s};
+use dynalimit_format::keys;
+use dynalimit_format::keys::usage_sk as snapshot_sk;
+use dynalimit_repository::aws::is_loopback;
+use dynalimit_repository::{Repository, UsageQuery};
 use dynalimit_tests::lambda::{CargoLambda, Function, RuntimeApi};
 use dynalimit_tests::template::{
     filter_matches, function_environment, parameter_default, template,

@@ -3,7 +3,7 @@
 
 use aws_lambda_events::event::dynamodb::Event;
 use dynalimit_aggregator::{Aggregator, Settings, handler};
-use dynalimit_repository::item::get_i64;
+use dynalimit_format::item::get_i64;
 
 fn event() -> Event {
     serde_json::from_str(include_str!(

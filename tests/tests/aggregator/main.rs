@@ -10,9 +10,10 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use dynalimit_aggregator::runner::{PollReport, Runner, RunnerOptions};
 use dynalimit_aggregator::{Aggregator, EventKind, SequenceNumber, Settings, StreamRecord};
 use dynalimit_core::ManualClock;
-use dynalimit_repository::item::{Item, get_s, key, n, s};
-use dynalimit_repository::keys;
-use dynalimit_repository::{Repository, UsageQuery, UsageSnapshot, local_credentials};
+use dynalimit_format::item::{Item, get_s, key, n, s};
+use dynalimit_format::keys;
+use dynalimit_repository::aws::local_credentials;
+use dynalimit_repository::{Repository, UsageQuery, UsageSnapshot};
 use dynalimit_tests::TestTable;
 
 mod bootstrap;

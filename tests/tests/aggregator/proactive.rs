@@ -5,8 +5,8 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::types::ReturnValue;
 use dynalimit_aggregator::{Aggregator, Settings};
 use dynalimit_core::ManualClock;
-use dynalimit_repository::item::{Item, get_i64, key, n};
-use dynalimit_repository::keys;
+use dynalimit_format::item::{Item, get_i64, key, n};
+use dynalimit_format::keys;
 
 use super::{T, Writer, records_of};
 
@@ -57,8 +57,9 @@ async fn busy_buckets_are_refilled_under_the_rf_lock_and_hot_ones_double() {
     assert!(again.errors.is_empty(), "{again:?}");
     assert_eq!(read(&table, &ns, 0).await, item);
 
-    // A hot shard 0: wcu at 10 % ⇒ the count doubles from 2 to 4, with the acquire path's
-    // donations (cp // 4 per limit) and the vu = 0 clamp stamp.
+    // A hot shard 0: wcu at 10 % ⇒ the count doubles from 2 to 4. The doubling moves no
+    // tokens and stamps nothing: shard 0 keeps its balance (trimmed to the new 25-token share
+    // by its next materialising write) and the new shards start empty.
     let mut settings = Settings::new(table.name());
     settings.proactive_refill = false;
     let agg = Aggregator::with_clock(table.client().clone(), settings, clock);
@@ -70,8 +71,8 @@ async fn busy_buckets_are_refilled_under_the_rf_lock_and_hot_ones_double() {
     assert_eq!(report.shards_stamped, 1, "{report:?}");
     let item = read(&table, &ns, 0).await;
     assert_eq!(get_i64(&item, "shard_count"), Some(4));
-    assert_eq!(get_i64(&item, "vu"), Some(0));
-    assert_eq!(get_i64(&item, "b_rpm_tk"), Some(50_000 - 1_000 - 25_000));
+    assert_eq!(get_i64(&item, "vu"), None);
+    assert_eq!(get_i64(&item, "b_rpm_tk"), Some(50_000 - 1_000));
 }
 
 #[tokio::test]
@@ -80,7 +81,7 @@ async fn a_count_raised_by_another_writer_reaches_the_older_shards_and_the_new_o
     let ns = "nsq".to_owned();
     let w = Writer::new(table.client(), table.name(), &ns);
     // Two shards of 2; shard 0 is doubled to 4 by a writer that never propagated (its
-    // answer was lost, or it stopped): shard 1 keeps the old count and half the capacity.
+    // answer was lost, or it stopped): shard 1 keeps the old count.
     let before = w.create("hot", 0, T).await;
     w.create("hot", 1, T).await;
     let after = table
@@ -91,21 +92,16 @@ async fn a_count_raised_by_another_writer_reaches_the_older_shards_and_the_new_o
             keys::bucket_pk(&ns, "hot", "gpt-4", 0),
             keys::STATE_SK,
         )))
-        .update_expression("SET shard_count = :to, vu = :zero ADD b_rpm_tk :give")
+        .update_expression("SET shard_count = :to")
         .condition_expression("shard_count = :from")
         .expression_attribute_values(":to", n(4))
         .expression_attribute_values(":from", n(2))
-        .expression_attribute_values(":zero", n(0))
-        .expression_attribute_values(":give", n(-25_000))
         .return_values(ReturnValue::AllNew)
         .send()
         .await
         .expect("doubled")
         .attributes
         .expect("image");
-    let stale: i64 = [4, 2].iter().map(|count| 100_000 / count).sum::<i64>() + 2 * 25_000;
-    assert_eq!(stale, 125_000, "1.25 × capacity before the pass");
-
     let mut settings = Settings::new(table.name());
     settings.proactive_refill = false;
     let clock = Arc::new(ManualClock::new(T + 1_000));
@@ -115,12 +111,14 @@ async fn a_count_raised_by_another_writer_reaches_the_older_shards_and_the_new_o
     assert!(report.errors.is_empty(), "{report:?}");
     assert_eq!((report.shards_stamped, report.shards_created), (1, 2));
 
-    // Shard 1: the new count, the doubling's donation (cp // 4) and the clamp stamp.
+    // Shard 1: the new count only; its balance is trimmed to the new share by its next
+    // materialising write.
     let shard1 = read(&table, &ns, 1).await;
     assert_eq!(get_i64(&shard1, "shard_count"), Some(4));
-    assert_eq!(get_i64(&shard1, "b_rpm_tk"), Some(100_000 - 25_000));
-    assert_eq!(get_i64(&shard1, "vu"), Some(0));
-    // Shards 2 and 3: clones of shard 0 with their own keys and one share each.
+    assert_eq!(get_i64(&shard1, "b_rpm_tk"), Some(100_000));
+    assert_eq!(get_i64(&shard1, "vu"), None);
+    // Shards 2 and 3: clones of shard 0 with their own keys, starting empty (a funded clone
+    // would add tokens that the older shards still hold).
     let mut shares = 0;
     for shard in 0..4 {
         let item = read(&table, &ns, shard).await;
@@ -128,13 +126,13 @@ async fn a_count_raised_by_another_writer_reaches_the_older_shards_and_the_new_o
         assert_eq!(count, 4, "shard {shard}");
         shares += get_i64(&item, "b_rpm_cp").expect("cp") / count;
         if shard >= 2 {
-            assert_eq!(get_i64(&item, "b_rpm_tk"), Some(25_000));
+            assert_eq!(get_i64(&item, "b_rpm_tk"), Some(0));
             assert_eq!(get_i64(&item, "b_rpm_tc"), Some(0));
             assert_eq!(get_i64(&item, "b_wcu_tk"), Some(1_000_000));
             assert_eq!(get_i64(&item, "rf"), Some(T + 1_000));
             assert_eq!(get_i64(&item, "vu"), None);
             assert_eq!(
-                dynalimit_repository::item::get_s(&item, "GSI4SK"),
+                dynalimit_format::item::get_s(&item, "GSI4SK"),
                 Some(keys::bucket_gsi4sk("hot", "gpt-4", shard).as_str())
             );
         }

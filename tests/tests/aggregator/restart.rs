@@ -3,9 +3,8 @@
 
 use aws_sdk_dynamodb::Client;
 use dynalimit_aggregator::runner::{Runner, RunnerOptions};
-use dynalimit_repository::item::{get_i64, get_s};
-use dynalimit_repository::local::{self, DynamoDbLocal};
-use dynalimit_repository::schema;
+use dynalimit_format::item::{get_i64, get_s};
+use dynalimit_local::{self as local, DynamoDbLocal};
 
 use super::{T, Writer, counting_only, sdk_for};
 
@@ -39,7 +38,9 @@ async fn the_runner_survives_an_emulator_restart_and_resumes() {
     let sdk = sdk_for(&url).await;
     let client = Client::new(&sdk);
     let table = "aggregator-restart";
-    schema::create_table(&client, table).await.unwrap();
+    dynalimit_repository::create_table(&client, table)
+        .await
+        .unwrap();
     let mut runner = Runner::from_sdk_config(&sdk, counting_only(table), RunnerOptions::default());
 
     let w = Writer::new(&client, table, "nsr");
@@ -56,7 +57,9 @@ async fn the_runner_survives_an_emulator_restart_and_resumes() {
 
     // It comes back (in memory: an empty table with a new stream).
     let second = DynamoDbLocal::start_in(&dir, port).expect("emulator again");
-    schema::create_table(&client, table).await.unwrap();
+    dynalimit_repository::create_table(&client, table)
+        .await
+        .unwrap();
     w.create("u1", 0, T).await;
     w.consume("u1", 0, &[("rpm", 5)], None).await;
     let report = super::drain(&mut runner).await;

@@ -4,9 +4,9 @@
 
 use dynalimit_aggregator::Window;
 use dynalimit_aggregator::runner::{Runner, RunnerOptions};
+use dynalimit_format::item::{get_i64, get_s};
+use dynalimit_format::keys;
 use dynalimit_repository::UsageQuery;
-use dynalimit_repository::item::{get_i64, get_s};
-use dynalimit_repository::keys;
 
 use super::{Writer, counting_only, drain, sdk_for, setup, snapshot_items};
 

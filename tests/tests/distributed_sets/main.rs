@@ -10,7 +10,7 @@ use dynalimit::limitset::{Algorithm, CallLimit, Distributed, LimitSet, RateLimit
 use dynalimit::pool::LimitPool;
 use dynalimit::{Error, Limit, RateLimiter};
 use dynalimit_repository::Repository;
-use dynalimit_repository::metrics::RequestCounter;
+use dynalimit_repository::RequestCounter;
 
 const RESOURCE: &str = "gpt-4";
 
@@ -238,12 +238,12 @@ async fn limits_a_bucket_cannot_keep_are_refused_before_any_request() {
     let repo: Repository = table.counted_repository(&counter, "refused").await;
     let limiter = RateLimiter::new(repo);
     let before = counter.total();
-    let refused = |limit: dynalimit::limitset::Limit| {
+    let refused = |limit: dynalimit::limitset::SetLimit| {
         Distributed::builder(&limiter, "e", RESOURCE)
             .limit(limit)
             .build()
     };
-    let cases: [(dynalimit::limitset::Limit, &str); 5] = [
+    let cases: [(dynalimit::limitset::SetLimit, &str); 5] = [
         (
             ResourceLimit::new("connections", 4).unwrap().into(),
             "connections",

@@ -3,25 +3,32 @@
 
 use std::time::Duration;
 
+use aws_config::SdkConfig;
 use aws_sdk_dynamodb::Client;
-use dynalimit_repository::stack::{self, StackEvent, StackManager, StackOptions};
-use dynalimit_repository::{Repository, RepositoryError};
+use dynalimit_repository::Repository;
+use dynalimit_repository::aws::{self, AwsSettings};
+use dynalimit_stack::{self as stack, StackError, StackEvent, StackManager, StackOptions};
 use dynalimit_tests::moto::MotoServer;
 use dynalimit_tests::schema_mismatches;
 
+/// The AWS settings of `endpoint` in us-east-1, as the CLI loads them.
+async fn settings(endpoint: &str) -> SdkConfig {
+    aws::load(
+        &AwsSettings::new()
+            .endpoint_url(Some(endpoint))
+            .region(Some("us-east-1")),
+    )
+    .await
+    .expect("settings")
+}
+
 async fn manager(moto: &MotoServer, name: &str) -> StackManager {
-    StackManager::connect(name, Some(moto.url()), Some("us-east-1"))
-        .await
-        .expect("settings")
+    StackManager::from_sdk_config(name, &settings(moto.url()).await)
         .poll_interval(Duration::from_millis(100))
 }
 
 async fn dynamodb(moto: &MotoServer) -> Client {
-    Client::new(
-        &stack::sdk_config(Some(moto.url()), Some("us-east-1"))
-            .await
-            .expect("settings"),
-    )
+    Client::new(&settings(moto.url()).await)
 }
 
 async fn describe(
@@ -145,9 +152,7 @@ async fn repository_open_provisions_a_missing_table_through_the_stack() {
     };
     let name = "dynalimit-provisioned";
     // Settings that point at moto without an endpoint override: `open` then behaves as on AWS.
-    let config = stack::sdk_config(Some(moto.url()), Some("us-east-1"))
-        .await
-        .expect("settings");
+    let config = settings(moto.url()).await;
     let repo = Repository::builder()
         .sdk_config(config)
         .stack(name)
@@ -187,22 +192,16 @@ async fn repository_open_provisions_a_missing_table_through_the_stack() {
 #[tokio::test]
 async fn bad_options_are_refused_before_any_request() {
     // No server at all: validation must fail first.
-    let m = StackManager::connect(
-        "dynalimit-bad",
-        Some("http://127.0.0.1:9"),
-        Some("us-east-1"),
-    )
-    .await
-    .expect("settings");
+    let m = StackManager::from_sdk_config("dynalimit-bad", &settings("http://127.0.0.1:9").await);
     let mut options = StackOptions::default();
     options.lambda_timeout_seconds = 0;
     let err = m.deploy(&options, None, &mut |_| {}).await.unwrap_err();
-    assert!(matches!(err, RepositoryError::Validation(_)), "{err}");
+    assert!(matches!(err, StackError::Validation(_)), "{err}");
     let mut options = StackOptions::default();
     options.aggregator = false;
     let err = m
         .deploy(&options, Some(b"zip"), &mut |_| {})
         .await
         .unwrap_err();
-    assert!(matches!(err, RepositoryError::Validation(_)), "{err}");
+    assert!(matches!(err, StackError::Validation(_)), "{err}");
 }

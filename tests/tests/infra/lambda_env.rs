@@ -8,7 +8,7 @@ use dynalimit_aggregator::config::{
     ENVIRONMENT, EnvVar,
 };
 use dynalimit_aggregator::{Settings, Window};
-use dynalimit_repository::stack::LOG_LEVELS;
+use dynalimit_stack::LOG_LEVELS;
 use dynalimit_tests::template::{
     function_environment, parameter_default, resolve_with_defaults, template,
 };

@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use dynalimit_aggregator::processor::MARKER_SK_PREFIX;
-use dynalimit_repository::keys;
-use dynalimit_repository::schema::TABLE_SCHEMA;
-use dynalimit_repository::stack::StackOptions;
+use dynalimit_format::keys;
+use dynalimit_format::keys::WATERMARK_SK_PREFIX as MARKER_SK_PREFIX;
+use dynalimit_format::schema::TABLE_SCHEMA;
+use dynalimit_stack::StackOptions;
 use dynalimit_tests::template::{
     condition_holds, created_resources, filter_matches, resources_of_type, template,
 };

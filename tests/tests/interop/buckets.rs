@@ -10,8 +10,9 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit::{Error, Limit, OnUnavailable, RateLimiter};
 use dynalimit_core::{Clock, ManualClock, SystemClock};
-use dynalimit_repository::entity::NewEntity;
-use dynalimit_repository::{Repository, keys};
+use dynalimit_format::keys;
+use dynalimit_repository::NewEntity;
+use dynalimit_repository::Repository;
 use dynalimit_tests::TestTable;
 use serde_json::{Value, json};
 
@@ -214,8 +215,8 @@ async fn spend_alternately(first: Side) {
                         lease.commit().await.unwrap();
                         None
                     }
-                    Err(Error::RateLimited(r)) => {
-                        Some(i64::try_from(r.retry_after().as_millis()).unwrap())
+                    Err(Error::Rejected(r)) => {
+                        Some(i64::try_from(r.retry_after().unwrap().as_millis()).unwrap())
                     }
                     Err(e) => panic!("step {i} ({side:?}): {e}"),
                 }
@@ -331,7 +332,7 @@ async fn both_libraries_together_never_admit_more_than_capacity_plus_refill() {
                         lease.commit().await.unwrap();
                         admitted.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(Error::RateLimited(_)) => {
+                    Err(Error::Rejected(_)) => {
                         rejected.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) => panic!("dynalimit: {e}"),

@@ -2,7 +2,7 @@
 //! directions, and the resolution both libraries derive from it.
 
 use dynalimit_core::Limit;
-use dynalimit_repository::config::{ConfigLevel, DisabledFlag, OnUnavailable};
+use dynalimit_repository::{ConfigLevel, DisabledFlag, OnUnavailable};
 use serde_json::{Value, json};
 
 use crate::python::shared_table;

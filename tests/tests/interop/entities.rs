@@ -1,6 +1,6 @@
 //! Entities (META items) in both directions.
 
-use dynalimit_repository::entity::{Entity, NewEntity};
+use dynalimit_repository::{Entity, NewEntity};
 use serde_json::{Value, json};
 
 use crate::python::shared_table;

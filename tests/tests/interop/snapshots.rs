@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use aws_lambda_events::event::dynamodb::Event;
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_aggregator::{Aggregator, Settings, Window, handler};
-use dynalimit_repository::item::{Item, get_i64, key, n, s};
-use dynalimit_repository::keys;
+use dynalimit_format::item::{Item, get_i64, key, n, s};
+use dynalimit_format::keys;
 use dynalimit_tests::TestTable;
 use serde_json::{Value, json};
 

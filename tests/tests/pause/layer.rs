@@ -1,4 +1,4 @@
-//! `RateLimitLayer` in front of a real axum server on 127.0.0.1, over DynamoDB.
+//! `RateLimiterLayer` in front of a real axum server on 127.0.0.1, over DynamoDB.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -7,7 +7,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::routing::get;
-use dynalimit::tower::{RateLimitKey, RateLimitLayer};
+use dynalimit::tower::{Charge, RateLimiterLayer};
 use dynalimit::{Limit, RateLimiter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -58,9 +58,9 @@ async fn get_with(addr: SocketAddr, path: &str, key: Option<&str>) -> Answer {
 /// entity, the resource is `search`, each request costs one `rpm` of a 2-per-minute limit;
 /// requests without a key are not limited.
 async fn serve(limiter: RateLimiter) -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let layer = RateLimitLayer::new(limiter, |req: &http::Request<Body>| {
+    let layer = RateLimiterLayer::new(limiter, |req: &http::Request<Body>| {
         let key = req.headers().get("x-api-key")?.to_str().ok()?;
-        Some(RateLimitKey::new(key, "search").consume("rpm", 1))
+        Some(Charge::new(key, "search").consume("rpm", 1))
     })
     .limits([Limit::per_minute("rpm", 2)]);
     let app = Router::new()

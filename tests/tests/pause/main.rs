@@ -1,6 +1,6 @@
 //! Shared pauses on bucket items against a real DynamoDB endpoint: the stamp and the paths
 //! that honour it, two OS processes sharing a table, a zae-limiter 0.17 client on a stamped
-//! bucket, and the `RateLimitLayer` in front of an axum server.
+//! bucket, and the `RateLimiterLayer` in front of an axum server.
 
 mod layer;
 mod processes;
@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use dynalimit::{Error, Limit, RateLimiter};
 use dynalimit_core::{Clock, ManualClock, SystemClock};
+use dynalimit_format::item::{Item, get_i64};
 use dynalimit_repository::RepositoryBuilder;
-use dynalimit_repository::item::{Item, get_i64};
 use dynalimit_tests::TestTable;
 
 /// The limits every test here uses: 10 requests per minute.
@@ -91,7 +91,7 @@ async fn spend_one(limiter: &RateLimiter) -> Result<(), Error> {
 fn paused(result: Result<(), Error>) -> Option<std::time::Duration> {
     match result {
         Ok(()) => None,
-        Err(Error::RateLimited(r)) if r.paused.is_some() => r.paused,
+        Err(Error::Rejected(r)) if r.paused_until().is_some() => r.retry_after(),
         Err(other) => panic!("expected a paused rejection, got {other:?}"),
     }
 }

@@ -8,8 +8,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use dynalimit::RateLimiter;
-use dynalimit_repository::bucket::PAUSE_ATTRIBUTE;
-use dynalimit_repository::item::get_i64;
+use dynalimit_format::attr::PAUSE_UNTIL as PAUSE_ATTRIBUTE;
+use dynalimit_format::item::get_i64;
 
 use super::{balances, bucket_item, paused, spend_one, succeeded};
 

@@ -11,9 +11,10 @@ use dynalimit::backoff::{Backoff, bucket_scope};
 use dynalimit_core::Clock;
 use dynalimit_core::SystemClock;
 use dynalimit_core::decide::{Plan, TtlAction, plan_refill};
-use dynalimit_repository::bucket::{BucketKey, ConsumeOutcome, PAUSE_ATTRIBUTE, RefillOutcome};
-use dynalimit_repository::item::get_i64;
-use dynalimit_repository::metrics::RequestCounter;
+use dynalimit_format::attr::PAUSE_UNTIL as PAUSE_ATTRIBUTE;
+use dynalimit_format::item::get_i64;
+use dynalimit_repository::RequestCounter;
+use dynalimit_repository::bucket::{BucketKey, ConsumeOutcome, RefillOutcome};
 
 use super::{balances, bucket_item, bucket_items, limiter, open_limiter, paused, rpm, spend_one};
 
@@ -44,11 +45,11 @@ async fn a_live_stamp_refuses_without_spending_until_the_deadline() {
         .limits([rpm()])
         .await
         .unwrap_err();
-    let Error::RateLimited(rejection) = err else {
+    let Error::Rejected(rejection) = err else {
         panic!("rate limited expected")
     };
-    assert_eq!(rejection.retry_after(), Duration::from_millis(1));
-    assert_eq!(rejection.retry_after_header(), 1);
+    assert_eq!(rejection.retry_after(), Some(Duration::from_millis(1)));
+    assert_eq!(rejection.retry_after_header(), Some(1));
     // Nothing was spent by the refused acquires: balances, write capacity and counter as before.
     assert_eq!(
         balances(&bucket_item(&table, "user-1", "llm").await),

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use dynalimit::{Limit, RateLimiter};
-use dynalimit_repository::audit::{SYSTEM_AUDIT_ID, resource_audit_id};
+use dynalimit_format::audit::{SYSTEM_AUDIT_ID, resource_audit_id};
 use dynalimit_repository::{NewEntity, Repository, UsageQuery};
 use dynalimit_tests::TestTable;
 use dynalimit_tests::fault::{FaultProxy, Recorded};

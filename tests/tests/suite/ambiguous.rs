@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use aws_smithy_types::timeout::TimeoutConfig;
 use dynalimit::{Error, OnUnavailable};
+use dynalimit_format::item::get_i64;
 use dynalimit_repository::RepositoryError;
-use dynalimit_repository::item::get_i64;
 
 use super::fast_path::{Rig, rig_edited};
 /// One request of `rpm`, in millitokens.

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use dynalimit_core::Limit;
-use dynalimit_repository::metrics::RequestCounter;
+use dynalimit_repository::RequestCounter;
 use dynalimit_repository::{ConfigLevel, OnUnavailable, RepositoryError};
 
 fn rpm(n: i64) -> Vec<Limit> {
@@ -336,9 +336,8 @@ async fn entity_level_changes_are_stamped_on_existing_buckets() {
             .unwrap()
             .clone()
     };
-    let num = |it: &dynalimit_repository::item::Item, a: &str| {
-        it.get(a).and_then(|v| v.as_n().ok()).cloned()
-    };
+    let num =
+        |it: &dynalimit_format::item::Item, a: &str| it.get(a).and_then(|v| v.as_n().ok()).cloned();
     for shard in 0..2 {
         let b = bucket(&format!("{ns}/BUCKET#k#gpt-4#{shard}"));
         assert_eq!(num(&b, "b_rpm_cp").as_deref(), Some("50000"));

@@ -1,7 +1,7 @@
 //! Entities: create, read, children, parent, deletion.
 
 use dynalimit_core::Limit;
-use dynalimit_repository::metrics::RequestCounter;
+use dynalimit_repository::RequestCounter;
 use dynalimit_repository::{NewEntity, RepositoryError};
 
 #[tokio::test]

@@ -16,11 +16,11 @@ use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterce
 use aws_smithy_types::retry::RetryConfig;
 use dynalimit::{Error, Limit, OnUnavailable, RateLimiter};
 use dynalimit_core::{Clock, ManualClock, SystemClock};
+use dynalimit_format::item::{Item, get_i64, get_s};
+use dynalimit_repository::MAX_RESPONSE_BYTES;
+use dynalimit_repository::NewEntity;
+use dynalimit_repository::RequestCounter;
 use dynalimit_repository::bucket::CONFLICT_ATTEMPTS;
-use dynalimit_repository::entity::NewEntity;
-use dynalimit_repository::item::{Item, get_i64, get_s};
-use dynalimit_repository::metrics::RequestCounter;
-use dynalimit_repository::wire::MAX_RESPONSE_BYTES;
 use dynalimit_repository::{Repository, RepositoryError};
 use dynalimit_tests::TestTable;
 use dynalimit_tests::fault::FaultProxy;
@@ -542,7 +542,7 @@ async fn a_rejection_reads_the_old_item_returned_with_the_failed_condition() {
     // 99 tokens left of 100; asking 100 fails the speculative condition, and the refusal
     // comes from the image DynamoDB returned with the failure.
     let refused = r.limiter.acquire("a", "gpt-4", [("rpm", 100)]).await;
-    let Err(Error::RateLimited(rejection)) = refused else {
+    let Err(Error::Rejected(rejection)) = refused else {
         panic!("expected a rejection, got {refused:?}");
     };
     let status = rejection.status("rpm").expect("rpm status");
@@ -662,7 +662,7 @@ async fn the_fast_path_writes_exactly_what_the_sdk_path_writes() {
             .acquire("e", "gpt-4", [("rpm", 1000)])
             .limits(limits.clone())
             .await;
-        assert!(matches!(refused, Err(Error::RateLimited(_))));
+        assert!(matches!(refused, Err(Error::Rejected(_))));
         let item = bucket_item(&table, repo.namespace_id(), "e").await;
         items.push((repo.namespace_id().to_owned(), item));
     }

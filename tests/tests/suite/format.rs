@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
-use dynalimit_repository::item::Item;
+use dynalimit_format::item::Item;
 use dynalimit_repository::{NewEntity, OnUnavailable};
 
 fn type_of(v: &AttributeValue) -> &'static str {

@@ -112,11 +112,11 @@ fn a_second_start_reuses_the_cached_installation() {
     if dynalimit_tests::endpoint().is_external() {
         return;
     }
-    let dir = dynalimit_repository::local::install_dir();
-    assert!(dynalimit_repository::local::is_installed(&dir));
+    let dir = dynalimit_local::install_dir();
+    assert!(dynalimit_local::is_installed(&dir));
     let jar = dir.join("DynamoDBLocal.jar");
     let before = std::fs::metadata(&jar).unwrap().modified().unwrap();
-    let again = dynalimit_repository::local::install().unwrap();
+    let again = dynalimit_local::install().unwrap();
     assert_eq!(again, dir);
     assert_eq!(std::fs::metadata(&jar).unwrap().modified().unwrap(), before);
 }

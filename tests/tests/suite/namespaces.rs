@@ -2,10 +2,10 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
-use dynalimit_repository::metrics::RequestCounter;
+use dynalimit_repository::RequestCounter;
 use dynalimit_repository::{NewEntity, RepositoryError};
 
-fn s(item: &dynalimit_repository::item::Item, name: &str) -> Option<String> {
+fn s(item: &dynalimit_format::item::Item, name: &str) -> Option<String> {
     item.get(name).and_then(|v| v.as_s().ok()).cloned()
 }
 
@@ -118,7 +118,7 @@ async fn delete_recover_delete_purge_leaves_no_item_of_the_namespace() {
             .await
             .unwrap();
     }
-    let owned = |items: &[dynalimit_repository::item::Item]| {
+    let owned = |items: &[dynalimit_format::item::Item]| {
         items
             .iter()
             .filter(|it| {

@@ -13,15 +13,13 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
 use dynalimit_core::decide::{Plan, TtlAction, plan_delta, plan_refill};
+use dynalimit_format::item::Item;
 use dynalimit_repository::bucket::{BucketKey, BucketStore};
-use dynalimit_repository::item::Item;
 use dynalimit_repository::{Repository, RepositoryError};
 use dynalimit_tests::TestTable;
 use dynalimit_tests::fault::{FaultProxy, Lost};
 use dynalimit_tests::raw::put_bucket;
 
-/// rpm capacity in millitokens.
-const CP: i64 = 100_000;
 /// One minute after the buckets' `rf`.
 const NOW: i64 = 1_700_000_060_000;
 const RESOURCE: &str = "gpt-4";
@@ -155,14 +153,9 @@ async fn write(shape: Shape, store: &BucketStore, entity: &str) -> Result<(), Re
             let plan = plan_delta(&net, &img.limits, img.shards());
             store.apply_delta(&key, &plan).await.map(drop)
         }
-        Shape::Doubling => store
-            .double_shards(&key, 1, 2, &[("rpm".to_string(), CP / 2)])
-            .await
-            .map(drop),
+        Shape::Doubling => store.double_shards(&key, 1, 2).await.map(drop),
         Shape::Propagation => {
-            let report = store
-                .propagate_shard_count(&key, 2, 4, &[("rpm".to_string(), CP / 4)])
-                .await;
+            let report = store.propagate_shard_count(&key, 2, 4).await;
             match report.failed.into_iter().next() {
                 Some((_, e)) => Err(e),
                 None => Ok(()),

@@ -3,7 +3,7 @@
 use aws_sdk_dynamodb::types::{
     KeyType, ProjectionType, ScalarAttributeType, StreamViewType, TimeToLiveStatus,
 };
-use dynalimit_repository::schema::{IndexProjection, TABLE_SCHEMA};
+use dynalimit_format::schema::{IndexProjection, TABLE_SCHEMA};
 
 fn projection(p: IndexProjection) -> ProjectionType {
     match p {
@@ -163,7 +163,7 @@ async fn created_table_has_every_key_index_projection_ttl_and_stream_setting() {
 #[tokio::test]
 async fn creating_an_existing_table_is_a_no_op() {
     let table = dynalimit_tests::table().await;
-    dynalimit_repository::schema::create_table(table.client(), table.name())
+    dynalimit_repository::create_table(table.client(), table.name())
         .await
         .expect("second create succeeds");
 }

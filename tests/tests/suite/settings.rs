@@ -17,8 +17,8 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
 use dynalimit::{Error, OnUnavailable};
+use dynalimit_format::item::get_i64;
 use dynalimit_repository::Repository;
-use dynalimit_repository::item::get_i64;
 use dynalimit_repository::retry::{BUDGET_CAPACITY, THROTTLING_RETRY_COST};
 
 use super::fast_path::{Rig, rig_edited};

@@ -3,8 +3,8 @@
 //! by the next propagation. Against DynamoDB Local through the fault proxy.
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use dynalimit_format::item::get_i64;
 use dynalimit_repository::bucket::{BucketKey, BucketStore};
-use dynalimit_repository::item::get_i64;
 use dynalimit_repository::{Repository, RepositoryError};
 use dynalimit_tests::TestTable;
 use dynalimit_tests::fault::FaultProxy;
@@ -82,10 +82,6 @@ fn sum_of_shares(shards: &[Option<(i64, i64)>]) -> i64 {
         .sum()
 }
 
-fn donations(to: u32) -> Vec<(String, i64)> {
-    vec![("rpm".to_owned(), CP / i64::from(to))]
-}
-
 async fn lost_doubling_answer(attempts: u32) {
     let table = dynalimit_tests::table().await;
     let proxy = FaultProxy::start().await;
@@ -95,16 +91,16 @@ async fn lost_doubling_answer(attempts: u32) {
     let store: BucketStore = repo.buckets();
     proxy.lose_next_answer("UpdateItem", 1);
     let doubling = store
-        .double_shards(&BucketKey::new("hot", "gpt-4", 2), 4, 8, &donations(8))
+        .double_shards(&BucketKey::new("hot", "gpt-4", 2), 4, 8)
         .await
         .expect("the doubling landed");
     assert_eq!(proxy.pending(), 0, "the answer was lost");
     assert_eq!(doubling.count, 8);
     assert!(doubling.failed.is_empty(), "{:?}", doubling.failed);
     let after = counts(&table, &ns, 8).await;
-    // Every existing shard holds the new count and gave its donation exactly once.
-    let donated = Some((8, CP - CP / 8));
-    assert_eq!(after[..4], [donated; 4], "{after:?}");
+    // Every existing shard holds the new count and kept its balance.
+    let doubled = Some((8, CP));
+    assert_eq!(after[..4], [doubled; 4], "{after:?}");
     assert_eq!(sum_of_shares(&after), CP);
 }
 
@@ -136,7 +132,7 @@ async fn a_doubling_that_did_not_land_returns_its_error_and_writes_no_shard() {
     );
     let err = repo
         .buckets()
-        .double_shards(&BucketKey::new("hot", "gpt-4", 0), 2, 4, &donations(4))
+        .double_shards(&BucketKey::new("hot", "gpt-4", 0), 2, 4)
         .await
         .expect_err("shard 0 still holds the old count");
     assert!(err.is_unavailable(), "{err:?}");
@@ -159,7 +155,7 @@ async fn a_failed_propagation_write_updates_the_other_shards_and_a_later_pass_he
         1,
     );
     let doubling = store
-        .double_shards(&key, 4, 8, &donations(8))
+        .double_shards(&key, 4, 8)
         .await
         .expect("shard 0 doubled");
     assert_eq!(doubling.count, 8);
@@ -170,12 +166,12 @@ async fn a_failed_propagation_write_updates_the_other_shards_and_a_later_pass_he
         RepositoryError::Rejected { .. }
     ));
     let stale = counts(&table, &ns, 8).await;
-    let healed = Some((8, CP - CP / 8));
+    let healed = Some((8, CP));
     assert_eq!(stale[..4], [healed, healed, Some((4, CP)), healed]);
     // The stale shard claims a quarter where an eighth is its share: 112.5 % of capacity.
     assert_eq!(sum_of_shares(&stale), CP + CP / 8);
 
-    let again = store.propagate_shard_count(&key, 4, 8, &donations(8)).await;
+    let again = store.propagate_shard_count(&key, 4, 8).await;
     assert_eq!(again.updated, [2]);
     assert!(again.failed.is_empty(), "{:?}", again.failed);
     let after = counts(&table, &ns, 8).await;
@@ -183,16 +179,15 @@ async fn a_failed_propagation_write_updates_the_other_shards_and_a_later_pass_he
     assert_eq!(sum_of_shares(&after), CP);
 
     // Idempotent: a third pass writes nothing.
-    let third = store.propagate_shard_count(&key, 4, 8, &donations(8)).await;
+    let third = store.propagate_shard_count(&key, 4, 8).await;
     assert!(third.updated.is_empty() && third.failed.is_empty());
     assert_eq!(counts(&table, &ns, 8).await, after);
 }
 
 /// A propagation write whose answer is lost is sent again: harmless, because the write that
-/// landed makes the repeat fail its `shard_count < :new` guard, so the donation is debited
-/// once.
+/// landed makes the repeat fail its `shard_count < :new` guard, so it lands once.
 #[tokio::test]
-async fn a_propagation_whose_answer_is_lost_is_sent_again_and_donates_once() {
+async fn a_propagation_whose_answer_is_lost_is_sent_again_and_lands_once() {
     let table = dynalimit_tests::table().await;
     let proxy = FaultProxy::start().await;
     let repo = through(&table, &proxy, 3).await;
@@ -207,10 +202,7 @@ async fn a_propagation_whose_answer_is_lost_is_sent_again_and_donates_once() {
         1,
     );
     proxy.clear_requests();
-    let report = repo
-        .buckets()
-        .propagate_shard_count(&key, 4, 8, &donations(8))
-        .await;
+    let report = repo.buckets().propagate_shard_count(&key, 4, 8).await;
     assert_eq!(proxy.pending(), 0, "the answer was lost");
     assert!(report.failed.is_empty(), "{:?}", report.failed);
     let to_shard_2 = proxy
@@ -220,5 +212,5 @@ async fn a_propagation_whose_answer_is_lost_is_sent_again_and_donates_once() {
         .count();
     assert_eq!(to_shard_2, 2, "sent again after the lost answer");
     let after = counts(&table, &ns, 8).await;
-    assert_eq!(after[1..4], [Some((8, CP - CP / 8)); 3], "{after:?}");
+    assert_eq!(after[1..4], [Some((8, CP)); 3], "{after:?}");
 }

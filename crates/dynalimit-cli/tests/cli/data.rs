@@ -308,14 +308,14 @@ async fn status_and_version_read_the_table() {
     assert_eq!(status["table_status"], "ACTIVE");
     assert_eq!(
         status["schema_version"],
-        dynalimit_repository::version::SCHEMA_VERSION
+        dynalimit_format::version::SCHEMA_VERSION
     );
     let version = f.run(&["version", "--table"]).json();
     assert_eq!(version["dynalimit"], env!("CARGO_PKG_VERSION"));
     assert_eq!(version["compatible"], true);
     assert_eq!(
         version["table_updated_by"],
-        dynalimit_repository::version::writer_tag()
+        dynalimit_format::version::writer_tag()
     );
     let plain = f.run(&["version"]).json();
     assert!(plain.get("table_schema_version").is_none());

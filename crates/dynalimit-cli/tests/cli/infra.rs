@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use dynalimit_repository::stack::{TEMPLATE, code_key};
+use dynalimit_stack::{TEMPLATE, code_key};
 use dynalimit_tests::moto::MotoServer;
 
 use crate::{Run, command, from_output, run_env, run_json_on, run_on, temp_file};

@@ -1,7 +1,7 @@
 //! usage: snapshots and summary, on snapshot items in the aggregator's format.
 
-use dynalimit_repository::item::{n, s};
-use dynalimit_repository::keys;
+use dynalimit_format::item::{n, s};
+use dynalimit_format::keys;
 use serde_json::json;
 
 use crate::Fixture;

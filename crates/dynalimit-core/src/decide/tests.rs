@@ -143,7 +143,7 @@ fn apply_credit(img: &mut BucketImage, plan: &DeltaPlan) -> bool {
 }
 
 fn fresh(limits: &[Limit], d: &BTreeMap<String, i64>, shards: u32, now: i64) -> BucketImage {
-    match plan_create(limits, d, shards, now, None) {
+    match plan_create(limits, d, shards, 0, now, None) {
         Plan::Write(p) => created(&p),
         Plan::Reject(s) => panic!("unexpected rejection {s:?}"),
     }
@@ -153,7 +153,7 @@ fn fresh(limits: &[Limit], d: &BTreeMap<String, i64>, shards: u32, now: i64) -> 
 fn create_starts_at_the_share_minus_consumption_like_the_worked_example() {
     let limits = [rpm(100), Limit::per_minute("tpm", 10_000)];
     let ttl = crate::bucket::bucket_ttl(T0, &limits, 7);
-    let Plan::Write(p) = plan_create(&limits, &demand(&[("rpm", 1), ("tpm", 500)]), 1, T0, ttl)
+    let Plan::Write(p) = plan_create(&limits, &demand(&[("rpm", 1), ("tpm", 500)]), 1, 0, T0, ttl)
     else {
         panic!("rejected")
     };
@@ -459,7 +459,7 @@ fn hard_case_25_capacity_shrink_surplus_is_trimmed_by_the_slow_pass() {
 #[test]
 fn hard_case_26_request_larger_than_a_share_reports_the_share() {
     let d = demand(&[("rpm", 30)]);
-    let Plan::Reject(statuses) = plan_create(&[rpm(100)], &d, 4, T0, None) else {
+    let Plan::Reject(statuses) = plan_create(&[rpm(100)], &d, 4, 0, T0, None) else {
         panic!("30 > 100 // 4 must be rejected")
     };
     assert_eq!(statuses[0].limit.capacity(), 25);
@@ -546,26 +546,220 @@ proptest! {
     }
 }
 
+proptest! {
+    /// Any interleaving of fast consumes on random shards, slow passes (creating missing
+    /// shards, refilling existing ones), doublings (the count written on every existing shard,
+    /// as the doubling and its propagation do) and time admits no more than capacity plus
+    /// refill: a split never hands the same tokens out twice.
+    #[test]
+    fn doublings_never_over_admit(
+        ops in proptest::collection::vec((0u8..5, 0u32..32, 1i64..6, 0i64..300), 1..250),
+    ) {
+        // 40 tokens, 40 a minute: demand far above what refills.
+        let limits = [Limit::custom("rpm", 40, 40, 60)];
+        let clock = ManualClock::new(T0);
+        let mut count = 1u32;
+        let mut shards: Vec<Option<BucketImage>> =
+            vec![Some(fresh(&limits, &BTreeMap::new(), 1, T0))];
+        let mut admitted = 0i64;
+        for (op, pick, n, dt) in ops {
+            clock.advance(Duration::from_millis(dt.unsigned_abs()));
+            let now = clock.epoch_millis();
+            shards.resize(count as usize, None);
+            let s = (pick % count) as usize;
+            let d = demand(&[("rpm", n)]);
+            match op {
+                0 | 1 => {
+                    if let Some(img) = &mut shards[s]
+                        && fast_consume(img, &d, now)
+                    {
+                        admitted += n * MILLI;
+                    }
+                }
+                2 | 3 => match shards[s].clone() {
+                    None => {
+                        if let Plan::Write(p) = plan_create(&limits, &d, count, s as u32, now, None) {
+                            if p.admitted {
+                                admitted += p.consumed["rpm"];
+                            }
+                            shards[s] = Some(created(&p));
+                        }
+                    }
+                    Some(mut img) => {
+                        if let Plan::Write(p) = plan_refill(&img, &limits, &d, now, TtlAction::Keep)
+                            && apply_refill(&mut img, &p)
+                        {
+                            admitted += p.consumed["rpm"];
+                            shards[s] = Some(img);
+                        }
+                    }
+                },
+                _ => {
+                    if count < 32 {
+                        count *= 2;
+                        for img in shards.iter_mut().flatten() {
+                            img.shard_count = count;
+                        }
+                    }
+                }
+            }
+        }
+        // 40 tokens a minute is 2/3 of a millitoken per millisecond.
+        let elapsed = clock.epoch_millis() - T0;
+        let bound = 40 * MILLI + (elapsed * 2 + 2) / 3;
+        prop_assert!(admitted <= bound, "admitted {} > bound {}", admitted, bound);
+    }
+}
+
 #[test]
-fn hard_case_23_doubling_with_donations_never_adds_tokens() {
-    // Shard 0 of rpm 3000 spent 1001 tokens, then doubles: it donates 1500, the new shard is
-    // funded with 1500, the total stays 1999.
+fn hard_case_23_doubling_never_adds_tokens() {
+    // Shard 0 of rpm 3000 spent 1001 tokens, then doubles: it keeps its 1999 and the new
+    // shard starts empty, so the total spendable stays 1999 (the reference funds the new
+    // shard with 1500 more).
     let limits = [Limit::per_hour("rpm", 3000)];
     let mut shard0 = fresh(&limits, &demand(&[("rpm", 1001)]), 1, T0);
-    let donations = doubling_donations(&shard0, 2);
-    for (name, d) in &donations {
-        shard0.limits.get_mut(name).unwrap().tk -= d;
-    }
     shard0.shard_count = 2;
-    shard0.vu = Some(0);
-    let shard1 = fresh(&limits, &BTreeMap::new(), 2, T0);
+    let Plan::Write(p) = plan_create(&limits, &demand(&[("rpm", 1)]), 2, 1, T0, None) else {
+        panic!("a new shard is written even when the request does not fit");
+    };
+    assert!(!p.admitted, "nothing in the new shard yet");
+    assert_eq!(p.consumed["rpm"], 0);
+    let shard1 = created(&p);
     let total = shard0.limits["rpm"].tk + shard1.limits["rpm"].tk;
     assert_eq!(total, 1_999_000);
-    // The clamp pass keeps it within the new share.
+    // It fills by refill at its share of the rate: 1500 per hour, so 25 tokens a minute.
+    let later = T0 + 60_000;
+    let Plan::Write(r) = plan_refill(
+        &shard1,
+        &limits,
+        &demand(&[("rpm", 25)]),
+        later,
+        TtlAction::Keep,
+    ) else {
+        panic!("25 tokens refilled in a minute");
+    };
+    assert_eq!(r.consumed["rpm"], 25_000);
+    // The refill pass of shard 0 trims it to its new share.
     let Plan::Write(p) = plan_refill(&shard0, &limits, &BTreeMap::new(), T0, TtlAction::Keep)
     else {
         panic!()
     };
     assert!(apply_refill(&mut shard0, &p));
     assert!(shard0.limits["rpm"].tk <= 1_500_000);
+}
+
+mod proactive {
+    use super::super::*;
+
+    fn image(rpm_tk: i64, wcu_tk: i64, shards: u32) -> BucketImage {
+        let mut img = BucketImage {
+            rf: 1_000_000,
+            shard_count: shards,
+            ..BucketImage::default()
+        };
+        img.limits.insert(
+            "rpm".into(),
+            LimitState {
+                tk: rpm_tk,
+                cp: 100_000,
+                ra: 100_000,
+                rp: 60_000,
+                tc: 0,
+            },
+        );
+        img.wcu = Some(LimitState {
+            tk: wcu_tk,
+            cp: 1_000_000,
+            ra: 1_000_000,
+            rp: 1000,
+            tc: 0,
+        });
+        img
+    }
+
+    #[test]
+    fn refill_is_written_only_for_busy_buckets_and_trims_always() {
+        let consumed = BTreeMap::from([("rpm".to_owned(), 30_000)]);
+        // 6 s later: +10 tokens; projected 20 tokens is below the 30 consumed: refill.
+        let plan = plan_proactive_refill(&image(10_000, 500_000, 1), Some(1), &consumed, 1_006_000)
+            .unwrap();
+        assert_eq!(plan.rf_new, 1_006_000);
+        assert_eq!(
+            plan.deltas,
+            vec![
+                ProactiveDelta {
+                    limit: "rpm".into(),
+                    delta: 10_000,
+                    tk_read: 10_000
+                },
+                ProactiveDelta {
+                    limit: "wcu".into(),
+                    delta: 500_000,
+                    tk_read: 500_000
+                },
+            ]
+        );
+        // Projected 80 tokens is plenty: nothing to write.
+        assert!(
+            plan_proactive_refill(&image(70_000, 1_000_000, 1), Some(1), &consumed, 1_006_000)
+                .is_none()
+        );
+        // Above the ceiling of 2 shards (50 tokens): trimmed even without consumption.
+        let plan = plan_proactive_refill(
+            &image(90_000, 1_000_000, 2),
+            Some(2),
+            &BTreeMap::new(),
+            1_000_000,
+        )
+        .unwrap();
+        assert_eq!(plan.deltas[0].delta, -40_000);
+        // A clock behind rf never moves rf backward.
+        let plan =
+            plan_proactive_refill(&image(90_000, 1_000_000, 2), Some(2), &BTreeMap::new(), 5)
+                .unwrap();
+        assert_eq!(plan.rf_new, 1_000_000);
+    }
+
+    #[test]
+    fn items_the_core_profile_cannot_read_are_left_alone() {
+        let mut img = image(0, 0, 1);
+        img.vu = Some(2_000_000);
+        let consumed = BTreeMap::from([("rpm".to_owned(), 30_000)]);
+        assert!(plan_proactive_refill(&img, Some(1), &consumed, 1_006_000).is_none());
+        assert!(plan_proactive_doubling(&img, 1_000_000).is_none());
+        let mut img = image(0, 0, 1);
+        img.disabled = true;
+        assert!(plan_proactive_refill(&img, Some(1), &consumed, 1_006_000).is_none());
+    }
+
+    #[test]
+    fn doubling_when_wcu_projects_below_a_fifth_and_below_the_cap() {
+        assert_eq!(
+            plan_proactive_doubling(&image(0, 100_000, 1), 1_000_000),
+            Some((1, 2))
+        );
+        // 100 ms later the wcu has refilled to 200 tokens: 20 %, no doubling.
+        assert_eq!(
+            plan_proactive_doubling(&image(0, 100_000, 1), 1_100_000),
+            None
+        );
+        assert_eq!(plan_proactive_doubling(&image(0, 0, 32), 1_000_000), None);
+        assert_eq!(
+            plan_proactive_doubling(&image(0, 0, 16), 1_000_000),
+            Some((16, 32))
+        );
+    }
+}
+
+#[test]
+fn every_shard_splits_from_one_that_existed_before_its_doubling() {
+    let mut count = 1u32;
+    while count < MAX_SHARD_COUNT {
+        for shard in count..2 * count {
+            assert_eq!(split_from(shard), shard - count, "shard {shard}");
+            assert!(split_from(shard) < count);
+        }
+        count *= 2;
+    }
+    assert_eq!(split_from(0), 0);
 }

@@ -20,14 +20,11 @@
 //! | [`BucketStore::double_shards`] | `UpdateItem` on shard 0, then on shards `1..old` | `shard_count = :old` / `< :new` |
 //! | [`BucketStore::propagate_shard_count`] | `UpdateItem` on shards `1..old` | `shard_count < :new` |
 
-mod codec;
-mod expr;
 mod pause;
 mod writes;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -37,21 +34,43 @@ use aws_sdk_dynamodb::types::{
     TransactWriteItem,
 };
 use aws_smithy_types::retry::RetryConfig;
-use dynalimit_core::decide::{BucketImage, CreatePlan, DeltaPlan, RefillPlan, doubling_donations};
+use dynalimit_core::Limit;
+use dynalimit_core::decide::{BucketImage, CreatePlan, DeltaPlan, ProactiveRefill, RefillPlan};
 use futures::future::join_all;
-use rand::Rng;
 
-pub use codec::{BucketKey, Meta, MetaCheck, Owner, create_item, image_from_item};
-use expr::Expr;
-pub use pause::{PAUSE_ATTRIBUTE, live_pause, pause_stamp};
+use dynalimit_core::ids::DEFAULT_RESOURCE;
+pub use dynalimit_format::bucket::{BucketKey, Meta, MetaCheck, Owner};
+use dynalimit_format::bucket::{create_item, image_from_item, live_pause};
+use dynalimit_format::config::{self, ConfigLevel, LimitConfig, Slot};
+use dynalimit_format::expr::Expr;
+use dynalimit_format::item::{self, Item, get_s as get_str};
+use dynalimit_format::schema::{GSI2, GSI3};
+use dynalimit_format::{attr, keys};
 
 use crate::RepositoryError;
-use crate::config::batch_get_items;
+use crate::batch::batch_get_items;
 use crate::error::{classify, error_chain};
-use crate::item::{Item, get_s as get_str};
-use crate::keys::{META_SK, STATE_SK as BUCKET_SK, entity_pk};
-use crate::retry::{self, Attempt, Resend};
-use crate::wire::{UpdateItem, UpdateOutcome, Wire};
+use crate::retry::{self, Attempt, Backoff, Resend};
+use crate::wire::{FastPath, UpdateItem, UpdateOutcome};
+
+/// What the slow path of an acquire reads of one shard in one `BatchGetItem` (reference
+/// §3.7): the shard's item, the owner's META, the pause stamps in force and every
+/// configuration level of the pair, uncached (the access walk must see the current
+/// `disabled` and cascade flags).
+#[derive(Debug, Clone)]
+pub struct SlowRead {
+    /// The shard's item, when it exists.
+    pub image: Option<BucketImage>,
+    /// The owner's META ([`Meta::absent`] without one).
+    pub meta: Meta,
+    /// The latest pause deadline in force at the read's `now`, on the shard or on shard 0
+    /// (which carries the stamp of a pair whose shard is not created yet).
+    pub pause: Option<i64>,
+    /// The configuration levels of the pair in precedence order (entity, entity default,
+    /// resource, system; the two middle ones only for a resource other than `_default_`),
+    /// each with its stored configuration when it has an item.
+    pub levels: Vec<(ConfigLevel, Option<LimitConfig>)>,
+}
 
 /// Result of a speculative consume or a consumption-only retry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,20 +151,13 @@ enum Update {
 /// pause below 25, 50 and 100 ms. A conflict changes nothing, so each attempt is a fresh try.
 pub const CONFLICT_ATTEMPTS: u32 = 4;
 
-/// Full jitter before retry number `attempt + 1`: a random pause in `[0, 25 ms × 2^attempt)`.
-async fn jitter(attempt: u32) {
-    let cap = 25u64 << attempt.min(6);
-    let pause = rand::rng().random_range(0..cap);
-    tokio::time::sleep(Duration::from_millis(pause)).await;
-}
-
 /// Reads and writes bucket items of one namespace in one table.
 #[derive(Debug, Clone)]
 pub struct BucketStore {
     client: Client,
     table: String,
     ns: String,
-    wire: Option<Arc<Wire>>,
+    wire: Option<Arc<FastPath>>,
     budget: Arc<retry::Budget>,
 }
 
@@ -162,14 +174,14 @@ impl BucketStore {
     }
 
     /// Sends this store's `UpdateItem`s over `wire` (the fast path) instead of the SDK.
-    pub fn with_fast_path(mut self, wire: Option<Arc<Wire>>) -> Self {
+    pub(crate) fn with_fast_path(mut self, wire: Option<Arc<FastPath>>) -> Self {
         self.wire = wire;
         self
     }
 
     /// Pays the retries of this store's SDK-path `UpdateItem`s from `budget` (shared with
     /// the fast path of the same repository).
-    pub fn with_retry_budget(mut self, budget: Arc<retry::Budget>) -> Self {
+    pub(crate) fn with_retry_budget(mut self, budget: Arc<retry::Budget>) -> Self {
         self.budget = budget;
         self
     }
@@ -180,8 +192,8 @@ impl BucketStore {
     }
 
     /// The primary key of an entity's META item.
-    pub fn meta_key(&self, entity_id: &str) -> (String, String) {
-        (entity_pk(&self.ns, entity_id), META_SK.to_owned())
+    fn meta_key(&self, entity_id: &str) -> Item {
+        dynalimit_format::entity::meta_key(&self.ns, entity_id)
     }
 
     /// One `UpdateItem`, on the fast path when the store has one, tried again while it loses
@@ -202,7 +214,7 @@ impl BucketStore {
             };
             match sent {
                 Update::Conflict if attempt < CONFLICT_ATTEMPTS => {
-                    jitter(attempt - 1).await;
+                    Backoff::CONFLICT.pause(attempt).await;
                     attempt += 1;
                 }
                 done => return Ok(done),
@@ -212,7 +224,7 @@ impl BucketStore {
 
     async fn update_fast(
         &self,
-        wire: &Wire,
+        wire: &FastPath,
         key: &BucketKey,
         e: &Expr,
         return_new: bool,
@@ -251,7 +263,9 @@ impl BucketStore {
         return_new: bool,
         resend: Resend,
     ) -> Result<Update, RepositoryError> {
-        let policy = retry::Policy::of(self.client.config().retry_config());
+        let config = self.client.config();
+        let backoff = retry::Backoff::of_client(config.retry_config());
+        let max_attempts = retry::max_attempts(config.retry_config());
         let mut attempt = 0;
         let mut paid = 0;
         loop {
@@ -295,7 +309,7 @@ impl BucketStore {
                 }
                 _ => {}
             }
-            let last = attempt >= policy.max_attempts;
+            let last = attempt >= max_attempts;
             match retry::sdk_attempt(&err) {
                 Attempt::Applied => {
                     self.budget.succeeded(paid);
@@ -319,7 +333,7 @@ impl BucketStore {
                     paid += cost;
                 }
             }
-            tokio::time::sleep(policy.backoff(attempt)).await;
+            backoff.pause(attempt).await;
         }
     }
 
@@ -485,9 +499,7 @@ impl BucketStore {
         check: &MetaCheck,
     ) -> Result<CreateOutcome, RepositoryError> {
         let item = create_item(&self.ns, key, plan, owner);
-        let mut put_cond = Expr::default();
-        let c = put_cond.not_exists("PK");
-        put_cond.when(c);
+        let put_cond = crate::namespace::absent();
         let put = Put::builder()
             .table_name(&self.table)
             .set_item(Some(item))
@@ -496,11 +508,9 @@ impl BucketStore {
             .build()
             .map_err(|e| build_error("TransactWriteItems", &e))?;
         let meta = meta_condition(check);
-        let (pk, sk) = self.meta_key(&key.entity_id);
         let check = ConditionCheck::builder()
             .table_name(&self.table)
-            .key("PK", AttributeValue::S(pk))
-            .key("SK", AttributeValue::S(sk))
+            .set_key(Some(self.meta_key(&key.entity_id)))
             .set_condition_expression(meta.condition_expression())
             .set_expression_attribute_names(meta.names())
             .set_expression_attribute_values(meta.values())
@@ -545,7 +555,7 @@ impl BucketStore {
                 if attempt + 1 >= CONFLICT_ATTEMPTS {
                     return Ok(CreateOutcome::Contended);
                 }
-                jitter(attempt).await;
+                Backoff::CONFLICT.pause(attempt + 1).await;
                 attempt += 1;
                 continue;
             }
@@ -557,11 +567,92 @@ impl BucketStore {
         }
     }
 
+    /// The aggregator's proactive refill of one bucket item ([`ProactiveRefill`]). Returns
+    /// false when a condition failed (a client wrote first; nothing to do). Never sent again
+    /// after a lost answer: its `rf` lock refuses a second application, and the caller reads
+    /// [`RepositoryError::OutcomeUnknown`] (the refill landed once or not at all).
+    ///
+    /// # Errors
+    /// [`RepositoryError::Contended`] when conflicts persist; [`RepositoryError`] when
+    /// DynamoDB cannot be reached or refuses the request.
+    pub async fn proactive_refill(
+        &self,
+        key: &BucketKey,
+        plan: &ProactiveRefill,
+    ) -> Result<bool, RepositoryError> {
+        let e = writes::proactive_refill(plan);
+        match self.update(key, &e, false, Resend::Never).await? {
+            Update::Done(_) => Ok(true),
+            Update::ConditionFailed(_) => Ok(false),
+            Update::Conflict => Err(contended()),
+        }
+    }
+
+    /// Creates shard `key` from shard 0's image `shard0` with `count` shards, as
+    /// [`dynalimit_format::bucket::clone_for_shard`] builds it, at `now`, under
+    /// `attribute_not_exists(PK)`. Returns false when the shard exists already (a client
+    /// created it first, or a first attempt whose answer was lost landed: the SDK's retry of
+    /// the put finds it and leaves it).
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn create_shard(
+        &self,
+        key: &BucketKey,
+        shard0: &Item,
+        count: u32,
+        now: i64,
+    ) -> Result<bool, RepositoryError> {
+        let item = dynalimit_format::bucket::clone_for_shard(shard0, &self.ns, key, count, now);
+        let condition = crate::namespace::absent();
+        let sent = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .set_condition_expression(condition.condition_expression())
+            .set_expression_attribute_names(condition.names())
+            .send()
+            .await;
+        match sent {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(classify("PutItem", e)),
+        }
+    }
+
+    /// Stamps `limits` on one existing bucket item (the parameter sync of §4.3): their
+    /// stored parameters, `vu = 0`, and no `ttl` when `remove_ttl`. Returns false when the
+    /// item does not exist. The values are absolute, so a write whose answer was lost is sent
+    /// again and lands the same.
+    ///
+    /// # Errors
+    /// [`RepositoryError::Contended`] when conflicts persist; [`RepositoryError`] when
+    /// DynamoDB cannot be reached or refuses the request.
+    pub async fn sync_parameters(
+        &self,
+        key: &BucketKey,
+        limits: &[Limit],
+        remove_ttl: bool,
+    ) -> Result<bool, RepositoryError> {
+        let e = writes::sync_parameters(limits, remove_ttl);
+        match self.update(key, &e, false, Resend::Harmless).await? {
+            Update::Done(_) => Ok(true),
+            Update::ConditionFailed(_) => Ok(false),
+            Update::Conflict => Err(contended()),
+        }
+    }
+
     /// Doubles the shard count of `(entity, resource)` from `from` to `to` on shard 0, then
     /// propagates the new count to the older shards (reference §3.8) with
-    /// [`BucketStore::propagate_shard_count`]. Each of these writes also debits `donations`
-    /// and stamps `vu = 0`, so the split neither adds tokens nor leaves surplus stock
-    /// spendable on the fast path.
+    /// [`BucketStore::propagate_shard_count`]. Every shard keeps its balance, and a shard the
+    /// doubling brings into use is created empty (see
+    /// [`dynalimit_core::decide::plan_create`]), so the split never adds tokens.
     ///
     /// The propagation also runs when this call did not win cleanly, because it is idempotent
     /// (each shard is written at most once, under `shard_count < :new`):
@@ -585,31 +676,25 @@ impl BucketStore {
         key: &BucketKey,
         from: u32,
         to: u32,
-        donations: &[(String, i64)],
     ) -> Result<Doubling, RepositoryError> {
         let shard0 = key.with_shard(0);
         let unchanged = |count: u32| Doubling {
             count,
             failed: Vec::new(),
         };
-        // The count shard 0 holds after the attempt, with its image when it was read.
-        let (seen, image) = match self
-            .update(
-                &shard0,
-                &writes::double(from, to, donations),
-                false,
-                Resend::Harmless,
-            )
+        // The count shard 0 holds after the attempt.
+        let seen = match self
+            .update(&shard0, &writes::double(from, to), false, Resend::Harmless)
             .await
         {
-            Ok(Update::Done(_)) => (to, None),
-            Ok(Update::ConditionFailed(old)) => {
-                let image = old.as_ref().map(image_from_item);
-                (image.as_ref().map_or(from, BucketImage::shards), image)
-            }
+            Ok(Update::Done(_)) => to,
+            Ok(Update::ConditionFailed(old)) => old
+                .as_ref()
+                .map(image_from_item)
+                .map_or(from, |img| img.shards()),
             Ok(Update::Conflict) => return Ok(unchanged(from)),
             Err(error) => match self.get(&shard0, true).await {
-                Ok(Some(image)) if image.shards() > from => (image.shards(), Some(image)),
+                Ok(Some(image)) if image.shards() > from => image.shards(),
                 _ => return Err(error),
             },
         };
@@ -619,17 +704,7 @@ impl BucketStore {
         // Counts only double, so the shards that existed before the last doubling are
         // `1..seen / 2` (or `1..from` when that is more).
         let prior = from.max(seen / 2);
-        let owned;
-        let donations = match &image {
-            Some(img) if seen != to => {
-                owned = doubling_donations(img, seen);
-                &owned
-            }
-            _ => donations,
-        };
-        let propagation = self
-            .propagate_shard_count(key, prior, seen, donations)
-            .await;
+        let propagation = self.propagate_shard_count(key, prior, seen).await;
         Ok(Doubling {
             count: seen,
             failed: propagation.failed,
@@ -637,20 +712,14 @@ impl BucketStore {
     }
 
     /// Sets `shard_count = to` on shards `1..from` of `(entity, resource)` under
-    /// `shard_count < :to` (never creating an item), debiting `donations` and stamping
-    /// `vu = 0` as [`BucketStore::double_shards`] does. Every shard is tried, concurrently;
-    /// one shard's failure does not stop the others. Idempotent: a shard already at `to` (or
-    /// missing) fails the condition and is left as it is, so a write whose answer is lost is
-    /// sent again and its donation is still debited once (test
-    /// `suite::sharding::a_propagation_whose_answer_is_lost_is_sent_again_and_donates_once`).
-    pub async fn propagate_shard_count(
-        &self,
-        key: &BucketKey,
-        from: u32,
-        to: u32,
-        donations: &[(String, i64)],
-    ) -> Propagation {
-        let propagate = writes::propagate(to, donations);
+    /// `shard_count < :to` (never creating an item), keeping their balances as
+    /// [`BucketStore::double_shards`] does. Every shard is tried, concurrently; one shard's
+    /// failure does not stop the others. Idempotent: a shard already at `to` (or missing)
+    /// fails the condition and is left as it is, so a write whose answer is lost is sent
+    /// again and lands once (test
+    /// `suite::sharding::a_propagation_whose_answer_is_lost_is_sent_again_and_lands_once`).
+    pub async fn propagate_shard_count(&self, key: &BucketKey, from: u32, to: u32) -> Propagation {
+        let propagate = writes::propagate(to);
         let writes = (1..from).map(|s| {
             let k = key.with_shard(s);
             let e = &propagate;
@@ -666,6 +735,60 @@ impl BucketStore {
             }
         }
         report
+    }
+
+    /// The slow path's read of shard `key` ([`SlowRead`]), with pause stamps judged at `now`.
+    ///
+    /// # Errors
+    /// [`RepositoryError::Unsupported`], [`RepositoryError::Corrupt`] or
+    /// [`RepositoryError::ReservedLimitName`] for a configuration item dynalimit cannot use;
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn read_for_slow_path(
+        &self,
+        key: &BucketKey,
+        now: i64,
+    ) -> Result<SlowRead, RepositoryError> {
+        let ns = &self.ns;
+        let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
+        let pair = |k: Item| item::key_of(&k).map(|(pk, sk)| (pk.to_owned(), sk.to_owned()));
+        let bucket = pair(key.key_map(ns));
+        let first = pair(key.with_shard(0).key_map(ns));
+        let meta = pair(self.meta_key(entity));
+        let mut slots = vec![(
+            ConfigLevel::Entity,
+            Slot::Entity(entity.into(), resource.into()),
+        )];
+        if resource != DEFAULT_RESOURCE {
+            slots.push((
+                ConfigLevel::EntityDefault,
+                Slot::Entity(entity.into(), DEFAULT_RESOURCE.into()),
+            ));
+            slots.push((ConfigLevel::Resource, Slot::Resource(resource.into())));
+        }
+        slots.push((ConfigLevel::System, Slot::System));
+        let level_keys: Vec<_> = slots.iter().map(|(_, s)| pair(s.key(ns))).collect();
+        let wanted: Vec<(String, String)> = [&bucket, &meta, &first]
+            .into_iter()
+            .chain(&level_keys)
+            .flatten()
+            .cloned()
+            .collect();
+        let items = self.batch_get(&wanted).await?;
+        let found = |k: &Option<(String, String)>| k.as_ref().and_then(|k| items.get(k));
+        let mut levels = Vec::with_capacity(slots.len());
+        for ((level, _), k) in slots.into_iter().zip(&level_keys) {
+            let config = found(k).map(config::decode).transpose()?;
+            levels.push((level, config));
+        }
+        Ok(SlowRead {
+            image: found(&bucket).map(image_from_item),
+            meta: found(&meta).map_or_else(Meta::absent, Meta::from_item),
+            pause: [&bucket, &first]
+                .into_iter()
+                .filter_map(|k| live_pause(found(k)?, now))
+                .max(),
+            levels,
+        })
     }
 
     /// Reads one bucket item (eventually consistent).
@@ -694,12 +817,12 @@ impl BucketStore {
     }
 
     /// Reads up to 100 items by `(PK, SK)` in one `BatchGetItem` (eventually consistent),
-    /// retrying unprocessed keys three times.
+    /// retrying unprocessed keys.
     ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached, refuses the request, or leaves
     /// keys unprocessed after the retries.
-    pub async fn batch_get(
+    async fn batch_get(
         &self,
         keys: &[(String, String)],
     ) -> Result<HashMap<(String, String), Item>, RepositoryError> {
@@ -707,13 +830,13 @@ impl BucketStore {
         for chunk in keys.chunks(100) {
             let mut request: Vec<Item> = chunk
                 .iter()
-                .map(|(pk, sk)| crate::item::key(pk.as_str(), sk.as_str()))
+                .map(|(pk, sk)| item::key(pk.as_str(), sk.as_str()))
                 .collect();
-            request.sort_by_key(|k| format!("{:?}", k.get("PK")));
+            request.sort_by_key(item::describe_key);
             request.dedup();
-            for item in batch_get_items(&self.client, &self.table, request).await? {
-                if let (Some(pk), Some(sk)) = (get_str(&item, "PK"), get_str(&item, "SK")) {
-                    found.insert((pk.to_owned(), sk.to_owned()), item);
+            for found_item in batch_get_items(&self.client, &self.table, request, false).await? {
+                if let Some((pk, sk)) = item::key_of(&found_item) {
+                    found.insert((pk.to_owned(), sk.to_owned()), found_item);
                 }
             }
         }
@@ -730,10 +853,15 @@ impl BucketStore {
         entity_id: &str,
     ) -> Result<Vec<(BucketKey, BucketImage)>, RepositoryError> {
         let keys: Vec<(String, String)> = self
-            .query_bucket_index("GSI3", entity_pk(&self.ns, entity_id))
+            .query_bucket_index(GSI3, keys::entity_pk(&self.ns, entity_id))
             .await?
             .iter()
-            .filter_map(|item| Some((get_str(item, "PK")?.to_owned(), BUCKET_SK.to_owned())))
+            .filter_map(|found| {
+                Some((
+                    get_str(found, attr::PK)?.to_owned(),
+                    keys::STATE_SK.to_owned(),
+                ))
+            })
             .collect();
         let items = self.batch_get(&keys).await?;
         let mut found: Vec<_> = items
@@ -756,12 +884,14 @@ impl BucketStore {
         resource: &str,
     ) -> Result<Vec<(BucketKey, BucketImage)>, RepositoryError> {
         let mut found = Vec::new();
-        for item in self
-            .query_bucket_index("GSI2", format!("{}/RESOURCE#{resource}", self.ns))
+        for found_item in self
+            .query_bucket_index(GSI2, keys::resource_pk(&self.ns, resource))
             .await?
         {
-            if let Some(key) = get_str(&item, "PK").and_then(|pk| BucketKey::parse(&self.ns, pk)) {
-                found.push((key, image_from_item(&item)));
+            if let Some(key) =
+                get_str(&found_item, attr::PK).and_then(|pk| BucketKey::parse(&self.ns, pk))
+            {
+                found.push((key, image_from_item(&found_item)));
             }
         }
         found.sort_by(|a, b| a.0.cmp(&b.0));
@@ -775,35 +905,27 @@ impl BucketStore {
         index: &str,
         pk: String,
     ) -> Result<Vec<Item>, RepositoryError> {
-        let mut found = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(index)
-                .key_condition_expression("#pk = :pk AND begins_with(#sk, :prefix)")
-                .expression_attribute_names("#pk", format!("{index}PK"))
-                .expression_attribute_names("#sk", format!("{index}SK"))
-                .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
-                .expression_attribute_values(":prefix", AttributeValue::S("BUCKET#".to_owned()))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| classify("Query", e))?;
-            found.extend(
-                out.items
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|item| get_str(item, "SK") == Some(BUCKET_SK)),
-            );
-            match out.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
-            }
-        }
-        Ok(found)
+        let (hash, range) = if index == GSI2 {
+            (attr::GSI2PK, attr::GSI2SK)
+        } else {
+            (attr::GSI3PK, attr::GSI3SK)
+        };
+        let mut e = Expr::default();
+        let c = e.eq(hash, AttributeValue::S(pk));
+        e.when(c);
+        let c = e.begins_with(range, keys::BUCKET_INDEX_SK_PREFIX);
+        e.when(c);
+        let found = crate::page::all_items(crate::page::query(
+            &self.client,
+            &self.table,
+            Some(index),
+            &e,
+        ))
+        .await?;
+        Ok(found
+            .into_iter()
+            .filter(|found| get_str(found, attr::SK) == Some(keys::STATE_SK))
+            .collect())
     }
 }
 
@@ -812,7 +934,7 @@ fn meta_condition(check: &MetaCheck) -> Expr {
     let mut e = Expr::default();
     match check {
         MetaCheck::Absent => {
-            let c = e.not_exists("PK");
+            let c = e.not_exists(attr::PK);
             e.when(c);
         }
         MetaCheck::Present {
@@ -820,28 +942,25 @@ fn meta_condition(check: &MetaCheck) -> Expr {
             pinc,
             created_at,
         } => {
-            let c = e.exists("PK");
+            let c = e.exists(attr::PK);
             e.when(c);
             let c = match pgen {
-                Some(g) if *g != 0 => e.cmp("pgen", "=", *g),
+                Some(g) if *g != 0 => e.cmp(attr::PGEN, "=", *g),
                 _ => {
-                    let (missing, zero) = (e.not_exists("pgen"), e.cmp("pgen", "=", 0));
+                    let (missing, zero) = (e.not_exists(attr::PGEN), e.cmp(attr::PGEN, "=", 0));
                     format!("{missing} OR {zero}")
                 }
             };
             e.when(c);
             let c = match (pinc, created_at) {
-                (Some(inc), _) => {
-                    let (a, v) = (e.name("pinc"), e.value(AttributeValue::S(inc.clone())));
-                    format!("{a} = {v}")
-                }
+                (Some(inc), _) => e.eq(attr::PINC, AttributeValue::S(inc.clone())),
                 (None, Some(at)) => {
-                    let missing = e.not_exists("pinc");
-                    let (a, v) = (e.name("created_at"), e.value(AttributeValue::S(at.clone())));
-                    format!("{missing} AND {a} = {v}")
+                    let missing = e.not_exists(attr::PINC);
+                    let same = e.eq(attr::CREATED_AT, AttributeValue::S(at.clone()));
+                    format!("{missing} AND {same}")
                 }
                 (None, None) => {
-                    let (a, b) = (e.not_exists("pinc"), e.not_exists("created_at"));
+                    let (a, b) = (e.not_exists(attr::PINC), e.not_exists(attr::CREATED_AT));
                     format!("{a} AND {b}")
                 }
             };

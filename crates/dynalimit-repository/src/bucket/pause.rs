@@ -8,50 +8,30 @@
 //! write carries the same clause against its refill timestamp, and a failed write whose old
 //! image shows a live stamp reports it instead of a balance problem.
 
+use dynalimit_format::attr::{self, PAUSE_UNTIL};
+use dynalimit_format::bucket::pause_stamp;
+use dynalimit_format::expr::{Expr, num};
 use futures::future::join_all;
 
-use super::expr::Expr;
 use super::{BucketKey, BucketStore, Update};
 use crate::RepositoryError;
 use crate::error::classify;
-use crate::item::{Item, get_i64};
 use crate::retry::Resend;
-
-/// The bucket-item attribute carrying a shared pause deadline (N, epoch ms). Its name has none
-/// of the `b_` / `l_` / `w_` prefixes that bucket readers parse, so readers that do not know it
-/// ignore it.
-pub const PAUSE_ATTRIBUTE: &str = "dl_pause_until";
-
-/// The pause deadline stamped on a raw bucket item, if any.
-pub fn pause_stamp(item: &Item) -> Option<i64> {
-    get_i64(item, PAUSE_ATTRIBUTE)
-}
-
-/// The deadline of a pause still in force at `now` on a raw bucket item.
-pub fn live_pause(item: &Item, now: i64) -> Option<i64> {
-    pause_stamp(item).filter(|&until| until > now)
-}
 
 /// Adds `attribute_not_exists(#p) OR #p <= :now` to a write's condition.
 pub(crate) fn not_paused(e: &mut Expr, now: i64) {
-    let (missing, past) = (
-        e.not_exists(PAUSE_ATTRIBUTE),
-        e.cmp(PAUSE_ATTRIBUTE, "<=", now),
-    );
+    let (missing, past) = (e.not_exists(PAUSE_UNTIL), e.cmp(PAUSE_UNTIL, "<=", now));
     e.when(format!("{missing} OR {past}"));
 }
 
 /// `SET #p = :until IF attribute_exists(PK) AND (attribute_not_exists(#p) OR #p < :until)`.
 pub(crate) fn stamp(until: i64) -> Expr {
     let mut e = Expr::default();
-    let c = e.exists("PK");
+    let c = e.exists(attr::PK);
     e.when(c);
-    let (missing, earlier) = (
-        e.not_exists(PAUSE_ATTRIBUTE),
-        e.cmp(PAUSE_ATTRIBUTE, "<", until),
-    );
+    let (missing, earlier) = (e.not_exists(PAUSE_UNTIL), e.cmp(PAUSE_UNTIL, "<", until));
     e.when(format!("{missing} OR {earlier}"));
-    e.set(PAUSE_ATTRIBUTE, super::expr::num(until));
+    e.set(PAUSE_UNTIL, num(until));
     e
 }
 
@@ -110,14 +90,16 @@ impl BucketStore {
         resource: &str,
     ) -> Result<Option<i64>, RepositoryError> {
         let key = BucketKey::new(entity_id, resource, 0);
+        let mut e = Expr::default();
+        let projection = e.projection(&[PAUSE_UNTIL]);
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
             .set_key(Some(key.key_map(&self.ns)))
             .consistent_read(true)
-            .projection_expression("#p")
-            .expression_attribute_names("#p", PAUSE_ATTRIBUTE)
+            .projection_expression(projection)
+            .set_expression_attribute_names(e.names())
             .send()
             .await
             .map_err(|e| classify("GetItem", e))?;

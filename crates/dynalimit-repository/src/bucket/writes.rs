@@ -2,19 +2,20 @@
 
 use std::collections::BTreeMap;
 
+use dynalimit_core::Limit;
 use dynalimit_core::bucket::{WCU, WCU_DEBIT_MILLI};
-use dynalimit_core::decide::{DeltaPlan, RefillPlan, TtlAction};
+use dynalimit_core::decide::{DeltaPlan, ProactiveRefill, RefillPlan, TtlAction};
+use dynalimit_format::attr::{self, BucketField, bucket_limit};
+use dynalimit_format::expr::{Expr, num};
 
-use super::codec::limit_attr;
-use super::expr::{Expr, num};
 use super::pause::not_paused;
 
 fn tk(name: &str) -> String {
-    limit_attr(name, "tk")
+    bucket_limit(name, BucketField::Tk)
 }
 
 fn tc(name: &str) -> String {
-    limit_attr(name, "tc")
+    bucket_limit(name, BucketField::Tc)
 }
 
 /// The speculative consume of the core profile (reference §3.4, minimum interoperable
@@ -22,7 +23,7 @@ fn tc(name: &str) -> String {
 /// write capacity, `ttl`, `disabled` and `vu`, and on the absence of a pause stamp in force.
 pub(crate) fn speculative_consume(demand: &BTreeMap<String, i64>, now: i64) -> Expr {
     let mut e = Expr::default();
-    let c = e.exists("PK");
+    let c = e.exists(attr::PK);
     e.when(c);
     for (name, &m) in demand {
         e.add(&tc(name), m);
@@ -34,11 +35,14 @@ pub(crate) fn speculative_consume(demand: &BTreeMap<String, i64>, now: i64) -> E
     e.add(&tc(WCU), WCU_DEBIT_MILLI);
     let c = e.cmp(&tk(WCU), ">=", WCU_DEBIT_MILLI);
     e.when(c);
-    let (missing, live) = (e.not_exists("ttl"), e.cmp("ttl", ">", now.div_euclid(1000)));
+    let (missing, live) = (
+        e.not_exists(attr::TTL),
+        e.cmp(attr::TTL, ">", now.div_euclid(1000)),
+    );
     e.when(format!("{missing} OR {live}"));
-    let c = e.not_exists("disabled");
+    let c = e.not_exists(attr::DISABLED);
     e.when(c);
-    let (missing, live) = (e.not_exists("vu"), e.cmp("vu", ">", now));
+    let (missing, live) = (e.not_exists(attr::VU), e.cmp(attr::VU, ">", now));
     e.when(format!("{missing} OR {live}"));
     not_paused(&mut e, now);
     e
@@ -50,18 +54,18 @@ pub(crate) fn speculative_consume(demand: &BTreeMap<String, i64>, now: i64) -> E
 /// A pause stamp later than the new refill time fails the write.
 pub(crate) fn refill_write(plan: &RefillPlan) -> Expr {
     let mut e = Expr::default();
-    let c = e.cmp("rf", "=", plan.rf_read);
+    let c = e.cmp(attr::RF, "=", plan.rf_read);
     e.when(c);
     not_paused(&mut e, plan.rf_new);
-    e.set("rf", num(plan.rf_new));
+    e.set(attr::RF, num(plan.rf_new));
     match plan.ttl {
-        TtlAction::Set(t) => e.set("ttl", num(t)),
-        TtlAction::Remove => e.remove("ttl"),
+        TtlAction::Set(t) => e.set(attr::TTL, num(t)),
+        TtlAction::Remove => e.remove(attr::TTL),
         TtlAction::Keep => {}
     }
     if let Some(vu) = plan.remove_vu {
-        e.remove("vu");
-        let c = e.cmp("vu", "=", vu);
+        e.remove(attr::VU);
+        let c = e.cmp(attr::VU, "=", vu);
         e.when(c);
         let c = shard_count_pin(&mut e, plan.shard_count);
         e.when(c);
@@ -69,12 +73,12 @@ pub(crate) fn refill_write(plan: &RefillPlan) -> Expr {
     for w in &plan.writes {
         if let Some(seed) = w.seed {
             e.set(&tk(&w.name), num(seed.tk));
-            e.set(&limit_attr(&w.name, "cp"), num(seed.cp));
-            e.set(&limit_attr(&w.name, "ra"), num(seed.ra));
-            e.set(&limit_attr(&w.name, "rp"), num(seed.rp));
+            e.set(&bucket_limit(&w.name, BucketField::Cp), num(seed.cp));
+            e.set(&bucket_limit(&w.name, BucketField::Ra), num(seed.ra));
+            e.set(&bucket_limit(&w.name, BucketField::Rp), num(seed.rp));
             e.add(&tc(&w.name), w.add_tc);
             let (no_cp, no_tk) = (
-                e.not_exists(&limit_attr(&w.name, "cp")),
+                e.not_exists(&bucket_limit(&w.name, BucketField::Cp)),
                 e.not_exists(&tk(&w.name)),
             );
             e.when(format!("{no_cp} OR {no_tk}"));
@@ -102,7 +106,7 @@ pub(crate) fn refill_write(plan: &RefillPlan) -> Expr {
 /// pause stamp is in force at `now`.
 pub(crate) fn consumption_only(retry: &[(String, i64)], now: i64) -> Expr {
     let mut e = Expr::default();
-    let c = e.exists("PK");
+    let c = e.exists(attr::PK);
     e.when(c);
     for (name, c) in retry {
         e.add(&tk(name), -c);
@@ -123,20 +127,20 @@ pub(crate) fn consumption_only(retry: &[(String, i64)], now: i64) -> Expr {
 /// resurrects a swept item).
 pub(crate) fn delta(plan: &DeltaPlan, trim: bool) -> Expr {
     let mut e = Expr::default();
-    let c = e.exists("PK");
+    let c = e.exists(attr::PK);
     e.when(c);
     for (name, add_tk, add_tc) in &plan.adds {
         e.add(&tk(name), *add_tk);
         e.add(&tc(name), *add_tc);
     }
     if trim {
-        e.set("vu", num(0));
+        e.set(attr::VU, num(0));
         return e;
     }
     for g in &plan.guards {
         let c = e.cmp(&tk(&g.name), "<=", g.max_tk);
         e.when(c);
-        let c = e.cmp(&limit_attr(&g.name, "cp"), "=", g.cp);
+        let c = e.cmp(&bucket_limit(&g.name, BucketField::Cp), "=", g.cp);
         e.when(c);
     }
     if !plan.guards.is_empty() {
@@ -148,49 +152,88 @@ pub(crate) fn delta(plan: &DeltaPlan, trim: bool) -> Expr {
 
 /// `shard_count = :n` (an absent count reads as 1).
 fn shard_count_pin(e: &mut Expr, count: u32) -> String {
-    let pinned = e.cmp("shard_count", "=", i64::from(count));
+    let pinned = e.cmp(attr::SHARD_COUNT, "=", i64::from(count));
     if count <= 1 {
-        let missing = e.not_exists("shard_count");
+        let missing = e.not_exists(attr::SHARD_COUNT);
         format!("{missing} OR {pinned}")
     } else {
         pinned
     }
 }
 
-/// The doubling write on shard 0 (reference §3.8): `SET shard_count = :new` if it still reads
-/// `:old`.
-///
-/// The write also stamps `vu = 0`, as a parameter sync does: the shard's stored balance was
-/// funded for the old count, and the stamp makes its next acquire take one slow pass that
-/// clamps it to the new share `cp // new` instead of letting the fast path spend the surplus.
-///
-/// `donations` (see [`dynalimit_core::decide::doubling_donations`]) are debited from the
-/// shard's balances so the split never adds tokens.
-pub(crate) fn double(from: u32, to: u32, donations: &[(String, i64)]) -> Expr {
+/// The parameter sync of a configuration change (reference §4.3): `SET vu = 0` (the next
+/// acquire takes one slow pass that materialises the new ceiling) and every limit's stored
+/// parameters, `REMOVE ttl` when the limits come from the entity level, on an existing item
+/// only. Every value is absolute, so the write may be applied twice.
+pub(crate) fn sync_parameters(limits: &[Limit], remove_ttl: bool) -> Expr {
     let mut e = Expr::default();
-    for (name, d) in donations {
-        e.add(&tk(name), -d);
-    }
-    let c = e.exists("PK");
+    let c = e.exists(attr::PK);
     e.when(c);
-    e.set("shard_count", num(i64::from(to)));
-    e.set("vu", num(0));
+    e.set(attr::VU, num(0));
+    for l in limits {
+        for (field, value) in [
+            (BucketField::Cp, l.capacity_milli()),
+            (BucketField::Ra, l.refill_amount_milli()),
+            (BucketField::Rp, l.refill_period_millis()),
+        ] {
+            e.set(&bucket_limit(l.name(), field), num(value));
+        }
+    }
+    if remove_ttl {
+        e.remove(attr::TTL);
+    }
+    e
+}
+
+/// The aggregator's proactive refill (reference §7.3): `SET rf`, `ADD` each delta to the
+/// limit's balance, under the `rf` lock, with the raised balances pinned at or below what was
+/// read and `vu` and `shard_count` pinned at what was read (or still absent).
+pub(crate) fn proactive_refill(plan: &ProactiveRefill) -> Expr {
+    let mut e = Expr::default();
+    let c = e.cmp(attr::RF, "=", plan.rf_read);
+    e.when(c);
+    e.set(attr::RF, num(plan.rf_new));
+    for d in &plan.deltas {
+        e.add(&tk(&d.limit), d.delta);
+        if d.delta > 0 {
+            let c = e.cmp(&tk(&d.limit), "<=", d.tk_read);
+            e.when(c);
+        }
+    }
+    for (name, read) in [
+        (attr::VU, plan.vu_read),
+        (attr::SHARD_COUNT, plan.shard_count),
+    ] {
+        let c = match read {
+            Some(v) => e.cmp(name, "=", v),
+            None => e.not_exists(name),
+        };
+        e.when(c);
+    }
+    e
+}
+
+/// The doubling write on shard 0 (reference §3.8): `SET shard_count = :new` if it still reads
+/// `:old`. The shard keeps its balance: a shard created later starts empty (see
+/// [`dynalimit_core::decide::plan_create`]), so the split never adds tokens, and the surplus
+/// above the smaller share is spent or trimmed by the next refill.
+pub(crate) fn double(from: u32, to: u32) -> Expr {
+    let mut e = Expr::default();
+    let c = e.exists(attr::PK);
+    e.when(c);
+    e.set(attr::SHARD_COUNT, num(i64::from(to)));
     let c = shard_count_pin(&mut e, from);
     e.when(c);
     e
 }
 
 /// Propagation of a new count to an existing shard: `shard_count < :new` (never
-/// `attribute_not_exists`, which would create a stub item), with the same `vu = 0` clamp
-/// stamp as [`double`], and the same donations.
-pub(crate) fn propagate(to: u32, donations: &[(String, i64)]) -> Expr {
+/// `attribute_not_exists`, which would create a stub item); the balance is kept, as by
+/// [`double`].
+pub(crate) fn propagate(to: u32) -> Expr {
     let mut e = Expr::default();
-    for (name, d) in donations {
-        e.add(&tk(name), -d);
-    }
-    e.set("shard_count", num(i64::from(to)));
-    e.set("vu", num(0));
-    let c = e.cmp("shard_count", "<", i64::from(to));
+    e.set(attr::SHARD_COUNT, num(i64::from(to)));
+    let c = e.cmp(attr::SHARD_COUNT, "<", i64::from(to));
     e.when(c);
     e
 }
@@ -198,7 +241,6 @@ pub(crate) fn propagate(to: u32, donations: &[(String, i64)]) -> Expr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dynalimit_core::Limit;
     use dynalimit_core::decide::{BucketImage, LimitState, Plan, plan_delta, plan_refill};
 
     fn render(e: &Expr) -> String {
@@ -312,13 +354,12 @@ mod tests {
     #[test]
     fn doubling_and_propagation_conditions() {
         assert_eq!(
-            render(&double(4, 8, &[("rpm".to_owned(), 12_500)])),
-            "SET shard_count = 8, vu = 0 ADD b_rpm_tk -12500 IF (attribute_exists(PK)) AND \
-             (shard_count = 4)"
+            render(&double(4, 8)),
+            "SET shard_count = 8 IF (attribute_exists(PK)) AND (shard_count = 4)"
         );
         assert_eq!(
-            render(&propagate(8, &[])),
-            "SET shard_count = 8, vu = 0 IF (shard_count < 8)"
+            render(&propagate(8)),
+            "SET shard_count = 8 IF (shard_count < 8)"
         );
         assert_eq!(
             render(&consumption_only(&[("rpm".to_owned(), 1000)], 5000)),

@@ -22,9 +22,9 @@ pub(crate) const REFRESH_RETRY_MS: i64 = 1_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Lifetime {
     /// From here on, one request refreshes while the others use these credentials.
-    pub refresh_at_ms: i64,
+    pub(crate) refresh_at_ms: i64,
     /// From here on, requests wait for new credentials.
-    pub usable_until_ms: i64,
+    pub(crate) usable_until_ms: i64,
 }
 
 impl Lifetime {

@@ -10,12 +10,12 @@ use aws_smithy_types::base64;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use crate::item::Item;
+use dynalimit_format::item::Item;
 
 /// Builds one JSON object. Field names are written as given (they are protocol names, never
 /// user text); every value string is escaped.
 #[derive(Debug)]
-pub struct ObjectWriter {
+pub(crate) struct ObjectWriter {
     buf: Vec<u8>,
     first: bool,
 }
@@ -28,7 +28,7 @@ impl Default for ObjectWriter {
 
 impl ObjectWriter {
     /// An empty object.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut buf = Vec::with_capacity(1024);
         buf.push(b'{');
         ObjectWriter { buf, first: true }
@@ -45,14 +45,14 @@ impl ObjectWriter {
     }
 
     /// `"name": "value"`.
-    pub fn string(&mut self, name: &str, value: &str) -> &mut Self {
+    pub(crate) fn string(&mut self, name: &str, value: &str) -> &mut Self {
         self.key(name);
         write_string(&mut self.buf, value);
         self
     }
 
     /// `"name": {attribute map}`.
-    pub fn item<'a>(
+    pub(crate) fn item<'a>(
         &mut self,
         name: &str,
         item: impl IntoIterator<Item = (&'a String, &'a AttributeValue)>,
@@ -63,7 +63,7 @@ impl ObjectWriter {
     }
 
     /// `"name": {"k": "v", …}` for string pairs.
-    pub fn strings<'a>(
+    pub(crate) fn strings<'a>(
         &mut self,
         name: &str,
         pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -83,7 +83,7 @@ impl ObjectWriter {
     }
 
     /// Closes the object and returns its bytes.
-    pub fn finish(mut self) -> Vec<u8> {
+    pub(crate) fn finish(mut self) -> Vec<u8> {
         self.buf.push(b'}');
         self.buf
     }

@@ -3,7 +3,7 @@
 //!
 //! The SDK spends around 200 µs of client CPU on one `UpdateItem` (interceptor and config-bag
 //! machinery, endpoint rules, header maps, per-request allocations). The acquire path sends one
-//! request shape only, so [`Wire`] sends it directly: the body is written into one buffer, the
+//! request shape only, so [`FastPath`] sends it directly: the body is written into one buffer, the
 //! request is signed with a signing key derived once per day ([`sigv4`]), and it is handed to
 //! the SDK client's own HTTP connector, so the client's HTTP client (proxy, private CA, mTLS,
 //! FIPS TLS), its connect and read timeouts and its connection pool all apply.
@@ -43,7 +43,7 @@
 
 mod credentials;
 mod json;
-pub mod sigv4;
+pub(crate) mod sigv4;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -69,15 +69,15 @@ use bytes::Bytes;
 use dynalimit_core::{Clock, SystemClock};
 use http_body_util::{BodyExt, Collected, LengthLimitError, Limited};
 
-pub use json::ObjectWriter;
+pub(crate) use json::ObjectWriter;
 
 use credentials::{Decision, Lifetime, REFRESH_RETRY_MS};
 
 use crate::RepositoryError;
 use crate::error::classify_code;
-use crate::item::Item;
 use crate::metrics::RequestCounter;
 use crate::retry::{self, Resend};
+use dynalimit_format::item::Item;
 
 /// The JSON protocol's content type.
 pub(crate) const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
@@ -116,13 +116,13 @@ const CREDENTIALS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the SDK client sends DynamoDB requests, as seen on one of its real requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     /// The request URI (`https://dynamodb.eu-west-1.amazonaws.com/`).
-    pub uri: String,
+    pub(crate) uri: String,
     /// The signing region of the credential scope.
-    pub region: String,
+    pub(crate) region: String,
     /// The signing service of the credential scope (`dynamodb`).
-    pub service: String,
+    pub(crate) service: String,
 }
 
 /// An SDK interceptor that records the [`Endpoint`] of the requests it sees; add it to one
@@ -130,13 +130,13 @@ pub struct Endpoint {
 /// It also keeps the request's runtime components, whose identity resolver and cache give the
 /// fast path the very credentials the SDK signs with.
 #[derive(Debug, Clone, Default)]
-pub struct EndpointCapture {
+pub(crate) struct EndpointCapture {
     seen: Arc<Mutex<Option<(Endpoint, RuntimeComponents)>>>,
 }
 
 impl EndpointCapture {
     /// The endpoint of the last request seen, if it was signed with SigV4.
-    pub fn endpoint(&self) -> Option<Endpoint> {
+    pub(crate) fn endpoint(&self) -> Option<Endpoint> {
         self.seen
             .lock()
             .ok()
@@ -189,7 +189,7 @@ impl Intercept for EndpointCapture {
 
 /// What an `UpdateItem` returns.
 #[derive(Debug, Clone, PartialEq)]
-pub enum UpdateOutcome {
+pub(crate) enum UpdateOutcome {
     /// Written; the attributes asked for by `ReturnValues` (`None` for `NONE`).
     Updated(Option<Item>),
     /// The condition failed; the item before the attempt when `ALL_OLD` was asked for on
@@ -199,25 +199,25 @@ pub enum UpdateOutcome {
 
 /// One `UpdateItem` request.
 #[derive(Debug, Clone, Copy)]
-pub struct UpdateItem<'a> {
+pub(crate) struct UpdateItem<'a> {
     /// The table.
-    pub table: &'a str,
+    pub(crate) table: &'a str,
     /// The primary key.
-    pub key: &'a Item,
+    pub(crate) key: &'a Item,
     /// `UpdateExpression`.
-    pub update_expression: Option<&'a str>,
+    pub(crate) update_expression: Option<&'a str>,
     /// `ConditionExpression`.
-    pub condition_expression: Option<&'a str>,
+    pub(crate) condition_expression: Option<&'a str>,
     /// `ExpressionAttributeNames` as (placeholder, attribute) pairs.
-    pub names: &'a [(&'a str, &'a str)],
+    pub(crate) names: &'a [(&'a str, &'a str)],
     /// `ExpressionAttributeValues` as (placeholder, value) pairs.
-    pub values: &'a [(String, AttributeValue)],
+    pub(crate) values: &'a [(String, AttributeValue)],
     /// `ReturnValues = ALL_NEW` (otherwise `NONE`).
-    pub return_all_new: bool,
+    pub(crate) return_all_new: bool,
     /// `ReturnValuesOnConditionCheckFailure = ALL_OLD`.
-    pub return_old_on_failure: bool,
+    pub(crate) return_old_on_failure: bool,
     /// Whether the request may be sent again after an attempt that may have been applied.
-    pub resend: Resend,
+    pub(crate) resend: Resend,
 }
 
 impl UpdateItem<'_> {
@@ -264,7 +264,7 @@ fn epoch_millis(t: std::time::SystemTime) -> i64 {
 }
 
 /// The fast-path transport of one repository (see the module documentation).
-pub struct Wire {
+pub struct FastPath {
     /// The SDK client's own HTTP connector (its proxy, TLS and connect/read timeouts).
     connector: SharedHttpConnector,
     uri: http::Uri,
@@ -277,7 +277,8 @@ pub struct Wire {
     refresh: tokio::sync::Mutex<()>,
     /// No refresh starts before this instant, after a failed one.
     refresh_retry_ms: AtomicI64,
-    retry: retry::Policy,
+    retry: retry::Backoff,
+    max_attempts: u32,
     budget: Arc<retry::Budget>,
     attempt_timeout: Option<Duration>,
     operation_timeout: Option<Duration>,
@@ -288,9 +289,9 @@ pub struct Wire {
     skew_ms: AtomicI64,
 }
 
-impl std::fmt::Debug for Wire {
+impl std::fmt::Debug for FastPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Wire")
+        f.debug_struct("FastPath")
             .field("uri", &self.uri)
             .field("region", &self.region)
             .field("retry", &self.retry)
@@ -300,7 +301,7 @@ impl std::fmt::Debug for Wire {
 
 /// Why the fast path is not used for a client (the SDK carries every request then).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ineligible {
+pub(crate) enum Ineligible {
     /// The client has an interceptor the fast path would bypass (its name).
     Interceptor(String),
     /// The client counts requests but no counter was handed to the repository builder.
@@ -316,18 +317,18 @@ pub enum Ineligible {
     AdaptiveRetry,
 }
 
-impl Wire {
+impl FastPath {
     /// A transport for the requests `client` sends, as `capture` saw one of them, counting
     /// them in `counter` when given.
     ///
     /// # Errors
     /// [`Ineligible`] when the fast path would change what the client does.
-    pub fn for_client(
+    pub(crate) fn for_client(
         client: &aws_sdk_dynamodb::Client,
         capture: &EndpointCapture,
         counter: Option<RequestCounter>,
         budget: Arc<retry::Budget>,
-    ) -> Result<Wire, Ineligible> {
+    ) -> Result<FastPath, Ineligible> {
         let config = client.config();
         for interceptor in config.interceptors() {
             let name = interceptor.name();
@@ -377,7 +378,7 @@ impl Wire {
             .stalled_stream_protection()
             .filter(|p| p.is_enabled() && p.download_enabled())
             .map(|p| p.grace_period());
-        Ok(Wire {
+        Ok(FastPath {
             connector,
             uri,
             host,
@@ -388,7 +389,8 @@ impl Wire {
             signing: RwLock::new(None),
             refresh: tokio::sync::Mutex::new(()),
             refresh_retry_ms: AtomicI64::new(0),
-            retry: retry::Policy::of(config.retry_config()),
+            retry: retry::Backoff::of_client(config.retry_config()),
+            max_attempts: retry::max_attempts(config.retry_config()),
             budget,
             attempt_timeout: timeouts.and_then(|t| t.operation_attempt_timeout()),
             operation_timeout: timeouts.and_then(|t| t.operation_timeout()),
@@ -403,6 +405,44 @@ impl Wire {
         &self.uri
     }
 
+    /// Sends one `UpdateItem` of `e` on item `key` of `table` (no values returned), under
+    /// the rules of every bucket write: sent again only while earlier attempts are known not
+    /// to have been applied. The benchmark measures acquires against it.
+    ///
+    /// # Errors
+    /// [`RepositoryError::OutcomeUnknown`] when an attempt may have been applied and its
+    /// answer was lost; [`RepositoryError::Rejected`] for a failed condition; otherwise the
+    /// classified failure once the retries are spent.
+    pub async fn send_update(
+        &self,
+        table: &str,
+        key: &Item,
+        e: &dynalimit_format::expr::Expr,
+    ) -> Result<(), RepositoryError> {
+        let update = e.update_expression();
+        let condition = e.condition_expression();
+        let names = e.name_pairs();
+        let request = UpdateItem {
+            table,
+            key,
+            update_expression: update.as_deref(),
+            condition_expression: condition.as_deref(),
+            names: &names,
+            values: e.value_pairs(),
+            return_all_new: false,
+            return_old_on_failure: false,
+            resend: Resend::Never,
+        };
+        match self.update_item(&request).await? {
+            UpdateOutcome::Updated(_) => Ok(()),
+            UpdateOutcome::ConditionFailed(_) => Err(RepositoryError::Rejected {
+                operation: OPERATION,
+                code: "ConditionalCheckFailedException".into(),
+                message: "the condition failed".into(),
+            }),
+        }
+    }
+
     /// Sends one `UpdateItem`.
     ///
     /// Sent again only while earlier attempts are known not to have been applied (see
@@ -414,7 +454,7 @@ impl Wire {
     /// answer was lost (the request is not sent again unless it is [`Resend::Harmless`]);
     /// otherwise the classified failure once the retries are spent (a transaction conflict is
     /// [`RepositoryError::TransactionConflict`], never retried here).
-    pub async fn update_item(
+    pub(crate) async fn update_item(
         &self,
         request: &UpdateItem<'_>,
     ) -> Result<UpdateOutcome, RepositoryError> {
@@ -652,7 +692,7 @@ impl Wire {
         }
     }
 
-    /// The attempts of [`Wire::send`]; `maybe_applied` says, whenever the operation timeout
+    /// The attempts of [`FastPath::send`]; `maybe_applied` says, whenever the operation timeout
     /// cuts this short, whether an attempt may have been applied.
     async fn attempts(
         &self,
@@ -668,7 +708,7 @@ impl Wire {
         let mut unknown_before = false;
         loop {
             attempt += 1;
-            let last = attempt >= self.retry.max_attempts;
+            let last = attempt >= self.max_attempts;
             let now = SystemClock.epoch_millis() + self.skew_ms.load(Ordering::Relaxed);
             let stamp = sigv4::Stamp::at(now);
             let signing = self.signing(&stamp).await?;
@@ -714,7 +754,7 @@ impl Wire {
                         });
                     }
                     paid += retry::RETRY_COST;
-                    tokio::time::sleep(self.retry.backoff(attempt)).await;
+                    self.retry.pause(attempt).await;
                     continue;
                 }
                 // A 2xx status: DynamoDB applied the write; only its item is unknown.
@@ -759,7 +799,7 @@ impl Wire {
                     }
                     paid += retry::RETRY_COST;
                     unknown_before = true;
-                    tokio::time::sleep(self.retry.backoff(attempt)).await;
+                    self.retry.pause(attempt).await;
                     continue;
                 }
             };
@@ -793,7 +833,7 @@ impl Wire {
                 {
                     maybe_applied.store(unknown_before, Ordering::Relaxed);
                     paid += retry::THROTTLING_RETRY_COST;
-                    tokio::time::sleep(self.retry.backoff(attempt)).await;
+                    self.retry.pause(attempt).await;
                 }
                 answer => {
                     if unknown_before {

@@ -16,29 +16,29 @@ use sha2::{Digest, Sha256};
 
 /// The signature's inputs besides the credentials.
 #[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     /// `Host` header value (`host` or `host:port`).
-    pub host: &'a str,
+    pub(crate) host: &'a str,
     /// `X-Amz-Target` header value.
-    pub target: &'a str,
+    pub(crate) target: &'a str,
     /// The body.
-    pub body: &'a [u8],
+    pub(crate) body: &'a [u8],
 }
 
 /// The `x-amz-date` stamp (`20261122T061502Z`) and the day (`20261122`) of an instant.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stamp {
+pub(crate) struct Stamp {
     /// `YYYYMMDDTHHMMSSZ`.
-    pub amz_date: String,
+    pub(crate) amz_date: String,
     /// `YYYYMMDD`.
-    pub day: String,
+    pub(crate) day: String,
     /// The instant itself.
-    pub time: SystemTime,
+    pub(crate) time: SystemTime,
 }
 
 impl Stamp {
     /// The stamp of `epoch_millis` (UTC).
-    pub fn at(epoch_millis: i64) -> Stamp {
+    pub(crate) fn at(epoch_millis: i64) -> Stamp {
         let secs = epoch_millis.div_euclid(1000);
         let days = secs.div_euclid(86_400);
         let rem = secs.rem_euclid(86_400);
@@ -89,7 +89,7 @@ fn hex(bytes: &[u8]) -> String {
 
 /// The derived signing key of one secret, day, region and service.
 #[derive(Clone)]
-pub struct SigningKey {
+pub(crate) struct SigningKey {
     key: Vec<u8>,
     /// `day/region/service/aws4_request`.
     scope: String,
@@ -105,7 +105,7 @@ impl std::fmt::Debug for SigningKey {
 
 impl SigningKey {
     /// Derives the key of the day of `stamp`.
-    pub fn derive(secret: &str, stamp: &Stamp, region: &str, service: &str) -> SigningKey {
+    pub(crate) fn derive(secret: &str, stamp: &Stamp, region: &str, service: &str) -> SigningKey {
         let key = v4::generate_signing_key(secret, stamp.time, region, service);
         SigningKey {
             key: key.as_ref().to_vec(),
@@ -114,13 +114,13 @@ impl SigningKey {
     }
 
     /// Whether the key was derived for `day`.
-    pub fn is_for_day(&self, day: &str) -> bool {
+    pub(crate) fn is_for_day(&self, day: &str) -> bool {
         self.scope.starts_with(day) && self.scope.as_bytes().get(day.len()) == Some(&b'/')
     }
 
     /// The `Authorization` header of `request` sent at `amz_date` with access key
     /// `access_key_id` (and `session_token` for temporary credentials).
-    pub fn authorization(
+    pub(crate) fn authorization(
         &self,
         access_key_id: &str,
         session_token: Option<&str>,

@@ -2,81 +2,23 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use dynalimit_core::CoreError;
 use dynalimit_core::adaptive::priority::{Level, Priority, rejection_rate};
 use dynalimit_core::adaptive::{ChangeReason, ControllerConfig, LimitChange, LimitController};
-use dynalimit_core::{Clock, CoreError};
+use dynalimit_core::time::{Clock, TokioClock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::oneshot;
 
-use super::prioritizer::Prioritizer;
+use super::prioritizer::{Prioritizer, QueuePressure, QueueSource};
 use crate::Error;
+use crate::rejection::{Overload, Rejection};
 
 type LimitListener = Box<dyn Fn(LimitChange) + Send + Sync>;
-type ExceededListener = Box<dyn Fn(&Rejected) + Send + Sync>;
-
-/// Why a permit was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RejectReason {
-    /// The limit is reached and the caller would not wait ([`AdaptiveLimiter::try_acquire`]).
-    Full,
-    /// The queue shed the request (gradual rejection).
-    Shed,
-    /// The request's level is below the prioritizer's current threshold.
-    Priority,
-    /// No permit came free within the caller's wait budget.
-    Timeout,
-}
-
-/// A refused permit: the reason and the limiter's state at that moment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rejected {
-    reason: RejectReason,
-    limit: u32,
-    inflight: u32,
-    queued: u32,
-}
-
-impl Rejected {
-    /// Why.
-    pub fn reason(&self) -> RejectReason {
-        self.reason
-    }
-    /// The limit at rejection time.
-    pub fn limit(&self) -> u32 {
-        self.limit
-    }
-    /// Permits held at rejection time.
-    pub fn inflight(&self) -> u32 {
-        self.inflight
-    }
-    /// Callers queued at rejection time.
-    pub fn queued(&self) -> u32 {
-        self.queued
-    }
-}
-
-impl fmt::Display for Rejected {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let why = match self.reason {
-            RejectReason::Full => "limit reached",
-            RejectReason::Shed => "shed by the queue",
-            RejectReason::Priority => "priority below the current threshold",
-            RejectReason::Timeout => "no permit within the wait budget",
-        };
-        write!(
-            f,
-            "concurrency limit exceeded ({why}): limit {}, in flight {}, queued {}",
-            self.limit, self.inflight, self.queued
-        )
-    }
-}
-
-impl std::error::Error for Rejected {}
+type ExceededListener = Box<dyn Fn(&Rejection) + Send + Sync>;
 
 /// A snapshot of the limiter's gauges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,17 +105,12 @@ impl State {
         }
     }
 
-    fn rejected(&self, reason: RejectReason) -> Rejected {
-        Rejected {
-            reason,
-            limit: self.limit(),
-            inflight: self.inflight,
-            queued: self.queued(),
-        }
+    fn rejected(&self, cause: Overload) -> Rejection {
+        Rejection::overloaded(cause, self.limit(), self.inflight, self.queued())
     }
 }
 
-pub(super) struct Inner {
+struct Inner {
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
     queueing: Option<Queueing>,
@@ -195,6 +132,19 @@ impl fmt::Debug for Inner {
     }
 }
 
+impl QueueSource for Inner {
+    fn queue_pressure(&self) -> QueuePressure {
+        let s = self.lock();
+        let q = self.queueing.unwrap_or(DEFAULT_PRIORITY_QUEUEING);
+        let (rejection_threshold, max_queue) = q.bounds(s.limit());
+        QueuePressure {
+            queued: s.queued(),
+            rejection_threshold,
+            max_queue,
+        }
+    }
+}
+
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves counters consistent (every update is a single
@@ -204,15 +154,7 @@ impl Inner {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// `(limit, queued, rejection threshold, max queue)` for the prioritizer's calibration.
-    pub(super) fn queue_stats(&self) -> (u32, u32, u64, u64) {
-        let s = self.lock();
-        let q = self.queueing.unwrap_or(DEFAULT_PRIORITY_QUEUEING);
-        let (threshold, max) = q.bounds(s.limit());
-        (s.limit(), s.queued(), threshold, max)
-    }
-
-    fn exceeded(&self, rejected: Rejected) -> Rejected {
+    fn exceeded(&self, rejected: Rejection) -> Rejection {
         for l in &self.on_limit_exceeded {
             l(&rejected);
         }
@@ -267,7 +209,7 @@ const DEFAULT_PRIORITY_QUEUEING: Queueing = Queueing {
 enum Admission {
     Granted(u32),
     Queued(u64, oneshot::Receiver<u32>),
-    Refused(Rejected),
+    Refused(Rejection),
 }
 
 /// An adaptive concurrency limiter. Cloning is cheap and shares the limiter.
@@ -384,12 +326,12 @@ impl AdaptiveLimiter {
     /// A permit now, or a rejection; never waits and never queues.
     ///
     /// # Errors
-    /// [`RejectReason::Full`] when the limit is reached or callers are queued.
-    pub fn try_acquire(&self) -> Result<Permit, Rejected> {
+    /// [`Overload::Full`] when the limit is reached or callers are queued.
+    pub fn try_acquire(&self) -> Result<Permit, Rejection> {
         let inflight = {
             let mut s = self.inner.lock();
             if !s.free_now() {
-                let r = s.rejected(RejectReason::Full);
+                let r = s.rejected(Overload::Full);
                 drop(s);
                 return Err(self.inner.exceeded(r));
             }
@@ -401,16 +343,16 @@ impl AdaptiveLimiter {
     /// A permit, waiting in the FIFO queue as long as it takes.
     ///
     /// # Errors
-    /// Only when the queue sheds the request ([`RejectReason::Shed`], [`RejectReason::Priority`]).
-    pub async fn acquire(&self) -> Result<Permit, Rejected> {
+    /// Only when the queue sheds the request ([`Overload::Shed`], [`Overload::Priority`]).
+    pub async fn acquire(&self) -> Result<Permit, Rejection> {
         self.acquire_inner(None, None).await
     }
 
     /// A permit within `max_wait`.
     ///
     /// # Errors
-    /// [`RejectReason::Timeout`] when none came free in time, or a shedding rejection.
-    pub async fn acquire_timeout(&self, max_wait: Duration) -> Result<Permit, Rejected> {
+    /// [`Overload::Timeout`] when none came free in time, or a shedding rejection.
+    pub async fn acquire_timeout(&self, max_wait: Duration) -> Result<Permit, Rejection> {
         self.acquire_inner(None, Some(max_wait)).await
     }
 
@@ -418,12 +360,12 @@ impl AdaptiveLimiter {
     /// `max_wait` when given.
     ///
     /// # Errors
-    /// As [`AdaptiveLimiter::acquire_timeout`], plus [`RejectReason::Priority`].
+    /// As [`AdaptiveLimiter::acquire_timeout`], plus [`Overload::Priority`].
     pub async fn acquire_with_priority(
         &self,
         priority: Priority,
         max_wait: Option<Duration>,
-    ) -> Result<Permit, Rejected> {
+    ) -> Result<Permit, Rejection> {
         let level = {
             let mut s = self.inner.lock();
             let fraction: f64 = s.rng.random();
@@ -440,7 +382,7 @@ impl AdaptiveLimiter {
         &self,
         level: Level,
         max_wait: Option<Duration>,
-    ) -> Result<Permit, Rejected> {
+    ) -> Result<Permit, Rejection> {
         self.acquire_inner(Some(level), max_wait).await
     }
 
@@ -466,16 +408,16 @@ impl AdaptiveLimiter {
                 .unwrap_or(DEFAULT_PRIORITY_QUEUEING)
                 .bounds(limit);
             if queued >= max_queue {
-                return Admission::Refused(s.rejected(RejectReason::Shed));
+                return Admission::Refused(s.rejected(Overload::Shed));
             }
             if level < p.threshold() {
-                return Admission::Refused(s.rejected(RejectReason::Priority));
+                return Admission::Refused(s.rejected(Overload::Priority));
             }
         } else if let Some(q) = self.inner.queueing {
             let (threshold, max_queue) = q.bounds(limit);
             let rate = rejection_rate(queued, threshold, max_queue);
             if rate >= 1.0 || (rate > 0.0 && s.rng.random::<f64>() < rate) {
-                return Admission::Refused(s.rejected(RejectReason::Shed));
+                return Admission::Refused(s.rejected(Overload::Shed));
             }
         }
         let id = s.next_id;
@@ -489,7 +431,7 @@ impl AdaptiveLimiter {
         &self,
         level: Option<Level>,
         max_wait: Option<Duration>,
-    ) -> Result<Permit, Rejected> {
+    ) -> Result<Permit, Rejection> {
         let (id, rx) = match self.admit(level) {
             Admission::Granted(inflight) => {
                 return Ok(Permit::new(Arc::clone(&self.inner), inflight));
@@ -505,10 +447,17 @@ impl AdaptiveLimiter {
         };
         let granted = match max_wait {
             None => (&mut guard.rx).await.ok(),
-            Some(d) => match tokio::time::timeout(d, &mut guard.rx).await {
-                Ok(r) => r.ok(),
-                Err(_) => None,
-            },
+            Some(d) => {
+                let deadline = self
+                    .inner
+                    .clock
+                    .sleep_until(self.inner.clock.monotonic() + d);
+                tokio::select! {
+                    biased;
+                    r = &mut guard.rx => r.ok(),
+                    () = deadline => None,
+                }
+            }
         };
         let inflight = match granted {
             Some(inflight) => {
@@ -520,7 +469,7 @@ impl AdaptiveLimiter {
                 match guard.withdraw(&mut s) {
                     Some(inflight) => inflight,
                     None => {
-                        let r = s.rejected(RejectReason::Timeout);
+                        let r = s.rejected(Overload::Timeout);
                         drop(s);
                         return Err(self.inner.exceeded(r));
                     }
@@ -706,7 +655,7 @@ impl AdaptiveLimiterBuilder {
     }
 
     /// Called on every rejection.
-    pub fn on_limit_exceeded(mut self, f: impl Fn(&Rejected) + Send + Sync + 'static) -> Self {
+    pub fn on_limit_exceeded(mut self, f: impl Fn(&Rejection) + Send + Sync + 'static) -> Self {
         self.on_limit_exceeded.push(Box::new(f));
         self
     }
@@ -735,7 +684,7 @@ impl AdaptiveLimiterBuilder {
         };
         let clock = self
             .clock
-            .unwrap_or_else(|| Arc::new(crate::time::TokioClock::from_system()));
+            .unwrap_or_else(|| Arc::new(TokioClock::from_system()));
         let rng = match self.seed {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_os_rng(),
@@ -756,7 +705,8 @@ impl AdaptiveLimiterBuilder {
             on_limit_exceeded: self.on_limit_exceeded,
         });
         if let Some(p) = &inner.prioritizer {
-            p.register(&inner);
+            let source: Weak<Inner> = Arc::downgrade(&inner);
+            p.register(source);
         }
         Ok(AdaptiveLimiter { inner })
     }

@@ -16,7 +16,7 @@
 //! ```
 //! use std::time::Duration;
 //! use dynalimit::adaptive::AdaptiveLimiter;
-//! use dynalimit_core::{Clock, ManualClock};
+//! use dynalimit::time::{Clock, ManualClock};
 //!
 //! let clock = ManualClock::new(0);
 //! let limiter = AdaptiveLimiter::builder()
@@ -39,7 +39,5 @@ mod tests;
 
 pub use dynalimit_core::adaptive::priority::{Level, Priority};
 pub use dynalimit_core::adaptive::{ChangeReason, ControllerConfig, LimitChange};
-pub use limiter::{
-    AdaptiveLimiter, AdaptiveLimiterBuilder, AdaptiveMetrics, Permit, RejectReason, Rejected,
-};
+pub use limiter::{AdaptiveLimiter, AdaptiveLimiterBuilder, AdaptiveMetrics, Permit};
 pub use prioritizer::Prioritizer;

@@ -8,7 +8,21 @@ use std::time::Duration;
 
 use dynalimit_core::adaptive::priority::{Level, LevelTracker, rejection_rate};
 
-use super::limiter::Inner;
+/// How full one registered limiter's queue is, read by [`Prioritizer::calibrate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct QueuePressure {
+    /// Callers waiting now.
+    pub(super) queued: u32,
+    /// The queue length from which the limiter starts refusing low levels.
+    pub(super) rejection_threshold: u64,
+    /// The queue length at which it refuses every level.
+    pub(super) max_queue: u64,
+}
+
+/// A limiter that reports its queue to a prioritizer.
+pub(super) trait QueueSource: Send + Sync {
+    fn queue_pressure(&self) -> QueuePressure;
+}
 
 type ThresholdListener = Box<dyn Fn(Level, Level) + Send + Sync>;
 
@@ -28,7 +42,7 @@ pub struct Prioritizer {
 
 #[derive(Default)]
 struct PrioritizerInner {
-    limiters: Mutex<Vec<Weak<Inner>>>,
+    limiters: Mutex<Vec<Weak<dyn QueueSource>>>,
     tracker: Mutex<LevelTracker>,
     threshold: AtomicU16,
     on_threshold_changed: Mutex<Vec<ThresholdListener>>,
@@ -62,10 +76,10 @@ impl Prioritizer {
         Level::new(self.inner.threshold.load(Ordering::Relaxed)).unwrap_or(Level::MAX)
     }
 
-    pub(super) fn register(&self, limiter: &Arc<Inner>) {
+    pub(super) fn register(&self, limiter: Weak<dyn QueueSource>) {
         let mut limiters = lock(&self.inner.limiters);
         limiters.retain(|w| w.strong_count() > 0);
-        limiters.push(Arc::downgrade(limiter));
+        limiters.push(limiter);
     }
 
     pub(super) fn observe(&self, level: Level) {
@@ -75,17 +89,17 @@ impl Prioritizer {
     /// Recomputes the threshold from the registered limiters' queues and the recently observed
     /// levels, and returns it.
     pub fn calibrate(&self) -> Level {
-        let live: Vec<Arc<Inner>> = {
+        let live: Vec<Arc<dyn QueueSource>> = {
             let mut limiters = lock(&self.inner.limiters);
             limiters.retain(|w| w.strong_count() > 0);
             limiters.iter().filter_map(Weak::upgrade).collect()
         };
         let (mut queued, mut threshold, mut max_queue) = (0u64, 0u64, 0u64);
         for l in &live {
-            let (_, q, t, m) = l.queue_stats();
-            queued += u64::from(q);
-            threshold += t;
-            max_queue += m;
+            let pressure = l.queue_pressure();
+            queued += u64::from(pressure.queued);
+            threshold += pressure.rejection_threshold;
+            max_queue += pressure.max_queue;
         }
         let rate = if live.is_empty() {
             0.0

@@ -6,6 +6,20 @@ use dynalimit_core::ManualClock;
 
 use super::*;
 use crate::time::TokioClock;
+use crate::{Overload, Reason, Rejection};
+
+/// The limiter's state a refusal reports: `(limit, inflight, queued)`.
+fn state(r: &Rejection) -> (u32, u32, u32) {
+    match r.reason() {
+        Reason::Overloaded {
+            limit,
+            inflight,
+            queued,
+            ..
+        } => (*limit, *inflight, *queued),
+        other => panic!("not an overload: {other:?}"),
+    }
+}
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -24,7 +38,7 @@ fn tokio_limiter(limit: u32) -> AdaptiveLimiter {
 async fn queue_at(
     limiter: &AdaptiveLimiter,
     level: u16,
-) -> tokio::task::JoinHandle<Result<(), Rejected>> {
+) -> tokio::task::JoinHandle<Result<(), Rejection>> {
     let l = limiter.clone();
     let task = tokio::spawn(async move {
         l.acquire_with_level(Level::new(level).unwrap(), None)
@@ -49,7 +63,7 @@ fn try_acquire_refuses_at_the_limit_and_a_dropped_permit_frees_its_slot() {
         .initial_limit(2)
         .clock(ManualClock::new(0))
         .on_limit_exceeded(move |r| {
-            assert_eq!(r.reason(), RejectReason::Full);
+            assert_eq!(r.overload(), Some(Overload::Full));
             seen.fetch_add(1, Ordering::SeqCst);
         })
         .build()
@@ -57,7 +71,7 @@ fn try_acquire_refuses_at_the_limit_and_a_dropped_permit_frees_its_slot() {
     let a = limiter.try_acquire().unwrap();
     let b = limiter.try_acquire().unwrap();
     let r = limiter.try_acquire().unwrap_err();
-    assert_eq!((r.limit(), r.inflight(), r.queued()), (2, 2, 0));
+    assert_eq!(state(&r), (2, 2, 0));
     assert_eq!(exceeded.load(Ordering::SeqCst), 1);
     assert!(!limiter.can_acquire());
     drop(a);
@@ -194,7 +208,7 @@ async fn acquire_timeout_gives_up_and_leaves_no_waiter_behind() {
     let _held = limiter.try_acquire().unwrap();
     let start = tokio::time::Instant::now();
     let r = limiter.acquire_timeout(ms(250)).await.unwrap_err();
-    assert_eq!(r.reason(), RejectReason::Timeout);
+    assert_eq!(r.overload(), Some(Overload::Timeout));
     assert_eq!(start.elapsed(), ms(250));
     assert_eq!(limiter.queued(), 0);
 }
@@ -239,7 +253,7 @@ async fn the_queue_sheds_gradually_between_the_two_factors() {
             waiting.push(task);
         } else {
             let r = (&mut task).await.unwrap().unwrap_err();
-            assert_eq!(r.reason(), RejectReason::Shed);
+            assert_eq!(r.overload(), Some(Overload::Shed));
             shed += 1;
             if before < 2 {
                 shed_below_threshold += 1;
@@ -283,14 +297,14 @@ async fn a_calibrated_prioritizer_sheds_low_levels_first() {
         .acquire_with_level(Level::new(100).unwrap(), Some(ms(1)))
         .await
         .unwrap_err();
-    assert_eq!(low.reason(), RejectReason::Priority);
+    assert_eq!(low.overload(), Some(Overload::Priority));
     let high = limiter
         .acquire_with_priority(Priority::VeryHigh, Some(ms(1)))
         .await
         .unwrap_err();
     assert_eq!(
-        high.reason(),
-        RejectReason::Timeout,
+        high.overload(),
+        Some(Overload::Timeout),
         "queued, then timed out"
     );
     for t in waiting {
@@ -375,7 +389,7 @@ mod properties {
                             prop_assert_eq!(p.inflight_at_acquire(), limiter.inflight());
                             held.push(p);
                         }
-                        Err(r) => prop_assert!(r.inflight() >= r.limit()),
+                        Err(r) => prop_assert!(state(&r).1 >= state(&r).0),
                     },
                     Op::Record(i, t) if !held.is_empty() => {
                         clock.advance(ms(t));

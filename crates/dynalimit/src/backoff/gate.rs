@@ -5,22 +5,24 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use dynalimit_core::{Clock, CoreError};
+use dynalimit_core::CoreError;
+use dynalimit_core::time::{Clock, TokioClock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 
 use super::store::PauseStore;
 use crate::Error;
+use crate::rejection::Rejection;
 
-/// A scope is paused: how long for, and until when on the wall clock.
+/// The pause in force on a scope: how long is left, and until when on the wall clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Paused {
+pub struct Pause {
     retry_after: Duration,
     until_epoch_ms: i64,
 }
 
-impl Paused {
+impl Pause {
     /// Time left until the deadline.
     pub fn retry_after(&self) -> Duration {
         self.retry_after
@@ -32,17 +34,11 @@ impl Paused {
     }
 }
 
-impl fmt::Display for Paused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "paused by the downstream, retry after {:?}",
-            self.retry_after
-        )
+impl From<Pause> for Rejection {
+    fn from(p: Pause) -> Rejection {
+        Rejection::paused(p.until_epoch_ms, p.retry_after, None)
     }
 }
-
-impl std::error::Error for Paused {}
 
 #[derive(Debug, Clone)]
 struct Config {
@@ -108,8 +104,9 @@ struct Inner {
 /// A cooperative backoff gate: one pause per scope, shared by every caller of the scope.
 /// Cloning is cheap and shares the gate.
 ///
-/// Waits sleep on tokio's timer, so the clock must follow it: the default
-/// [`TokioClock`](crate::time::TokioClock) does, including in paused-time tests.
+/// Waits sleep on the gate's clock ([`Clock::sleep_until`]); the default
+/// [`TokioClock`](crate::time::TokioClock) follows tokio's timer, including in paused-time
+/// tests.
 #[derive(Clone)]
 pub struct Backoff {
     inner: Arc<Inner>,
@@ -158,7 +155,7 @@ impl Backoff {
         self.inner.clock.monotonic()
     }
 
-    fn paused(&self, remaining: Duration) -> Paused {
+    fn paused(&self, remaining: Duration) -> Pause {
         let ms = i64::try_from(remaining.as_millis()).unwrap_or(i64::MAX);
         // Round the wall deadline up so a reader never resumes before the local deadline.
         let ceil = if remaining.subsec_nanos().is_multiple_of(1_000_000) {
@@ -166,7 +163,7 @@ impl Backoff {
         } else {
             1
         };
-        Paused {
+        Pause {
             retry_after: remaining,
             until_epoch_ms: self
                 .inner
@@ -201,7 +198,7 @@ impl Backoff {
     /// Pauses `scope` for `retry_after` from now (capped by the maximum pause), or, without a
     /// retry-after, for the next exponential backoff step with jitter. Never shortens a pause
     /// already in force.
-    pub fn pause(&self, scope: &str, retry_after: Option<Duration>) -> Paused {
+    pub fn pause(&self, scope: &str, retry_after: Option<Duration>) -> Pause {
         let scope = self.scope(scope);
         let cfg = &self.inner.cfg;
         let mut st = scope.state();
@@ -229,7 +226,7 @@ impl Backoff {
 
     /// Merges a deadline read from a shared stamp (wall-clock epoch milliseconds). A stamp in
     /// the past changes nothing. Returns the pause now in force, if any.
-    pub fn observe(&self, scope: &str, until_epoch_ms: i64) -> Option<Paused> {
+    pub fn observe(&self, scope: &str, until_epoch_ms: i64) -> Option<Pause> {
         let remaining = until_epoch_ms.saturating_sub(self.inner.clock.epoch_millis());
         let s = self.scope(scope);
         if let Ok(ms) = u64::try_from(remaining)
@@ -238,7 +235,7 @@ impl Backoff {
             let mut st = s.state();
             self.merge(&s, &mut st, Duration::from_millis(ms));
         }
-        self.check_scope(&s).err()
+        self.pause_in_force(&s)
     }
 
     /// Pauses locally like [`Backoff::pause`] and publishes the deadline to the shared store
@@ -246,11 +243,7 @@ impl Backoff {
     ///
     /// # Errors
     /// The store's error; the local pause is in force regardless.
-    pub async fn report(
-        &self,
-        scope: &str,
-        retry_after: Option<Duration>,
-    ) -> Result<Paused, Error> {
+    pub async fn report(&self, scope: &str, retry_after: Option<Duration>) -> Result<Pause, Error> {
         let paused = self.pause(scope, retry_after);
         if let Some(store) = &self.inner.store {
             let stored = store.publish(scope, paused.until_epoch_ms).await?;
@@ -263,30 +256,35 @@ impl Backoff {
     ///
     /// # Errors
     /// The store's error.
-    pub async fn refresh(&self, scope: &str) -> Result<Option<Paused>, Error> {
+    pub async fn refresh(&self, scope: &str) -> Result<Option<Pause>, Error> {
         if let Some(store) = &self.inner.store
             && let Some(stamp) = store.load(scope).await?
         {
             return Ok(self.observe(scope, stamp));
         }
-        Ok(self.check(scope).err())
+        Ok(self.pause_in_force(&self.scope(scope)))
     }
 
     /// `Ok` when `scope` is open now, `Err` with the time left while it is paused. Does not wait
     /// and does not take a slow-start slot.
     ///
     /// # Errors
-    /// [`Paused`] while the deadline has not passed.
-    pub fn check(&self, scope: &str) -> Result<(), Paused> {
-        self.check_scope(&self.scope(scope))
+    /// A [`Rejection`] ([`Reason::Paused`](crate::Reason::Paused)) while the deadline has not
+    /// passed.
+    pub fn check(&self, scope: &str) -> Result<(), Rejection> {
+        match self.pause_in_force(&self.scope(scope)) {
+            Some(p) => Err(p.into()),
+            None => Ok(()),
+        }
     }
 
-    fn check_scope(&self, scope: &Scope) -> Result<(), Paused> {
+    /// The pause in force on `scope` now, if any.
+    fn pause_in_force(&self, scope: &Scope) -> Option<Pause> {
         let deadline = *scope.tx.borrow();
         let now = self.now();
         match deadline {
-            Some(d) if d > now => Err(self.paused(d - now)),
-            _ => Ok(()),
+            Some(d) if d > now => Some(self.paused(d - now)),
+            _ => None,
         }
     }
 
@@ -342,7 +340,7 @@ impl Backoff {
                 }
             };
             tokio::select! {
-                () = tokio::time::sleep(target - now) => {}
+                () = self.inner.clock.sleep_until(target) => {}
                 changed = rx.changed() => {
                     if changed.is_err() {
                         return;
@@ -356,19 +354,21 @@ impl Backoff {
     /// `budget` runs out while waiting.
     ///
     /// # Errors
-    /// [`Paused`] with the time left.
-    pub async fn wait_timeout(&self, scope: &str, budget: Duration) -> Result<(), Paused> {
-        if let Err(p) = self.check(scope)
+    /// A [`Rejection`] ([`Reason::Paused`](crate::Reason::Paused)) with the time left.
+    pub async fn wait_timeout(&self, scope: &str, budget: Duration) -> Result<(), Rejection> {
+        if let Some(p) = self.pause_in_force(&self.scope(scope))
             && p.retry_after > budget
         {
-            return Err(p);
+            return Err(p.into());
         }
-        match tokio::time::timeout(budget, self.wait(scope)).await {
-            Ok(()) => Ok(()),
-            Err(_) => Err(self
+        let deadline = self.inner.clock.sleep_until(self.now() + budget);
+        tokio::select! {
+            biased;
+            () = self.wait(scope) => Ok(()),
+            () = deadline => Err(self
                 .check(scope)
                 .err()
-                .unwrap_or_else(|| self.paused(Duration::ZERO))),
+                .unwrap_or_else(|| self.paused(Duration::ZERO).into())),
         }
     }
 }
@@ -477,7 +477,7 @@ impl BackoffBuilder {
             inner: Arc::new(Inner {
                 clock: self
                     .clock
-                    .unwrap_or_else(|| Arc::new(crate::time::TokioClock::from_system())),
+                    .unwrap_or_else(|| Arc::new(TokioClock::from_system())),
                 cfg,
                 scopes: Mutex::new(HashMap::new()),
                 store: self.store,

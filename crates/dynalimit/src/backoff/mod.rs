@@ -22,7 +22,7 @@
 //! ```
 //! use std::time::Duration;
 //! use dynalimit::backoff::Backoff;
-//! use dynalimit_core::{Clock, ManualClock};
+//! use dynalimit::time::{Clock, ManualClock};
 //!
 //! let clock = ManualClock::new(0);
 //! let gate = Backoff::builder().clock(clock.clone()).build().unwrap();
@@ -30,7 +30,7 @@
 //! gate.pause("ads-api", Some(Duration::from_secs(15)));
 //! gate.pause("ads-api", Some(Duration::from_secs(5))); // never shortens
 //! let paused = gate.check("ads-api").unwrap_err();
-//! assert_eq!(paused.retry_after(), Duration::from_secs(15));
+//! assert_eq!(paused.retry_after(), Some(Duration::from_secs(15)));
 //! clock.advance(Duration::from_secs(15));
 //! assert!(gate.check("ads-api").is_ok());
 //! ```
@@ -40,5 +40,5 @@ mod store;
 #[cfg(test)]
 mod tests;
 
-pub use gate::{Backoff, BackoffBuilder, Paused};
-pub use store::{MemoryPauseStore, PAUSE_ATTRIBUTE, PauseStore, bucket_scope};
+pub use gate::{Backoff, BackoffBuilder, Pause};
+pub use store::{MemoryPauseStore, PauseStore, bucket_scope};

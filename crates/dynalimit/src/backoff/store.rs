@@ -15,7 +15,8 @@ use crate::Error;
 ///
 /// The DynamoDB implementation (`RateLimiter::pause_store`, feature `dynamodb`) keeps the
 /// deadline on the bucket items of the scope's entity and resource (scopes built with
-/// [`bucket_scope`]), in the attribute [`PAUSE_ATTRIBUTE`] (type N, epoch ms), written to every
+/// [`bucket_scope`]), in the attribute `dl_pause_until` (type N, epoch ms; the table format's
+/// `attr::PAUSE_UNTIL`), written to every
 /// existing shard (the count read from shard 0) with
 ///
 /// ```text
@@ -46,9 +47,6 @@ pub trait PauseStore: Send + Sync + fmt::Debug + 'static {
     /// The stamp of `scope`, if any (it may lie in the past).
     fn load<'a>(&'a self, scope: &'a str) -> BoxFuture<'a, Result<Option<i64>, Error>>;
 }
-
-/// The bucket-item attribute that carries a shared pause deadline (N, epoch ms).
-pub const PAUSE_ATTRIBUTE: &str = "dl_pause_until";
 
 /// The scope of the buckets of `entity_id` on `resource`: `"{entity_id}#{resource}"`.
 /// Unambiguous because neither identifier may contain `#`.

@@ -1,26 +1,23 @@
 //! One bucket owner's acquire: speculative consume, failure handling, slow path, create,
-//! doubling (reference §3.4–§3.8). Cascade is layered on top in `mod.rs`.
+//! doubling (reference §3.4–§3.8). Cascade is layered on top in `rate_limiter.rs`.
 
 use std::collections::BTreeMap;
 
 use dynalimit_core::Limit;
 use dynalimit_core::bucket::bucket_ttl;
 use dynalimit_core::decide::{
-    BucketImage, FastFailure, Gate, LimitState, LimitStatus, Plan, TtlAction, WcuDecision,
-    classify_fast_failure, consumption_retry, decide_wcu_exhaustion, doubling_donations,
-    fast_rejection_gate, plan_create, plan_refill, shard_in, statuses_from_image,
+    BucketImage, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, TtlAction,
+    WcuDecision, classify_fast_failure, consumption_retry, decide_wcu_exhaustion,
+    fast_rejection_gate, plan_create, plan_delta, plan_refill, shard_in, split_from,
+    statuses_from_image,
 };
-use dynalimit_core::ids::DEFAULT_RESOURCE;
-use dynalimit_repository::RepositoryError;
 use dynalimit_repository::bucket::{
-    BucketKey, ConsumeOutcome, CreateOutcome, Meta, RefillOutcome, image_from_item, live_pause,
+    BucketKey, ConsumeOutcome, CreateOutcome, RefillOutcome, SlowRead,
 };
-use dynalimit_repository::config::{ConfigLevel, DisabledFlag, parse_config_item};
-use dynalimit_repository::item::Item;
-use dynalimit_repository::keys;
+use dynalimit_repository::{ConfigLevel, DisabledFlag, LimitConfig, RepositoryError};
 use rand::Rng;
 
-use super::Inner;
+use super::inner::Inner;
 
 /// What one owner's debit produced.
 #[derive(Debug, Clone)]
@@ -93,6 +90,14 @@ pub(crate) enum Role {
 enum Next {
     Done(Entry),
     Slow { shard: u32, shard_count: u32 },
+}
+
+/// What one slow pass produced.
+enum Slow {
+    Done(Entry),
+    /// A shard other than 0 cannot take the request (statuses): it was missing and has been
+    /// created empty, or it holds too little.
+    Short(Vec<LimitStatus>),
 }
 
 /// Shard draws for probes and the slow path.
@@ -190,8 +195,7 @@ impl Inner {
                     WcuDecision::Reject(statuses) => Err(reject(statuses)),
                     WcuDecision::SlowPath => Ok(slow_here(img.shards())),
                     WcuDecision::Double { from, to } => {
-                        let donations = doubling_donations(&img, to);
-                        let doubling = self.store.double_shards(key, from, to, &donations).await?;
+                        let doubling = self.store.double_shards(key, from, to).await?;
                         for (shard, error) in &doubling.failed {
                             tracing::warn!(
                                 entity_id = %key.entity_id, resource = %key.resource, shard,
@@ -234,7 +238,9 @@ impl Inner {
         }
     }
 
-    /// Tries the fast path on up to two other shards (reference §3.5).
+    /// Tries the fast path on up to two other shards (reference §3.5): first the shards this
+    /// one was split from, nearest first (a shard a doubling brought into use starts empty, and
+    /// the split's tokens are held by those older shards), then random ones.
     async fn probe_other_shards(
         &self,
         key: &BucketKey,
@@ -244,14 +250,21 @@ impl Inner {
     ) -> Result<Option<Next>, Refusal> {
         let count = img.shards();
         let mut tried = vec![key.shard];
+        let mut older = key.shard;
         for _ in 0..2 {
             if tried.len() as u32 >= count {
                 break;
             }
-            let mut shard = random_shard(0, count);
-            while tried.contains(&shard) {
-                shard = (shard + 1) % count;
-            }
+            let shard = if older > 0 {
+                older = split_from(older);
+                older
+            } else {
+                let mut shard = random_shard(0, count);
+                while tried.contains(&shard) {
+                    shard = (shard + 1) % count;
+                }
+                shard
+            };
             tried.push(shard);
             let probe = key.with_shard(shard);
             match self.store.speculative_consume(&probe, demand, now).await? {
@@ -282,6 +295,31 @@ impl Inner {
         Ok(None)
     }
 
+    /// The slow path on `key`'s shard. When a shard other than 0 cannot take the request
+    /// (a shard a doubling brought into use starts empty, see [`plan_create`], and the split's
+    /// tokens are held by the shard it was split from), the request goes to the shard it was
+    /// split from, and so on down to shard 0: at most one pass per doubling.
+    async fn slow_path(
+        &self,
+        key: &BucketKey,
+        shard_count: u32,
+        demand: &BTreeMap<String, i64>,
+        limits: Option<&[Limit]>,
+        role: Role,
+    ) -> Result<Entry, Refusal> {
+        let mut key = key.clone();
+        loop {
+            match self
+                .slow_pass(&key, shard_count, demand, limits, role)
+                .await?
+            {
+                Slow::Done(entry) => return Ok(entry),
+                Slow::Short(statuses) if key.shard == 0 => return Err(reject(statuses)),
+                Slow::Short(_) => key = key.with_shard(split_from(key.shard)),
+            }
+        }
+    }
+
     /// Read → plan → conditional write on the given shard (reference §3.7).
     ///
     /// One `BatchGetItem` reads the bucket, the owner's META and the four configuration levels
@@ -293,27 +331,25 @@ impl Inner {
     /// without a cascade parent. In a cascade the child and the parent may each gate a subset
     /// of the names (per-key `rpm` on the child, `tpm` on the parent), so each debits the
     /// names it knows and ignores the others with a warning.
-    async fn slow_path(
+    async fn slow_pass(
         &self,
         key: &BucketKey,
         shard_count: u32,
         demand: &BTreeMap<String, i64>,
         limits: Option<&[Limit]>,
         role: Role,
-    ) -> Result<Entry, Refusal> {
-        let ns = self.store.namespace_id().to_owned();
+    ) -> Result<Slow, Refusal> {
         let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
-        let bucket_key = (key.pk(&ns), keys::STATE_SK.to_owned());
-        let meta_key = self.store.meta_key(entity);
-        let levels = config_keys(&ns, entity, resource);
-        // Shard 0 carries the pause stamp of a pair whose shard `key` is not created yet.
-        let first_key = (key.with_shard(0).pk(&ns), keys::STATE_SK.to_owned());
-        let mut wanted = vec![bucket_key.clone(), meta_key.clone(), first_key.clone()];
-        wanted.extend(levels.iter().map(|(_, k)| k.clone()));
         // One owner-META re-plan after a changed owner.
         for _ in 0..2 {
-            let items = self.store.batch_get(&wanted).await?;
-            let access = resolve_access(&items, &levels, limits)?;
+            let now = self.clock.epoch_millis();
+            let SlowRead {
+                image,
+                meta,
+                pause,
+                levels,
+            } = self.store.read_for_slow_path(key, now).await?;
+            let access = resolve_access(levels, limits);
             if access.disabled {
                 return Err(Refusal::Disabled);
             }
@@ -321,18 +357,9 @@ impl Inner {
             if limits.is_empty() {
                 return Err(Refusal::NoLimits);
             }
-            let now = self.clock.epoch_millis();
-            let paused = [&bucket_key, &first_key]
-                .into_iter()
-                .filter_map(|k| live_pause(items.get(k)?, now))
-                .max();
-            if let Some(until) = paused {
+            if let Some(until) = pause {
                 return Err(Refusal::Paused(until));
             }
-            let meta = items
-                .get(&meta_key)
-                .map_or_else(Meta::absent, Meta::from_item);
-            let image = items.get(&bucket_key).map(image_from_item);
             let cascades = match &image {
                 Some(img) => img.cascade && img.parent_id.is_some(),
                 None => {
@@ -342,7 +369,7 @@ impl Inner {
             };
             if matches!(role, Role::Entity { .. })
                 && !cascades
-                && let Some(name) = super::unknown_name(demand, limits)
+                && let Some(name) = super::inner::unknown_name(demand, limits)
             {
                 return Err(Refusal::UnknownLimit(name.clone()));
             }
@@ -354,7 +381,7 @@ impl Inner {
                 _ => bucket_ttl(now, limits, self.ttl_multiplier),
             };
             let Some(img) = image else {
-                let plan = match plan_create(limits, &demand, shard_count, now, ttl) {
+                let plan = match plan_create(limits, &demand, shard_count, key.shard, now, ttl) {
                     Plan::Write(p) => p,
                     Plan::Reject(statuses) => return Err(reject(statuses)),
                 };
@@ -362,27 +389,37 @@ impl Inner {
                 match self.store.create(key, &plan, &owner, &meta.check).await? {
                     CreateOutcome::Created => {
                         self.learn_count(entity, resource, plan.shard_count, &owner);
+                        if !plan.admitted {
+                            // An empty new shard: created so that it starts refilling.
+                            return Ok(Slow::Short(plan.statuses));
+                        }
                         let states = plan
                             .limits
                             .iter()
                             .map(|(l, _, _)| {
                                 (
                                     l.name().to_owned(),
-                                    LimitState::starting(l, plan.shard_count),
+                                    LimitState::created(l, plan.shard_count, key.shard),
                                 )
                             })
                             .collect();
-                        return Ok(Entry {
+                        return Ok(Slow::Done(Entry {
                             key: key.clone(),
                             consumed: plan.consumed,
                             states,
                             shard_count: plan.shard_count,
                             cascade: owner.cascade,
                             parent_id: owner.parent_id,
-                        });
+                        }));
                     }
+                    // Another writer created it first: an empty shard's plan consumed nothing,
+                    // so the item as created is read and planned again.
+                    CreateOutcome::Lost if !plan.admitted => continue,
                     CreateOutcome::Lost => {
-                        return self.consume_only(key, &plan.consumed, &demand).await;
+                        return self
+                            .consume_only(key, &plan.consumed, &demand)
+                            .await
+                            .map(Slow::Done);
                     }
                     CreateOutcome::OwnerChanged => continue,
                     CreateOutcome::Contended => return Err(contended()),
@@ -401,9 +438,10 @@ impl Inner {
             };
             let plan = match plan_refill(&img, limits, &demand, now, ttl) {
                 Plan::Write(p) => p,
+                Plan::Reject(statuses) if key.shard > 0 => return Ok(Slow::Short(statuses)),
                 Plan::Reject(statuses) => return Err(reject(statuses)),
             };
-            return match self.store.refill(key, &plan).await? {
+            let entry = match self.store.refill(key, &plan).await? {
                 RefillOutcome::Applied => {
                     self.learn(entity, resource, &img);
                     let mut states = img.limits.clone();
@@ -433,6 +471,7 @@ impl Inner {
                 RefillOutcome::LostLock => self.consume_only(key, &plan.consumed, &demand).await,
                 RefillOutcome::Contended => Err(contended()),
             };
+            return entry.map(Slow::Done);
         }
         Err(contended())
     }
@@ -469,35 +508,6 @@ impl Inner {
     }
 }
 
-/// The four configuration levels of `(entity, resource)` with their keys, in precedence order.
-fn config_keys(ns: &str, entity: &str, resource: &str) -> Vec<(ConfigLevel, (String, String))> {
-    let mut out = vec![(
-        ConfigLevel::Entity,
-        (
-            keys::entity_pk(ns, entity),
-            keys::entity_config_sk(resource),
-        ),
-    )];
-    if resource != DEFAULT_RESOURCE {
-        out.push((
-            ConfigLevel::EntityDefault,
-            (
-                keys::entity_pk(ns, entity),
-                keys::entity_config_sk(DEFAULT_RESOURCE),
-            ),
-        ));
-        out.push((
-            ConfigLevel::Resource,
-            (keys::resource_pk(ns, resource), keys::CONFIG_SK.to_owned()),
-        ));
-    }
-    out.push((
-        ConfigLevel::System,
-        (keys::system_pk(ns), keys::CONFIG_SK.to_owned()),
-    ));
-    out
-}
-
 /// What the configuration says about one acquire.
 #[derive(Debug)]
 struct Access {
@@ -512,10 +522,9 @@ struct Access {
 /// Resolves limits (unless given) and walks entity → entity default → resource for the
 /// `disabled` flag and the cascade policy (reference §3.7 step 2, §4.1).
 fn resolve_access(
-    items: &std::collections::HashMap<(String, String), Item>,
-    levels: &[(ConfigLevel, (String, String))],
+    levels: Vec<(ConfigLevel, Option<LimitConfig>)>,
     explicit: Option<&[Limit]>,
-) -> Result<Access, Refusal> {
+) -> Access {
     let mut access = Access {
         limits: explicit.map(<[Limit]>::to_vec).unwrap_or_default(),
         source: None,
@@ -523,12 +532,11 @@ fn resolve_access(
         cascade: None,
     };
     let mut disabled_seen = false;
-    for (level, key) in levels {
-        let Some(item) = items.get(key) else {
+    for (level, config) in levels {
+        let Some(config) = config else {
             continue;
         };
-        let config = parse_config_item(item)?;
-        if *level != ConfigLevel::System {
+        if level != ConfigLevel::System {
             if !disabled_seen && let Some(flag) = config.disabled {
                 disabled_seen = true;
                 access.disabled = flag == DisabledFlag::Disabled;
@@ -539,10 +547,10 @@ fn resolve_access(
         }
         if explicit.is_none() && access.source.is_none() && !config.limits.is_empty() {
             access.limits = config.limits;
-            access.source = Some(*level);
+            access.source = Some(level);
         }
     }
-    Ok(access)
+    access
 }
 
 /// The demand restricted to the resolved limits; other names are ignored with a warning.
@@ -558,4 +566,29 @@ fn known_demand(demand: &BTreeMap<String, i64>, limits: &[Limit]) -> BTreeMap<St
         })
         .map(|(n, m)| (n.clone(), *m))
         .collect()
+}
+impl Inner {
+    /// Gives back what `entry` consumed (plus `extra` net adjustments); best effort.
+    pub(super) async fn credit(
+        &self,
+        entry: &Entry,
+        net: &BTreeMap<String, i64>,
+    ) -> Result<(), RepositoryError> {
+        let plan: DeltaPlan = plan_delta(net, &entry.states, entry.shard_count);
+        self.store.apply_delta(&entry.key, &plan).await.map(|_| ())
+    }
+
+    pub(super) async fn compensate(&self, entry: &Entry) {
+        let net = entry
+            .consumed
+            .iter()
+            .map(|(n, c)| (n.clone(), -c))
+            .collect();
+        if let Err(e) = self.credit(entry, &net).await {
+            tracing::warn!(
+                entity_id = %entry.key.entity_id, resource = %entry.key.resource, error = %e,
+                "compensation failed or its outcome is unknown (not sent again); the debit may stand"
+            );
+        }
+    }
 }

@@ -9,7 +9,7 @@ use dynalimit_core::limit::{MAX_TOKENS, MILLI, delta_to_milli};
 use dynalimit_repository::RepositoryError;
 
 use super::engine::Entry;
-use super::{Inner, Pending};
+use super::inner::{Inner, Pending};
 use crate::Error;
 
 #[derive(Debug, Default)]

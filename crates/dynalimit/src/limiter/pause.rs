@@ -6,23 +6,19 @@ use dynalimit_core::ids::{validate_entity_id, validate_resource};
 use dynalimit_core::{Clock, CoreError};
 use futures::future::BoxFuture;
 
-use super::{RateLimiter, repo_error};
+use super::inner::repo_error;
+use super::rate_limiter::RateLimiter;
 use crate::Error;
 use crate::backoff::PauseStore;
 
 /// The longest pause [`RateLimiter::pause`] accepts (one day).
 pub const MAX_PAUSE: Duration = Duration::from_secs(86_400);
 
-/// Time left until `until` (epoch ms) at `now`, never negative.
-pub(super) fn remaining(until: i64, now: i64) -> Duration {
-    Duration::from_millis(u64::try_from(until.saturating_sub(now)).unwrap_or(0))
-}
-
 impl RateLimiter {
     /// Pauses every acquire on `entity_id`'s bucket for `resource`, in every process sharing
     /// the table, for `retry_after` from now: the deadline is max-merged into each existing
     /// shard's item (a later deadline already stored wins). Until it passes, acquires are
-    /// refused with [`Error::RateLimited`] whose [`Rejection::paused`](crate::Rejection) holds
+    /// refused with [`Error::Rejected`] whose [`Rejection::retry_after`](crate::Rejection::retry_after) holds
     /// the time left, and no token is spent. Commits and rollbacks of leases are not affected.
     ///
     /// Returns the deadline now stored (epoch ms), or `None` when the pair has no bucket item
@@ -135,22 +131,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn remaining_never_goes_negative() {
-        assert_eq!(remaining(1_500, 1_000), Duration::from_millis(500));
-        assert_eq!(remaining(1_000, 1_500), Duration::ZERO);
-    }
-
-    #[test]
     fn scopes_split_at_the_first_hash() {
         assert_eq!(split_scope("acme#ads-api").unwrap(), ("acme", "ads-api"));
         assert!(matches!(split_scope("acme"), Err(Error::Invalid(_))));
-    }
-
-    #[test]
-    fn the_attribute_name_is_the_documented_one() {
-        assert_eq!(
-            crate::backoff::PAUSE_ATTRIBUTE,
-            dynalimit_repository::bucket::PAUSE_ATTRIBUTE
-        );
     }
 }

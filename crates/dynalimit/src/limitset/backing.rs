@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dynalimit_core::algorithms::{RateCounter, ResourceCounter};
 
-use super::limit::Limit;
+use super::limit::SetLimit;
 use super::stats::LimitStats;
 use crate::Error;
 
@@ -48,7 +48,7 @@ pub enum Outcome<T> {
     Granted(T),
     /// Nothing was taken.
     Refused {
-        /// The earliest instant (on the LimitSet's timer) at which the plan could fit if
+        /// The earliest instant (on the LimitSet's clock) at which the plan could fit if
         /// nothing else happened; `None` when only a release can help (a held resource).
         retry_at: Option<Duration>,
     },
@@ -73,7 +73,7 @@ pub enum Outcome<T> {
 ///
 /// A backing is plugged in with [`LimitSet::from_backing`](super::LimitSet::from_backing).
 /// Everything the front end does (request planning, auto-inclusion, capacity and amount
-/// validation, unknown-key warnings, FIFO waiting on the set's [`Timer`](super::Timer),
+/// validation, unknown-key warnings, FIFO waiting on the set's [`Clock`](crate::time::Clock),
 /// update rules, missing-update reporting) is the same for every backing. The async acquires
 /// (set and pool) work with any backing; `try_acquire`, the thread-blocking acquires and
 /// `stats` need a [`SyncBacking`]. `settle` is synchronous because it also runs from `Drop`:
@@ -85,7 +85,7 @@ pub trait Backing: Send + Sync + fmt::Debug + 'static {
     type Ticket: Send + Sync + fmt::Debug + 'static;
 
     /// The limits, in definition order; plans refer to them by index.
-    fn limits(&self) -> &[Limit];
+    fn limits(&self) -> &[SetLimit];
 
     /// Takes every amount of `plan` at `now`, or nothing.
     ///
@@ -134,17 +134,17 @@ impl Counter {
 /// take-all happens under that mutex, so a set's acquisition is atomic.
 #[derive(Debug)]
 pub struct InProcess {
-    limits: Vec<Limit>,
+    limits: Vec<SetLimit>,
     counters: Mutex<Vec<Counter>>,
 }
 
 impl InProcess {
     /// Fresh (full) counters for `limits`, created at `now`.
-    pub fn new(limits: Vec<Limit>, now: Duration) -> Self {
+    pub fn new(limits: Vec<SetLimit>, now: Duration) -> Self {
         let counters = limits
             .iter()
             .map(|limit| match limit {
-                Limit::Resource(resource) => {
+                SetLimit::Resource(resource) => {
                     Counter::Resource(ResourceCounter::new(resource.capacity()))
                 }
                 other => {
@@ -173,7 +173,7 @@ impl InProcess {
 impl Backing for InProcess {
     type Ticket = ();
 
-    fn limits(&self) -> &[Limit] {
+    fn limits(&self) -> &[SetLimit] {
         &self.limits
     }
 
@@ -246,7 +246,7 @@ impl SyncBacking for InProcess {
             .map(|(limit, counter)| match counter {
                 Counter::Rate(rate) => LimitStats::Rate {
                     key: limit.key().to_owned(),
-                    call_limit: matches!(limit, Limit::Call(_)),
+                    call_limit: matches!(limit, SetLimit::Call(_)),
                     stats: rate.stats(now),
                 },
                 Counter::Resource(resource) => LimitStats::Resource {

@@ -7,17 +7,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use dynalimit_core::Limit as TableLimit;
+use dynalimit_core::Limit;
+use dynalimit_core::algorithms::Algorithm;
 use dynalimit_core::ids::{validate_entity_id, validate_resource};
 use dynalimit_core::limit::MAX_TOKENS;
 use tokio::sync::Notify;
 
-use super::Algorithm;
 use super::backing::{Backing, Outcome, Settle, Take};
-use super::limit::{Limit, RateLimit};
+use super::limit::{RateLimit, SetLimit};
 use super::set::{LimitSet, LimitSetBuilder};
-use super::timer::{SystemTimer, Timer};
 use crate::{Error, Lease, RateLimiter};
+use dynalimit_core::time::{Clock, SystemClock};
 
 /// The shortest wait after a refusal, so a contended bucket answering "retry now" is not
 /// hammered in a loop.
@@ -62,9 +62,9 @@ const MIN_RETRY: Duration = Duration::from_millis(1);
 ///
 /// | contract feature | distributed |
 /// |---|---|
-/// | [`RateLimit`] / [`CallLimit`](super::CallLimit) with [`Algorithm::TokenBucket`] or [`Algorithm::Gcra`] | yes: `capacity` tokens, `capacity` back every `window` (the two algorithms admit the same) |
+/// | [`RateLimit`] / [`CallLimit`](super::limit::CallLimit) with [`Algorithm::TokenBucket`] or [`Algorithm::Gcra`] | yes: `capacity` tokens, `capacity` back every `window` (the two algorithms admit the same) |
 /// | [`Algorithm::SlidingWindow`], [`Algorithm::FixedWindow`], [`Algorithm::LeakyBucket`] (the default algorithm is the sliding window: name one explicitly) | no: [`Error::NotDistributable`] |
-/// | [`ResourceLimit`](super::ResourceLimit) (units held until release) | no: [`Error::NotDistributable`]; a bucket counts rates, not concurrent holders |
+/// | [`ResourceLimit`](super::limit::ResourceLimit) (units held until release) | no: [`Error::NotDistributable`]; a bucket counts rates, not concurrent holders |
 /// | fractional or infinite capacity, a window that is not whole seconds | no: [`Error::NotDistributable`] |
 /// | fractional amounts | no: the acquire fails with [`Error::InvalidAmount`] before any I/O |
 /// | refunds of unused tokens | yes, whole tokens (a fractional remainder stays charged) |
@@ -83,15 +83,15 @@ const MIN_RETRY: Duration = Duration::from_millis(1);
 /// the tokens stay consumed until refill returns them.
 ///
 /// A refusal of the bucket becomes the set's "cannot admit now", retried at the rejection's
-/// `retry_after` on the set's timer, so `acquire_timeout` waits and a
+/// `retry_after` on the set's clock, so `acquire_timeout` waits and a
 /// [`LimitPool`](crate::pool::LimitPool) falls through to its next set.
 pub struct Distributed {
     limiter: RateLimiter,
     entity_id: String,
     resource: String,
-    limits: Vec<Limit>,
+    limits: Vec<SetLimit>,
     /// The table limits passed with every acquire; `None` uses the stored configuration.
-    explicit: Option<Vec<TableLimit>>,
+    explicit: Option<Vec<Limit>>,
     names: Vec<String>,
     settling: Arc<Settling>,
 }
@@ -165,7 +165,7 @@ impl Distributed {
 
     /// The table limits sent with every acquire, or `None` when the stored configuration
     /// applies.
-    pub fn table_limits(&self) -> Option<&[TableLimit]> {
+    pub fn table_limits(&self) -> Option<&[Limit]> {
         self.explicit.as_deref()
     }
 
@@ -229,7 +229,7 @@ impl Distributed {
 impl Backing for Distributed {
     type Ticket = DistributedTicket;
 
-    fn limits(&self) -> &[Limit] {
+    fn limits(&self) -> &[SetLimit] {
         &self.limits
     }
 
@@ -259,8 +259,10 @@ impl Backing for Distributed {
                     lease: Some(lease),
                     taken,
                 })),
-                Err(Error::RateLimited(rejection)) => Ok(Outcome::Refused {
-                    retry_at: Some(now + rejection.retry_after().max(MIN_RETRY)),
+                Err(Error::Rejected(rejection)) => Ok(Outcome::Refused {
+                    retry_at: Some(
+                        now + rejection.retry_after().unwrap_or(MIN_RETRY).max(MIN_RETRY),
+                    ),
                 }),
                 Err(other) => Err(other),
             }
@@ -301,7 +303,7 @@ pub struct DistributedBuilder {
     limiter: RateLimiter,
     entity_id: String,
     resource: String,
-    /// Limits, metadata and timer, as for an in-process set.
+    /// Limits, metadata and clock, as for an in-process set.
     set: LimitSetBuilder,
 }
 
@@ -316,14 +318,14 @@ impl fmt::Debug for DistributedBuilder {
 }
 
 impl DistributedBuilder {
-    /// Adds a limit (a token-bucket or GCRA [`RateLimit`] or [`CallLimit`](super::CallLimit)).
-    pub fn limit(mut self, limit: impl Into<Limit>) -> Self {
+    /// Adds a limit (a token-bucket or GCRA [`RateLimit`] or [`CallLimit`](super::limit::CallLimit)).
+    pub fn limit(mut self, limit: impl Into<SetLimit>) -> Self {
         self.set = self.set.limit(limit);
         self
     }
 
     /// Adds several limits.
-    pub fn limits<L: Into<Limit>>(mut self, limits: impl IntoIterator<Item = L>) -> Self {
+    pub fn limits<L: Into<SetLimit>>(mut self, limits: impl IntoIterator<Item = L>) -> Self {
         self.set = self.set.limits(limits);
         self
     }
@@ -334,10 +336,10 @@ impl DistributedBuilder {
         self
     }
 
-    /// The time source the set waits on ([`SystemTimer`] by default). The bucket itself runs on
+    /// The time source the set waits on ([`SystemClock`] by default). The bucket itself runs on
     /// the repository's clock.
-    pub fn timer(mut self, timer: impl Timer) -> Self {
-        self.set = self.set.timer(timer);
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.set = self.set.clock(clock);
         self
     }
 
@@ -398,19 +400,19 @@ impl DistributedBuilder {
                     ))
                     .algorithm(Algorithm::TokenBucket)
                     .build()
-                    .map(Limit::from)
+                    .map(SetLimit::from)
             })
             .collect::<Result<_, _>>()?;
         self.finish(None)
     }
 
-    fn finish(self, explicit: Option<Vec<TableLimit>>) -> Result<LimitSet<Distributed>, Error> {
+    fn finish(self, explicit: Option<Vec<Limit>>) -> Result<LimitSet<Distributed>, Error> {
         let LimitSetBuilder {
             limits,
             config,
-            timer,
+            clock,
         } = self.set;
-        let timer = timer.unwrap_or_else(|| Arc::new(SystemTimer));
+        let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));
         let names = limits.iter().map(|l| l.key().to_owned()).collect();
         let backing = Distributed {
             limiter: self.limiter,
@@ -421,7 +423,7 @@ impl DistributedBuilder {
             names,
             settling: Arc::default(),
         };
-        LimitSet::from_backing(backing, config, timer)
+        LimitSet::from_backing(backing, config, clock)
     }
 }
 
@@ -433,7 +435,7 @@ fn not_distributable(key: &str, reason: impl Into<String>) -> Error {
 }
 
 /// The bucket limit of a LimitSet limit: `capacity` tokens, `capacity` back every `window`.
-fn table_limit(limit: &Limit) -> Result<TableLimit, Error> {
+fn table_limit(limit: &SetLimit) -> Result<Limit, Error> {
     let key = limit.key();
     let Some(rate) = limit.as_rate() else {
         return Err(not_distributable(
@@ -468,12 +470,12 @@ fn table_limit(limit: &Limit) -> Result<TableLimit, Error> {
         ));
     }
     let capacity = capacity as i64;
-    let table = TableLimit::custom(
+    let table = Limit::custom(
         key,
         capacity,
         capacity,
         i64::try_from(window.as_secs()).unwrap_or(i64::MAX),
     );
-    table.validate()?;
+    dynalimit_format::attr::validate_limit(&table)?;
     Ok(table)
 }

@@ -1,4 +1,5 @@
-//! Limit definitions: what a LimitSet is built from.
+//! The limits a LimitSet is built from: rate, call and resource limits, and [`SetLimit`], any
+//! of the three.
 
 use std::fmt;
 use std::time::Duration;
@@ -337,7 +338,7 @@ impl ResourceLimit {
 /// [`LimitSet`](super::LimitSet).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-pub enum Limit {
+pub enum SetLimit {
     /// A plain rate limit.
     Rate(RateLimit),
     /// The call-count limit.
@@ -346,28 +347,28 @@ pub enum Limit {
     Resource(ResourceLimit),
 }
 
-impl Limit {
+impl SetLimit {
     /// The key.
     pub fn key(&self) -> &str {
         match self {
-            Limit::Rate(rate) | Limit::Call(CallLimit(rate)) => rate.key(),
-            Limit::Resource(resource) => resource.key(),
+            SetLimit::Rate(rate) | SetLimit::Call(CallLimit(rate)) => rate.key(),
+            SetLimit::Resource(resource) => resource.key(),
         }
     }
 
     /// The capacity (per window for rate limits).
     pub fn capacity(&self) -> f64 {
         match self {
-            Limit::Rate(rate) | Limit::Call(CallLimit(rate)) => rate.capacity(),
-            Limit::Resource(resource) => resource.capacity() as f64,
+            SetLimit::Rate(rate) | SetLimit::Call(CallLimit(rate)) => rate.capacity(),
+            SetLimit::Resource(resource) => resource.capacity() as f64,
         }
     }
 
     /// The rate part, for rate and call limits.
     pub fn as_rate(&self) -> Option<&RateLimit> {
         match self {
-            Limit::Rate(rate) | Limit::Call(CallLimit(rate)) => Some(rate),
-            Limit::Resource(_) => None,
+            SetLimit::Rate(rate) | SetLimit::Call(CallLimit(rate)) => Some(rate),
+            SetLimit::Resource(_) => None,
         }
     }
 
@@ -378,28 +379,28 @@ impl Limit {
     }
 }
 
-impl From<RateLimit> for Limit {
+impl From<RateLimit> for SetLimit {
     fn from(rate: RateLimit) -> Self {
-        Limit::Rate(rate)
+        SetLimit::Rate(rate)
     }
 }
 
-impl From<CallLimit> for Limit {
+impl From<CallLimit> for SetLimit {
     fn from(call: CallLimit) -> Self {
-        Limit::Call(call)
+        SetLimit::Call(call)
     }
 }
 
-impl From<ResourceLimit> for Limit {
+impl From<ResourceLimit> for SetLimit {
     fn from(resource: ResourceLimit) -> Self {
-        Limit::Resource(resource)
+        SetLimit::Resource(resource)
     }
 }
 
-impl fmt::Display for Limit {
+impl fmt::Display for SetLimit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Limit::Rate(rate) | Limit::Call(CallLimit(rate)) => write!(
+            SetLimit::Rate(rate) | SetLimit::Call(CallLimit(rate)) => write!(
                 f,
                 "{} {}/{} ({})",
                 rate.key(),
@@ -407,7 +408,7 @@ impl fmt::Display for Limit {
                 rate.window(),
                 rate.algorithm()
             ),
-            Limit::Resource(resource) => {
+            SetLimit::Resource(resource) => {
                 write!(f, "{} {} held", resource.key(), resource.capacity())
             }
         }

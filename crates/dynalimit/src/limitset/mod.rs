@@ -9,13 +9,15 @@
 //! - [`Backing`]: the seam between the LimitSet front end and where the counters live
 //!   ([`InProcess`], and with the `dynamodb` feature [`Distributed`], whose limits are one
 //!   DynamoDB entity+resource bucket shared by every process).
-//! - [`Timer`]: injected monotonic time; [`ManualTimer`] makes every wait deterministic.
+//! - Time: injected through a [`Clock`](crate::time::Clock); a
+//!   [`ManualClock`](crate::time::ManualClock) makes every wait deterministic.
 //!
 //! The behaviour follows the LimitSet contract of the project's reference documents, with its
 //! corrections: monotonic injected time, a continuously draining leaky bucket, negative amounts
 //! rejected, a refused `try_acquire` that holds nothing, and a missing update that never leaks
 //! a resource.
 
+mod acquire;
 mod acquisition;
 mod backing;
 #[cfg(feature = "dynamodb")]
@@ -24,7 +26,6 @@ mod limit;
 mod queue;
 mod set;
 mod stats;
-mod timer;
 
 pub use acquisition::{Acquisition, Held};
 pub use backing::{Backing, InProcess, Outcome, Settle, SyncBacking, Take};
@@ -32,9 +33,8 @@ pub use dynalimit_core::algorithms::{Algorithm, RateStats, Window};
 #[cfg(feature = "dynamodb")]
 pub use dynamo::{Distributed, DistributedBuilder, DistributedTicket};
 pub use limit::{
-    CALL_COUNT_KEY, CallLimit, Limit, RateLimit, RateLimitBuilder, ResourceLimit, WindowSpec,
+    CALL_COUNT_KEY, CallLimit, RateLimit, RateLimitBuilder, ResourceLimit, SetLimit, WindowSpec,
 };
 pub(crate) use set::Plan;
-pub use set::{Config, LimitSet, LimitSetBuilder, MAX_LIMITS, NO_AMOUNTS, Rejected};
+pub use set::{Config, LimitSet, LimitSetBuilder, MAX_LIMITS, NO_AMOUNTS};
 pub use stats::LimitStats;
-pub use timer::{ManualTimer, Sleep, SystemTimer, Timer};

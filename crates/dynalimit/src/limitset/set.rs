@@ -7,13 +7,12 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use super::acquisition::Acquisition;
-use super::backing::{Backing, InProcess, Outcome, SyncBacking, Take};
-use super::limit::Limit;
+use super::backing::{Backing, InProcess, SyncBacking, Take};
+use super::limit::SetLimit;
 use super::queue::WaitQueue;
 use super::stats::LimitStats;
-use super::timer::{SystemTimer, Timer};
-use crate::Error;
+use crate::{Error, Rejection};
+use dynalimit_core::time::{Clock, SystemClock};
 
 /// Free-form metadata of a LimitSet (account, region, endpoint, …), visible on every
 /// acquisition it grants.
@@ -56,7 +55,7 @@ pub(crate) struct Shared<B> {
     pub(crate) config: Config,
     warned: Mutex<HashSet<String>>,
     pub(crate) queue: WaitQueue,
-    pub(crate) timer: Arc<dyn Timer>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl<B: Backing> Shared<B> {
@@ -140,7 +139,8 @@ impl<B: Backing> Shared<B> {
 /// still needs its update). A key listed twice takes its last amount.
 ///
 /// # Acquiring
-/// - [`LimitSet::try_acquire`] never waits; a refusal is a [`Rejected`] value.
+/// - [`LimitSet::try_acquire`] never waits; a refusal is [`Error::Rejected`] with a
+///   [`Rejection`] value.
 /// - [`LimitSet::acquire_blocking`] / [`LimitSet::acquire_blocking_timeout`] park the thread.
 /// - [`LimitSet::acquire`] / [`LimitSet::acquire_timeout`] are async.
 ///
@@ -149,9 +149,10 @@ impl<B: Backing> Shared<B> {
 /// `try_acquire` is refused so it cannot overtake them.
 ///
 /// # Releasing
-/// The [`Acquisition`] is a guard: give the actual usage of each rate limit with
-/// [`Acquisition::update`], then [`Acquisition::release`] (or drop it). Resources always come
-/// back; unused rate units are refunded where the algorithm allows (token bucket, GCRA).
+/// The [`Acquisition`](super::Acquisition) is a guard: give the actual usage of each rate
+/// limit with [`update`](super::Acquisition::update), then
+/// [`release`](super::Acquisition::release) it (or drop it). Resources always come back;
+/// unused rate units are refunded where the algorithm allows (token bucket, GCRA).
 ///
 /// ```
 /// use dynalimit::limitset::{Algorithm, CallLimit, LimitSet, RateLimit, ResourceLimit};
@@ -163,7 +164,7 @@ impl<B: Backing> Shared<B> {
 ///     .config("region", "eu-west-1")
 ///     .build()?;
 ///
-/// let mut acquisition = set.try_acquire([("tokens", 100)])?.expect("capacity available");
+/// let mut acquisition = set.try_acquire([("tokens", 100)])?;
 /// assert_eq!(acquisition.requested("connections"), Some(1.0)); // auto-included
 /// assert_eq!(acquisition.config()["region"], "eu-west-1");
 /// acquisition.update([("tokens", 60)])?;
@@ -192,54 +193,24 @@ impl<B: Backing> fmt::Debug for LimitSet<B> {
     }
 }
 
-/// A refused [`LimitSet::try_acquire`]: nothing was taken.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rejected {
-    requested: Vec<(String, f64)>,
-    retry_after: Option<Duration>,
-}
-
-impl Rejected {
-    /// The amounts that were asked for (after defaults), none of which was taken.
-    pub fn requested(&self) -> &[(String, f64)] {
-        &self.requested
-    }
-
-    /// How long until the request could fit if nothing else happened; `None` when it waits
-    /// for a release (a held resource, or earlier waiters in the queue).
-    pub fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
-    }
-}
-
-impl fmt::Display for Rejected {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "limits exhausted for {:?}", self.requested)?;
-        if let Some(after) = self.retry_after {
-            write!(f, "; retry after {}s", after.as_secs_f64())?;
-        }
-        Ok(())
-    }
-}
-
 /// Builds an in-process [`LimitSet`]; see [`LimitSet::builder`].
 #[derive(Debug, Default)]
 #[must_use]
 pub struct LimitSetBuilder {
-    pub(super) limits: Vec<Limit>,
+    pub(super) limits: Vec<SetLimit>,
     pub(super) config: Config,
-    pub(super) timer: Option<Arc<dyn Timer>>,
+    pub(super) clock: Option<Arc<dyn Clock>>,
 }
 
 impl LimitSetBuilder {
     /// Adds a limit.
-    pub fn limit(mut self, limit: impl Into<Limit>) -> Self {
+    pub fn limit(mut self, limit: impl Into<SetLimit>) -> Self {
         self.limits.push(limit.into());
         self
     }
 
     /// Adds several limits.
-    pub fn limits<L: Into<Limit>>(mut self, limits: impl IntoIterator<Item = L>) -> Self {
+    pub fn limits<L: Into<SetLimit>>(mut self, limits: impl IntoIterator<Item = L>) -> Self {
         self.limits.extend(limits.into_iter().map(Into::into));
         self
     }
@@ -250,10 +221,10 @@ impl LimitSetBuilder {
         self
     }
 
-    /// The time source ([`SystemTimer`] by default; [`ManualTimer`](super::ManualTimer) in
+    /// The time source ([`SystemClock`] by default; [`ManualClock`](crate::time::ManualClock) in
     /// tests).
-    pub fn timer(mut self, timer: impl Timer) -> Self {
-        self.timer = Some(Arc::new(timer));
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
         self
     }
 
@@ -263,14 +234,14 @@ impl LimitSetBuilder {
     /// [`Error::DuplicateKey`] when two limits share a key, [`Error::TooManyLimits`] beyond
     /// [`MAX_LIMITS`].
     pub fn build(self) -> Result<LimitSet, Error> {
-        let timer = self.timer.unwrap_or_else(|| Arc::new(SystemTimer));
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         check_keys(&self.limits)?;
-        let backing = InProcess::new(self.limits, timer.now());
-        LimitSet::from_backing(backing, self.config, timer)
+        let backing = InProcess::new(self.limits, clock.monotonic());
+        LimitSet::from_backing(backing, self.config, clock)
     }
 }
 
-fn check_keys(limits: &[Limit]) -> Result<(), Error> {
+fn check_keys(limits: &[SetLimit]) -> Result<(), Error> {
     if limits.len() > MAX_LIMITS {
         return Err(Error::TooManyLimits {
             max: MAX_LIMITS,
@@ -300,7 +271,7 @@ impl<B: Backing> LimitSet<B> {
     ///
     /// # Errors
     /// As for [`LimitSetBuilder::build`].
-    pub fn from_backing(backing: B, config: Config, timer: Arc<dyn Timer>) -> Result<Self, Error> {
+    pub fn from_backing(backing: B, config: Config, clock: Arc<dyn Clock>) -> Result<Self, Error> {
         let limits = backing.limits();
         check_keys(limits)?;
         let (mut whole, mut auto, mut refundable, mut first_rate) = (0u64, 0u64, 0u64, None);
@@ -309,8 +280,8 @@ impl<B: Backing> LimitSet<B> {
         for (i, limit) in limits.iter().enumerate() {
             let bit = 1u64 << i;
             let role = match limit {
-                Limit::Rate(_) => Role::Rate,
-                Limit::Call(_) => Role::Call,
+                SetLimit::Rate(_) => Role::Rate,
+                SetLimit::Call(_) => Role::Call,
                 _ => Role::Resource,
             };
             if limit.whole_amounts_only() {
@@ -331,7 +302,7 @@ impl<B: Backing> LimitSet<B> {
         }
         let keys: Vec<String> = limits.iter().map(|l| l.key().to_owned()).collect();
         let lookup = keys.iter().map(|k| Fingerprint::of(k)).collect();
-        let capacities = limits.iter().map(Limit::capacity).collect();
+        let capacities = limits.iter().map(SetLimit::capacity).collect();
         Ok(LimitSet {
             shared: Arc::new(Shared {
                 backing,
@@ -347,7 +318,7 @@ impl<B: Backing> LimitSet<B> {
                 config,
                 warned: Mutex::new(HashSet::new()),
                 queue: WaitQueue::default(),
-                timer,
+                clock,
             }),
         })
     }
@@ -358,7 +329,7 @@ impl<B: Backing> LimitSet<B> {
     }
 
     /// The limits, in definition order.
-    pub fn limits(&self) -> &[Limit] {
+    pub fn limits(&self) -> &[SetLimit] {
         self.shared.backing.limits()
     }
 
@@ -366,7 +337,7 @@ impl<B: Backing> LimitSet<B> {
     ///
     /// # Errors
     /// [`Error::UnknownLimit`] naming the key.
-    pub fn limit(&self, key: &str) -> Result<&Limit, Error> {
+    pub fn limit(&self, key: &str) -> Result<&SetLimit, Error> {
         self.shared
             .index_of(key)
             .map(|i| &self.limits()[i])
@@ -400,21 +371,21 @@ impl<B: Backing> LimitSet<B> {
         &self.shared.backing
     }
 
-    /// The timer's current reading.
+    /// The clock's monotonic reading.
     pub fn now(&self) -> Duration {
-        self.shared.timer.now()
+        self.shared.clock.monotonic()
     }
 
-    /// The timer's reading, or zero when `plan` holds only resources (which need no time).
+    /// The clock's monotonic reading, or zero when `plan` holds only resources (which need no time).
     #[inline]
-    fn now_for(&self, plan: &Plan) -> Duration {
+    pub(super) fn now_for(&self, plan: &Plan) -> Duration {
         if plan
             .iter()
             .all(|t| self.shared.roles[t.index] == Role::Resource)
         {
             Duration::ZERO
         } else {
-            self.shared.timer.now()
+            self.shared.clock.monotonic()
         }
     }
 
@@ -482,237 +453,21 @@ impl<B: Backing> LimitSet<B> {
         Ok(())
     }
 
-    pub(crate) fn rejected(&self, plan: &Plan, retry_at: Option<Duration>) -> Rejected {
-        let now = self.shared.timer.now();
-        Rejected {
-            requested: plan
-                .iter()
+    pub(crate) fn rejected(&self, plan: &Plan, retry_at: Option<Duration>) -> Rejection {
+        let now = self.shared.clock.monotonic();
+        Rejection::exhausted(
+            plan.iter()
                 .map(|t| (self.shared.keys[t.index].clone(), t.amount))
                 .collect(),
-            retry_after: retry_at.map(|at| at.saturating_sub(now)),
-        }
-    }
-
-    /// Waits for `plan` asynchronously; `timeout` bounds the wait.
-    pub(crate) async fn wait_async(
-        &self,
-        plan: Plan,
-        timeout: Option<Duration>,
-    ) -> Result<Acquisition<'_, B>, Error> {
-        let shared = &*self.shared;
-        if plan.is_empty() {
-            return Ok(Acquisition::new(self, plan, None));
-        }
-        let start = shared.timer.now();
-        let deadline = Deadline::new(start, timeout);
-        if shared.queue.is_empty() {
-            if let Outcome::Granted(ticket) = shared.backing.take(&plan, start).await? {
-                return Ok(Acquisition::new(self, plan, Some(ticket)));
-            }
-            deadline.check(start)?;
-        }
-        let slot = shared.queue.join_async();
-        loop {
-            let now = shared.timer.now();
-            let mut wake_at = deadline.at;
-            if slot.is_head() {
-                match shared.backing.take(&plan, now).await? {
-                    Outcome::Granted(ticket) => {
-                        drop(slot);
-                        return Ok(Acquisition::new(self, plan, Some(ticket)));
-                    }
-                    Outcome::Refused { retry_at } => wake_at = deadline.or_earlier(retry_at),
-                }
-            }
-            deadline.check(now)?;
-            if slot.waiter().take_woken() {
-                continue;
-            }
-            match wake_at {
-                Some(at) => {
-                    tokio::select! {
-                        () = slot.waiter().woken() => {}
-                        () = shared.timer.sleep_until(at) => {}
-                    }
-                }
-                None => slot.waiter().woken().await,
-            }
-        }
-    }
-
-    /// One attempt at `plan` through the backing's async take, respecting the queue; `None`
-    /// when refused.
-    pub(crate) async fn attempt(&self, plan: &Plan) -> Result<Option<Acquisition<'_, B>>, Error> {
-        let shared = &*self.shared;
-        if plan.is_empty() {
-            return Ok(Some(Acquisition::new(self, plan.clone(), None)));
-        }
-        if !shared.queue.is_empty() {
-            return Ok(None);
-        }
-        Ok(match shared.backing.take(plan, shared.timer.now()).await? {
-            Outcome::Granted(ticket) => Some(Acquisition::new(self, plan.clone(), Some(ticket))),
-            Outcome::Refused { .. } => None,
-        })
-    }
-
-    /// Acquires `request`, waiting asynchronously as long as needed.
-    ///
-    /// # Errors
-    /// Request errors (see the type's documentation) before any waiting; backing failures.
-    pub async fn acquire<K, A>(
-        &self,
-        request: impl IntoIterator<Item = (K, A)>,
-    ) -> Result<Acquisition<'_, B>, Error>
-    where
-        K: AsRef<str>,
-        A: Into<f64>,
-    {
-        let plan = self.plan(request)?;
-        self.wait_async(plan, None).await
-    }
-
-    /// Acquires `request`, waiting asynchronously at most `timeout` (zero: one attempt).
-    ///
-    /// # Errors
-    /// [`Error::Timeout`] when the limits could not be taken in time; request errors before any
-    /// waiting.
-    pub async fn acquire_timeout<K, A>(
-        &self,
-        request: impl IntoIterator<Item = (K, A)>,
-        timeout: Duration,
-    ) -> Result<Acquisition<'_, B>, Error>
-    where
-        K: AsRef<str>,
-        A: Into<f64>,
-    {
-        let plan = self.plan(request)?;
-        self.wait_async(plan, Some(timeout)).await
+            retry_at.map(|at| at.saturating_sub(now)),
+        )
     }
 }
 
 impl<B: SyncBacking> LimitSet<B> {
-    /// Takes `plan` now or refuses, respecting the queue. A granted plan moves into the
-    /// acquisition (leaving `plan` empty); a refused one stays.
-    ///
-    /// Taking the plan by reference keeps it where the caller just wrote it until the backing
-    /// has answered: copying it at once would read the amounts back before their writes
-    /// retired, a costly stall of the processor's store forwarding.
-    #[inline]
-    pub(crate) fn try_plan(
-        &self,
-        plan: &mut Plan,
-    ) -> Result<Result<Acquisition<'_, B>, Rejected>, Error> {
-        if plan.is_empty() {
-            return Ok(Ok(Acquisition::new(self, Plan::new(), None)));
-        }
-        let shared = &*self.shared;
-        if !shared.queue.is_empty() {
-            return Ok(Err(self.rejected(plan, None)));
-        }
-        match shared.backing.take_now(plan, self.now_for(plan))? {
-            Outcome::Granted(ticket) => Ok(Ok(Acquisition::new(
-                self,
-                std::mem::take(plan),
-                Some(ticket),
-            ))),
-            Outcome::Refused { retry_at } => Ok(Err(self.rejected(plan, retry_at))),
-        }
-    }
-
-    /// Takes `request` now, or returns why not; never waits.
-    ///
-    /// # Errors
-    /// Request errors (see the type's documentation); a refusal is `Ok(Err(Rejected))`.
-    #[inline]
-    pub fn try_acquire<K, A>(
-        &self,
-        request: impl IntoIterator<Item = (K, A)>,
-    ) -> Result<Result<Acquisition<'_, B>, Rejected>, Error>
-    where
-        K: AsRef<str>,
-        A: Into<f64>,
-    {
-        let mut plan = Plan::new();
-        self.plan_into(request, &mut plan)?;
-        self.try_plan(&mut plan)
-    }
-
-    /// Waits for `plan` on this thread; `timeout` bounds the wait.
-    pub(crate) fn wait_blocking(
-        &self,
-        plan: Plan,
-        timeout: Option<Duration>,
-    ) -> Result<Acquisition<'_, B>, Error> {
-        let shared = &*self.shared;
-        if plan.is_empty() {
-            return Ok(Acquisition::new(self, plan, None));
-        }
-        let start = shared.timer.now();
-        let deadline = Deadline::new(start, timeout);
-        if shared.queue.is_empty() {
-            if let Outcome::Granted(ticket) = shared.backing.take_now(&plan, start)? {
-                return Ok(Acquisition::new(self, plan, Some(ticket)));
-            }
-            deadline.check(start)?;
-        }
-        let slot = shared.queue.join_blocking();
-        loop {
-            let now = shared.timer.now();
-            let mut wake_at = deadline.at;
-            if slot.is_head() {
-                match shared.backing.take_now(&plan, now)? {
-                    Outcome::Granted(ticket) => {
-                        drop(slot);
-                        return Ok(Acquisition::new(self, plan, Some(ticket)));
-                    }
-                    Outcome::Refused { retry_at } => wake_at = deadline.or_earlier(retry_at),
-                }
-            }
-            deadline.check(now)?;
-            if !slot.waiter().take_woken() {
-                shared.timer.park(wake_at);
-            }
-        }
-    }
-
-    /// Acquires `request`, parking the thread as long as needed.
-    ///
-    /// # Errors
-    /// Request errors (see the type's documentation) before any waiting.
-    pub fn acquire_blocking<K, A>(
-        &self,
-        request: impl IntoIterator<Item = (K, A)>,
-    ) -> Result<Acquisition<'_, B>, Error>
-    where
-        K: AsRef<str>,
-        A: Into<f64>,
-    {
-        let plan = self.plan(request)?;
-        self.wait_blocking(plan, None)
-    }
-
-    /// Acquires `request`, parking the thread at most `timeout` (zero: one attempt).
-    ///
-    /// # Errors
-    /// [`Error::Timeout`] when the limits could not be taken in time; request errors before any
-    /// waiting.
-    pub fn acquire_blocking_timeout<K, A>(
-        &self,
-        request: impl IntoIterator<Item = (K, A)>,
-        timeout: Duration,
-    ) -> Result<Acquisition<'_, B>, Error>
-    where
-        K: AsRef<str>,
-        A: Into<f64>,
-    {
-        let plan = self.plan(request)?;
-        self.wait_blocking(plan, Some(timeout))
-    }
-
     /// A snapshot of every limit, in definition order (time-based state refreshed first).
     pub fn stats(&self) -> Vec<LimitStats> {
-        self.shared.backing.stats(self.shared.timer.now())
+        self.shared.backing.stats(self.shared.clock.monotonic())
     }
 
     /// A snapshot of the limit with this key.
@@ -727,39 +482,6 @@ impl<B: SyncBacking> LimitSet<B> {
                 key: key.to_owned(),
             })?;
         Ok(self.stats().swap_remove(index))
-    }
-}
-
-/// The end of one waiting acquire's timeout, on the set's timer.
-#[derive(Debug, Clone, Copy)]
-struct Deadline {
-    at: Option<Duration>,
-    timeout: Option<Duration>,
-}
-
-impl Deadline {
-    fn new(start: Duration, timeout: Option<Duration>) -> Self {
-        Deadline {
-            at: timeout.map(|t| start.saturating_add(t)),
-            timeout,
-        }
-    }
-
-    /// [`Error::Timeout`] once `now` has reached the deadline (checked after each attempt, so
-    /// a zero timeout still makes one attempt).
-    fn check(self, now: Duration) -> Result<(), Error> {
-        match (self.at, self.timeout) {
-            (Some(at), Some(timeout)) if now >= at => Err(Error::Timeout { timeout }),
-            _ => Ok(()),
-        }
-    }
-
-    /// When a refused head of the queue wakes: at `retry_at`, or at the deadline if sooner.
-    fn or_earlier(self, retry_at: Option<Duration>) -> Option<Duration> {
-        match (retry_at, self.at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
     }
 }
 

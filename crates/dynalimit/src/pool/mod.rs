@@ -16,9 +16,7 @@ use rand::Rng;
 
 use crate::Error;
 use crate::limitset::Plan;
-use crate::limitset::{
-    Acquisition, Backing, InProcess, LimitSet, LimitStats, Rejected, SyncBacking,
-};
+use crate::limitset::{Acquisition, Backing, InProcess, LimitSet, LimitStats, SyncBacking};
 
 /// How a [`LimitPool`] picks the set to try first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -74,11 +72,11 @@ impl FromStr for LoadBalancing {
 ///         .unwrap()
 /// };
 /// let pool = LimitPool::new(vec![key("a"), key("b")])?;
-/// let first = pool.try_acquire([("slots", 1)])?.unwrap();
-/// let second = pool.try_acquire([("slots", 1)])?.unwrap();
+/// let first = pool.try_acquire([("slots", 1)])?;
+/// let second = pool.try_acquire([("slots", 1)])?;
 /// assert_eq!((first.config()["api_key"].as_str(), second.config()["api_key"].as_str()), ("a", "b"));
 /// // both keys busy: a third try is refused
-/// assert!(pool.try_acquire([("slots", 1)])?.is_err());
+/// assert!(pool.try_acquire([("slots", 1)]).unwrap_err().is_rejected());
 /// # Ok::<(), dynalimit::Error>(())
 /// ```
 pub struct LimitPool<B: Backing = InProcess> {
@@ -302,11 +300,11 @@ impl<B: SyncBacking> LimitPool<B> {
     ///
     /// # Errors
     /// The first set's request error when no set accepts the request as valid; a refusal by
-    /// every set is `Ok(Err(Rejected))` (the first refusal).
+    /// every set is [`Error::Rejected`] with the first refusal.
     pub fn try_acquire<K, A>(
         &self,
         request: impl IntoIterator<Item = (K, A)> + Clone,
-    ) -> Result<Result<Acquisition<'_, B>, Rejected>, Error>
+    ) -> Result<Acquisition<'_, B>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
@@ -318,14 +316,14 @@ impl<B: SyncBacking> LimitPool<B> {
                 continue;
             };
             match self.sets[i].try_plan(&mut plan)? {
-                Ok(acquisition) => return Ok(Ok(acquisition.with_pool_index(i))),
+                Ok(acquisition) => return Ok(acquisition.with_pool_index(i)),
                 Err(rejected) => {
                     first_refusal.get_or_insert(rejected);
                 }
             }
         }
         match first_refusal {
-            Some(rejected) => Ok(Err(rejected)),
+            Some(rejected) => Err(Error::Rejected(rejected)),
             None => Err(fallback.wait_on().expect_err("no set refused")),
         }
     }

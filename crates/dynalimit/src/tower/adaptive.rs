@@ -7,7 +7,9 @@ use futures::future::BoxFuture;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::BoxError;
+/// The error type of the services of [`crate::tower`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 use crate::adaptive::AdaptiveLimiter;
 
 /// Tells whether a successful response is in fact the downstream refusing the request
@@ -38,16 +40,16 @@ impl<Res> OverloadClassifier<Res> for NeverOverloaded {
 /// Applies an [`AdaptiveLimiter`] to a service.
 ///
 /// By default a request waits in the limiter's queue for a permit (and may be shed by it);
-/// [`AdaptiveLimitLayer::max_wait`] bounds the wait, and a zero wait refuses at once when the
+/// [`AdaptiveLimiterLayer::max_wait`] bounds the wait, and a zero wait refuses at once when the
 /// limit is reached. The limiter is shared: clone it to read its metrics elsewhere.
 #[derive(Debug, Clone)]
-pub struct AdaptiveLimitLayer<C = NeverOverloaded> {
+pub struct AdaptiveLimiterLayer<C = NeverOverloaded> {
     limiter: AdaptiveLimiter,
     max_wait: Option<Duration>,
     classifier: C,
 }
 
-impl AdaptiveLimitLayer {
+impl AdaptiveLimiterLayer {
     /// A layer over `limiter`, waiting for a permit as long as the queue keeps the request.
     pub fn new(limiter: AdaptiveLimiter) -> Self {
         Self {
@@ -58,7 +60,7 @@ impl AdaptiveLimitLayer {
     }
 }
 
-impl<C> AdaptiveLimitLayer<C> {
+impl<C> AdaptiveLimiterLayer<C> {
     /// Waits at most `max_wait` for a permit; `Duration::ZERO` never waits.
     #[must_use]
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
@@ -68,8 +70,8 @@ impl<C> AdaptiveLimitLayer<C> {
 
     /// Records responses for which `classifier` answers `true` as overloads (loss signals)
     /// rather than samples, e.g. `|r: &http::Response<_>| r.status() == 429`.
-    pub fn overload_when<K>(self, classifier: K) -> AdaptiveLimitLayer<K> {
-        AdaptiveLimitLayer {
+    pub fn overload_when<K>(self, classifier: K) -> AdaptiveLimiterLayer<K> {
+        AdaptiveLimiterLayer {
             limiter: self.limiter,
             max_wait: self.max_wait,
             classifier,
@@ -77,11 +79,11 @@ impl<C> AdaptiveLimitLayer<C> {
     }
 }
 
-impl<S, C: Clone> Layer<S> for AdaptiveLimitLayer<C> {
-    type Service = AdaptiveLimit<S, C>;
+impl<S, C: Clone> Layer<S> for AdaptiveLimiterLayer<C> {
+    type Service = AdaptiveLimiterService<S, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        AdaptiveLimit {
+        AdaptiveLimiterService {
             inner,
             limiter: self.limiter.clone(),
             max_wait: self.max_wait,
@@ -90,19 +92,19 @@ impl<S, C: Clone> Layer<S> for AdaptiveLimitLayer<C> {
     }
 }
 
-/// A service behind an [`AdaptiveLimiter`]; built by [`AdaptiveLimitLayer`].
+/// A service behind an [`AdaptiveLimiter`]; built by [`AdaptiveLimiterLayer`].
 ///
 /// The inner service must be `Clone`: the request waits for its permit inside the response
 /// future, and the clone that was polled ready is the one that handles it.
 #[derive(Debug, Clone)]
-pub struct AdaptiveLimit<S, C = NeverOverloaded> {
+pub struct AdaptiveLimiterService<S, C = NeverOverloaded> {
     inner: S,
     limiter: AdaptiveLimiter,
     max_wait: Option<Duration>,
     classifier: C,
 }
 
-impl<S, C> AdaptiveLimit<S, C> {
+impl<S, C> AdaptiveLimiterService<S, C> {
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -124,7 +126,7 @@ impl<S, C> AdaptiveLimit<S, C> {
     }
 }
 
-impl<S, C, Req> Service<Req> for AdaptiveLimit<S, C>
+impl<S, C, Req> Service<Req> for AdaptiveLimiterService<S, C>
 where
     S: Service<Req> + Clone + Send + 'static,
     C: OverloadClassifier<S::Response> + Clone + Send + 'static,

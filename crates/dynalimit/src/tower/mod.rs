@@ -1,14 +1,13 @@
 //! tower middleware (feature `tower`).
 //!
-//! [`AdaptiveLimitLayer`] puts an [`AdaptiveLimiter`](crate::adaptive::AdaptiveLimiter) in front
+//! [`AdaptiveLimiterLayer`] puts an [`AdaptiveLimiter`](crate::adaptive::AdaptiveLimiter) in front
 //! of any `Service`: each request holds a permit while the inner service handles it, a
 //! successful response records the round trip, an error releases the permit without a sample,
-//! and a refused permit fails the request with [`Rejected`](crate::adaptive::Rejected) (boxed),
+//! and a refused permit fails the request with its [`Rejection`](crate::Rejection) (boxed),
 //! which an HTTP stack maps to a response, for instance `503 Service Unavailable` with axum's
 //! `HandleErrorLayer`.
-
 //!
-//! [`RateLimitLayer`] (with the `dynamodb` feature) puts the DynamoDB
+//! [`RateLimiterLayer`] (with the `dynamodb` feature) puts the DynamoDB
 //! [`RateLimiter`](crate::RateLimiter) in front of an HTTP service: a refused request is
 //! answered `429 Too Many Requests` with `Retry-After`, an admitted one holds its lease while
 //! the inner service runs, committed on success and rolled back on failure.
@@ -17,9 +16,8 @@ mod adaptive;
 #[cfg(feature = "dynamodb")]
 mod rate_limit;
 
-pub use adaptive::{AdaptiveLimit, AdaptiveLimitLayer, NeverOverloaded, OverloadClassifier};
+pub use adaptive::{
+    AdaptiveLimiterLayer, AdaptiveLimiterService, BoxError, NeverOverloaded, OverloadClassifier,
+};
 #[cfg(feature = "dynamodb")]
-pub use rate_limit::{RateLimit, RateLimitKey, RateLimitLayer};
-
-/// The error type of the services in this module.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use rate_limit::{Charge, RateLimiterLayer, RateLimiterService};

@@ -14,13 +14,13 @@ use crate::{Error, Lease, Limit, RateLimiter};
 /// What one request consumes, and on which bucket: the entity, the resource and the whole
 /// tokens per limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RateLimitKey {
+pub struct Charge {
     entity_id: String,
     resource: String,
     consume: Vec<(String, i64)>,
 }
 
-impl RateLimitKey {
+impl Charge {
     /// A request on `entity_id`'s bucket for `resource` that consumes nothing yet.
     pub fn new(entity_id: impl Into<String>, resource: impl Into<String>) -> Self {
         Self {
@@ -38,14 +38,14 @@ impl RateLimitKey {
     }
 }
 
-type KeyFn<B> = dyn Fn(&Request<B>) -> Option<RateLimitKey> + Send + Sync;
+type KeyFn<B> = dyn Fn(&Request<B>) -> Option<Charge> + Send + Sync;
 
 /// Applies a [`RateLimiter`] to an HTTP service.
 ///
 /// For each request, the key function names the bucket and the amounts (`None` lets the
 /// request through unlimited). The request is then acquired:
 ///
-/// - refused ([`Error::RateLimited`]): `429 Too Many Requests` with `Retry-After` in whole
+/// - refused ([`Error::Rejected`]): `429 Too Many Requests` with `Retry-After` in whole
 ///   seconds, rounded up past the wait (`⌊retry_after⌋ + 1`), and the inner service is not
 ///   called;
 /// - resource disabled for the entity: `403 Forbidden`; bad input (an invalid key): `400 Bad
@@ -57,20 +57,20 @@ type KeyFn<B> = dyn Fn(&Request<B>) -> Option<RateLimitKey> + Send + Sync;
 ///
 /// ```no_run
 /// # async fn demo(limiter: dynalimit::RateLimiter) {
-/// use dynalimit::tower::{RateLimitKey, RateLimitLayer};
-/// let layer = RateLimitLayer::new(limiter, |req: &http::Request<axum::body::Body>| {
+/// use dynalimit::tower::{Charge, RateLimiterLayer};
+/// let layer = RateLimiterLayer::new(limiter, |req: &http::Request<axum::body::Body>| {
 ///     let key = req.headers().get("x-api-key")?.to_str().ok()?;
-///     Some(RateLimitKey::new(key, "search").consume("rpm", 1))
+///     Some(Charge::new(key, "search").consume("rpm", 1))
 /// });
 /// # let _ = layer; }
 /// ```
-pub struct RateLimitLayer<B> {
+pub struct RateLimiterLayer<B> {
     limiter: RateLimiter,
     key: Arc<KeyFn<B>>,
     limits: Option<Arc<[Limit]>>,
 }
 
-impl<B> Clone for RateLimitLayer<B> {
+impl<B> Clone for RateLimiterLayer<B> {
     fn clone(&self) -> Self {
         Self {
             limiter: self.limiter.clone(),
@@ -80,21 +80,21 @@ impl<B> Clone for RateLimitLayer<B> {
     }
 }
 
-impl<B> fmt::Debug for RateLimitLayer<B> {
+impl<B> fmt::Debug for RateLimiterLayer<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayer")
+        f.debug_struct("RateLimiterLayer")
             .field("limiter", &self.limiter)
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
 
-impl<B> RateLimitLayer<B> {
+impl<B> RateLimiterLayer<B> {
     /// A layer over `limiter` with `key` telling what each request consumes; the limits come
-    /// from the stored configuration unless [`RateLimitLayer::limits`] is set.
+    /// from the stored configuration unless [`RateLimiterLayer::limits`] is set.
     pub fn new<F>(limiter: RateLimiter, key: F) -> Self
     where
-        F: Fn(&Request<B>) -> Option<RateLimitKey> + Send + Sync + 'static,
+        F: Fn(&Request<B>) -> Option<Charge> + Send + Sync + 'static,
     {
         Self {
             limiter,
@@ -111,24 +111,24 @@ impl<B> RateLimitLayer<B> {
     }
 }
 
-impl<S, B> Layer<S> for RateLimitLayer<B> {
-    type Service = RateLimit<S, B>;
+impl<S, B> Layer<S> for RateLimiterLayer<B> {
+    type Service = RateLimiterService<S, B>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit {
+        RateLimiterService {
             inner,
             layer: self.clone(),
         }
     }
 }
 
-/// The service made by [`RateLimitLayer`].
-pub struct RateLimit<S, B> {
+/// The service made by [`RateLimiterLayer`].
+pub struct RateLimiterService<S, B> {
     inner: S,
-    layer: RateLimitLayer<B>,
+    layer: RateLimiterLayer<B>,
 }
 
-impl<S: Clone, B> Clone for RateLimit<S, B> {
+impl<S: Clone, B> Clone for RateLimiterService<S, B> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -137,7 +137,7 @@ impl<S: Clone, B> Clone for RateLimit<S, B> {
     }
 }
 
-impl<S: fmt::Debug, B> fmt::Debug for RateLimit<S, B> {
+impl<S: fmt::Debug, B> fmt::Debug for RateLimiterService<S, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
@@ -149,9 +149,9 @@ impl<S: fmt::Debug, B> fmt::Debug for RateLimit<S, B> {
 /// The response answering a refused or failed acquire.
 fn refusal<R: Default>(error: &Error) -> Response<R> {
     let (status, retry_after) = match error {
-        Error::RateLimited(rejection) => (
+        Error::Rejected(rejection) => (
             StatusCode::TOO_MANY_REQUESTS,
-            Some(rejection.retry_after_header()),
+            rejection.retry_after_header(),
         ),
         Error::ResourceDisabled { .. } => (StatusCode::FORBIDDEN, None),
         Error::Invalid(_) => (StatusCode::BAD_REQUEST, None),
@@ -178,7 +178,7 @@ async fn settle(lease: Lease, succeeded: bool) {
     }
 }
 
-impl<S, B, R> Service<Request<B>> for RateLimit<S, B>
+impl<S, B, R> Service<Request<B>> for RateLimiterService<S, B>
 where
     S: Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
     S::Future: Send,

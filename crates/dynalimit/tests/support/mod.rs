@@ -6,9 +6,8 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dynalimit::limitset::{
-    Algorithm, CallLimit, Limit, LimitSet, ManualTimer, RateLimit, ResourceLimit,
-};
+use dynalimit::limitset::{Algorithm, CallLimit, LimitSet, RateLimit, ResourceLimit, SetLimit};
+use dynalimit::time::ManualClock;
 
 /// Runs `f` with a subscriber that records every warning emitted on this thread.
 pub fn capture_warnings<R>(f: impl FnOnce() -> R) -> (R, Vec<String>) {
@@ -67,12 +66,12 @@ pub fn calls(capacity: f64, window: f64, algorithm: Algorithm) -> CallLimit {
 }
 
 /// call_count 100/1 s (token bucket), tokens 1000/60 s (token bucket), connections 5.
-pub fn three_limits(timer: &ManualTimer) -> LimitSet {
+pub fn three_limits(timer: &ManualClock) -> LimitSet {
     LimitSet::builder()
         .limit(calls(100.0, 1.0, Algorithm::TokenBucket))
         .limit(token_bucket("tokens", 1000.0, 60.0))
         .limit(resource("connections", 5))
-        .timer(timer.clone())
+        .clock(timer.clone())
         .build()
         .unwrap()
 }
@@ -82,24 +81,38 @@ pub fn available(set: &LimitSet, key: &str) -> f64 {
 }
 
 /// Spins (yielding the CPU) until `timer` has `n` parked threads.
-pub fn wait_parked(timer: &ManualTimer, n: usize) {
+pub fn wait_parked(timer: &ManualClock, n: usize) {
     while timer.parked_threads() < n {
         std::thread::yield_now();
     }
 }
 
 /// An in-process set of `limits` on `timer`.
-pub fn set_of(timer: &ManualTimer, limits: Vec<Limit>) -> LimitSet {
+pub fn set_of(timer: &ManualClock, limits: Vec<SetLimit>) -> LimitSet {
     LimitSet::builder()
         .limits(limits)
-        .timer(timer.clone())
+        .clock(timer.clone())
         .build()
         .unwrap()
 }
 
 /// Takes `amount` of `key`, reports it all used and releases.
 pub fn spend(set: &LimitSet, key: &str, amount: u32) {
-    let mut acquisition = set.try_acquire([(key, amount)]).unwrap().unwrap();
+    let mut acquisition = set.try_acquire([(key, amount)]).unwrap();
     acquisition.update([(key, amount)]).unwrap();
     acquisition.release().unwrap();
+}
+
+/// Whether an acquire was refused (nothing taken), as opposed to admitted or failed.
+pub fn refused<T>(outcome: &Result<T, dynalimit::Error>) -> bool {
+    matches!(outcome, Err(dynalimit::Error::Rejected(_)))
+}
+
+/// The acquisition of an admitted acquire, `None` when it was refused; panics on a failure.
+pub fn admitted<T>(outcome: Result<T, dynalimit::Error>) -> Option<T> {
+    match outcome {
+        Ok(t) => Some(t),
+        Err(dynalimit::Error::Rejected(_)) => None,
+        Err(other) => panic!("{other}"),
+    }
 }

@@ -5,8 +5,9 @@ use axum::Router;
 use axum::error_handling::HandleErrorLayer;
 use axum::http::StatusCode;
 use axum::routing::get;
-use dynalimit::adaptive::{AdaptiveLimiter, Rejected};
-use dynalimit::tower::{AdaptiveLimitLayer, BoxError, OverloadClassifier};
+use dynalimit::Rejection;
+use dynalimit::adaptive::AdaptiveLimiter;
+use dynalimit::tower::{AdaptiveLimiterLayer, BoxError, OverloadClassifier};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -31,7 +32,7 @@ async fn until(mut cond: impl FnMut() -> bool) {
 }
 
 fn overloaded(err: BoxError) -> (StatusCode, String) {
-    match err.downcast::<Rejected>() {
+    match err.downcast::<Rejection>() {
         Ok(rejected) => (StatusCode::SERVICE_UNAVAILABLE, rejected.to_string()),
         Err(other) => (StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
     }
@@ -40,7 +41,7 @@ fn overloaded(err: BoxError) -> (StatusCode, String) {
 /// Serves `/slow` (finishes when the test adds a permit to the returned semaphore), `/fast`
 /// and `/busy` (always 429) behind `layer` on 127.0.0.1, mapping a refused permit to 503.
 async fn serve<C>(
-    layer: AdaptiveLimitLayer<C>,
+    layer: AdaptiveLimiterLayer<C>,
 ) -> (
     std::net::SocketAddr,
     Arc<Semaphore>,
@@ -85,7 +86,7 @@ async fn the_layer_limits_a_real_axum_server_and_answers_503_when_full() {
         .build()
         .unwrap();
     let (addr, release, server) =
-        serve(AdaptiveLimitLayer::new(limiter.clone()).max_wait(Duration::ZERO)).await;
+        serve(AdaptiveLimiterLayer::new(limiter.clone()).max_wait(Duration::ZERO)).await;
 
     let first = tokio::spawn(get_status(addr, "/slow"));
     let second = tokio::spawn(get_status(addr, "/slow"));
@@ -111,7 +112,7 @@ async fn queued_requests_are_served_when_a_permit_comes_back() {
         .initial_limit(1)
         .build()
         .unwrap();
-    let (addr, release, server) = serve(AdaptiveLimitLayer::new(limiter.clone())).await;
+    let (addr, release, server) = serve(AdaptiveLimiterLayer::new(limiter.clone())).await;
 
     let first = tokio::spawn(get_status(addr, "/slow"));
     until(|| limiter.inflight() == 1).await;
@@ -130,7 +131,7 @@ async fn responses_classified_as_overload_shrink_the_limit() {
         .initial_limit(40)
         .build()
         .unwrap();
-    let layer = AdaptiveLimitLayer::new(limiter.clone())
+    let layer = AdaptiveLimiterLayer::new(limiter.clone())
         .overload_when(|r: &axum::response::Response| r.status() == StatusCode::TOO_MANY_REQUESTS);
     let (addr, _release, server) = serve(layer).await;
     assert_eq!(get_status(addr, "/fast").await.0, 200);

@@ -1,10 +1,14 @@
-//! Key strings of the table format (reference §1.3, §1.4). Every function here builds exactly
-//! the string the format prescribes; nothing else in the crate concatenates key fragments.
+//! Key strings (reference §1.3, §1.4). Every function here builds exactly the string the
+//! format prescribes; nothing else in the workspace concatenates key fragments.
+//!
+//! Every partition key and every GSI partition key is `{ns}/…` (the namespace id never
+//! contains `/` or `#`), except the namespace registry and the version record under the
+//! reserved namespace `_`, and GSI4PK, which is the bare namespace id.
 
-/// Partition key of the namespace registry and the version record.
+/// The reserved namespace (`_`): GSI4 partition of the registry and the version record.
+pub const RESERVED_NS: &str = dynalimit_core::ids::RESERVED_NAMESPACE;
+/// Partition key of the namespace registry and the version record (`_/SYSTEM#`).
 pub const SYSTEM_RESERVED_PK: &str = "_/SYSTEM#";
-/// GSI4 partition of the reserved namespace.
-pub const RESERVED_NS: &str = "_";
 /// Sort key of the version record.
 pub const VERSION_SK: &str = "#VERSION";
 /// Sort key of entity metadata.
@@ -29,6 +33,12 @@ pub const NAMESPACE_SK_PREFIX: &str = "#NAMESPACE#";
 pub const NSID_SK_PREFIX: &str = "#NSID#";
 /// Sort-key prefix of operation records in bucket partitions.
 pub const OP_SK_PREFIX: &str = "#OP#";
+/// Sort-key prefix of dynalimit's aggregator watermarks in entity partitions.
+pub const WATERMARK_SK_PREFIX: &str = "#AGGREGATOR#";
+/// Prefix of the GSI2, GSI3 and GSI4 sort keys of bucket items.
+pub const BUCKET_INDEX_SK_PREFIX: &str = "BUCKET#";
+/// Prefix of the GSI2 sort keys of usage snapshots.
+pub const USAGE_INDEX_SK_PREFIX: &str = "USAGE#";
 
 /// `#NAMESPACE#{name}`.
 pub fn namespace_sk(name: &str) -> String {
@@ -92,22 +102,49 @@ pub fn bucket_pk(ns: &str, entity: &str, resource: &str, shard: u32) -> String {
 
 /// `BUCKET#{entity}#{shard}` (GSI2 sort key of a bucket).
 pub fn bucket_gsi2sk(entity: &str, shard: u32) -> String {
-    format!("BUCKET#{entity}#{shard}")
+    format!("{BUCKET_INDEX_SK_PREFIX}{entity}#{shard}")
 }
 
 /// `BUCKET#{resource}#{shard}` (GSI3 sort key of a bucket).
 pub fn bucket_gsi3sk(resource: &str, shard: u32) -> String {
-    format!("BUCKET#{resource}#{shard}")
+    format!("{BUCKET_INDEX_SK_PREFIX}{resource}#{shard}")
+}
+
+/// `BUCKET#{resource}#`: the GSI3 sort-key prefix of every shard of an entity's bucket on
+/// `resource`.
+pub fn bucket_gsi3sk_prefix(resource: &str) -> String {
+    format!("{BUCKET_INDEX_SK_PREFIX}{resource}#")
 }
 
 /// `BUCKET#{entity}#{resource}#{shard}` (GSI4 sort key of a bucket).
 pub fn bucket_gsi4sk(entity: &str, resource: &str, shard: u32) -> String {
-    format!("BUCKET#{entity}#{resource}#{shard}")
+    format!("{BUCKET_INDEX_SK_PREFIX}{entity}#{resource}#{shard}")
+}
+
+/// `#USAGE#{resource}#{window_key}`: sort key of a usage snapshot (§1.4.10).
+pub fn usage_sk(resource: &str, window_key: &str) -> String {
+    format!("{USAGE_SK_PREFIX}{resource}#{window_key}")
+}
+
+/// `#USAGE#{resource}#`: the sort-key prefix of an entity's snapshots of `resource`.
+pub fn usage_sk_prefix(resource: &str) -> String {
+    format!("{USAGE_SK_PREFIX}{resource}#")
+}
+
+/// `USAGE#{window_key}#{entity}`: GSI2 sort key of a usage snapshot.
+pub fn usage_gsi2sk(window_key: &str, entity: &str) -> String {
+    format!("{USAGE_INDEX_SK_PREFIX}{window_key}#{entity}")
+}
+
+/// `#AGGREGATOR#{resource}#{shard}`: sort key of the aggregator's watermark of one bucket
+/// item, in the owner entity's partition.
+pub fn watermark_sk(resource: &str, shard: u32) -> String {
+    format!("{WATERMARK_SK_PREFIX}{resource}#{shard}")
 }
 
 /// The parts of a bucket partition key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BucketKey {
+pub struct BucketPk {
     /// The namespace id.
     pub namespace_id: String,
     /// The entity id.
@@ -120,15 +157,15 @@ pub struct BucketKey {
 
 /// Parses `{ns}/BUCKET#{entity}#{resource}#{shard}`: the namespace ends at the first `/`, the
 /// shard follows the last `#`, the entity ends at the first `#` (§1.4.7).
-pub fn parse_bucket_pk(pk: &str) -> Option<BucketKey> {
+pub fn parse_bucket_pk(pk: &str) -> Option<BucketPk> {
     let (ns, rest) = pk.split_once('/')?;
-    let rest = rest.strip_prefix("BUCKET#")?;
+    let rest = rest.strip_prefix(BUCKET_INDEX_SK_PREFIX)?;
     let (head, shard) = rest.rsplit_once('#')?;
     let (entity, resource) = head.split_once('#')?;
     if ns.is_empty() || entity.is_empty() || resource.is_empty() {
         return None;
     }
-    Some(BucketKey {
+    Some(BucketPk {
         namespace_id: ns.to_string(),
         entity_id: entity.to_string(),
         resource: resource.to_string(),
@@ -150,5 +187,19 @@ mod tests {
         assert_eq!(parsed.shard, 7);
         assert!(parse_bucket_pk("abc/ENTITY#x").is_none());
         assert!(parse_bucket_pk("abc/BUCKET#x#y#z").is_none());
+    }
+
+    #[test]
+    fn snapshot_and_watermark_keys_match_the_format() {
+        assert_eq!(
+            usage_sk("gpt-4", "2026-03-10T00:00:00Z"),
+            "#USAGE#gpt-4#2026-03-10T00:00:00Z"
+        );
+        assert_eq!(
+            usage_gsi2sk("2026-03-10T00:00:00Z", "u1"),
+            "USAGE#2026-03-10T00:00:00Z#u1"
+        );
+        assert_eq!(watermark_sk("gpt-4", 3), "#AGGREGATOR#gpt-4#3");
+        assert_eq!(bucket_gsi3sk_prefix("gpt-4"), "BUCKET#gpt-4#");
     }
 }

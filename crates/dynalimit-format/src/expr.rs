@@ -1,10 +1,24 @@
-//! Positional expression building (reference §1.5).
+//! Positional expressions (reference §1.5): how every request names attributes.
 //!
 //! Every attribute name goes through `ExpressionAttributeNames` as `#a{i}` and every value
 //! through `ExpressionAttributeValues` as `:v{i}`, with `i` a running index: limit names may
 //! contain `.` and `-`, which are illegal in alias tokens, and several attributes are reserved
-//! words. Each name is declared once and every declared name and value is used, as DynamoDB
-//! requires.
+//! words (`name`, `resource`, `window`, `ttl`, …). Each name is declared once and every
+//! declared name and value is used, as DynamoDB requires. No expression in the workspace
+//! spells an attribute name inline.
+//!
+//! ```
+//! use dynalimit_format::attr;
+//! use dynalimit_format::expr::Expr;
+//! use dynalimit_format::item::s;
+//!
+//! let mut e = Expr::default();
+//! e.set(attr::STATUS, s("deleted"));
+//! let c = e.exists(attr::PK);
+//! e.when(c);
+//! assert_eq!(e.update_expression().as_deref(), Some("SET #a0 = :v0"));
+//! assert_eq!(e.condition_expression().as_deref(), Some("(attribute_exists(#a1))"));
+//! ```
 
 use std::collections::HashMap;
 
@@ -16,19 +30,20 @@ use aws_sdk_dynamodb::types::AttributeValue;
 /// and it is built on every acquire, so lookups are linear scans and tokens are written
 /// without the formatting machinery.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Expr {
+pub struct Expr {
     /// (attribute, alias) in declaration order.
     names: Vec<(String, String)>,
     /// (placeholder, value) in declaration order.
     values: Vec<(String, AttributeValue)>,
     set: Vec<String>,
     add: Vec<String>,
+    delete: Vec<String>,
     remove: Vec<String>,
     conditions: Vec<String>,
 }
 
 /// A number attribute value.
-pub(crate) fn num(n: i64) -> AttributeValue {
+pub fn num(n: i64) -> AttributeValue {
     AttributeValue::N(n.to_string())
 }
 
@@ -53,6 +68,17 @@ fn token(prefix: &str, i: usize) -> String {
     out
 }
 
+/// `alias op placeholder` in one allocation.
+fn compare(alias: &str, op: &str, placeholder: &str) -> String {
+    let mut out = String::with_capacity(alias.len() + op.len() + placeholder.len() + 2);
+    out.push_str(alias);
+    out.push(' ');
+    out.push_str(op);
+    out.push(' ');
+    out.push_str(placeholder);
+    out
+}
+
 /// `a` + `sep` + `b` in one allocation.
 fn join3(a: &str, sep: &str, b: &str) -> String {
     let mut out = String::with_capacity(a.len() + sep.len() + b.len());
@@ -64,7 +90,7 @@ fn join3(a: &str, sep: &str, b: &str) -> String {
 
 impl Expr {
     /// The alias of attribute `attr` (declared on first use).
-    pub(crate) fn name(&mut self, attr: &str) -> String {
+    pub fn name(&mut self, attr: &str) -> String {
         if let Some((_, alias)) = self.names.iter().find(|(a, _)| a == attr) {
             return alias.clone();
         }
@@ -74,69 +100,99 @@ impl Expr {
     }
 
     /// A placeholder for `value`.
-    pub(crate) fn value(&mut self, value: AttributeValue) -> String {
+    pub fn value(&mut self, value: AttributeValue) -> String {
         let placeholder = token(":v", self.values.len());
         self.values.push((placeholder.clone(), value));
         placeholder
     }
 
     /// A placeholder for a number.
-    pub(crate) fn num(&mut self, n: i64) -> String {
+    pub fn num(&mut self, n: i64) -> String {
         self.value(num(n))
     }
 
     /// `SET attr = value`.
-    pub(crate) fn set(&mut self, attr: &str, value: AttributeValue) {
+    pub fn set(&mut self, attr: &str, value: AttributeValue) {
         let (a, v) = (self.name(attr), self.value(value));
         self.set.push(join3(&a, " = ", &v));
     }
 
     /// `ADD attr n`.
-    pub(crate) fn add(&mut self, attr: &str, n: i64) {
+    pub fn add(&mut self, attr: &str, n: i64) {
         let (a, v) = (self.name(attr), self.num(n));
         self.add.push(join3(&a, " ", &v));
     }
 
+    /// `SET attr = if_not_exists(attr, value)`: written only when the item has none.
+    pub fn set_if_absent(&mut self, attr: &str, value: AttributeValue) {
+        let (a, v) = (self.name(attr), self.value(value));
+        self.set.push(format!("{a} = if_not_exists({a}, {v})"));
+    }
+
+    /// `ADD attr value` for a value that is not a number (a set).
+    pub fn add_value(&mut self, attr: &str, value: AttributeValue) {
+        let (a, v) = (self.name(attr), self.value(value));
+        self.add.push(join3(&a, " ", &v));
+    }
+
+    /// `DELETE attr value` (elements of a set).
+    pub fn delete(&mut self, attr: &str, value: AttributeValue) {
+        let (a, v) = (self.name(attr), self.value(value));
+        self.delete.push(join3(&a, " ", &v));
+    }
+
     /// `REMOVE attr`.
-    pub(crate) fn remove(&mut self, attr: &str) {
+    pub fn remove(&mut self, attr: &str) {
         let a = self.name(attr);
         self.remove.push(a);
     }
 
     /// Adds a condition clause; it is ANDed with the others. Build it with [`Expr::name`] and
     /// [`Expr::value`].
-    pub(crate) fn when(&mut self, clause: String) {
+    pub fn when(&mut self, clause: String) {
         self.conditions.push(clause);
     }
 
     /// `attribute_exists(attr)`.
-    pub(crate) fn exists(&mut self, attr: &str) -> String {
+    pub fn exists(&mut self, attr: &str) -> String {
         format!("attribute_exists({})", self.name(attr))
     }
 
     /// `attribute_not_exists(attr)`.
-    pub(crate) fn not_exists(&mut self, attr: &str) -> String {
+    pub fn not_exists(&mut self, attr: &str) -> String {
         format!("attribute_not_exists({})", self.name(attr))
     }
 
     /// `attr <op> n` for a number.
-    pub(crate) fn cmp(&mut self, attr: &str, op: &str, n: i64) -> String {
-        let (a, v) = (self.name(attr), self.num(n));
-        let mut out = String::with_capacity(a.len() + op.len() + v.len() + 2);
-        out.push_str(&a);
-        out.push(' ');
-        out.push_str(op);
-        out.push(' ');
-        out.push_str(&v);
-        out
+    pub fn cmp(&mut self, attr: &str, op: &str, n: i64) -> String {
+        let a = self.name(attr);
+        let v = self.num(n);
+        compare(&a, op, &v)
+    }
+
+    /// `attr = value` for any value.
+    pub fn eq(&mut self, attr: &str, value: AttributeValue) -> String {
+        let a = self.name(attr);
+        let v = self.value(value);
+        compare(&a, "=", &v)
+    }
+
+    /// `begins_with(attr, prefix)`.
+    pub fn begins_with(&mut self, attr: &str, prefix: impl Into<String>) -> String {
+        let (a, v) = (
+            self.name(attr),
+            self.value(AttributeValue::S(prefix.into())),
+        );
+        format!("begins_with({a}, {v})")
     }
 
     /// The update expression, or `None` when nothing is updated.
-    pub(crate) fn update_expression(&self) -> Option<String> {
+    pub fn update_expression(&self) -> Option<String> {
         let mut out = String::with_capacity(256);
         for (keyword, clauses) in [
             ("SET ", &self.set),
             ("ADD ", &self.add),
+            ("DELETE ", &self.delete),
             ("REMOVE ", &self.remove),
         ] {
             if clauses.is_empty() {
@@ -157,7 +213,7 @@ impl Expr {
     }
 
     /// The condition expression, or `None` without conditions.
-    pub(crate) fn condition_expression(&self) -> Option<String> {
+    pub fn condition_expression(&self) -> Option<String> {
         if self.conditions.is_empty() {
             return None;
         }
@@ -173,8 +229,23 @@ impl Expr {
         Some(out)
     }
 
+    /// The conditions joined by `AND` without parentheses, as a query's key condition
+    /// (`None` without conditions).
+    pub fn key_condition(&self) -> Option<String> {
+        (!self.conditions.is_empty()).then(|| self.conditions.join(" AND "))
+    }
+
+    /// A projection of `attrs` by their aliases.
+    pub fn projection(&mut self, attrs: &[&str]) -> String {
+        attrs
+            .iter()
+            .map(|a| self.name(a))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Alias → attribute map (`None` when empty, as the SDK wants).
-    pub(crate) fn names(&self) -> Option<HashMap<String, String>> {
+    pub fn names(&self) -> Option<HashMap<String, String>> {
         (!self.names.is_empty()).then(|| {
             self.names
                 .iter()
@@ -184,7 +255,7 @@ impl Expr {
     }
 
     /// (placeholder, attribute) pairs, borrowed.
-    pub(crate) fn name_pairs(&self) -> Vec<(&str, &str)> {
+    pub fn name_pairs(&self) -> Vec<(&str, &str)> {
         self.names
             .iter()
             .map(|(attr, alias)| (alias.as_str(), attr.as_str()))
@@ -192,12 +263,12 @@ impl Expr {
     }
 
     /// (placeholder, value) pairs, borrowed.
-    pub(crate) fn value_pairs(&self) -> &[(String, AttributeValue)] {
+    pub fn value_pairs(&self) -> &[(String, AttributeValue)] {
         &self.values
     }
 
     /// Placeholder → value map (`None` when empty).
-    pub(crate) fn values(&self) -> Option<HashMap<String, AttributeValue>> {
+    pub fn values(&self) -> Option<HashMap<String, AttributeValue>> {
         (!self.values.is_empty()).then(|| self.values.iter().cloned().collect())
     }
 }

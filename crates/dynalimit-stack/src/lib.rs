@@ -10,11 +10,14 @@
 //! point-in-time recovery by default): deleting the stack never deletes limits, usage or
 //! audit records.
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
-//! use dynalimit_repository::stack::{StackManager, StackOptions};
+//! The manager takes the AWS settings it is given (the CLI loads them with
+//! `dynalimit_repository::aws`, as it does for DynamoDB); this crate loads none itself.
 //!
-//! let manager = StackManager::connect("limits-prod", None, Some("eu-west-1")).await?;
+//! ```no_run
+//! # async fn demo(config: aws_config::SdkConfig) -> Result<(), dynalimit_stack::StackError> {
+//! use dynalimit_stack::{StackManager, StackOptions};
+//!
+//! let manager = StackManager::from_sdk_config("limits-prod", &config);
 //! let options = StackOptions::default();
 //! let zip = std::fs::read("aggregator.zip").ok();
 //! let info = manager
@@ -28,14 +31,16 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
-use aws_config::SdkConfig;
-use aws_sdk_cloudformation::types::{Capability, Parameter, Tag};
-use aws_sdk_dynamodb::error::ProvideErrorMetadata;
-use dynalimit_core::{CoreError, ids};
+mod error;
 
-use crate::RepositoryError;
+use aws_config::SdkConfig;
+use aws_sdk_cloudformation::error::ProvideErrorMetadata;
+use aws_sdk_cloudformation::types::{Capability, Parameter, Tag};
+use dynalimit_core::{CoreError, ids};
+use dynalimit_format::version::SCHEMA_VERSION;
+
+pub use crate::error::StackError;
 use crate::error::classify;
-use crate::version::SCHEMA_VERSION;
 
 /// The CloudFormation template (`infra/template.yaml`).
 pub const TEMPLATE: &str = include_str!("../../../infra/template.yaml");
@@ -134,11 +139,11 @@ impl Default for StackOptions {
     }
 }
 
-fn invalid(field: &'static str, value: impl ToString, reason: &str) -> RepositoryError {
+fn invalid(field: &'static str, value: impl ToString, reason: &str) -> StackError {
     CoreError::invalid_value(field, value, reason).into()
 }
 
-fn in_range(field: &'static str, value: u32, min: u32, max: u32) -> Result<(), RepositoryError> {
+fn in_range(field: &'static str, value: u32, min: u32, max: u32) -> Result<(), StackError> {
     if value < min || value > max {
         return Err(invalid(
             field,
@@ -153,8 +158,8 @@ impl StackOptions {
     /// Checks every option against what the template accepts.
     ///
     /// # Errors
-    /// [`RepositoryError::Validation`] naming the first bad option.
-    pub fn validate(&self) -> Result<(), RepositoryError> {
+    /// [`StackError::Validation`] naming the first bad option.
+    pub fn validate(&self) -> Result<(), StackError> {
         if !["arm64", "x86_64"].contains(&self.architecture.as_str()) {
             return Err(invalid(
                 "architecture",
@@ -341,39 +346,7 @@ pub struct StackManager {
     max_wait: Duration,
 }
 
-/// AWS settings for `endpoint` and `region`, otherwise the environment's (see [`crate::aws`]).
-///
-/// # Errors
-/// [`RepositoryError::MissingRegion`] when no region is configured off a loopback endpoint.
-pub async fn sdk_config(
-    endpoint: Option<&str>,
-    region: Option<&str>,
-) -> Result<SdkConfig, RepositoryError> {
-    crate::aws::load(
-        &crate::aws::AwsSettings::new()
-            .endpoint_url(endpoint)
-            .region(region),
-    )
-    .await
-}
-
 impl StackManager {
-    /// A manager of stack `name` with AWS settings from the environment, `endpoint` (an
-    /// emulator such as LocalStack or moto) and `region` when given.
-    ///
-    /// # Errors
-    /// As [`sdk_config`].
-    pub async fn connect(
-        name: &str,
-        endpoint: Option<&str>,
-        region: Option<&str>,
-    ) -> Result<StackManager, RepositoryError> {
-        Ok(StackManager::from_sdk_config(
-            name,
-            &sdk_config(endpoint, region).await?,
-        ))
-    }
-
     /// A manager of stack `name` with the given AWS settings.
     pub fn from_sdk_config(name: &str, config: &SdkConfig) -> StackManager {
         let s3_config = aws_sdk_s3::config::Builder::from(config)
@@ -404,7 +377,7 @@ impl StackManager {
     ///
     /// # Errors
     /// The classified CloudFormation failure.
-    pub async fn status(&self) -> Result<Option<StackInfo>, RepositoryError> {
+    pub async fn status(&self) -> Result<Option<StackInfo>, StackError> {
         let out = match self
             .cfn
             .describe_stacks()
@@ -454,15 +427,15 @@ impl StackManager {
     /// passed to `progress`.
     ///
     /// # Errors
-    /// [`RepositoryError::Validation`] for bad options (before any request),
-    /// [`RepositoryError::StackFailed`] when CloudFormation rolls back, and the classified
+    /// [`StackError::Validation`] for bad options (before any request),
+    /// [`StackError::Failed`] when CloudFormation rolls back, and the classified
     /// failures.
     pub async fn deploy(
         &self,
         options: &StackOptions,
         aggregator_zip: Option<&[u8]>,
         progress: &mut (dyn FnMut(&StackEvent) + Send),
-    ) -> Result<StackInfo, RepositoryError> {
+    ) -> Result<StackInfo, StackError> {
         ids::validate_stack_name(&self.name)?;
         options.validate()?;
         if aggregator_zip.is_some() && !options.aggregator {
@@ -475,7 +448,7 @@ impl StackManager {
         let mut existing = self.status().await?;
         if let Some(info) = &existing {
             if info.status.ends_with("_IN_PROGRESS") {
-                return Err(RepositoryError::StackFailed {
+                return Err(StackError::Failed {
                     stack: self.name.clone(),
                     status: info.status.clone(),
                     reason: "another operation is in progress; wait for it and retry".into(),
@@ -499,13 +472,15 @@ impl StackManager {
             }
         };
         if let Some(zip) = aggregator_zip {
-            let bucket = info.outputs.get("CodeBucketName").cloned().ok_or_else(|| {
-                RepositoryError::StackFailed {
-                    stack: self.name.clone(),
-                    status: info.status.clone(),
-                    reason: "the stack has no CodeBucketName output".into(),
-                }
-            })?;
+            let bucket =
+                info.outputs
+                    .get("CodeBucketName")
+                    .cloned()
+                    .ok_or_else(|| StackError::Failed {
+                        stack: self.name.clone(),
+                        status: info.status.clone(),
+                        reason: "the stack has no CodeBucketName output".into(),
+                    })?;
             let key = code_key(zip);
             self.s3
                 .put_object()
@@ -530,11 +505,11 @@ impl StackManager {
     /// explicitly, after turning its deletion protection off, when it is no longer needed.
     ///
     /// # Errors
-    /// [`RepositoryError::StackFailed`] when the deletion fails, and the classified failures.
+    /// [`StackError::Failed`] when the deletion fails, and the classified failures.
     pub async fn delete(
         &self,
         progress: &mut (dyn FnMut(&StackEvent) + Send),
-    ) -> Result<bool, RepositoryError> {
+    ) -> Result<bool, StackError> {
         let Some(info) = self.status().await? else {
             return Ok(false);
         };
@@ -552,17 +527,15 @@ impl StackManager {
         Ok(true)
     }
 
-    async fn empty_bucket(&self, bucket: &str) -> Result<(), RepositoryError> {
-        let mut token = None;
-        loop {
-            let page = match self
-                .s3
-                .list_objects_v2()
-                .bucket(bucket)
-                .set_continuation_token(token)
-                .send()
-                .await
-            {
+    async fn empty_bucket(&self, bucket: &str) -> Result<(), StackError> {
+        let mut pages = self
+            .s3
+            .list_objects_v2()
+            .bucket(bucket)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = match page {
                 Ok(page) => page,
                 Err(e) if e.code() == Some("NoSuchBucket") => return Ok(()),
                 Err(e) => return Err(classify("ListObjectsV2", e)),
@@ -578,19 +551,14 @@ impl StackManager {
                         .map_err(|e| classify("DeleteObject", e))?;
                 }
             }
-            match page.next_continuation_token() {
-                Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
-                _ => return Ok(()),
-            }
         }
+        Ok(())
     }
 
-    async fn expect_status(&self) -> Result<StackInfo, RepositoryError> {
-        self.status()
-            .await?
-            .ok_or_else(|| RepositoryError::StackNotFound {
-                stack: self.name.clone(),
-            })
+    async fn expect_status(&self) -> Result<StackInfo, StackError> {
+        self.status().await?.ok_or_else(|| StackError::NotFound {
+            stack: self.name.clone(),
+        })
     }
 
     fn cfn_parameters(options: &StackOptions, code_key: &str) -> Vec<Parameter> {
@@ -618,7 +586,7 @@ impl StackManager {
         &self,
         options: &StackOptions,
         progress: &mut (dyn FnMut(&StackEvent) + Send),
-    ) -> Result<(), RepositoryError> {
+    ) -> Result<(), StackError> {
         self.cfn
             .create_stack()
             .stack_name(&self.name)
@@ -637,7 +605,7 @@ impl StackManager {
         options: &StackOptions,
         code_key: &str,
         progress: &mut (dyn FnMut(&StackEvent) + Send),
-    ) -> Result<(), RepositoryError> {
+    ) -> Result<(), StackError> {
         let seen = self.event_ids().await?;
         let result = self
             .cfn
@@ -661,12 +629,12 @@ impl StackManager {
         }
     }
 
-    async fn event_ids(&self) -> Result<HashSet<String>, RepositoryError> {
+    async fn event_ids(&self) -> Result<HashSet<String>, StackError> {
         Ok(self.events().await?.into_iter().map(|(id, _)| id).collect())
     }
 
     /// The newest page of events, oldest first, with their ids.
-    async fn events(&self) -> Result<Vec<(String, StackEvent)>, RepositoryError> {
+    async fn events(&self) -> Result<Vec<(String, StackEvent)>, StackError> {
         let out = match self
             .cfn
             .describe_stack_events()
@@ -686,7 +654,10 @@ impl StackManager {
                 let event = StackEvent {
                     timestamp: e
                         .timestamp()
-                        .and_then(|t| t.fmt(aws_smithy_types::date_time::Format::DateTime).ok())
+                        .and_then(|t| {
+                            t.fmt(aws_sdk_cloudformation::primitives::DateTimeFormat::DateTime)
+                                .ok()
+                        })
                         .unwrap_or_default(),
                     logical_id: e.logical_resource_id().unwrap_or_default().to_string(),
                     resource_type: e.resource_type().unwrap_or_default().to_string(),
@@ -711,7 +682,7 @@ impl StackManager {
         goal: &str,
         mut seen: HashSet<String>,
         progress: &mut (dyn FnMut(&StackEvent) + Send),
-    ) -> Result<(), RepositoryError> {
+    ) -> Result<(), StackError> {
         let polls = (self.max_wait.as_millis() / self.poll.as_millis().max(1)).max(1);
         let mut first_failure: Option<String> = None;
         for _ in 0..polls {
@@ -737,7 +708,7 @@ impl StackManager {
                 let reason = first_failure
                     .or_else(|| status.and_then(|s| s.reason))
                     .unwrap_or_else(|| format!("expected {goal}"));
-                return Err(RepositoryError::StackFailed {
+                return Err(StackError::Failed {
                     stack: self.name.clone(),
                     status: current,
                     reason,
@@ -745,7 +716,7 @@ impl StackManager {
             }
             tokio::time::sleep(self.poll).await;
         }
-        Err(RepositoryError::StackFailed {
+        Err(StackError::Failed {
             stack: self.name.clone(),
             status: "TIMEOUT".into(),
             reason: format!("did not reach {goal} within {} s", self.max_wait.as_secs()),
@@ -799,7 +770,7 @@ mod tests {
         for change in cases {
             let mut o = StackOptions::default();
             change(&mut o);
-            assert!(matches!(o.validate(), Err(RepositoryError::Validation(_))));
+            assert!(matches!(o.validate(), Err(StackError::Validation(_))));
         }
     }
 

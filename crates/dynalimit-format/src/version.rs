@@ -2,6 +2,13 @@
 
 use std::cmp::Ordering;
 
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::attr;
+use crate::expr::Expr;
+use crate::item::{self, Item};
+use crate::keys;
+
 /// The schema version of the key layout this crate reads and writes.
 pub const SCHEMA_VERSION: &str = "0.10.0";
 
@@ -28,6 +35,59 @@ pub struct VersionRecord {
     pub updated_at: String,
     /// Who wrote it last.
     pub updated_by: Option<String>,
+}
+
+impl VersionRecord {
+    /// Decodes the version record; missing fields read as the reader defaults (the current
+    /// schema, `client_min_version` `0.0.0`).
+    pub fn from_item(found: &Item) -> VersionRecord {
+        let text =
+            |name: &str, default: &str| item::get_s(found, name).unwrap_or(default).to_string();
+        VersionRecord {
+            schema_version: text(attr::SCHEMA_VERSION, SCHEMA_VERSION),
+            lambda_version: item::get_s(found, attr::LAMBDA_VERSION).map(str::to_string),
+            client_min_version: text(attr::CLIENT_MIN_VERSION, "0.0.0"),
+            updated_at: text(attr::UPDATED_AT, ""),
+            updated_by: item::get_s(found, attr::UPDATED_BY).map(str::to_string),
+        }
+    }
+}
+
+/// The key of the version record.
+pub fn record_key() -> Item {
+    item::key(keys::SYSTEM_RESERVED_PK, keys::VERSION_SK)
+}
+
+/// The version record as first written (put under `attribute_not_exists(PK)`):
+/// `client_min_version = 0.0.0`, `lambda_version` NULL unless given.
+pub fn new_record(now_iso: &str, lambda_version: Option<&str>) -> Item {
+    let mut record = record_key();
+    for (name, value) in [
+        (attr::SCHEMA_VERSION, item::s(SCHEMA_VERSION)),
+        (attr::LAMBDA_VERSION, item::s_or_null(lambda_version)),
+        (attr::CLIENT_MIN_VERSION, item::s("0.0.0")),
+        (attr::UPDATED_AT, item::s(now_iso)),
+        (attr::UPDATED_BY, item::s(writer_tag())),
+        (attr::GSI4PK, item::s(keys::RESERVED_NS)),
+        (attr::GSI4SK, item::s(keys::SYSTEM_RESERVED_PK)),
+    ] {
+        record.insert(name.to_owned(), value);
+    }
+    record
+}
+
+/// The refresh of an existing record: schema, writer and time, the Lambda version when
+/// given, and `client_min_version` only when missing (it is never lowered).
+pub fn refresh(now_iso: &str, lambda_version: Option<&str>) -> Expr {
+    let mut e = Expr::default();
+    e.set(attr::SCHEMA_VERSION, item::s(SCHEMA_VERSION));
+    e.set(attr::UPDATED_AT, item::s(now_iso));
+    e.set(attr::UPDATED_BY, item::s(writer_tag()));
+    e.set_if_absent(attr::CLIENT_MIN_VERSION, item::s("0.0.0"));
+    if let Some(lambda) = lambda_version {
+        e.set(attr::LAMBDA_VERSION, AttributeValue::S(lambda.to_owned()));
+    }
+    e
 }
 
 /// A parsed version: release numbers and an optional pre-release tag (which sorts before the

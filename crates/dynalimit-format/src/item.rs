@@ -1,10 +1,11 @@
-//! Small helpers for reading and writing raw DynamoDB items.
+//! Raw DynamoDB items: the map type, attribute values and typed reads.
 
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::RepositoryError;
+use crate::FormatError;
+use crate::attr;
 
 /// A raw DynamoDB item.
 pub type Item = HashMap<String, AttributeValue>;
@@ -21,7 +22,17 @@ pub fn n(value: impl ToString) -> AttributeValue {
 
 /// The key map `{PK, SK}`.
 pub fn key(pk: impl Into<String>, sk: impl Into<String>) -> Item {
-    HashMap::from([("PK".to_string(), s(pk)), ("SK".to_string(), s(sk))])
+    HashMap::from([(attr::PK.to_string(), s(pk)), (attr::SK.to_string(), s(sk))])
+}
+
+/// `PK` and `SK` of an item, when both are strings.
+pub fn key_of(item: &Item) -> Option<(&str, &str)> {
+    Some((get_s(item, attr::PK)?, get_s(item, attr::SK)?))
+}
+
+/// The key map `{PK, SK}` of an item, when both are strings.
+pub fn key_map_of(item: &Item) -> Option<Item> {
+    key_of(item).map(|(pk, sk)| key(pk, sk))
 }
 
 /// Reads a string attribute; `None` when absent or NULL.
@@ -60,20 +71,30 @@ pub fn get_bool(item: &Item, name: &str) -> Option<bool> {
 /// Reads a required string attribute.
 ///
 /// # Errors
-/// [`RepositoryError::Corrupt`] when missing.
-pub fn require_s(item: &Item, name: &str) -> Result<String, RepositoryError> {
-    get_s(item, name).map(str::to_string).ok_or_else(|| {
-        RepositoryError::corrupt(describe_key(item), format!("missing string {name}"))
-    })
+/// [`FormatError::Corrupt`] when missing.
+pub fn require_s(item: &Item, name: &str) -> Result<String, FormatError> {
+    get_s(item, name)
+        .map(str::to_string)
+        .ok_or_else(|| FormatError::corrupt(describe_key(item), format!("missing string {name}")))
 }
 
-/// `PK/SK` of an item, for messages.
+/// `PK|SK` of an item, for messages.
 pub fn describe_key(item: &Item) -> String {
     format!(
         "{}|{}",
-        get_s(item, "PK").unwrap_or("?"),
-        get_s(item, "SK").unwrap_or("?")
+        get_s(item, attr::PK).unwrap_or("?"),
+        get_s(item, attr::SK).unwrap_or("?")
     )
+}
+
+/// Whether an attribute is absent or NULL.
+pub fn is_null(value: Option<&AttributeValue>) -> bool {
+    matches!(value, Some(AttributeValue::Null(true)) | None)
+}
+
+/// A string attribute, or NULL for `None`.
+pub fn s_or_null(value: Option<&str>) -> AttributeValue {
+    value.map_or(AttributeValue::Null(true), s)
 }
 
 /// The current UTC time formatted as `YYYY-MM-DDTHH:MM:SSZ`, from epoch milliseconds.
@@ -91,7 +112,7 @@ pub fn iso_seconds(epoch_millis: i64) -> String {
 }
 
 /// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

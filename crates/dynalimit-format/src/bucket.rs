@@ -1,15 +1,16 @@
-//! Bucket item codec: keys (reference §1.4.7), attribute names, images and the create item.
+//! Bucket items (reference §1.4.7): their key, the image the core decides on, the item a
+//! create puts, the owner stamp, and the shared pause stamp.
 
 use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::bucket::WCU;
-use dynalimit_core::decide::{BucketImage, CreatePlan, LimitState, unsupported_bucket_attribute};
+use dynalimit_core::decide::{BucketImage, CreatePlan, LimitState};
 
+use crate::attr::{self, BucketField, bucket_limit, parse_bucket_limit};
+use crate::expr::num;
 use crate::item::{Item, get_i64, get_s as get_str, key as key_map, parse_number};
 use crate::keys;
-
-use super::expr::num;
 
 /// One bucket item's identity: owner entity, resource and shard.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -58,11 +59,6 @@ impl BucketKey {
     }
 }
 
-/// `b_{name}_{field}`.
-pub(crate) fn limit_attr(name: &str, field: &str) -> String {
-    format!("b_{name}_{field}")
-}
-
 /// Decodes a bucket item into the core profile's image. Attributes of 0.15–0.17 features the
 /// core profile cannot interpret are listed in `unsupported`; soft and bypass stamps are
 /// ignored (enforcing them only under-admits).
@@ -74,30 +70,29 @@ pub fn image_from_item(item: &Item) -> BucketImage {
             AttributeValue::S(s) => Some(s.as_str()),
             _ => None,
         };
-        if unsupported_bucket_attribute(attr, text) {
+        if attr::unsupported_bucket_attribute(attr, text) {
             unsupported.push(attr.clone());
             continue;
         }
-        let Some((name, field)) = attr.strip_prefix("b_").and_then(|r| r.rsplit_once('_')) else {
+        let Some((name, field)) = parse_bucket_limit(attr) else {
             continue;
         };
         let slot = match field {
-            "tk" => 0,
-            "cp" => 1,
-            "ra" => 2,
-            "rp" => 3,
-            "tc" => 4,
-            _ => continue,
+            BucketField::Tk => 0,
+            BucketField::Cp => 1,
+            BucketField::Ra => 2,
+            BucketField::Rp => 3,
+            BucketField::Tc => 4,
         };
         if let AttributeValue::N(n) = value {
             partial.entry(name).or_default()[slot] = parse_number(n);
         }
     }
-    let disabled = match item.get("disabled") {
+    let disabled = match item.get(attr::DISABLED) {
         None => false,
         Some(AttributeValue::Bool(true)) => true,
         Some(_) => {
-            unsupported.push("disabled".to_owned());
+            unsupported.push(attr::DISABLED.to_owned());
             true
         }
     };
@@ -122,16 +117,13 @@ pub fn image_from_item(item: &Item) -> BucketImage {
     }
     unsupported.sort();
     BucketImage {
-        rf: get_i64(item, "rf").unwrap_or(0),
-        shard_count: get_i64(item, "shard_count")
-            .and_then(|n| u32::try_from(n).ok())
-            .unwrap_or(1)
-            .max(1),
-        cascade: matches!(item.get("cascade"), Some(AttributeValue::Bool(true))),
-        parent_id: get_str(item, "parent_id").map(str::to_owned),
-        ttl: get_i64(item, "ttl"),
+        rf: get_i64(item, attr::RF).unwrap_or(0),
+        shard_count: shard_count(item).unwrap_or(1).max(1),
+        cascade: matches!(item.get(attr::CASCADE), Some(AttributeValue::Bool(true))),
+        parent_id: get_str(item, attr::PARENT_ID).map(str::to_owned),
+        ttl: get_i64(item, attr::TTL),
         disabled,
-        vu: get_i64(item, "vu"),
+        vu: get_i64(item, attr::VU),
         limits,
         wcu,
         unsupported,
@@ -152,6 +144,52 @@ pub struct Owner {
     pub pinc: Option<String>,
 }
 
+/// The shard count stamped on a raw bucket item, if any.
+pub fn shard_count(item: &Item) -> Option<u32> {
+    get_i64(item, attr::SHARD_COUNT).and_then(|n| u32::try_from(n).ok())
+}
+
+/// The `tc` counters of a raw bucket item's limits: limit name → milli-tokens consumed (the
+/// `wcu` tracker and limits without a `tc` number are left out).
+pub fn consumed(item: &Item) -> impl Iterator<Item = (&str, i64)> {
+    item.iter()
+        .filter_map(|(attr, value)| match (parse_bucket_limit(attr), value) {
+            (Some((name, BucketField::Tc)), AttributeValue::N(n)) if name != WCU => {
+                parse_number(n).map(|v| (name, v))
+            }
+            _ => None,
+        })
+}
+
+/// The balance (`tk`, milli) of limit `name` on a raw bucket item.
+pub fn balance(item: &Item, name: &str) -> Option<i64> {
+    get_i64(item, &bucket_limit(name, BucketField::Tk))
+}
+
+/// The consumption counter (`tc`, milli) of limit `name` on a raw bucket item.
+pub fn counter(item: &Item, name: &str) -> Option<i64> {
+    get_i64(item, &bucket_limit(name, BucketField::Tc))
+}
+
+/// Whether limit `name` carries a soft stamp (`b_{name}_soft`, a 0.17 soft limit) on a raw
+/// bucket item.
+pub fn is_soft(item: &Item, name: &str) -> bool {
+    item.contains_key(&attr::bucket_soft(name))
+}
+
+/// The refill timestamp (`rf`, epoch ms) of a raw bucket item.
+pub fn refilled_at(item: &Item) -> Option<i64> {
+    get_i64(item, attr::RF)
+}
+
+/// Whether a raw item is a bucket item (`SK = #STATE`), and its key when it is.
+pub fn bucket_pk_of(item: &Item) -> Option<keys::BucketPk> {
+    if get_str(item, attr::SK) != Some(keys::STATE_SK) {
+        return None;
+    }
+    keys::parse_bucket_pk(get_str(item, attr::PK)?)
+}
+
 /// The full item a create puts (reference §1.4.7 and §3.7.3).
 pub fn create_item(ns: &str, key: &BucketKey, plan: &CreatePlan, owner: &Owner) -> Item {
     let (e, r, s) = (&key.entity_id, &key.resource, key.shard);
@@ -159,29 +197,32 @@ pub fn create_item(ns: &str, key: &BucketKey, plan: &CreatePlan, owner: &Owner) 
     let mut put = |k: &str, v: AttributeValue| {
         item.insert(k.to_owned(), v);
     };
-    put("entity_id", AttributeValue::S(e.clone()));
-    put("resource", AttributeValue::S(r.clone()));
-    put("rf", num(plan.rf));
-    put("shard_count", num(i64::from(plan.shard_count)));
-    put("cascade", AttributeValue::Bool(owner.cascade));
+    put(attr::ENTITY_ID, AttributeValue::S(e.clone()));
+    put(attr::RESOURCE, AttributeValue::S(r.clone()));
+    put(attr::RF, num(plan.rf));
+    put(attr::SHARD_COUNT, num(i64::from(plan.shard_count)));
+    put(attr::CASCADE, AttributeValue::Bool(owner.cascade));
     if let Some(p) = &owner.parent_id {
-        put("parent_id", AttributeValue::S(p.clone()));
+        put(attr::PARENT_ID, AttributeValue::S(p.clone()));
     }
     if let Some(g) = owner.pgen {
-        put("pgen", num(g));
+        put(attr::PGEN, num(g));
     }
     if let Some(i) = &owner.pinc {
-        put("pinc", AttributeValue::S(i.clone()));
+        put(attr::PINC, AttributeValue::S(i.clone()));
     }
     if let Some(t) = plan.ttl {
-        put("ttl", num(t));
+        put(attr::TTL, num(t));
     }
-    put("GSI2PK", AttributeValue::S(keys::resource_pk(ns, r)));
-    put("GSI2SK", AttributeValue::S(keys::bucket_gsi2sk(e, s)));
-    put("GSI3PK", AttributeValue::S(keys::entity_pk(ns, e)));
-    put("GSI3SK", AttributeValue::S(keys::bucket_gsi3sk(r, s)));
-    put("GSI4PK", AttributeValue::S(ns.to_owned()));
-    put("GSI4SK", AttributeValue::S(keys::bucket_gsi4sk(e, r, s)));
+    put(attr::GSI2PK, AttributeValue::S(keys::resource_pk(ns, r)));
+    put(attr::GSI2SK, AttributeValue::S(keys::bucket_gsi2sk(e, s)));
+    put(attr::GSI3PK, AttributeValue::S(keys::entity_pk(ns, e)));
+    put(attr::GSI3SK, AttributeValue::S(keys::bucket_gsi3sk(r, s)));
+    put(attr::GSI4PK, AttributeValue::S(ns.to_owned()));
+    put(
+        attr::GSI4SK,
+        AttributeValue::S(keys::bucket_gsi4sk(e, r, s)),
+    );
     let wcu = dynalimit_core::decide::wcu_seed();
     let rows = plan
         .limits
@@ -200,8 +241,8 @@ pub fn create_item(ns: &str, key: &BucketKey, plan: &CreatePlan, owner: &Owner) 
         })
         .chain([(WCU, [wcu.tk, wcu.cp, wcu.ra, wcu.rp, 0])]);
     for (name, values) in rows {
-        for (field, v) in ["tk", "cp", "ra", "rp", "tc"].iter().zip(values) {
-            put(&limit_attr(name, field), num(v));
+        for (field, v) in BucketField::ALL.into_iter().zip(values) {
+            put(&bucket_limit(name, field), num(v));
         }
     }
     item
@@ -247,12 +288,12 @@ impl Meta {
     /// Decodes a META item.
     pub fn from_item(item: &Item) -> Self {
         Meta {
-            parent_id: get_str(item, "parent_id").map(str::to_owned),
-            cascade: matches!(item.get("cascade"), Some(AttributeValue::Bool(true))),
+            parent_id: get_str(item, attr::PARENT_ID).map(str::to_owned),
+            cascade: matches!(item.get(attr::CASCADE), Some(AttributeValue::Bool(true))),
             check: MetaCheck::Present {
-                pgen: get_i64(item, "pgen"),
-                pinc: get_str(item, "pinc").map(str::to_owned),
-                created_at: get_str(item, "created_at").map(str::to_owned),
+                pgen: get_i64(item, attr::PGEN),
+                pinc: get_str(item, attr::PINC).map(str::to_owned),
+                created_at: get_str(item, attr::CREATED_AT).map(str::to_owned),
             },
         }
     }
@@ -272,9 +313,50 @@ impl Meta {
     }
 }
 
+/// Shard `shard` of the bucket whose shard 0 now holds `image` with `count` shards, as an
+/// aggregator pre-creates it (§7.3, path 2): a copy of the image with the shard's keys (`PK`,
+/// `GSI2SK`, `GSI3SK`, `GSI4SK`), `shard_count = count`, `tc = 0`, `rf = now`, no `vu`, the
+/// `wcu` block full (it is never divided) and every limit empty: the tokens of the split
+/// bucket are held by the shards that existed before, so a new shard fills by refill, as
+/// `dynalimit_core::decide::plan_create` creates one.
+pub fn clone_for_shard(image: &Item, ns: &str, key: &BucketKey, count: u32, now: i64) -> Item {
+    let (entity, resource, shard) = (&key.entity_id, &key.resource, key.shard);
+    let mut item = image.clone();
+    item.remove(attr::VU);
+    for (name, value) in [
+        (attr::PK, keys::bucket_pk(ns, entity, resource, shard)),
+        (attr::GSI2SK, keys::bucket_gsi2sk(entity, shard)),
+        (attr::GSI3SK, keys::bucket_gsi3sk(resource, shard)),
+        (attr::GSI4SK, keys::bucket_gsi4sk(entity, resource, shard)),
+    ] {
+        item.insert(name.to_owned(), AttributeValue::S(value));
+    }
+    item.insert(attr::SHARD_COUNT.to_owned(), num(i64::from(count)));
+    item.insert(attr::RF.to_owned(), num(now));
+    let img = image_from_item(image);
+    let wcu = img.wcu.map(|w| (WCU.to_owned(), w.cp));
+    let empty = img.limits.keys().map(|name| (name.clone(), 0));
+    for (name, tk) in empty.chain(wcu) {
+        item.insert(bucket_limit(&name, BucketField::Tk), num(tk));
+        item.insert(bucket_limit(&name, BucketField::Tc), num(0));
+    }
+    item
+}
+
+/// The pause deadline stamped on a raw bucket item ([`attr::PAUSE_UNTIL`]), if any.
+pub fn pause_stamp(item: &Item) -> Option<i64> {
+    get_i64(item, attr::PAUSE_UNTIL)
+}
+
+/// The deadline of a pause still in force at `now` on a raw bucket item.
+pub fn live_pause(item: &Item, now: i64) -> Option<i64> {
+    pause_stamp(item).filter(|&until| until > now)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::item::{key, n};
     use dynalimit_core::Limit;
     use dynalimit_core::decide::{Plan, plan_create};
     use std::collections::HashMap;
@@ -296,7 +378,7 @@ mod tests {
             Limit::per_minute("tpm", 10_000),
         ];
         let demand = BTreeMap::from([("rpm".to_owned(), 1000), ("tpm".to_owned(), 500_000)]);
-        let Plan::Write(plan) = plan_create(&limits, &demand, 1, T0, Some(1_700_000_420)) else {
+        let Plan::Write(plan) = plan_create(&limits, &demand, 1, 0, T0, Some(1_700_000_420)) else {
             panic!()
         };
         let key = BucketKey::new("u1", "gpt-4", 0);
@@ -352,5 +434,48 @@ mod tests {
         assert_eq!(img.vu, Some(0));
         assert_eq!(img.parent_id, None);
         assert_eq!(img.shard_count, 1);
+    }
+
+    #[test]
+    fn a_clone_starts_empty_with_a_full_wcu_and_its_own_keys() {
+        let mut shard0 = key(keys::bucket_pk("ns1", "hot", "gpt-4", 0), keys::STATE_SK);
+        for (k, v) in [
+            ("rf", n(1_000_000)),
+            ("shard_count", n(4)),
+            ("vu", n(0)),
+            ("ttl", n(99)),
+            ("b_rpm_tk", n(3_000)),
+            ("b_rpm_cp", n(100_000)),
+            ("b_rpm_ra", n(100_000)),
+            ("b_rpm_rp", n(60_000)),
+            ("b_rpm_tc", n(77_000)),
+            ("b_wcu_tk", n(10_000)),
+            ("b_wcu_cp", n(1_000_000)),
+            ("b_wcu_ra", n(1_000_000)),
+            ("b_wcu_rp", n(1000)),
+            ("b_wcu_tc", n(5)),
+        ] {
+            shard0.insert(k.to_owned(), v);
+        }
+        let key3 = BucketKey::new("hot", "gpt-4", 3);
+        let clone = clone_for_shard(&shard0, "ns1", &key3, 4, 2_000_000);
+        let num = |k: &str| get_i64(&clone, k);
+        let text = |k: &str| get_str(&clone, k).map(str::to_owned);
+        assert_eq!(text("PK"), Some(keys::bucket_pk("ns1", "hot", "gpt-4", 3)));
+        assert_eq!(text("GSI2SK"), Some(keys::bucket_gsi2sk("hot", 3)));
+        assert_eq!(text("GSI3SK"), Some(keys::bucket_gsi3sk("gpt-4", 3)));
+        assert_eq!(text("GSI4SK"), Some(keys::bucket_gsi4sk("hot", "gpt-4", 3)));
+        assert_eq!(num("shard_count"), Some(4));
+        assert_eq!(num("rf"), Some(2_000_000));
+        assert_eq!(num("vu"), None);
+        assert_eq!(num("ttl"), Some(99));
+        assert_eq!((num("b_rpm_tk"), num("b_rpm_tc")), (Some(0), Some(0)));
+        assert_eq!(num("b_rpm_cp"), Some(100_000), "capacity stays undivided");
+        assert_eq!(
+            (num("b_wcu_tk"), num("b_wcu_tc")),
+            (Some(1_000_000), Some(0))
+        );
+        assert_eq!(bucket_pk_of(&clone).map(|k| k.shard), Some(3));
+        assert_eq!(consumed(&shard0).collect::<Vec<_>>(), [("rpm", 77_000)]);
     }
 }

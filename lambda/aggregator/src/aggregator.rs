@@ -1,18 +1,18 @@
-//! The I/O half: reads watermarks, commits the planned transactions, runs the proactive
-//! passes, and reports which records must be delivered again.
+//! The [`Aggregator`]: the I/O half of the pipeline. It reads watermarks, commits the planned
+//! transactions, runs the proactive passes, and reports which records must be delivered
+//! again.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::KeysAndAttributes;
 use dynalimit_core::{Clock, SystemClock};
-use dynalimit_repository::RepositoryError;
-use dynalimit_repository::error::classify;
-use dynalimit_repository::item::{get_s, key};
+use dynalimit_format::item;
+use dynalimit_format::usage::watermark_seq;
+use dynalimit_repository::retry::Backoff;
+use dynalimit_repository::{RepositoryError, batch_get_items};
 use futures::StreamExt;
 
 use crate::config::Settings;
@@ -148,7 +148,14 @@ impl Aggregator {
         report.failed = failed.into_iter().collect();
 
         if self.settings.proactive_refill || self.settings.proactive_sharding {
-            let p = crate::proactive::run(self, &extracted.activity).await;
+            let passes = crate::proactive::Passes {
+                client: &self.client,
+                table: &self.settings.table_name,
+                clock: self.clock.as_ref(),
+                refill: self.settings.proactive_refill,
+                sharding: self.settings.proactive_sharding,
+            };
+            let p = passes.run(&extracted.activity).await;
             report.refills_written = p.refills;
             report.shards_stamped = p.shards_stamped;
             report.shards_created = p.shards_created;
@@ -168,8 +175,7 @@ impl Aggregator {
         let mut last_error = String::new();
         for attempt in 0..GROUP_ATTEMPTS {
             if attempt > 0 {
-                let cap = 25u64 << attempt.min(4);
-                tokio::time::sleep(Duration::from_millis(rand::random_range(0..=cap))).await;
+                Backoff::RACE.pause(attempt).await;
             }
             let watermarks = match self.read_watermarks(&buckets).await {
                 Ok(w) => w,
@@ -258,7 +264,7 @@ impl Aggregator {
                     });
                 }
                 let code = err.code().map(str::to_owned);
-                let e = classify("TransactWriteItems", err);
+                let e = RepositoryError::from_sdk("TransactWriteItems", err);
                 let message = format!("{e}{}", code.map(|c| format!(" ({c})")).unwrap_or_default());
                 Err(if e.is_retryable() {
                     TxError::Retry(message)
@@ -277,66 +283,29 @@ impl Aggregator {
         &self,
         buckets: &[BucketRef],
     ) -> Result<HashMap<BucketRef, SequenceNumber>, RepositoryError> {
-        let by_key: HashMap<(String, String), &BucketRef> =
-            buckets.iter().map(|b| (b.marker_key(), b)).collect();
+        let by_key: HashMap<(String, String), &BucketRef> = buckets
+            .iter()
+            .filter_map(|b| {
+                let key = b.marker_key();
+                let (pk, sk) = item::key_of(&key)?;
+                Some(((pk.to_owned(), sk.to_owned()), b))
+            })
+            .collect();
         let mut out = HashMap::new();
-        let table = &self.settings.table_name;
         for chunk in buckets.chunks(100) {
-            let mut pending: Vec<_> = chunk
-                .iter()
-                .map(|b| {
-                    let (pk, sk) = b.marker_key();
-                    key(pk, sk)
-                })
-                .collect();
-            for attempt in 0..5u32 {
-                if pending.is_empty() {
-                    break;
+            let keys = chunk.iter().map(BucketRef::marker_key).collect();
+            let found =
+                batch_get_items(&self.client, &self.settings.table_name, keys, true).await?;
+            for found in &found {
+                let Some((pk, sk)) = item::key_of(found) else {
+                    continue;
+                };
+                let Some(bucket) = by_key.get(&(pk.to_owned(), sk.to_owned())) else {
+                    continue;
+                };
+                if let Some(seq) = watermark_seq(found).and_then(SequenceNumber::parse) {
+                    out.insert((*bucket).clone(), seq);
                 }
-                if attempt > 0 {
-                    tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
-                }
-                let request = KeysAndAttributes::builder()
-                    .set_keys(Some(std::mem::take(&mut pending)))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| RepositoryError::Rejected {
-                        operation: "BatchGetItem",
-                        code: "ConstructionFailure".into(),
-                        message: e.to_string(),
-                    })?;
-                let resp = self
-                    .client
-                    .batch_get_item()
-                    .request_items(table.clone(), request)
-                    .send()
-                    .await
-                    .map_err(|e| classify("BatchGetItem", e))?;
-                for item in resp
-                    .responses()
-                    .and_then(|r| r.get(table))
-                    .into_iter()
-                    .flatten()
-                {
-                    let (Some(pk), Some(sk)) = (get_s(item, "PK"), get_s(item, "SK")) else {
-                        continue;
-                    };
-                    let Some(bucket) = by_key.get(&(pk.to_owned(), sk.to_owned())) else {
-                        continue;
-                    };
-                    if let Some(seq) = get_s(item, "seq").and_then(SequenceNumber::parse) {
-                        out.insert((*bucket).clone(), seq);
-                    }
-                }
-                if let Some(left) = resp.unprocessed_keys().and_then(|u| u.get(table)) {
-                    pending = left.keys().to_vec();
-                }
-            }
-            if !pending.is_empty() {
-                return Err(RepositoryError::Throttled {
-                    operation: "BatchGetItem",
-                    message: format!("{} watermark keys left unprocessed", pending.len()),
-                });
             }
         }
         Ok(out)

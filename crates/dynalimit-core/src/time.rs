@@ -1,0 +1,348 @@
+//! Time, injected: the one abstraction every part of dynalimit reads time and waits through.
+//!
+//! A [`Clock`] gives two readings, wall-clock epoch milliseconds (what the table stores and
+//! every bucket formula uses) and a monotonic reading (what in-process limiters and waits use,
+//! so a wall-clock step never makes a limiter admit a burst), and two ways of waiting for an
+//! instant on the monotonic reading: an async sleep and a thread park.
+//!
+//! | clock | readings | waits |
+//! |---|---|---|
+//! | [`SystemClock`] | the operating system's clocks | the async runtime's timer (tokio), thread park |
+//! | [`TokioClock`] | tokio's clock, which tests can pause and advance | tokio's timer |
+//! | [`ManualClock`] | only what [`ManualClock::advance`] says | woken by `advance`, never polled |
+//!
+//! Retry pauses between DynamoDB attempts are not waits of the limiter's semantics and use
+//! the runtime's timer directly.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Notify;
+
+/// A future returned by [`Clock::sleep_until`].
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// A source of time, and the waits on it.
+///
+/// Waits may end early (a waiter woken by a release, or spuriously); callers re-check the
+/// condition they wait for.
+pub trait Clock: Send + Sync + fmt::Debug + 'static {
+    /// Wall-clock time in milliseconds since the Unix epoch.
+    fn epoch_millis(&self) -> i64;
+
+    /// Monotonic time since an arbitrary, fixed origin. Never goes backwards.
+    fn monotonic(&self) -> Duration;
+
+    /// Completes once [`Clock::monotonic`] reaches `deadline`. The default sleeps on the async
+    /// runtime's timer (a tokio runtime with the time driver must be running) for the time
+    /// left at the call.
+    fn sleep_until(&self, deadline: Duration) -> Sleep {
+        let left = deadline.saturating_sub(self.monotonic());
+        Box::pin(tokio::time::sleep(left))
+    }
+
+    /// Blocks the calling thread until [`Clock::monotonic`] reaches `deadline` (forever when
+    /// `None`) or the thread is unparked ([`Thread::unpark`]), whichever comes first. The
+    /// default parks for the time left at the call.
+    fn park(&self, deadline: Option<Duration>) {
+        match deadline {
+            None => thread::park(),
+            Some(deadline) => {
+                let left = deadline.saturating_sub(self.monotonic());
+                if !left.is_zero() {
+                    thread::park_timeout(left);
+                }
+            }
+        }
+    }
+}
+
+/// The operating system's clocks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+fn process_origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    #[allow(clippy::disallowed_methods)]
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+impl Clock for SystemClock {
+    #[allow(clippy::disallowed_methods)]
+    fn epoch_millis(&self) -> i64 {
+        match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+            Err(before) => -i64::try_from(before.duration().as_millis()).unwrap_or(i64::MAX),
+        }
+    }
+
+    #[allow(clippy::disallowed_methods)]
+    fn monotonic(&self) -> Duration {
+        Instant::now().saturating_duration_since(process_origin())
+    }
+}
+
+/// Monotonic time from tokio's clock (which can be paused and advanced), and wall time as a
+/// fixed epoch origin plus the tokio time elapsed since the clock was created.
+///
+/// Under `tokio::time::pause()` virtual time jumps to the next timer as soon as every task is
+/// idle, so a test or a simulation can run hours of waits in milliseconds while the readings
+/// and the waits agree.
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+    origin_epoch_millis: i64,
+}
+
+impl TokioClock {
+    /// A clock whose wall reading starts at `origin_epoch_millis`.
+    pub fn new(origin_epoch_millis: i64) -> Self {
+        Self {
+            origin: tokio::time::Instant::now(),
+            origin_epoch_millis,
+        }
+    }
+
+    /// A clock whose wall reading starts at the operating system's current time.
+    pub fn from_system() -> Self {
+        Self::new(SystemClock.epoch_millis())
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::from_system()
+    }
+}
+
+impl Clock for TokioClock {
+    fn epoch_millis(&self) -> i64 {
+        let elapsed = i64::try_from(self.monotonic().as_millis()).unwrap_or(i64::MAX);
+        self.origin_epoch_millis.saturating_add(elapsed)
+    }
+
+    fn monotonic(&self) -> Duration {
+        tokio::time::Instant::now().saturating_duration_since(self.origin)
+    }
+}
+
+/// A clock that only moves when told to, for deterministic tests. Clones share the same time
+/// and wake the same waiters.
+///
+/// [`ManualClock::advance`] moves both readings and wakes every parked thread and async
+/// sleeper, which re-check their deadlines; nothing is ever polled.
+///
+/// ```
+/// use dynalimit_core::time::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new(1_700_000_000_000);
+/// let view = clock.clone();
+/// clock.advance(Duration::from_millis(1500));
+/// assert_eq!(view.epoch_millis(), 1_700_000_001_500);
+/// assert_eq!(view.monotonic(), Duration::from_millis(1500));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock {
+    inner: Arc<ManualInner>,
+}
+
+#[derive(Debug, Default)]
+struct ManualInner {
+    epoch_millis: AtomicI64,
+    monotonic_nanos: AtomicU64,
+    parked: Mutex<Vec<Thread>>,
+    advanced: Notify,
+}
+
+impl ManualClock {
+    /// A clock standing at `epoch_millis` on the wall and at zero on the monotonic scale.
+    pub fn new(epoch_millis: i64) -> Self {
+        let clock = Self::default();
+        clock
+            .inner
+            .epoch_millis
+            .store(epoch_millis, Ordering::SeqCst);
+        clock
+    }
+
+    /// Moves both readings forward by `by` (the wall reading by whole milliseconds) and wakes
+    /// every waiter so it re-checks its deadline.
+    pub fn advance(&self, by: Duration) {
+        let millis = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.inner.epoch_millis.fetch_add(millis, Ordering::SeqCst);
+        let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        self.inner
+            .monotonic_nanos
+            .fetch_add(nanos, Ordering::SeqCst);
+        for thread in self.parked().iter() {
+            thread.unpark();
+        }
+        self.inner.advanced.notify_waiters();
+    }
+
+    /// Sets the wall reading, forwards or backwards (a clock step); the monotonic reading is
+    /// unchanged and no waiter is woken.
+    pub fn set_epoch_millis(&self, epoch_millis: i64) {
+        self.inner
+            .epoch_millis
+            .store(epoch_millis, Ordering::SeqCst);
+    }
+
+    /// How many threads are parked in [`Clock::park`] right now (tests use it to know that a
+    /// blocking waiter has gone to sleep).
+    pub fn parked_threads(&self) -> usize {
+        self.parked().len()
+    }
+
+    fn parked(&self) -> std::sync::MutexGuard<'_, Vec<Thread>> {
+        self.inner
+            .parked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Clock for ManualClock {
+    fn epoch_millis(&self) -> i64 {
+        self.inner.epoch_millis.load(Ordering::SeqCst)
+    }
+
+    fn monotonic(&self) -> Duration {
+        Duration::from_nanos(self.inner.monotonic_nanos.load(Ordering::SeqCst))
+    }
+
+    fn sleep_until(&self, deadline: Duration) -> Sleep {
+        let clock = self.clone();
+        Box::pin(async move {
+            loop {
+                let advanced = clock.inner.advanced.notified();
+                tokio::pin!(advanced);
+                advanced.as_mut().enable();
+                if clock.monotonic() >= deadline {
+                    return;
+                }
+                advanced.await;
+            }
+        })
+    }
+
+    fn park(&self, deadline: Option<Duration>) {
+        let me = thread::current();
+        let id = me.id();
+        self.parked().push(me);
+        // Registered before reading the clock: an `advance` after this read unparks us, and
+        // an unpark before `park` makes `park` return at once.
+        if deadline.is_none_or(|d| self.monotonic() < d) {
+            thread::park();
+        }
+        self.parked().retain(|t| t.id() != id);
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn epoch_millis(&self) -> i64 {
+        (**self).epoch_millis()
+    }
+
+    fn monotonic(&self) -> Duration {
+        (**self).monotonic()
+    }
+
+    fn sleep_until(&self, deadline: Duration) -> Sleep {
+        (**self).sleep_until(deadline)
+    }
+
+    fn park(&self, deadline: Option<Duration>) {
+        (**self).park(deadline);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_clock_is_after_2020_and_monotonic_never_decreases() {
+        let clock = SystemClock;
+        assert!(clock.epoch_millis() > 1_577_836_800_000);
+        let a = clock.monotonic();
+        let b = clock.monotonic();
+        assert!(b >= a);
+    }
+
+    /// Readings handed from thread to thread under a lock never go back (a per-processor
+    /// counter read without the kernel's correction can, by the skew between processors).
+    #[test]
+    fn system_clock_readings_never_decrease_across_threads() {
+        let handoffs = std::sync::Mutex::new(Duration::ZERO);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..10_000 {
+                        let mut last = handoffs.lock().unwrap();
+                        let now = SystemClock.monotonic();
+                        assert!(now >= *last, "{now:?} read after {:?}", *last);
+                        *last = now;
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn manual_clock_steps_wall_time_without_moving_monotonic_time() {
+        let clock = ManualClock::new(10_000);
+        clock.advance(Duration::from_secs(2));
+        clock.set_epoch_millis(5_000);
+        assert_eq!(clock.epoch_millis(), 5_000);
+        assert_eq!(clock.monotonic(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokio_clock_follows_paused_virtual_time() {
+        let clock = TokioClock::new(1_000_000);
+        clock.sleep_until(Duration::from_secs(90)).await;
+        assert_eq!(clock.monotonic(), Duration::from_secs(90));
+        assert_eq!(clock.epoch_millis(), 1_090_000);
+    }
+
+    #[tokio::test]
+    async fn a_manual_sleep_ends_when_the_clock_is_advanced_past_its_deadline() {
+        let clock = ManualClock::new(0);
+        let sleeper = tokio::spawn(clock.sleep_until(Duration::from_secs(5)));
+        clock.advance(Duration::from_secs(2));
+        tokio::task::yield_now().await;
+        assert!(!sleeper.is_finished(), "woken early");
+        clock.advance(Duration::from_secs(3));
+        tokio::time::timeout(Duration::from_secs(5), sleeper)
+            .await
+            .expect("woken by the advance")
+            .unwrap();
+    }
+
+    #[test]
+    fn a_parked_thread_wakes_when_the_clock_passes_its_deadline() {
+        let clock = ManualClock::new(0);
+        let waiter = {
+            let clock = clock.clone();
+            thread::spawn(move || {
+                // A park may end spuriously; a waiter re-checks its deadline.
+                while clock.monotonic() < Duration::from_secs(1) {
+                    clock.park(Some(Duration::from_secs(1)));
+                }
+                clock.monotonic()
+            })
+        };
+        while clock.parked_threads() == 0 {
+            thread::yield_now();
+        }
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(waiter.join().unwrap(), Duration::from_secs(1));
+    }
+}

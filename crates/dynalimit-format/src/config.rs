@@ -1,0 +1,447 @@
+//! Limit configuration items (reference §1.4.5) and their registries (§1.4.6).
+//!
+//! | level | key | answers for |
+//! |---|---|---|
+//! | entity | `{ns}/ENTITY#{e}` / `#CONFIG#{r}` | one entity on one resource |
+//! | entity default | `{ns}/ENTITY#{e}` / `#CONFIG#_default_` | one entity on every resource |
+//! | resource | `{ns}/RESOURCE#{r}` / `#CONFIG` | every entity on one resource |
+//! | system | `{ns}/SYSTEM#` / `#CONFIG` | everything; also carries `on_unavailable` |
+//!
+//! Limits are stored in whole tokens and seconds as `l_{name}_cp`, `l_{name}_ra` and
+//! `l_{name}_rp`. A writer replaces the whole item of its level (override, not merge),
+//! carrying the stored `disabled` and `cascade` flags over.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use dynalimit_core::Limit;
+
+use crate::FormatError;
+use crate::attr::{self, ConfigField, ConfigPrefix, config_limit, config_limit_names};
+use crate::item::{self, Item};
+use crate::keys;
+
+/// The level a configuration lives at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConfigLevel {
+    /// One entity on one resource.
+    Entity,
+    /// One entity on every resource (`_default_`).
+    EntityDefault,
+    /// Every entity on one resource.
+    Resource,
+    /// The namespace-wide default.
+    System,
+}
+
+impl ConfigLevel {
+    /// The label the reference uses (`entity`, `entity_default`, `resource`, `system`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigLevel::Entity => "entity",
+            ConfigLevel::EntityDefault => "entity_default",
+            ConfigLevel::Resource => "resource",
+            ConfigLevel::System => "system",
+        }
+    }
+}
+
+/// What an acquire does when DynamoDB cannot answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OnUnavailable {
+    /// Admit without limiting (a no-op lease), and log it.
+    Allow,
+    /// Refuse with an unavailable error.
+    Block,
+}
+
+impl OnUnavailable {
+    /// `allow` or `block`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnUnavailable::Allow => "allow",
+            OnUnavailable::Block => "block",
+        }
+    }
+
+    /// Parses `allow` / `block`.
+    pub fn parse(text: &str) -> Option<OnUnavailable> {
+        match text {
+            "allow" => Some(OnUnavailable::Allow),
+            "block" => Some(OnUnavailable::Block),
+            _ => None,
+        }
+    }
+}
+
+/// The `disabled` flag of a config item (absent = inherit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DisabledFlag {
+    /// `true`: access refused.
+    Disabled,
+    /// `false`: explicitly enforced (overrides a disabled level below).
+    Enabled,
+    /// `"bypass"`: limits not enforced (written by zae-limiter 0.17; dynalimit enforces them).
+    Bypass,
+}
+
+/// The stored value of [`DisabledFlag::Bypass`].
+const BYPASS: &str = "bypass";
+
+/// One level's stored configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LimitConfig {
+    /// The limits, sorted by name.
+    pub limits: Vec<Limit>,
+    /// The `disabled` flag, when set.
+    pub disabled: Option<DisabledFlag>,
+    /// The cascade policy, when set (not on system config).
+    pub cascade: Option<bool>,
+    /// System level only: behaviour when DynamoDB is unavailable.
+    pub on_unavailable: Option<OnUnavailable>,
+    /// System level only: audit retention in days.
+    pub audit_retention_days: Option<i64>,
+}
+
+/// The address of one level's item in a namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Slot {
+    /// The namespace-wide default.
+    System,
+    /// Every entity on one resource.
+    Resource(String),
+    /// One entity on one resource, or on every resource (`_default_`).
+    Entity(String, String),
+}
+
+impl Slot {
+    /// The primary key of the level's item.
+    pub fn key(&self, ns: &str) -> Item {
+        match self {
+            Slot::System => item::key(keys::system_pk(ns), keys::CONFIG_SK),
+            Slot::Resource(r) => item::key(keys::resource_pk(ns, r), keys::CONFIG_SK),
+            Slot::Entity(e, r) => item::key(keys::entity_pk(ns, e), keys::entity_config_sk(r)),
+        }
+    }
+}
+
+fn whole(found: &Item, attr: &str) -> Result<i64, FormatError> {
+    item::get_i64(found, attr).ok_or_else(|| {
+        FormatError::corrupt(
+            item::describe_key(found),
+            format!("{attr} is not a whole number"),
+        )
+    })
+}
+
+/// Decodes a config item by the reading rules of reference §1.4.5.
+///
+/// # Errors
+/// [`FormatError::ReservedLimitName`] for a limit named after an item attribute,
+/// [`FormatError::Corrupt`] for a corrupt item, [`FormatError::Unsupported`] for features
+/// outside dynalimit's core profile (session quotas, calendar quotas, schedules).
+pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
+    let key = item::describe_key(found);
+    let unsupported = |feature: String| FormatError::Unsupported {
+        key: key.clone(),
+        feature,
+    };
+    let (plain, windowed) = config_limit_names(found.keys());
+    if let Some(name) = plain
+        .iter()
+        .chain(&windowed)
+        .find(|n| attr::reserved(n).is_some())
+    {
+        return Err(FormatError::ReservedLimitName {
+            key,
+            name: name.clone(),
+        });
+    }
+    if let Some(both) = plain.iter().find(|n| windowed.contains(n)) {
+        return Err(FormatError::corrupt(
+            key,
+            format!("limit {both:?} is stored under both l_ and w_"),
+        ));
+    }
+    if let Some(w) = windowed.first() {
+        let rsa = config_limit(ConfigPrefix::Windowed, w, ConfigField::Rsa);
+        if !found.contains_key(&rsa) {
+            return Err(FormatError::corrupt(
+                key,
+                format!("windowed limit {w:?} has no {rsa}"),
+            ));
+        }
+        return Err(unsupported(format!(
+            "session-window limit {w:?} (w_ prefix)"
+        )));
+    }
+    if found.contains_key(attr::SCHED_TZ) {
+        return Err(unsupported(format!(
+            "a schedule time zone ({})",
+            attr::SCHED_TZ
+        )));
+    }
+    let mut limits = Vec::with_capacity(plain.len());
+    for name in plain {
+        for (field, label) in [
+            (ConfigField::Sched, "sched"),
+            (ConfigField::Rsched, "rsched"),
+        ] {
+            if found.contains_key(&config_limit(ConfigPrefix::Plain, &name, field)) {
+                return Err(unsupported(format!("a {label} on limit {name:?}")));
+            }
+        }
+        let field = |f| config_limit(ConfigPrefix::Plain, &name, f);
+        let cp = whole(found, &field(ConfigField::Cp))?;
+        let ra = whole(found, &field(ConfigField::Ra))?;
+        let rp = whole(found, &field(ConfigField::Rp))?;
+        if ra == 0 {
+            return Err(unsupported(format!(
+                "quota limit {name:?} (refill amount 0)"
+            )));
+        }
+        let limit = Limit::custom(name, cp, ra, rp);
+        limit
+            .validate()
+            .map_err(|e| FormatError::corrupt(key.clone(), e.to_string()))?;
+        limits.push(limit);
+    }
+    limits.sort_by(|a, b| a.name().cmp(b.name()));
+    let disabled = match found.get(attr::DISABLED) {
+        Some(AttributeValue::Bool(true)) => Some(DisabledFlag::Disabled),
+        Some(AttributeValue::Bool(false)) => Some(DisabledFlag::Enabled),
+        Some(AttributeValue::S(s)) if s == BYPASS => Some(DisabledFlag::Bypass),
+        Some(AttributeValue::S(_)) => Some(DisabledFlag::Enabled),
+        _ => None,
+    };
+    Ok(LimitConfig {
+        limits,
+        disabled,
+        cascade: item::get_bool(found, attr::CASCADE),
+        on_unavailable: item::get_s(found, attr::ON_UNAVAILABLE).and_then(OnUnavailable::parse),
+        audit_retention_days: item::get_i64(found, attr::AUDIT_RETENTION_DAYS),
+    })
+}
+
+/// The `on_unavailable` stored on a system config item, if readable.
+pub fn stored_on_unavailable(found: &Item) -> Option<OnUnavailable> {
+    item::get_s(found, attr::ON_UNAVAILABLE).and_then(OnUnavailable::parse)
+}
+
+/// The full-replace item of a level: its key, `config_version`, GSI keys, owner attributes,
+/// the `disabled` and `cascade` flags of `stored` (not on system level), the limits, and on
+/// system level `on_unavailable` when given.
+pub fn level_item(
+    ns: &str,
+    slot: &Slot,
+    limits: &[Limit],
+    stored: Option<&Item>,
+    on_unavailable: Option<OnUnavailable>,
+) -> Item {
+    let mut it = slot.key(ns);
+    let pk = item::get_s(&it, attr::PK).unwrap_or_default().to_string();
+    it.insert(attr::CONFIG_VERSION.into(), item::n(1));
+    it.insert(attr::GSI4PK.into(), item::s(ns));
+    it.insert(attr::GSI4SK.into(), item::s(pk));
+    match slot {
+        Slot::Entity(e, r) => {
+            it.insert(attr::ENTITY_ID.into(), item::s(e));
+            it.insert(attr::RESOURCE.into(), item::s(r));
+            it.insert(
+                attr::GSI3PK.into(),
+                item::s(keys::entity_config_gsi3pk(ns, r)),
+            );
+            it.insert(attr::GSI3SK.into(), item::s(e));
+        }
+        Slot::Resource(r) => {
+            it.insert(attr::RESOURCE.into(), item::s(r));
+        }
+        Slot::System => {
+            if let Some(o) = on_unavailable {
+                it.insert(attr::ON_UNAVAILABLE.into(), item::s(o.as_str()));
+            }
+        }
+    }
+    if !matches!(slot, Slot::System)
+        && let Some(old) = stored
+    {
+        for flag in [attr::DISABLED, attr::CASCADE] {
+            if let Some(v) = old.get(flag) {
+                it.insert(flag.into(), v.clone());
+            }
+        }
+    }
+    for l in limits {
+        let n = l.name();
+        let field = |f| config_limit(ConfigPrefix::Plain, n, f);
+        it.insert(field(ConfigField::Cp), item::n(l.capacity()));
+        it.insert(field(ConfigField::Ra), item::n(l.refill_amount()));
+        it.insert(field(ConfigField::Rp), item::n(l.refill_period_seconds()));
+    }
+    it
+}
+
+/// The key of the registry of resources with defaults (`resources`, a string set).
+pub fn resources_registry_key(ns: &str) -> Item {
+    item::key(keys::system_pk(ns), keys::RESOURCES_SK)
+}
+
+/// The key of the registry of resources with entity configs (one reference count per
+/// resource, named after it).
+pub fn entity_config_registry_key(ns: &str) -> Item {
+    item::key(keys::system_pk(ns), keys::ENTITY_CONFIG_RESOURCES_SK)
+}
+
+/// The resources of the registry of resources with defaults.
+pub fn registered_resources(found: &Item) -> Vec<String> {
+    match found.get(attr::RESOURCES) {
+        Some(AttributeValue::Ss(v)) => v.clone(),
+        _ => Vec::new(),
+    }
+}
+
+/// The resources of the registry of entity configs whose count is above zero (the key
+/// attributes and anything not a number are skipped).
+pub fn counted_resources(found: &Item) -> Vec<String> {
+    found
+        .iter()
+        .filter(|(k, _)| ![attr::PK, attr::SK, attr::GSI4PK, attr::GSI4SK].contains(&k.as_str()))
+        .filter(|(_, v)| {
+            v.as_n()
+                .ok()
+                .and_then(|n| item::parse_number(n))
+                .is_some_and(|c| c > 0)
+        })
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn it(pairs: &[(&str, AttributeValue)]) -> Item {
+        let mut m = item::key("ns/SYSTEM#", "#CONFIG");
+        for (k, v) in pairs {
+            m.insert(k.to_string(), v.clone());
+        }
+        m
+    }
+
+    #[test]
+    fn limit_names_may_contain_underscores() {
+        let c = decode(&it(&[
+            ("l_tpm_input_cp", item::n(10)),
+            ("l_tpm_input_ra", item::n(10)),
+            ("l_tpm_input_rp", item::n(60)),
+        ]))
+        .unwrap();
+        assert_eq!(c.limits, [Limit::custom("tpm_input", 10, 10, 60)]);
+    }
+
+    #[test]
+    fn a_name_under_both_prefixes_is_corrupt() {
+        let e = decode(&it(&[
+            ("l_x_cp", item::n(1)),
+            ("l_x_ra", item::n(1)),
+            ("l_x_rp", item::n(1)),
+            ("w_x_cp", item::n(1)),
+            ("w_x_rsa", item::n(1)),
+        ]))
+        .unwrap_err();
+        assert!(matches!(e, FormatError::Corrupt { .. }));
+    }
+
+    #[test]
+    fn newer_features_are_refused_not_misread() {
+        for extra in [
+            vec![("w_q_cp", item::n(5)), ("w_q_rsa", item::n(60))],
+            vec![
+                ("l_q_cp", item::n(5)),
+                ("l_q_ra", item::n(0)),
+                ("l_q_rp", item::n(1)),
+            ],
+            vec![
+                ("l_r_cp", item::n(5)),
+                ("l_r_ra", item::n(5)),
+                ("l_r_rp", item::n(1)),
+                ("l_r_sched", item::s("x")),
+            ],
+            vec![("sched_tz", item::s("Europe/Paris"))],
+        ] {
+            let e = decode(&it(&extra)).unwrap_err();
+            assert!(matches!(e, FormatError::Unsupported { .. }), "{e}");
+        }
+    }
+
+    #[test]
+    fn flags_read_as_the_reference_says() {
+        let c = decode(&it(&[
+            ("disabled", item::s("nonsense")),
+            ("cascade", AttributeValue::Bool(true)),
+            ("on_unavailable", item::s("allow")),
+        ]))
+        .unwrap();
+        assert_eq!(c.disabled, Some(DisabledFlag::Enabled));
+        assert_eq!(c.cascade, Some(true));
+        assert_eq!(c.on_unavailable, Some(OnUnavailable::Allow));
+        assert!(c.limits.is_empty());
+    }
+
+    #[test]
+    fn a_limit_named_after_an_item_attribute_is_reported_with_item_and_name() {
+        for name in ["ttl", "total_events", "GSI2PK", "window"] {
+            for prefix in ["l", "w"] {
+                let attrs: Vec<(String, AttributeValue)> = ["cp", "ra", "rp", "rsa"]
+                    .iter()
+                    .map(|f| (format!("{prefix}_{name}_{f}"), item::n(10)))
+                    .chain(
+                        ["cp", "ra", "rp"]
+                            .iter()
+                            .map(|f| (format!("l_rpm_{f}"), item::n(10))),
+                    )
+                    .collect();
+                let pairs: Vec<(&str, AttributeValue)> =
+                    attrs.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+                let e = decode(&it(&pairs)).unwrap_err();
+                match &e {
+                    FormatError::ReservedLimitName { key, name: n } => {
+                        assert_eq!(n, name);
+                        assert_eq!(key, "ns/SYSTEM#|#CONFIG");
+                    }
+                    other => panic!("{name}: {other:?}"),
+                }
+                assert!(e.to_string().contains(name), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_level_item_round_trips_and_keeps_the_stored_flags() {
+        let limits = [Limit::per_minute("rpm", 100), Limit::per_minute("tpm", 10)];
+        let stored = it(&[
+            ("disabled", AttributeValue::Bool(true)),
+            ("cascade", AttributeValue::Bool(true)),
+        ]);
+        let slot = Slot::Entity("u1".into(), "gpt-4".into());
+        let written = level_item("ns", &slot, &limits, Some(&stored), None);
+        assert_eq!(item::get_s(&written, "PK"), Some("ns/ENTITY#u1"));
+        assert_eq!(item::get_s(&written, "SK"), Some("#CONFIG#gpt-4"));
+        assert_eq!(
+            item::get_s(&written, "GSI3PK"),
+            Some("ns/ENTITY_CONFIG#gpt-4")
+        );
+        let back = decode(&written).unwrap();
+        assert_eq!(back.limits, limits.to_vec());
+        assert_eq!(back.disabled, Some(DisabledFlag::Disabled));
+        assert_eq!(back.cascade, Some(true));
+        let system = level_item(
+            "ns",
+            &Slot::System,
+            &limits,
+            Some(&stored),
+            Some(OnUnavailable::Allow),
+        );
+        let back = decode(&system).unwrap();
+        assert_eq!((back.disabled, back.cascade), (None, None));
+        assert_eq!(back.on_unavailable, Some(OnUnavailable::Allow));
+    }
+}

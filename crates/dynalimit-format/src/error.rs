@@ -1,0 +1,48 @@
+//! What a codec reports about an item it cannot read.
+
+use thiserror::Error;
+
+/// An item that does not decode: malformed, or carrying what dynalimit does not implement.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// The item does not have the shape the format prescribes.
+    #[error("malformed item {key}: {message}")]
+    Corrupt {
+        /// The item's key (`PK|SK`).
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// The item carries a feature of a newer zae-limiter that dynalimit does not implement.
+    #[error("item {key} uses {feature}, which dynalimit does not implement")]
+    Unsupported {
+        /// The item's key (`PK|SK`).
+        key: String,
+        /// The feature found.
+        feature: String,
+    },
+
+    /// A stored configuration names a limit after an item attribute of the format
+    /// ([`crate::attr::ALL`]).
+    #[error(
+        "item {key} configures a limit named {name:?}, a reserved name (an item attribute of \
+         the table format); store the limits under another name"
+    )]
+    ReservedLimitName {
+        /// The config item's key (`PK|SK`).
+        key: String,
+        /// The reserved limit name found.
+        name: String,
+    },
+}
+
+impl FormatError {
+    pub(crate) fn corrupt(key: impl Into<String>, message: impl Into<String>) -> Self {
+        FormatError::Corrupt {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! The per-namespace cache of decoded configuration levels.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dynalimit_format::FormatError;
+use dynalimit_format::config::{self, LimitConfig, Slot};
+use dynalimit_format::item::Item;
+
+use crate::RepositoryError;
+
+/// Why a stored level cannot be used, kept in the cache (errors are not `Clone`).
+#[derive(Debug)]
+pub(crate) enum Unusable {
+    /// Replayed as [`RepositoryError::Unsupported`] (also corrupt items).
+    Unsupported { key: String, feature: String },
+    /// Replayed as [`RepositoryError::ReservedLimitName`].
+    ReservedName { key: String, name: String },
+}
+
+/// A decoded level: `Ok(None)` = no item; `Err` = an item dynalimit cannot use.
+pub(crate) type Entry = Result<Option<LimitConfig>, Arc<Unusable>>;
+
+/// Decodes a level as read (`None`: no item) into what the cache keeps.
+pub(crate) fn to_entry(found: Option<&Item>) -> Entry {
+    let unusable = match found.map(config::decode).transpose() {
+        Ok(c) => return Ok(c),
+        Err(FormatError::Unsupported { key, feature }) => Unusable::Unsupported { key, feature },
+        Err(FormatError::Corrupt { key, message }) => Unusable::Unsupported {
+            key,
+            feature: format!("corrupt item: {message}"),
+        },
+        Err(FormatError::ReservedLimitName { key, name }) => Unusable::ReservedName { key, name },
+        Err(other) => Unusable::Unsupported {
+            key: String::new(),
+            feature: other.to_string(),
+        },
+    };
+    Err(Arc::new(unusable))
+}
+
+/// The level an entry holds, or the error it replays.
+pub(crate) fn entry_result(entry: &Entry) -> Result<Option<&LimitConfig>, RepositoryError> {
+    match entry {
+        Ok(c) => Ok(c.as_ref()),
+        Err(problem) => Err(match problem.as_ref() {
+            Unusable::Unsupported { key, feature } => RepositoryError::Unsupported {
+                key: key.clone(),
+                feature: feature.clone(),
+            },
+            Unusable::ReservedName { key, name } => RepositoryError::ReservedLimitName {
+                key: key.clone(),
+                name: name.clone(),
+            },
+        }),
+    }
+}
+
+/// The level an entry holds, when it is usable.
+pub(crate) fn usable(entry: &Entry) -> Option<&LimitConfig> {
+    entry.as_ref().ok().and_then(Option::as_ref)
+}
+
+/// The per-namespace limit configuration cache.
+pub(crate) struct ConfigCache {
+    ttl: Duration,
+    cache: Option<moka::future::Cache<Slot, Arc<Entry>>>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl std::fmt::Debug for ConfigCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigCache")
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConfigCache {
+    pub(crate) fn new(ttl: Duration) -> Self {
+        let cache = (!ttl.is_zero()).then(|| {
+            moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(ttl)
+                .build()
+        });
+        ConfigCache {
+            ttl,
+            cache,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    pub(crate) async fn get(&self, slot: &Slot) -> Option<Arc<Entry>> {
+        let found = match &self.cache {
+            Some(c) => c.get(slot).await,
+            None => None,
+        };
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    pub(crate) async fn put(&self, slot: Slot, entry: Arc<Entry>) {
+        if let Some(c) = &self.cache {
+            c.insert(slot, entry).await;
+        }
+    }
+
+    pub(crate) async fn evict(&self, slot: &Slot) {
+        if let Some(c) = &self.cache {
+            c.invalidate(slot).await;
+        }
+    }
+
+    pub(crate) async fn clear(&self) {
+        if let Some(c) = &self.cache {
+            c.invalidate_all();
+            c.run_pending_tasks().await;
+        }
+    }
+
+    /// Hits, misses, size and TTL.
+    pub(crate) async fn stats(&self) -> CacheStats {
+        let size = match &self.cache {
+            Some(c) => {
+                c.run_pending_tasks().await;
+                c.entry_count()
+            }
+            None => 0,
+        };
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            size,
+            ttl: self.ttl,
+        }
+    }
+}
+
+/// Counters of the configuration cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Slot look-ups answered from the cache.
+    pub hits: u64,
+    /// Slot look-ups that had to read DynamoDB.
+    pub misses: u64,
+    /// Slots currently cached (found and not found).
+    pub size: u64,
+    /// The time-to-live.
+    pub ttl: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use dynalimit_format::item;
+
+    use super::*;
+
+    #[test]
+    fn unusable_levels_replay_their_error_and_stay_unavailable() {
+        let mut stored = item::key("ns/SYSTEM#", "#CONFIG");
+        for (k, v) in [
+            ("l_x_cp", item::n(1)),
+            ("l_x_ra", item::n(1)),
+            ("l_x_rp", item::n(1)),
+            ("w_x_cp", item::n(1)),
+            ("w_x_rsa", item::n(1)),
+        ] {
+            stored.insert(k.to_owned(), v);
+        }
+        let e = RepositoryError::from(config::decode(&stored).unwrap_err());
+        assert!(matches!(e, RepositoryError::Corrupt { .. }));
+        assert!(e.is_unavailable());
+        let replayed = entry_result(&to_entry(Some(&stored))).unwrap_err();
+        assert!(replayed.is_unavailable());
+
+        let mut reserved = item::key("ns/SYSTEM#", "#CONFIG");
+        for f in ["cp", "ra", "rp"] {
+            reserved.insert(format!("l_ttl_{f}"), item::n(10));
+        }
+        let e = RepositoryError::from(config::decode(&reserved).unwrap_err());
+        assert!(matches!(e, RepositoryError::ReservedLimitName { .. }));
+        assert!(e.is_unavailable());
+        // The cache replays the same variant.
+        assert!(matches!(
+            entry_result(&to_entry(Some(&reserved))),
+            Err(RepositoryError::ReservedLimitName { .. })
+        ));
+        assert!(matches!(entry_result(&to_entry(None)), Ok(None)));
+    }
+}

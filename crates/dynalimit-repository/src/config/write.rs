@@ -1,0 +1,448 @@
+//! The per-level writers: a full replace of the level's item (the stored `disabled` and
+//! `cascade` flags carried over), the registries, an audit event, cache eviction, and for the
+//! entity level the new parameters stamped on the entity's buckets.
+//!
+//! Every writer is safe to run again after a lost answer: a level put replaces the item with
+//! the same content, a registry count is only moved by the transaction that creates or deletes
+//! the level's item (a second run finds the item there, or gone, and leaves the count alone),
+//! and the bucket stamps set absolute values.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::{Delete, Put, ReturnValue, TransactWriteItem, Update};
+use dynalimit_core::Limit;
+use dynalimit_core::ids::{self, DEFAULT_RESOURCE};
+use dynalimit_format::audit::{
+    self, AuditAction, LIMITS_DETAIL, ON_UNAVAILABLE_DETAIL, SYSTEM_AUDIT_ID,
+};
+use dynalimit_format::config::{
+    self, ConfigLevel, LimitConfig, OnUnavailable, Slot, entity_config_registry_key,
+};
+use dynalimit_format::expr::Expr;
+use dynalimit_format::item::{self, Item};
+use dynalimit_format::schema::GSI3;
+use dynalimit_format::{attr, keys};
+
+use super::validate_limits;
+use crate::error::classify;
+use crate::namespace::absent;
+use crate::page;
+use crate::{Repository, RepositoryError};
+
+fn build_err(e: impl std::fmt::Display) -> RepositoryError {
+    RepositoryError::Rejected {
+        operation: "TransactWriteItems",
+        code: "Build".into(),
+        message: e.to_string(),
+    }
+}
+
+impl Repository {
+    async fn read_level(&self, slot: &Slot) -> Result<Option<Item>, RepositoryError> {
+        let out = self
+            .shared
+            .client
+            .get_item()
+            .table_name(&self.shared.table)
+            .set_key(Some(slot.key(&self.scope.id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify("GetItem", e))?;
+        Ok(out.item)
+    }
+
+    async fn get_level(&self, slot: &Slot) -> Result<Option<LimitConfig>, RepositoryError> {
+        Ok(self
+            .read_level(slot)
+            .await?
+            .as_ref()
+            .map(config::decode)
+            .transpose()?)
+    }
+
+    async fn put_item(&self, it: Item) -> Result<(), RepositoryError> {
+        self.shared
+            .client
+            .put_item()
+            .table_name(&self.shared.table)
+            .set_item(Some(it))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| classify("PutItem", e))
+    }
+
+    async fn delete_level(&self, slot: &Slot) -> Result<bool, RepositoryError> {
+        let out = self
+            .shared
+            .client
+            .delete_item()
+            .table_name(&self.shared.table)
+            .set_key(Some(slot.key(&self.scope.id)))
+            .return_values(ReturnValue::AllOld)
+            .send()
+            .await
+            .map_err(|e| classify("DeleteItem", e))?;
+        Ok(out.attributes.is_some_and(|a| !a.is_empty()))
+    }
+
+    /// Sets the limits of `entity_id` on `resource` (`_default_` = every resource): a full
+    /// replace of that level (stored `disabled`/`cascade` flags are kept), the registry of
+    /// resources with entity configs, an audit event, cache eviction, and the new parameters
+    /// stamped on every existing bucket of the entity for that resource.
+    ///
+    /// # Errors
+    /// [`RepositoryError::Validation`] before any request for bad ids or limits;
+    /// [`RepositoryError::FanoutIncomplete`] when the config was written but some buckets were
+    /// not stamped (rerun to finish); the classified failure.
+    pub async fn set_limits(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        limits: &[Limit],
+    ) -> Result<(), RepositoryError> {
+        ids::validate_entity_id(entity_id)?;
+        ids::validate_config_resource(resource)?;
+        validate_limits(limits)?;
+        let slot = Slot::Entity(entity_id.into(), resource.into());
+        let stored = self.read_level(&slot).await?;
+        let it = config::level_item(&self.scope.id, &slot, limits, stored.as_ref(), None);
+        if stored.is_some() {
+            self.put_item(it).await?;
+        } else {
+            self.create_entity_level(it, resource).await?;
+        }
+        self.scope.config.evict(&slot).await;
+        self.audit(
+            entity_id,
+            AuditAction::LimitsSet,
+            Some(resource),
+            HashMap::from([(LIMITS_DETAIL.to_string(), audit::limits_details(limits))]),
+        )
+        .await?;
+        self.stamp_entity_buckets(entity_id, resource).await
+    }
+
+    /// Creates an entity level's item and counts its resource in the registry of resources
+    /// with entity configs, in one transaction; a level created meanwhile by someone else is
+    /// replaced without touching the count (it is theirs).
+    async fn create_entity_level(&self, it: Item, resource: &str) -> Result<(), RepositoryError> {
+        let ns = &self.scope.id;
+        let condition = absent();
+        let put = Put::builder()
+            .table_name(&self.shared.table)
+            .set_item(Some(it.clone()))
+            .set_condition_expression(condition.condition_expression())
+            .set_expression_attribute_names(condition.names())
+            .build()
+            .map_err(build_err)?;
+        let mut e = Expr::default();
+        e.add(resource, 1);
+        e.set_if_absent(attr::GSI4PK, item::s(ns));
+        e.set_if_absent(attr::GSI4SK, item::s(keys::system_pk(ns)));
+        let count = Update::builder()
+            .table_name(&self.shared.table)
+            .set_key(Some(entity_config_registry_key(ns)))
+            .set_update_expression(e.update_expression())
+            .set_expression_attribute_names(e.names())
+            .set_expression_attribute_values(e.values())
+            .build()
+            .map_err(build_err)?;
+        let result = self
+            .shared
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put).build())
+            .transact_items(TransactWriteItem::builder().update(count).build())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_transaction_canceled_exception()) =>
+            {
+                self.put_item(it).await
+            }
+            Err(e) => Err(classify("TransactWriteItems", e)),
+        }
+    }
+
+    /// The limits stored at the entity level for `entity_id` on `resource` (strongly
+    /// consistent, not cached).
+    ///
+    /// # Errors
+    /// As [`Repository::resolve_limits`].
+    pub async fn get_limits(
+        &self,
+        entity_id: &str,
+        resource: &str,
+    ) -> Result<Option<LimitConfig>, RepositoryError> {
+        ids::validate_entity_id(entity_id)?;
+        ids::validate_config_resource(resource)?;
+        self.get_level(&Slot::Entity(entity_id.into(), resource.into()))
+            .await
+    }
+
+    /// Deletes the entity-level limits of `entity_id` on `resource`; returns false when there
+    /// were none. Existing buckets are stamped with the limits that now apply.
+    ///
+    /// # Errors
+    /// As [`Repository::set_limits`].
+    pub async fn delete_limits(
+        &self,
+        entity_id: &str,
+        resource: &str,
+    ) -> Result<bool, RepositoryError> {
+        ids::validate_entity_id(entity_id)?;
+        ids::validate_config_resource(resource)?;
+        let slot = Slot::Entity(entity_id.into(), resource.into());
+        let ns = &self.scope.id;
+        let mut present = Expr::default();
+        let c = present.exists(attr::PK);
+        present.when(c);
+        let delete = Delete::builder()
+            .table_name(&self.shared.table)
+            .set_key(Some(slot.key(ns)))
+            .set_condition_expression(present.condition_expression())
+            .set_expression_attribute_names(present.names())
+            .build()
+            .map_err(build_err)?;
+        let registry_key = entity_config_registry_key(ns);
+        let mut minus = Expr::default();
+        minus.add(resource, -1);
+        let count = Update::builder()
+            .table_name(&self.shared.table)
+            .set_key(Some(registry_key.clone()))
+            .set_update_expression(minus.update_expression())
+            .set_expression_attribute_names(minus.names())
+            .set_expression_attribute_values(minus.values())
+            .build()
+            .map_err(build_err)?;
+        let result = self
+            .shared
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().delete(delete).build())
+            .transact_items(TransactWriteItem::builder().update(count).build())
+            .send()
+            .await;
+        if let Err(e) = result {
+            if e.as_service_error()
+                .is_some_and(|s| s.is_transaction_canceled_exception())
+            {
+                self.scope.config.evict(&slot).await;
+                return Ok(false);
+            }
+            return Err(classify("TransactWriteItems", e));
+        }
+        let mut cleanup = Expr::default();
+        cleanup.remove(resource);
+        let c = cleanup.cmp(resource, "<=", 0);
+        cleanup.when(c);
+        let removed = self
+            .shared
+            .client
+            .update_item()
+            .table_name(&self.shared.table)
+            .set_key(Some(registry_key))
+            .set_update_expression(cleanup.update_expression())
+            .set_condition_expression(cleanup.condition_expression())
+            .set_expression_attribute_names(cleanup.names())
+            .set_expression_attribute_values(cleanup.values())
+            .send()
+            .await;
+        if let Err(e) = removed
+            && !e
+                .as_service_error()
+                .is_some_and(|s| s.is_conditional_check_failed_exception())
+        {
+            return Err(classify("UpdateItem", e));
+        }
+        self.scope.config.evict(&slot).await;
+        self.audit(
+            entity_id,
+            AuditAction::LimitsDeleted,
+            Some(resource),
+            HashMap::new(),
+        )
+        .await?;
+        self.stamp_entity_buckets(entity_id, resource).await?;
+        Ok(true)
+    }
+
+    /// Stamps the limits that now apply on every bucket of `entity_id` for `resource` (every
+    /// resource for `_default_`), with [`crate::bucket::BucketStore::sync_parameters`].
+    async fn stamp_entity_buckets(
+        &self,
+        entity_id: &str,
+        resource: &str,
+    ) -> Result<(), RepositoryError> {
+        let ns = &self.scope.id;
+        let prefix = if resource == DEFAULT_RESOURCE {
+            keys::BUCKET_INDEX_SK_PREFIX.to_string()
+        } else {
+            keys::bucket_gsi3sk_prefix(resource)
+        };
+        let mut e = Expr::default();
+        let c = e.eq(attr::GSI3PK, item::s(keys::entity_pk(ns, entity_id)));
+        e.when(c);
+        let c = e.begins_with(attr::GSI3SK, prefix);
+        e.when(c);
+        let buckets = page::all_keys(self.query(Some(GSI3), &e)).await?;
+        let store = self.buckets();
+        let mut stamped = 0;
+        for key in buckets {
+            let Some(parsed) = item::key_of(&key).and_then(|(pk, _)| keys::parse_bucket_pk(pk))
+            else {
+                continue;
+            };
+            let resolved = self.resolve_limits(entity_id, &parsed.resource).await?;
+            if resolved.limits.is_empty() {
+                continue;
+            }
+            let remove_ttl = matches!(
+                resolved.source,
+                Some(ConfigLevel::Entity | ConfigLevel::EntityDefault)
+            );
+            let bucket = crate::bucket::BucketKey::new(entity_id, parsed.resource, parsed.shard);
+            match store
+                .sync_parameters(&bucket, &resolved.limits, remove_ttl)
+                .await
+            {
+                Ok(true) => stamped += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    return Err(RepositoryError::FanoutIncomplete {
+                        stamped,
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the default limits of `resource` for every entity (full replace; stored flags kept)
+    /// and registers the resource. Existing buckets pick the change up when their TTL renews
+    /// them.
+    ///
+    /// # Errors
+    /// As [`Repository::set_limits`].
+    pub async fn set_resource_defaults(
+        &self,
+        resource: &str,
+        limits: &[Limit],
+    ) -> Result<(), RepositoryError> {
+        ids::validate_resource(resource)?;
+        validate_limits(limits)?;
+        let slot = Slot::Resource(resource.into());
+        let stored = self.read_level(&slot).await?;
+        let it = config::level_item(&self.scope.id, &slot, limits, stored.as_ref(), None);
+        self.put_item(it).await?;
+        self.register_resource(resource, true).await?;
+        self.scope.config.evict(&slot).await;
+        self.audit(
+            &audit::resource_audit_id(resource),
+            AuditAction::LimitsSet,
+            Some(resource),
+            HashMap::from([(LIMITS_DETAIL.to_string(), audit::limits_details(limits))]),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The default limits stored for `resource`.
+    ///
+    /// # Errors
+    /// As [`Repository::get_limits`].
+    pub async fn get_resource_defaults(
+        &self,
+        resource: &str,
+    ) -> Result<Option<LimitConfig>, RepositoryError> {
+        ids::validate_resource(resource)?;
+        self.get_level(&Slot::Resource(resource.into())).await
+    }
+
+    /// Deletes the default limits of `resource`; false when there were none.
+    ///
+    /// # Errors
+    /// The classified failure.
+    pub async fn delete_resource_defaults(&self, resource: &str) -> Result<bool, RepositoryError> {
+        ids::validate_resource(resource)?;
+        let slot = Slot::Resource(resource.into());
+        let existed = self.delete_level(&slot).await?;
+        self.register_resource(resource, false).await?;
+        self.scope.config.evict(&slot).await;
+        if existed {
+            self.audit(
+                &audit::resource_audit_id(resource),
+                AuditAction::LimitsDeleted,
+                Some(resource),
+                HashMap::new(),
+            )
+            .await?;
+        }
+        Ok(existed)
+    }
+
+    /// Sets the namespace-wide default limits and, when given, `on_unavailable` (otherwise
+    /// the stored value is kept).
+    ///
+    /// # Errors
+    /// As [`Repository::set_limits`].
+    pub async fn set_system_defaults(
+        &self,
+        limits: &[Limit],
+        on_unavailable: Option<OnUnavailable>,
+    ) -> Result<(), RepositoryError> {
+        validate_limits(limits)?;
+        let stored = self.read_level(&Slot::System).await?;
+        let keep = stored.as_ref().and_then(config::stored_on_unavailable);
+        let it = config::level_item(
+            &self.scope.id,
+            &Slot::System,
+            limits,
+            stored.as_ref(),
+            on_unavailable.or(keep),
+        );
+        self.put_item(it).await?;
+        self.scope.config.evict(&Slot::System).await;
+        let mut details =
+            HashMap::from([(LIMITS_DETAIL.to_string(), audit::limits_details(limits))]);
+        if let Some(o) = on_unavailable {
+            details.insert(ON_UNAVAILABLE_DETAIL.into(), item::s(o.as_str()));
+        }
+        self.audit(SYSTEM_AUDIT_ID, AuditAction::LimitsSet, None, details)
+            .await?;
+        Ok(())
+    }
+
+    /// The namespace-wide defaults.
+    ///
+    /// # Errors
+    /// As [`Repository::get_limits`].
+    pub async fn get_system_defaults(&self) -> Result<Option<LimitConfig>, RepositoryError> {
+        self.get_level(&Slot::System).await
+    }
+
+    /// Deletes the namespace-wide defaults (and `on_unavailable`); false when there were none.
+    ///
+    /// # Errors
+    /// The classified failure.
+    pub async fn delete_system_defaults(&self) -> Result<bool, RepositoryError> {
+        let existed = self.delete_level(&Slot::System).await?;
+        self.scope.config.evict(&Slot::System).await;
+        if existed {
+            self.audit(
+                SYSTEM_AUDIT_ID,
+                AuditAction::LimitsDeleted,
+                None,
+                HashMap::new(),
+            )
+            .await?;
+        }
+        Ok(existed)
+    }
+}

@@ -1,0 +1,468 @@
+//! [`RateLimiter`]: acquires through the engine, cascades to parents, availability queries.
+
+use std::collections::BTreeMap;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use dynalimit_core::decide::{BucketImage, availability};
+use dynalimit_core::ids::{validate_entity_id, validate_resource};
+use dynalimit_core::limit::amount_to_milli;
+use dynalimit_core::{CoreError, Limit};
+use dynalimit_format::attr;
+use dynalimit_repository::{OnUnavailable, Repository, RepositoryError};
+
+use super::engine::{Entry, Refusal, Role};
+use super::inner::{Inner, Pending, remaining, repo_error, unknown_name};
+use super::lease::Lease;
+use crate::{Error, Rejection};
+
+/// Distributed rate limiter over one namespace of a DynamoDB table. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RateLimiter {
+    pub(super) inner: Arc<Inner>,
+}
+
+impl RateLimiter {
+    /// A limiter over `repo`'s namespace; `on_unavailable` comes from the system
+    /// configuration (default `block`).
+    pub fn new(repo: Repository) -> Self {
+        Self::build(repo, None)
+    }
+
+    /// A limiter with an explicit `on_unavailable` policy, overriding the system
+    /// configuration.
+    pub fn with_on_unavailable(repo: Repository, on_unavailable: OnUnavailable) -> Self {
+        Self::build(repo, Some(on_unavailable))
+    }
+
+    fn build(repo: Repository, on_unavailable: Option<OnUnavailable>) -> Self {
+        RateLimiter {
+            inner: Arc::new(Inner::new(repo, on_unavailable)),
+        }
+    }
+
+    /// The repository this limiter writes to.
+    pub(crate) fn repository(&self) -> &Repository {
+        &self.inner.repo
+    }
+
+    /// Starts an acquire of `consume` (whole tokens per limit name) on `entity_id`'s bucket for
+    /// `resource`. Await the returned builder, after optionally setting
+    /// [`Acquire::limits`] and [`Acquire::on_unavailable`].
+    ///
+    /// # Errors (when awaited)
+    /// [`Error::Invalid`] for bad input (before any I/O; a limit name given twice in
+    /// `consume` included), [`Error::UnknownLimit`] for a consumed name that is not among the
+    /// limits (before any I/O for [`Acquire::limits`]; for stored limits once they are read,
+    /// before the bucket write, unless the entity cascades, see below),
+    /// [`Error::Rejected`] when the request does not fit, [`Error::ResourceDisabled`],
+    /// [`Error::NoLimits`], [`Error::PermissionDenied`], and [`Error::Unavailable`] under
+    /// `block`.
+    ///
+    /// In a cascade the child and its parent may each keep a subset of the stored limits, so
+    /// a name unknown to one of them is debited where it is known and ignored (with a
+    /// warning) where it is not; a name neither knows is then not refused.
+    ///
+    /// # Panics (when awaited)
+    /// Outside a Tokio runtime: the requests run on a spawned task (see [`Acquire`]).
+    pub fn acquire<K, I>(&self, entity_id: &str, resource: &str, consume: I) -> Acquire<'_>
+    where
+        K: Into<String>,
+        I: IntoIterator<Item = (K, i64)>,
+    {
+        Acquire {
+            limiter: self,
+            request: Request {
+                entity_id: entity_id.to_owned(),
+                resource: resource.to_owned(),
+                consume: consume.into_iter().map(|(k, v)| (k.into(), v)).collect(),
+                limits: None,
+                on_unavailable: None,
+            },
+        }
+    }
+
+    /// Whole tokens available per limit across every shard of the entity's bucket for
+    /// `resource` (capped at capacity; negative in debt). Reads GSI3 and the items. `limits`
+    /// empty: the stored configuration's.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for bad input, [`Error::PermissionDenied`], [`Error::Unavailable`].
+    pub async fn available(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        limits: &[Limit],
+    ) -> Result<BTreeMap<String, i64>, Error> {
+        let statuses = self
+            .availability(entity_id, resource, limits, &BTreeMap::new())
+            .await?;
+        Ok(statuses
+            .into_iter()
+            .map(|s| (s.limit.name().to_owned(), s.available))
+            .collect())
+    }
+
+    /// How long until `needed` (whole tokens per limit) would fit across the entity's shards;
+    /// zero when it fits now.
+    ///
+    /// # Errors
+    /// As [`RateLimiter::available`].
+    pub async fn time_until_available<K, I>(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        needed: I,
+        limits: &[Limit],
+    ) -> Result<Duration, Error>
+    where
+        K: Into<String>,
+        I: IntoIterator<Item = (K, i64)>,
+    {
+        let needed = needed
+            .into_iter()
+            .map(|(k, v)| Ok((k.into(), amount_to_milli("needed", v)?)))
+            .collect::<Result<BTreeMap<_, _>, CoreError>>()?;
+        let statuses = self
+            .availability(entity_id, resource, limits, &needed)
+            .await?;
+        let ms = statuses.iter().map(|s| s.retry_after_ms).max().unwrap_or(0);
+        Ok(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+    }
+
+    async fn availability(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        limits: &[Limit],
+        needed: &BTreeMap<String, i64>,
+    ) -> Result<Vec<crate::LimitStatus>, Error> {
+        validate_entity_id(entity_id)?;
+        validate_resource(resource)?;
+        for l in limits {
+            attr::validate_limit(l)?;
+        }
+        let resolved;
+        let limits = if limits.is_empty() {
+            resolved = self
+                .inner
+                .repo
+                .resolve_limits(entity_id, resource)
+                .await
+                .map_err(|e| repo_error(entity_id, resource, e))?
+                .limits;
+            if resolved.is_empty() {
+                return Err(Error::NoLimits {
+                    entity_id: entity_id.to_owned(),
+                    resource: resource.to_owned(),
+                });
+            }
+            resolved.as_slice()
+        } else {
+            limits
+        };
+        let buckets = self
+            .inner
+            .store
+            .entity_buckets(entity_id)
+            .await
+            .map_err(|e| repo_error(entity_id, resource, e))?;
+        let images: Vec<BucketImage> = buckets
+            .into_iter()
+            .filter(|(k, _)| k.resource == resource)
+            .map(|(_, img)| img)
+            .collect();
+        if let Some(reason) = images.iter().find_map(BucketImage::unsupported_reason) {
+            return Err(Error::Unavailable {
+                entity_id: entity_id.to_owned(),
+                resource: resource.to_owned(),
+                message: reason,
+            });
+        }
+        Ok(availability(
+            &images,
+            limits,
+            needed,
+            self.inner.clock.epoch_millis(),
+        ))
+    }
+
+    /// Waits until every rollback of a dropped lease has been written (or has failed), and
+    /// every acquire whose caller stopped waiting has finished (and rolled back).
+    pub async fn settle(&self) {
+        loop {
+            let notified = self.inner.settled.notified();
+            if self.inner.pending.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    async fn run(&self, request: Request) -> Result<Lease, Error> {
+        let Request {
+            entity_id,
+            resource,
+            consume,
+            limits,
+            on_unavailable,
+        } = request;
+        validate_entity_id(&entity_id)?;
+        validate_resource(&resource)?;
+        let mut demand = BTreeMap::new();
+        for (name, amount) in &consume {
+            attr::validate_limit_name(name)?;
+            let milli = amount_to_milli("amount", *amount)?;
+            if demand.insert(name.clone(), milli).is_some() {
+                return Err(CoreError::invalid_value(
+                    "consume",
+                    name,
+                    "a limit name may appear once per acquire",
+                )
+                .into());
+            }
+        }
+        if let Some(limits) = &limits {
+            for (i, l) in limits.iter().enumerate() {
+                attr::validate_limit(l)?;
+                if limits[..i].iter().any(|o| o.name() == l.name()) {
+                    return Err(CoreError::invalid_value(
+                        "limits",
+                        l.name(),
+                        "limit names must be unique",
+                    )
+                    .into());
+                }
+            }
+            if let Some(name) = unknown_name(&demand, limits) {
+                return Err(Error::UnknownLimit { key: name.clone() });
+            }
+        }
+        match self
+            .cascade_acquire(&entity_id, &resource, &demand, limits.as_deref())
+            .await
+        {
+            Ok(entries) => Ok(Lease::new(Arc::clone(&self.inner), entries)),
+            Err((owner, refusal)) => match refusal {
+                Refusal::Rejected {
+                    statuses,
+                    contended,
+                } => Err(Error::Rejected(if contended {
+                    Rejection::contended(&owner, &resource)
+                } else {
+                    Rejection::limits(&owner, &resource, statuses)
+                })),
+                Refusal::Paused(until) => Err(Error::Rejected(Rejection::paused(
+                    until,
+                    remaining(until, self.inner.clock.epoch_millis()),
+                    Some((&owner, &resource)),
+                ))),
+                Refusal::Disabled => Err(Error::ResourceDisabled {
+                    entity_id: owner,
+                    resource,
+                }),
+                Refusal::NoLimits => Err(Error::NoLimits {
+                    entity_id: owner,
+                    resource,
+                }),
+                Refusal::UnknownLimit(key) => Err(Error::UnknownLimit { key }),
+                Refusal::Repository(e @ RepositoryError::PermissionDenied { .. }) => {
+                    Err(Error::PermissionDenied(e))
+                }
+                Refusal::Repository(RepositoryError::TransactionConflict { .. }) => {
+                    Err(Error::Rejected(Rejection::contended(&owner, &resource)))
+                }
+                other => {
+                    let message = match other {
+                        Refusal::Unsupported(reason) => {
+                            format!("fails closed on an unsupported item: {reason}")
+                        }
+                        Refusal::Repository(e) => e.to_string(),
+                        _ => String::new(),
+                    };
+                    match self.on_unavailable(on_unavailable).await {
+                        OnUnavailable::Allow => {
+                            tracing::warn!(
+                                entity_id = %entity_id, resource = %resource, %message,
+                                "rate limiter unavailable; admitting with a no-op lease"
+                            );
+                            Ok(Lease::degraded())
+                        }
+                        OnUnavailable::Block => Err(Error::Unavailable {
+                            entity_id,
+                            resource,
+                            message,
+                        }),
+                    }
+                }
+            },
+        }
+    }
+
+    /// The `on_unavailable` mode of an acquire that could not be decided.
+    async fn on_unavailable(&self, explicit: Option<OnUnavailable>) -> OnUnavailable {
+        if let Some(mode) = explicit.or(self.inner.on_unavailable) {
+            return mode;
+        }
+        let lookup = tokio::time::timeout(
+            Duration::from_secs(1),
+            self.inner.repo.resolve_on_unavailable(),
+        );
+        let last = &self.inner.last_on_unavailable;
+        if let Ok(Ok(found)) = lookup.await {
+            *last
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = found;
+        }
+        last.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or(OnUnavailable::Block)
+    }
+
+    /// Debits the entity and, when it cascades, its direct parent (never the grandparent).
+    async fn cascade_acquire(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        demand: &BTreeMap<String, i64>,
+        limits: Option<&[Limit]>,
+    ) -> Result<Vec<Entry>, (String, Refusal)> {
+        let inner = &self.inner;
+        let tag = |owner: &str| {
+            let owner = owner.to_owned();
+            move |r: Refusal| (owner, r)
+        };
+        if let Some(Some(parent)) = inner.known_parent(entity_id, resource) {
+            // Warm cascade: both writes at once.
+            let (child, up) = futures::join!(
+                inner.acquire_one(
+                    entity_id,
+                    resource,
+                    demand,
+                    limits,
+                    Role::Entity { probe: false }
+                ),
+                inner.acquire_one(&parent, resource, demand, limits, Role::Parent),
+            );
+            return match (child, up) {
+                (Ok(c), Ok(p)) => {
+                    if c.cascade && c.parent_id.as_deref() == Some(parent.as_str()) {
+                        Ok(vec![c, p])
+                    } else {
+                        // The item says the cascade changed: the item wins.
+                        inner.compensate(&p).await;
+                        self.cold_parent(c, resource, demand, limits).await
+                    }
+                }
+                (Ok(c), Err(r)) => {
+                    inner.compensate(&c).await;
+                    Err((parent, r))
+                }
+                (Err(r), Ok(p)) => {
+                    inner.compensate(&p).await;
+                    Err((entity_id.to_owned(), r))
+                }
+                (Err(r), Err(_)) => Err((entity_id.to_owned(), r)),
+            };
+        }
+        let child = inner
+            .acquire_one(
+                entity_id,
+                resource,
+                demand,
+                limits,
+                Role::Entity { probe: true },
+            )
+            .await
+            .map_err(tag(entity_id))?;
+        self.cold_parent(child, resource, demand, limits).await
+    }
+
+    /// After the child's debit: debit the parent named by the child's item, if it cascades.
+    async fn cold_parent(
+        &self,
+        child: Entry,
+        resource: &str,
+        demand: &BTreeMap<String, i64>,
+        limits: Option<&[Limit]>,
+    ) -> Result<Vec<Entry>, (String, Refusal)> {
+        let Some(parent) = child.parent_id.clone().filter(|_| child.cascade) else {
+            return Ok(vec![child]);
+        };
+        match self
+            .inner
+            .acquire_one(&parent, resource, demand, limits, Role::Parent)
+            .await
+        {
+            Ok(p) => Ok(vec![child, p]),
+            Err(r) => {
+                self.inner.compensate(&child).await;
+                Err((parent, r))
+            }
+        }
+    }
+}
+
+/// An acquire being set up; await it to run it.
+///
+/// The requests run on a task of their own: if the awaiting future is dropped (a timeout, a
+/// cancelled request handler) while a write is in flight, the task still finishes, and a lease
+/// nobody receives is rolled back like any dropped lease.
+#[derive(Debug)]
+#[must_use = "an acquire does nothing until awaited"]
+pub struct Acquire<'a> {
+    limiter: &'a RateLimiter,
+    request: Request,
+}
+
+#[derive(Debug)]
+struct Request {
+    entity_id: String,
+    resource: String,
+    consume: Vec<(String, i64)>,
+    limits: Option<Vec<Limit>>,
+    on_unavailable: Option<OnUnavailable>,
+}
+
+impl Acquire<'_> {
+    /// Uses these limits instead of the stored configuration.
+    pub fn limits(mut self, limits: impl IntoIterator<Item = Limit>) -> Self {
+        self.request.limits = Some(limits.into_iter().collect());
+        self
+    }
+
+    /// Overrides the limiter's `on_unavailable` policy for this acquire.
+    pub fn on_unavailable(mut self, mode: OnUnavailable) -> Self {
+        self.request.on_unavailable = Some(mode);
+        self
+    }
+}
+
+impl<'a> IntoFuture for Acquire<'a> {
+    type Output = Result<Lease, Error>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<Lease, Error>> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let limiter = self.limiter.clone();
+        let pending = Pending::new(&limiter.inner);
+        // The lease is dropped before `pending` when nobody awaits the result, so its rollback
+        // is registered before the acquire stops counting.
+        // Boxed first, so the task is handed a pointer rather than the acquire's whole state.
+        let run = Box::pin(async move { limiter.run(self.request).await });
+        let task = tokio::spawn(async move { (run.await, pending) });
+        Box::pin(async move {
+            match task.await {
+                Ok((result, _pending)) => result,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => Err(Error::Unavailable {
+                    entity_id: String::new(),
+                    resource: String::new(),
+                    message: format!("acquire task ended early: {e}"),
+                }),
+            }
+        })
+    }
+}

@@ -1,0 +1,9 @@
+//! The workspace's shape, checked from its sources and its dependency graph: a service that
+//! turns provisioning off compiles no control-plane SDK, the table format is spelled only in
+//! `dynalimit-format`, and no two files of one crate import each other, directly or through
+//! others.
+
+mod cycles;
+mod features;
+mod format_strings;
+mod source;
