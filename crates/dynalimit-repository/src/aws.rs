@@ -8,7 +8,7 @@
 //!   its region, endpoint and credentials apply.
 //! * Region: an explicit one, else `AWS_REGION` / `AWS_DEFAULT_REGION`, the profile's
 //!   `region`, and on AWS the EC2 instance's (unless `AWS_EC2_METADATA_DISABLED=true`).
-//!   An emulator on a loopback endpoint gets [`EMULATOR_REGION`] when none is set. Elsewhere a
+//!   An emulator on a loopback endpoint gets `us-east-1` when none is set. Elsewhere a
 //!   missing region is [`RepositoryError::MissingRegion`]: there is no silent default.
 //! * Credentials: the SDK's default chain; an emulator on a loopback endpoint gets static
 //!   local credentials unless `AWS_ACCESS_KEY_ID` or a profile is set.
@@ -24,7 +24,7 @@ use aws_types::service_config::ServiceConfigKey;
 use crate::RepositoryError;
 
 /// The region of an emulator on a loopback endpoint when none is configured.
-pub const EMULATOR_REGION: &str = "us-east-1";
+pub(crate) const EMULATOR_REGION: &str = "us-east-1";
 
 /// What a caller chooses explicitly; everything left `None` comes from the environment and
 /// the AWS configuration files.

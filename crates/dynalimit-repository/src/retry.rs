@@ -19,10 +19,10 @@
 //! written, an attempt timeout, a 5xx answer, which DynamoDB documents as "may or may not
 //! have succeeded"), the outcome is unknown, and the write is reported as
 //! [`RepositoryError::OutcomeUnknown`] instead of being sent again, unless the caller
-//! declared that a second application is harmless. A 2xx status is an applied write even when its body
-//! cannot be read: the write is reported as applied with no returned item. Every retry is
-//! paid from the repository's retry budget: [`BUDGET_CAPACITY`] units, [`RETRY_COST`] per
-//! retry ([`THROTTLING_RETRY_COST`] after throttling), refunded on success.
+//! declared that a second application is harmless. A 2xx status is an applied write even when
+//! its body cannot be read: the write is reported as applied with no returned item. Every
+//! retry is paid from the repository's retry budget, as the SDK's standard retry quota: 500
+//! units, 14 per retry (5 after throttling), refunded on success.
 
 use std::time::Duration;
 
@@ -128,11 +128,11 @@ pub(crate) fn max_attempts(config: Option<&RetryConfig>) -> u32 {
 }
 
 /// Capacity of a repository's retry budget, as the SDK's standard retry quota.
-pub const BUDGET_CAPACITY: u32 = 500;
+pub(crate) const BUDGET_CAPACITY: u32 = 500;
 /// What a retry after a failure costs from the budget.
-pub const RETRY_COST: u32 = 14;
+pub(crate) const RETRY_COST: u32 = 14;
 /// What a retry after throttling costs from the budget.
-pub const THROTTLING_RETRY_COST: u32 = 5;
+pub(crate) const THROTTLING_RETRY_COST: u32 = 5;
 
 /// The retry quota shared by every bucket write of one repository, fast path and SDK path
 /// alike, as the SDK's standard retry mode keeps one per client: each retry pays
