@@ -13,6 +13,7 @@
 //! | `first-touch` | the first acquire of a bucket (new resource on the hot entity, new entity otherwise), then commit |
 //! | `warm-cascade` | a warm acquire by a child whose bucket cascades to its parent, then commit |
 //! | `adjust` | a warm acquire, `adjust(tpm, +50)`, commit |
+//! | `rejected-flood` | an acquire on a spent bucket (1 request an hour), refused: with the limiter's rejection cache, most cost no request |
 //!
 //! For each: p50, p90, p99 and mean latency, operations per second, DynamoDB requests per
 //! operation (counted by an SDK interceptor) and client CPU per operation (the CPU time of
@@ -85,10 +86,11 @@ enum Op {
     FirstTouch,
     WarmCascade,
     Adjust,
+    RejectedFlood,
 }
 
 impl Op {
-    const ALL: [Op; 7] = [
+    const ALL: [Op; 8] = [
         Op::RawSdk,
         Op::RawUpdate,
         Op::StoreConsume,
@@ -96,6 +98,7 @@ impl Op {
         Op::WarmCascade,
         Op::Adjust,
         Op::FirstTouch,
+        Op::RejectedFlood,
     ];
 
     fn name(self) -> &'static str {
@@ -107,6 +110,7 @@ impl Op {
             Op::FirstTouch => "first-touch",
             Op::WarmCascade => "warm-cascade",
             Op::Adjust => "adjust",
+            Op::RejectedFlood => "rejected-flood",
         }
     }
 }
@@ -185,6 +189,14 @@ struct Bench {
 }
 
 const RESOURCE: &str = "model";
+
+/// The limits of the spent buckets the rejected flood acquires on: one request an hour.
+fn spent_limits() -> [Limit; 2] {
+    [
+        Limit::per_hour("rpm", 1),
+        Limit::per_hour("tpm", 1_000_000_000_000),
+    ]
+}
 
 /// Runs the benchmark against `endpoint_url` (the configured endpoint), or a fresh private
 /// DynamoDB Local when it is not given; `stack` is the table.
@@ -310,6 +322,13 @@ async fn prepare(bench: &Bench, repo: &Repository) -> anyhow::Result<()> {
                 .commit()
                 .await?;
         }
+        // The rejected flood's bucket, spent.
+        limiter
+            .acquire(&format!("x-{i}"), RESOURCE, [("rpm", 1), ("tpm", 1)])
+            .limits(spent_limits())
+            .await?
+            .commit()
+            .await?;
         Ok(())
     })
     .await?;
@@ -419,6 +438,18 @@ impl Bench {
                     .await?;
                 lease.adjust("tpm", 50)?;
                 Ok(lease.commit().await?)
+            }
+            Op::RejectedFlood => {
+                let refused = self
+                    .limiter
+                    .acquire(&format!("x-{e}"), RESOURCE, consume)
+                    .limits(spent_limits())
+                    .await;
+                match refused {
+                    Err(dynalimit::Error::Rejected(_)) => Ok(()),
+                    Err(e) => Err(e.into()),
+                    Ok(_) => anyhow::bail!("a spent bucket admitted an acquire"),
+                }
             }
             Op::FirstTouch => {
                 let n = self.fresh.fetch_add(1, Ordering::Relaxed);
@@ -577,6 +608,13 @@ fn targets(results: &[Figures]) -> Value {
                 "met": Value::Null,
             }));
         }
+    }
+    if let Some(flood) = find(results, Op::RejectedFlood, Shape::Hot, 1) {
+        out.push(json!({
+            "target": "DynamoDB requests per rejected request under a flood <= 0.1 (c=1, hot)",
+            "value": (flood.requests_per_op * 1000.0).round() / 1000.0,
+            "met": flood.requests_per_op <= 0.1,
+        }));
     }
     let worst_cpu = results
         .iter()

@@ -230,6 +230,40 @@ pub fn fast_rejection_gate(img: &BucketImage, demand: &BTreeMap<String, i64>, no
     }
 }
 
+/// What a remembered image of a shard says about `demand` at `now` (reference §3.3, the local
+/// rejection cache): the statuses when a declared limit is short even after refill, `None`
+/// when the image may not be used to refuse (it carries a `vu` stamp, is past its `ttl`, is
+/// disabled or carries what the core profile cannot interpret, lacks a declared limit, or
+/// holds a declared limit defined otherwise than in `limits`, the acquire's explicit limits,
+/// which its slow pass would write) or the limits would cover the request. Only declared
+/// limits count: a `wcu` shortfall never refuses. A remembered image is never used to admit.
+pub fn remembered_rejection(
+    img: &BucketImage,
+    demand: &BTreeMap<String, i64>,
+    limits: Option<&[Limit]>,
+    now: i64,
+) -> Option<Vec<LimitStatus>> {
+    if img.disabled || !img.unsupported.is_empty() || img.vu.is_some() {
+        return None;
+    }
+    if let Some(limits) = limits {
+        let agrees = demand.keys().all(|name| {
+            let stored = img.limits.get(name).map(|s| s.limit(name));
+            stored.is_some_and(|stored| limits.contains(&stored))
+        });
+        if !agrees {
+            return None;
+        }
+    }
+    if img.ttl.is_some_and(|t| t.saturating_mul(1000) <= now) {
+        return None;
+    }
+    match fast_rejection_gate(img, demand, now) {
+        Gate::Reject(statuses) => Some(statuses),
+        Gate::SlowPath => None,
+    }
+}
+
 /// Whether refilling the image's `wcu` limit to `now` restores at least one write token.
 pub fn wcu_refill_restores(img: &BucketImage, now: i64) -> bool {
     let Some(w) = img.wcu else {

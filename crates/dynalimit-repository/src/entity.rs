@@ -131,6 +131,7 @@ impl Repository {
     /// the classified failure.
     pub async fn delete_entity(&self, entity_id: &str) -> Result<usize, RepositoryError> {
         ids::validate_entity_id(entity_id)?;
+        self.scope.config.changed();
         let ns = &self.scope.id;
         let entity_pk = keys::entity_pk(ns, entity_id);
         let own = page::all_keys(self.query(None, &partition(&entity_pk, None))).await?;

@@ -115,12 +115,14 @@ async fn faulty(r: &Rig, code: &'static str, n: usize) -> (RateLimiter, Arc<Atom
     (RateLimiter::new(repo), remaining)
 }
 
-struct Rig {
-    table: TestTable,
-    repo: Repository,
-    limiter: RateLimiter,
-    counter: RequestCounter,
-    clock: ManualClock,
+/// A table, a repository on it over the fast path with a request counter and a manual
+/// clock, and a limiter.
+pub(crate) struct Rig {
+    pub(crate) table: TestTable,
+    pub(crate) repo: Repository,
+    pub(crate) limiter: RateLimiter,
+    pub(crate) counter: RequestCounter,
+    pub(crate) clock: ManualClock,
 }
 
 async fn open(
@@ -143,7 +145,7 @@ async fn open(
         .expect("open repository")
 }
 
-async fn rig() -> Rig {
+pub(crate) async fn rig() -> Rig {
     let table = dynalimit_tests::table().await;
     let counter = RequestCounter::default();
     let client = dynalimit_tests::client_with(Some(counter.clone())).await;
@@ -411,9 +413,12 @@ fn spend_while(
 }
 
 /// Waits until `n` more requests went out (the emulator's answers pace the simulated clock).
-async fn pace(counter: &RequestCounter, handles: &[tokio::task::JoinHandle<()>], n: u64) {
-    let before = counter.total();
-    while counter.total() < before + n {
+/// Waits until the tasks have made `n` more attempts: requests, or refusals the limiter's
+/// rejection cache made without one.
+async fn pace(r: &Rig, handles: &[tokio::task::JoinHandle<()>], n: u64) {
+    let attempts = || r.counter.total() + r.limiter.cached_rejections();
+    let before = attempts();
+    while attempts() < before + n {
         assert!(!handles.iter().any(|h| h.is_finished()), "a task died");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -432,10 +437,10 @@ async fn refill_bound_capacity_50_plus_10_per_second_for_10_seconds() {
     // 10 simulated seconds in 100 steps of 100 ms; each step waits until the tasks have had
     // the chance to drain the refill (the emulator's answers pace the loop).
     for _ in 0..100 {
-        pace(&r.counter, &handles, 48).await;
+        pace(&r, &handles, 48).await;
         r.clock.advance(Duration::from_millis(100));
     }
-    pace(&r.counter, &handles, 96).await;
+    pace(&r, &handles, 96).await;
     stop.store(1, Ordering::SeqCst);
     for h in handles {
         h.await.unwrap();

@@ -11,6 +11,7 @@ mod format;
 mod kit;
 mod namespaces;
 mod outcomes;
+mod rejections;
 mod schema;
 mod settings;
 mod sharding;

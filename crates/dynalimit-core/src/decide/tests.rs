@@ -763,3 +763,61 @@ fn every_shard_splits_from_one_that_existed_before_its_doubling() {
     }
     assert_eq!(split_from(0), 0);
 }
+
+#[test]
+fn a_remembered_image_refuses_only_while_a_declared_limit_stays_short() {
+    // rpm 60: spent to the last token; one token refills per second.
+    let limits = [rpm(60)];
+    let img = fresh(&limits, &demand(&[("rpm", 60)]), 1, T0);
+    let d = demand(&[("rpm", 1)]);
+    let statuses = remembered_rejection(&img, &d, None, T0).expect("short now");
+    assert!(statuses[0].exceeded);
+    let wait = statuses[0].retry_after_ms;
+    assert!((1000..=1001).contains(&wait), "{wait}");
+    assert!(remembered_rejection(&img, &d, None, T0 + 999).is_some());
+    // Projected with refill, never used past the point where the request would fit.
+    assert_eq!(remembered_rejection(&img, &d, None, T0 + 1000), None);
+    assert_eq!(remembered_rejection(&img, &d, None, T0 + wait), None);
+    // Two tokens need two seconds.
+    assert!(remembered_rejection(&img, &demand(&[("rpm", 2)]), None, T0 + 1500).is_some());
+}
+
+#[test]
+fn a_remembered_image_is_not_used_when_it_may_be_stale_or_says_too_little() {
+    let limits = [rpm(60)];
+    let spent = fresh(&limits, &demand(&[("rpm", 60)]), 1, T0);
+    let d = demand(&[("rpm", 1)]);
+    assert!(remembered_rejection(&spent, &d, None, T0).is_some());
+    type Change = fn(&mut BucketImage);
+    let variants: [(&str, Change); 5] = [
+        ("vu stamp", |i| i.vu = Some(0)),
+        ("past ttl", |i| i.ttl = Some(T0 / 1000)),
+        ("disabled", |i| i.disabled = true),
+        ("unsupported", |i| i.unsupported.push("b_rpm_gc".into())),
+        ("only wcu short", |i| {
+            i.limits.get_mut("rpm").unwrap().tk = 60_000;
+            i.wcu.as_mut().unwrap().tk = 0;
+        }),
+    ];
+    for (why, change) in variants {
+        let mut img = spent.clone();
+        change(&mut img);
+        assert_eq!(remembered_rejection(&img, &d, None, T0), None, "{why}");
+    }
+    // A declared limit the item does not hold yet: the slow path would seed it.
+    assert_eq!(
+        remembered_rejection(&spent, &demand(&[("rpm", 1), ("tpm", 1)]), None, T0),
+        None
+    );
+    // Explicit limits: used only when they define the declared limits as the item does.
+    assert!(remembered_rejection(&spent, &d, Some(&limits), T0).is_some());
+    assert_eq!(
+        remembered_rejection(&spent, &d, Some(&[rpm(120)]), T0),
+        None
+    );
+    assert_eq!(remembered_rejection(&spent, &d, Some(&[]), T0), None);
+    // A ttl still ahead is fine.
+    let mut img = spent.clone();
+    img.ttl = Some(T0 / 1000 + 60);
+    assert!(remembered_rejection(&img, &d, None, T0).is_some());
+}

@@ -68,6 +68,8 @@ pub(crate) struct ConfigCache {
     cache: Option<moka::future::Cache<Slot, Arc<Entry>>>,
     hits: AtomicU64,
     misses: AtomicU64,
+    /// Counts the writes that evicted configuration (see [`ConfigCache::generation`]).
+    generation: AtomicU64,
 }
 
 impl std::fmt::Debug for ConfigCache {
@@ -91,6 +93,7 @@ impl ConfigCache {
             cache,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -118,13 +121,27 @@ impl ConfigCache {
         }
     }
 
+    /// Changes with every configuration write through this repository (each evicts), so
+    /// that caches derived from the configuration elsewhere in the process can drop what
+    /// they hold.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Marks a write that changes what the configuration or the buckets say.
+    pub(crate) fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
     pub(crate) async fn evict(&self, slot: &Slot) {
+        self.changed();
         if let Some(c) = &self.cache {
             c.invalidate(slot).await;
         }
     }
 
     pub(crate) async fn clear(&self) {
+        self.changed();
         if let Some(c) = &self.cache {
             c.invalidate_all();
             c.run_pending_tasks().await;

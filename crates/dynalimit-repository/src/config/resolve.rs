@@ -18,6 +18,15 @@ impl Repository {
         self.scope.config.clear().await;
     }
 
+    /// A number that changes with every write through this repository (or its clones) that
+    /// changes limit configuration or deletes buckets: set, delete and disable calls at every
+    /// level, entity deletion, [`Repository::invalidate_config_cache`]. Process-local caches
+    /// derived from the configuration or the buckets (the limiter's rejection cache) compare
+    /// it to drop what they hold. Writes by other processes do not change it.
+    pub fn config_generation(&self) -> u64 {
+        self.scope.config.generation()
+    }
+
     /// Hits, misses, size and TTL of this namespace's configuration cache.
     pub async fn cache_stats(&self) -> CacheStats {
         self.scope.config.stats().await

@@ -18,6 +18,7 @@ use dynalimit_repository::{ConfigLevel, DisabledFlag, LimitConfig, RepositoryErr
 use rand::Rng;
 
 use super::inner::Inner;
+use super::rejections::{Moment, Verdict};
 
 /// What one owner's debit produced.
 #[derive(Debug, Clone)]
@@ -100,6 +101,15 @@ enum Slow {
     Short(Vec<LimitStatus>),
 }
 
+/// A shard drawn among `[0, count)` leaving out the ones known short (some shard is not).
+fn shard_avoiding(count: u32, short: &[u32]) -> u32 {
+    let open: Vec<u32> = (0..count).filter(|s| !short.contains(s)).collect();
+    match open.len() {
+        0 => random_shard(0, count),
+        n => open[rand::rng().random_range(0..n)],
+    }
+}
+
 /// Shard draws for probes and the slow path.
 fn random_shard(from: u32, to: u32) -> u32 {
     shard_in(from, to, rand::rng().random())
@@ -135,11 +145,25 @@ impl Inner {
         let probe = matches!(role, Role::Entity { probe: true }) || role == Role::Parent;
         let now = self.clock.epoch_millis();
         let known = self.shard_count(entity_id, resource);
-        let shard = random_shard(0, known);
+        let at = Moment {
+            now,
+            generation: self.repo.config_generation(),
+        };
+        let shard = match self
+            .rejections
+            .check((entity_id, resource), known, demand, limits, at)
+        {
+            Verdict::Refuse(statuses) => return Err(reject(statuses)),
+            Verdict::Avoid(short) => shard_avoiding(known, &short),
+            Verdict::Unknown => random_shard(0, known),
+        };
         let key = BucketKey::new(entity_id, resource, shard);
         let outcome = self.store.speculative_consume(&key, demand, now).await?;
         let next = match outcome {
-            ConsumeOutcome::Consumed(img) => Next::Done(self.entry_from_image(&key, img, demand)),
+            ConsumeOutcome::Consumed(img) => {
+                self.rejections.forget(&key);
+                Next::Done(self.entry_from_image(&key, img, demand))
+            }
             ConsumeOutcome::Contended => Next::Slow {
                 shard,
                 shard_count: known,
@@ -192,7 +216,10 @@ impl Inner {
             FastFailure::Disabled => Err(Refusal::Disabled),
             FastFailure::WcuExhausted | FastFailure::BothExhausted => {
                 match decide_wcu_exhaustion(&img, demand, now) {
-                    WcuDecision::Reject(statuses) => Err(reject(statuses)),
+                    WcuDecision::Reject(statuses) => {
+                        self.remember_refusal(key, &img, demand, now);
+                        Err(reject(statuses))
+                    }
                     WcuDecision::SlowPath => Ok(slow_here(img.shards())),
                     WcuDecision::Double { from, to } => {
                         let doubling = self.store.double_shards(key, from, to).await?;
@@ -231,7 +258,10 @@ impl Inner {
                     return Ok(next);
                 }
                 match fast_rejection_gate(&img, demand, now) {
-                    Gate::Reject(statuses) => Err(reject(statuses)),
+                    Gate::Reject(statuses) => {
+                        self.remember_refusal(key, &img, demand, now);
+                        Err(reject(statuses))
+                    }
                     Gate::SlowPath => Ok(slow_here(img.shards())),
                 }
             }
@@ -438,8 +468,13 @@ impl Inner {
             };
             let plan = match plan_refill(&img, limits, &demand, now, ttl) {
                 Plan::Write(p) => p,
-                Plan::Reject(statuses) if key.shard > 0 => return Ok(Slow::Short(statuses)),
-                Plan::Reject(statuses) => return Err(reject(statuses)),
+                Plan::Reject(statuses) => {
+                    self.remember_refusal(key, &img, &demand, now);
+                    if key.shard > 0 {
+                        return Ok(Slow::Short(statuses));
+                    }
+                    return Err(reject(statuses));
+                }
             };
             let entry = match self.store.refill(key, &plan).await? {
                 RefillOutcome::Applied => {
@@ -569,11 +604,27 @@ fn known_demand(demand: &BTreeMap<String, i64>, limits: &[Limit]) -> BTreeMap<St
 }
 impl Inner {
     /// Gives back what `entry` consumed (plus `extra` net adjustments); best effort.
+    /// Remembers the image a shard refused with (the local rejection cache).
+    fn remember_refusal(
+        &self,
+        key: &BucketKey,
+        img: &BucketImage,
+        demand: &BTreeMap<String, i64>,
+        now: i64,
+    ) {
+        let at = Moment {
+            now,
+            generation: self.repo.config_generation(),
+        };
+        self.rejections.remember(key, img, demand, at);
+    }
+
     pub(super) async fn credit(
         &self,
         entry: &Entry,
         net: &BTreeMap<String, i64>,
     ) -> Result<(), RepositoryError> {
+        self.rejections.forget(&entry.key);
         let plan: DeltaPlan = plan_delta(net, &entry.states, entry.shard_count);
         self.store.apply_delta(&entry.key, &plan).await.map(|_| ())
     }

@@ -14,6 +14,7 @@ use dynalimit_repository::bucket::{BucketStore, Owner};
 use dynalimit_repository::{OnUnavailable, Repository, RepositoryError};
 use tokio::sync::Notify;
 
+use super::rejections::{DEFAULT_REJECTION_CACHE_TTL, RejectionCache};
 use crate::Error;
 
 #[derive(Debug, Clone, Default)]
@@ -34,6 +35,7 @@ pub(crate) struct Inner {
     known: Mutex<HashMap<(String, String), Known>>,
     pub(super) pending: AtomicUsize,
     pub(super) settled: Notify,
+    pub(super) rejections: RejectionCache,
 }
 
 impl std::fmt::Debug for Inner {
@@ -57,6 +59,7 @@ impl Inner {
             known: Mutex::new(HashMap::new()),
             pending: AtomicUsize::new(0),
             settled: Notify::new(),
+            rejections: RejectionCache::new(DEFAULT_REJECTION_CACHE_TTL),
         }
     }
 

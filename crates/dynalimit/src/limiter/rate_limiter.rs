@@ -44,6 +44,35 @@ impl RateLimiter {
         }
     }
 
+    /// Sets how long a shard that refused a request is remembered (the local rejection
+    /// cache, default [`DEFAULT_REJECTION_CACHE_TTL`], 1 s; zero turns it off).
+    ///
+    /// While every shard of a bucket is remembered short for a requested limit (projected with
+    /// refill, so never past the moment the request would fit), acquires on it are refused
+    /// without a request to DynamoDB, so a flood of requests a bucket cannot serve costs
+    /// nothing. The price: a bucket that another process refunds or reconfigures is seen at
+    /// most this long later. What this limiter (or a clone) gives back, and configuration
+    /// written through its repository, take effect at once. A remembered image is never used
+    /// to admit, nor when explicit `.limits(..)` define a requested limit otherwise than the
+    /// bucket holds it.
+    ///
+    /// [`DEFAULT_REJECTION_CACHE_TTL`]: super::DEFAULT_REJECTION_CACHE_TTL
+    pub fn with_rejection_cache_ttl(self, ttl: Duration) -> Self {
+        self.inner.rejections.set_ttl(ttl);
+        self
+    }
+
+    /// The rejection cache's time to live (zero: off).
+    pub fn rejection_cache_ttl(&self) -> Duration {
+        self.inner.rejections.ttl()
+    }
+
+    /// How many acquires the rejection cache refused without a request, since the limiter was
+    /// built.
+    pub fn cached_rejections(&self) -> u64 {
+        self.inner.rejections.refusals()
+    }
+
     /// The repository this limiter writes to.
     pub(crate) fn repository(&self) -> &Repository {
         &self.inner.repo
