@@ -45,11 +45,25 @@ impl RateLimiter {
         }
         let ms = i64::try_from(retry_after.as_millis()).unwrap_or(i64::MAX);
         let until = self.inner.clock.epoch_millis().saturating_add(ms.max(1));
-        self.inner
+        self.stamp(entity_id, resource, until).await
+    }
+
+    /// Stamps a pause until `until` (epoch ms) on every shard of the pair; this process's
+    /// remembered refusals of the pair are dropped, so that its acquires report the pause.
+    async fn stamp(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        until: i64,
+    ) -> Result<Option<i64>, Error> {
+        let stamped = self
+            .inner
             .store
             .stamp_pause(entity_id, resource, until)
             .await
-            .map_err(|e| repo_error(entity_id, resource, e))
+            .map_err(|e| repo_error(entity_id, resource, e));
+        self.inner.rejections.forget_pair(entity_id, resource);
+        stamped
     }
 
     /// The pause deadline (epoch ms) stamped on `entity_id`'s bucket for `resource`, if any;
@@ -109,11 +123,8 @@ impl PauseStore for DynamoPauseStore {
             validate_resource(resource)?;
             let stored = self
                 .limiter
-                .inner
-                .store
-                .stamp_pause(entity_id, resource, until_epoch_ms)
-                .await
-                .map_err(|e| repo_error(entity_id, resource, e))?;
+                .stamp(entity_id, resource, until_epoch_ms)
+                .await?;
             Ok(stored.unwrap_or(until_epoch_ms))
         })
     }

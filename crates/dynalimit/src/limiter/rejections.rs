@@ -7,7 +7,8 @@
 //! balance, refilled, stays below the request; it is never used to admit. When every shard of
 //! the bucket is known short the acquire is refused without a request; when some are, the
 //! shard draw avoids them. What this process gives back to a shard (a rollback, a refund, a
-//! compensation) or takes from it successfully forgets that shard; a configuration write
+//! compensation) or takes from it successfully forgets that shard, a pause it stamps forgets
+//! the pair (so that its acquires report the pause); a configuration write
 //! through the repository ([`Repository::config_generation`]) forgets everything. Writes by
 //! other processes are seen only when the entry expires: the cost is at most the time to live
 //! of refusals this process makes that the table would have admitted (default 1 s).
@@ -229,6 +230,20 @@ impl RejectionCache {
         }
     }
 
+    /// Forgets every shard of (entity, resource).
+    pub(super) fn forget_pair(&self, entity: &str, resource: &str) {
+        if self.len.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut entries = self.lock();
+        if let Some(shards) = entries
+            .pairs
+            .remove(&(entity.to_owned(), resource.to_owned()))
+        {
+            self.len.fetch_sub(shards.len(), Ordering::Relaxed);
+        }
+    }
+
     fn clear(&self) {
         let mut entries = self.lock();
         let generation = entries.generation;
@@ -353,6 +368,12 @@ mod tests {
         );
         // Forgetting the shard, or a configuration write, ends it at once.
         cache.forget(&key("e", 0));
+        assert_eq!(
+            cache.check(("e", "r"), 1, &demand(1), None, at(T0, 7)),
+            Verdict::Unknown
+        );
+        cache.remember(&key("e", 0), &spent, &demand(1), at(T0, 7));
+        cache.forget_pair("e", "r");
         assert_eq!(
             cache.check(("e", "r"), 1, &demand(1), None, at(T0, 7)),
             Verdict::Unknown
