@@ -29,7 +29,7 @@ use aws_sdk_dynamodb::Client;
 use clap::Args;
 use dynalimit::{Limit, RateLimiter};
 use dynalimit_core::{Clock as _, SystemClock};
-use dynalimit_format::expr::Expr;
+use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_repository::bucket::{BucketKey, BucketStore};
 use dynalimit_repository::{NewEntity, Repository, RequestCounter};
 use serde_json::{Value, json};
@@ -393,9 +393,7 @@ impl Bench {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(self.raw_key(index)))
-            .set_update_expression(add.update_expression())
-            .set_expression_attribute_names(add.names())
-            .set_expression_attribute_values(add.values())
+            .with_expr(&add)
             .send()
             .await?;
         Ok(())

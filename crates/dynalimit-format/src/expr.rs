@@ -22,7 +22,13 @@
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::operation::delete_item::builders::DeleteItemFluentBuilder;
+use aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::builders::{
+    ConditionCheckBuilder, DeleteBuilder, PutBuilder, UpdateBuilder,
+};
 
 /// Collects aliases, values and clauses of one `UpdateItem` (or a condition alone).
 ///
@@ -272,6 +278,63 @@ impl Expr {
         (!self.values.is_empty()).then(|| self.values.iter().cloned().collect())
     }
 }
+
+/// A request (or transaction item) builder an [`Expr`] is written into: its update expression
+/// where the request has one, its condition, and every name and value they use, so that no
+/// request sends a clause without its aliases.
+///
+/// ```
+/// use aws_sdk_dynamodb::types::Update;
+/// use dynalimit_format::expr::{Expr, WithExpr};
+///
+/// let mut e = Expr::default();
+/// e.add("n", 1);
+/// let c = e.exists("PK");
+/// e.when(c);
+/// let update = Update::builder().table_name("t").with_expr(&e);
+/// assert_eq!(update.get_update_expression().as_deref(), Some("ADD #a0 :v0"));
+/// assert_eq!(update.get_condition_expression().as_deref(), Some("(attribute_exists(#a1))"));
+/// assert_eq!(update.get_expression_attribute_names().as_ref().map(|n| n.len()), Some(2));
+/// ```
+pub trait WithExpr: Sized {
+    /// Writes `e` into the builder.
+    #[must_use]
+    fn with_expr(self, e: &Expr) -> Self;
+}
+
+macro_rules! with_update {
+    ($($builder:ty),*) => {$(
+        impl WithExpr for $builder {
+            fn with_expr(self, e: &Expr) -> Self {
+                self.set_update_expression(e.update_expression())
+                    .set_condition_expression(e.condition_expression())
+                    .set_expression_attribute_names(e.names())
+                    .set_expression_attribute_values(e.values())
+            }
+        }
+    )*};
+}
+
+macro_rules! with_condition {
+    ($($builder:ty),*) => {$(
+        impl WithExpr for $builder {
+            fn with_expr(self, e: &Expr) -> Self {
+                self.set_condition_expression(e.condition_expression())
+                    .set_expression_attribute_names(e.names())
+                    .set_expression_attribute_values(e.values())
+            }
+        }
+    )*};
+}
+
+with_update!(UpdateItemFluentBuilder, UpdateBuilder);
+with_condition!(
+    PutItemFluentBuilder,
+    DeleteItemFluentBuilder,
+    PutBuilder,
+    DeleteBuilder,
+    ConditionCheckBuilder
+);
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,5 @@
-//! Batch reads and deletes, with the retries of unprocessed keys and items that DynamoDB asks
-//! of every batch caller.
+//! Reads by key, and batch reads and deletes with the retries of unprocessed keys and items
+//! that DynamoDB asks of every batch caller.
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{DeleteRequest, KeysAndAttributes, WriteRequest};
@@ -11,6 +11,27 @@ use crate::retry::Backoff;
 
 /// Retries of the unprocessed keys or items of one batch request.
 const UNPROCESSED_RETRIES: u32 = 5;
+
+/// Reads the item at `key` of `table` (`GetItem`), strongly consistent when `consistent`.
+///
+/// # Errors
+/// The classified failure.
+pub(crate) async fn get_item(
+    client: &Client,
+    table: &str,
+    key: Item,
+    consistent: bool,
+) -> Result<Option<Item>, RepositoryError> {
+    client
+        .get_item()
+        .table_name(table)
+        .set_key(Some(key))
+        .set_consistent_read(consistent.then_some(true))
+        .send()
+        .await
+        .map(|out| out.item)
+        .map_err(|e| classify("GetItem", e))
+}
 
 /// Reads `keys` (at most 100) of `table` with `BatchGetItem`, strongly consistent when
 /// `consistent`, retrying unprocessed keys with [`Backoff::UNPROCESSED`]. Returns the items

@@ -6,12 +6,12 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::ids;
 use dynalimit_format::audit::{AuditAction, COMPLETE_DETAIL, RECORDS_DELETED_DETAIL};
 use dynalimit_format::entity::{self as format, Entity, NewEntity, meta_key};
-use dynalimit_format::expr::Expr;
+use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::item::{self, Item};
 use dynalimit_format::schema::{GSI1, GSI3};
 use dynalimit_format::{attr, keys};
 
-use crate::batch::batch_delete;
+use crate::batch::{batch_delete, get_item};
 use crate::error::classify;
 use crate::namespace::absent;
 use crate::page;
@@ -36,8 +36,7 @@ impl Repository {
             .put_item()
             .table_name(&self.shared.table)
             .set_item(Some(it.clone()))
-            .set_condition_expression(condition.condition_expression())
-            .set_expression_attribute_names(condition.names())
+            .with_expr(&condition)
             .send()
             .await;
         if let Err(e) = put {
@@ -62,16 +61,9 @@ impl Repository {
     /// [`RepositoryError::Validation`] for a bad id; the classified failure.
     pub async fn get_entity(&self, entity_id: &str) -> Result<Option<Entity>, RepositoryError> {
         ids::validate_entity_id(entity_id)?;
-        let out = self
-            .shared
-            .client
-            .get_item()
-            .table_name(&self.shared.table)
-            .set_key(Some(meta_key(&self.scope.id, entity_id)))
-            .send()
-            .await
-            .map_err(|e| classify("GetItem", e))?;
-        Ok(out.item.as_ref().map(Entity::from_item).transpose()?)
+        let key = meta_key(&self.scope.id, entity_id);
+        let found = get_item(&self.shared.client, &self.shared.table, key, false).await?;
+        Ok(found.as_ref().map(Entity::from_item).transpose()?)
     }
 
     /// The parent of `entity_id`, when it has one and the parent exists.

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use base64::Engine;
 use dynalimit_core::ids;
-use dynalimit_format::expr::Expr;
+use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::item::{self, Item};
 use dynalimit_format::namespace::{
     self as format, ACTIVE, DELETED, NamespaceInfo, PURGING, forward_key, reverse_key,
@@ -13,7 +13,7 @@ use dynalimit_format::namespace::{
 use dynalimit_format::schema::GSI4;
 use dynalimit_format::{attr, keys};
 
-use crate::batch::batch_delete;
+use crate::batch::{batch_delete, get_item};
 use crate::error::classify;
 use crate::page;
 use crate::{Repository, RepositoryError};
@@ -110,8 +110,7 @@ impl Repository {
             Put::builder()
                 .table_name(&self.shared.table)
                 .set_item(Some(it))
-                .set_condition_expression(condition.condition_expression())
-                .set_expression_attribute_names(condition.names())
+                .with_expr(&condition)
                 .build()
                 .map(|p| TransactWriteItem::builder().put(p).build())
         };
@@ -226,21 +225,8 @@ impl Repository {
         key: Item,
         consistent: bool,
     ) -> Result<Option<NamespaceInfo>, RepositoryError> {
-        let out = self
-            .shared
-            .client
-            .get_item()
-            .table_name(&self.shared.table)
-            .set_key(Some(key))
-            .set_consistent_read(consistent.then_some(true))
-            .send()
-            .await
-            .map_err(|e| classify("GetItem", e))?;
-        Ok(out
-            .item
-            .as_ref()
-            .map(NamespaceInfo::from_item)
-            .transpose()?)
+        let found = get_item(&self.shared.client, &self.shared.table, key, consistent).await?;
+        Ok(found.as_ref().map(NamespaceInfo::from_item).transpose()?)
     }
 
     /// Sets the `status` of the reverse record of namespace `id`, with `deleted_at` set to
@@ -263,9 +249,7 @@ impl Repository {
             .update_item()
             .table_name(&self.shared.table)
             .set_key(Some(reverse_key(id)))
-            .set_update_expression(e.update_expression())
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
+            .with_expr(&e)
             .send()
             .await
             .map_err(|e| classify("UpdateItem", e))?;
@@ -366,8 +350,7 @@ impl Repository {
             .put_item()
             .table_name(&self.shared.table)
             .set_item(Some(forward))
-            .set_condition_expression(condition.condition_expression())
-            .set_expression_attribute_names(condition.names())
+            .with_expr(&condition)
             .send()
             .await;
         if let Err(e) = put {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use aws_config::{Region, SdkConfig};
 use aws_sdk_dynamodb::Client;
 use dynalimit_core::{Clock, SystemClock, ids};
-use dynalimit_format::expr::Expr;
+use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::version::{self, VersionRecord};
 use dynalimit_format::{attr, item, keys};
 
@@ -269,8 +269,7 @@ impl Repository {
             .put_item()
             .table_name(&self.shared.table)
             .set_item(Some(version::new_record(&now, lambda_version)))
-            .set_condition_expression(absent.condition_expression())
-            .set_expression_attribute_names(absent.names())
+            .with_expr(&absent)
             .send()
             .await;
         match created {
@@ -286,9 +285,7 @@ impl Repository {
             .update_item()
             .table_name(&self.shared.table)
             .set_key(Some(version::record_key()))
-            .set_update_expression(refresh.update_expression())
-            .set_expression_attribute_names(refresh.names())
-            .set_expression_attribute_values(refresh.values())
+            .with_expr(&refresh)
             .send()
             .await
             .map_err(|e| classify("UpdateItem", e))?;

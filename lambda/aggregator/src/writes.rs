@@ -3,7 +3,7 @@
 
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 use aws_smithy_types::error::operation::BuildError;
-use dynalimit_format::expr::Expr;
+use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::item::Item;
 use dynalimit_format::usage::{SnapshotDelta, watermark_update};
 
@@ -14,10 +14,7 @@ fn update(table: &str, key: Item, e: &Expr) -> Result<Update, BuildError> {
     Update::builder()
         .table_name(table)
         .set_key(Some(key))
-        .set_update_expression(e.update_expression())
-        .set_condition_expression(e.condition_expression())
-        .set_expression_attribute_names(e.names())
-        .set_expression_attribute_values(e.values())
+        .with_expr(e)
         .build()
 }
 

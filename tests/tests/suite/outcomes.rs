@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
-use dynalimit_core::decide::{Plan, TtlAction, plan_delta, plan_refill};
-use dynalimit_format::item::Item;
-use dynalimit_repository::bucket::{BucketKey, BucketStore};
+use dynalimit_core::decide::{Plan, TtlAction, plan_create, plan_delta, plan_refill};
+use dynalimit_format::item::{Item, get_i64};
+use dynalimit_repository::bucket::{BucketKey, BucketStore, CreateOutcome, MetaCheck, Owner};
 use dynalimit_repository::{Repository, RepositoryError};
 use dynalimit_tests::TestTable;
 use dynalimit_tests::fault::{FaultProxy, Lost};
@@ -107,20 +107,7 @@ async fn bucket(table: &TestTable, ns: &str, entity: &str, shards: u32, debit: i
 async fn state(table: &TestTable, ns: &str, entity: &str, shards: u32) -> Vec<Item> {
     let mut out = Vec::new();
     for shard in 0..shards {
-        let mut item = table
-            .client()
-            .get_item()
-            .table_name(table.name())
-            .key("PK", AttributeValue::S(pk(ns, entity, shard)))
-            .key("SK", AttributeValue::S("#STATE".into()))
-            .consistent_read(true)
-            .send()
-            .await
-            .expect("read")
-            .item
-            .expect("the bucket exists");
-        item.retain(|k, _| k != "PK" && k != "entity_id" && !k.starts_with("GSI"));
-        out.push(item);
+        out.push(state_of_shard(table, ns, entity, shard).await);
     }
     out
 }
@@ -258,4 +245,122 @@ async fn propagation() {
 #[tokio::test]
 async fn pause_stamp() {
     every_fault(Shape::PauseStamp).await;
+}
+
+/// Creates shard 1 of a bucket whose shard 0 says 2 shards: a shard a doubling brought into
+/// use, created empty with nothing consumed (`plan_create` with `admitted` false).
+async fn create_empty_shard(
+    store: &BucketStore,
+    entity: &str,
+) -> Result<CreateOutcome, RepositoryError> {
+    let limits = [Limit::per_minute("rpm", 100)];
+    let demand: BTreeMap<String, i64> = [("rpm".to_string(), 1000)].into();
+    let Plan::Write(plan) = plan_create(&limits, &demand, 2, 1, NOW, None) else {
+        panic!("an empty new shard is always written");
+    };
+    assert!(!plan.admitted);
+    let key = BucketKey::new(entity, RESOURCE, 1);
+    store
+        .create(&key, &plan, &Owner::default(), &MetaCheck::Absent)
+        .await
+}
+
+/// The create of an empty new shard under every way of losing its answer: the transaction is
+/// sent again with the same `ClientRequestToken`, which DynamoDB answers without applying it a
+/// second time, so the shard exists once, exactly as its clean twin, and the create reports
+/// `Created` (the acquire then goes to the shard it was split from).
+#[tokio::test]
+async fn create_of_an_empty_new_shard() {
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = through(&table, &proxy).await;
+    let ns = repo.namespace_id().to_owned();
+    let store = repo.buckets();
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let (faulted, clean) = (format!("f{i}"), format!("c{i}"));
+        assert_eq!(
+            create_empty_shard(&store, &clean)
+                .await
+                .expect("the clean create"),
+            CreateOutcome::Created
+        );
+        let expected = state_of_shard(&table, &ns, &clean, 1).await;
+        assert_eq!(get_i64(&expected, "b_rpm_tk"), Some(0), "empty");
+        match fault {
+            Fault::After(how) => proxy.lose_after_applying("TransactWriteItems", None, how, 1),
+            Fault::Hold => proxy.hold("TransactWriteItems", None, 1),
+        }
+        let result = create_empty_shard(&store, &faulted).await;
+        assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
+        assert_eq!(result.ok(), Some(CreateOutcome::Created), "{fault:?}");
+        assert_eq!(
+            state_of_shard(&table, &ns, &faulted, 1).await,
+            expected,
+            "{fault:?}: created once, empty"
+        );
+    }
+}
+
+/// Shard `shard` of `entity`'s bucket as stored, read consistently.
+async fn shard_item(table: &TestTable, ns: &str, entity: &str, shard: u32) -> Item {
+    table
+        .client()
+        .get_item()
+        .table_name(table.name())
+        .key("PK", AttributeValue::S(pk(ns, entity, shard)))
+        .key("SK", AttributeValue::S("#STATE".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("read")
+        .item
+        .expect("the shard exists")
+}
+
+/// Shard `shard` of `entity`'s bucket, without the attributes that name it.
+async fn state_of_shard(table: &TestTable, ns: &str, entity: &str, shard: u32) -> Item {
+    let mut item = shard_item(table, ns, entity, shard).await;
+    item.retain(|k, _| k != "PK" && k != "entity_id" && !k.starts_with("GSI"));
+    item
+}
+
+/// The aggregator's pre-created clone of a new shard (empty) under every way of losing its
+/// answer: the put is sent again and its `attribute_not_exists(PK)` refuses the second
+/// application, so the shard exists once, exactly as its clean twin; the call reports it
+/// created, or found (`false`) when the first attempt had landed.
+#[tokio::test]
+async fn aggregator_clone_of_a_new_shard() {
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = through(&table, &proxy).await;
+    let ns = repo.namespace_id().to_owned();
+    let store = repo.buckets();
+    let clone = |entity: String| {
+        let (table, ns, store) = (&table, &ns, &store);
+        async move {
+            let shard0 = shard_item(table, ns, &entity, 0).await;
+            let key = BucketKey::new(entity.as_str(), RESOURCE, 2);
+            store.create_shard(&key, &shard0, 4, NOW).await
+        }
+    };
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let (faulted, clean) = (format!("f{i}"), format!("c{i}"));
+        bucket(&table, &ns, &faulted, 2, 0).await;
+        bucket(&table, &ns, &clean, 2, 0).await;
+        assert!(clone(clean.clone()).await.expect("the clean clone"));
+        let expected = state_of_shard(&table, &ns, &clean, 2).await;
+        assert_eq!(get_i64(&expected, "b_rpm_tk"), Some(0), "empty");
+        match fault {
+            Fault::After(how) => proxy.lose_after_applying("PutItem", None, how, 1),
+            Fault::Hold => proxy.hold("PutItem", None, 1),
+        }
+        let result = clone(faulted.clone()).await;
+        assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
+        assert!(result.is_ok(), "{fault:?}: {result:?}");
+        assert_eq!(
+            state_of_shard(&table, &ns, &faulted, 2).await,
+            expected,
+            "{fault:?}: created once, empty"
+        );
+    }
 }

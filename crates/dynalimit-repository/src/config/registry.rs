@@ -6,11 +6,12 @@ use dynalimit_core::ids;
 use dynalimit_format::config::{
     counted_resources, entity_config_registry_key, registered_resources, resources_registry_key,
 };
-use dynalimit_format::expr::Expr;
+use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::item::{self, Item};
 use dynalimit_format::schema::GSI3;
 use dynalimit_format::{attr, keys};
 
+use crate::batch::get_item;
 use crate::error::classify;
 use crate::page::{self, decode_cursor, encode_cursor};
 use crate::{Repository, RepositoryError};
@@ -39,9 +40,7 @@ impl Repository {
             .update_item()
             .table_name(&self.shared.table)
             .set_key(Some(resources_registry_key(ns)))
-            .set_update_expression(e.update_expression())
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
+            .with_expr(&e)
             .send()
             .await
             .map(|_| ())
@@ -49,16 +48,7 @@ impl Repository {
     }
 
     async fn read_registry(&self, key: Item) -> Result<Option<Item>, RepositoryError> {
-        let out = self
-            .shared
-            .client
-            .get_item()
-            .table_name(&self.shared.table)
-            .set_key(Some(key))
-            .send()
-            .await
-            .map_err(|e| classify("GetItem", e))?;
-        Ok(out.item)
+        get_item(&self.shared.client, &self.shared.table, key, false).await
     }
 
     /// Resources that have default limits, sorted.

@@ -8,8 +8,7 @@ use dynalimit_format::item::{self, Item};
 
 use super::ResolvedLimits;
 use super::cache::{CacheStats, Entry, entry_result, to_entry, usable};
-use crate::batch::batch_get_items;
-use crate::error::classify;
+use crate::batch::{batch_get_items, get_item};
 use crate::{Repository, RepositoryError};
 
 impl Repository {
@@ -64,16 +63,8 @@ impl Repository {
                 tracing::debug!(error = %batch_error, "BatchGetItem failed; reading levels one by one");
                 let mut items = Vec::with_capacity(wanted.len());
                 for key in wanted {
-                    let out = self
-                        .shared
-                        .client
-                        .get_item()
-                        .table_name(&self.shared.table)
-                        .set_key(Some(key))
-                        .send()
-                        .await
-                        .map_err(|e| classify("GetItem", e))?;
-                    items.extend(out.item);
+                    let client = &self.shared.client;
+                    items.extend(get_item(client, &self.shared.table, key, false).await?);
                 }
                 items
             }

@@ -18,12 +18,13 @@ use dynalimit_format::audit::{
 use dynalimit_format::config::{
     self, ConfigLevel, LimitConfig, OnUnavailable, Slot, entity_config_registry_key,
 };
-use dynalimit_format::expr::Expr;
+use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::item::{self, Item};
 use dynalimit_format::schema::GSI3;
 use dynalimit_format::{attr, keys};
 
 use super::validate_limits;
+use crate::batch::get_item;
 use crate::error::classify;
 use crate::namespace::absent;
 use crate::page;
@@ -39,17 +40,8 @@ fn build_err(e: impl std::fmt::Display) -> RepositoryError {
 
 impl Repository {
     async fn read_level(&self, slot: &Slot) -> Result<Option<Item>, RepositoryError> {
-        let out = self
-            .shared
-            .client
-            .get_item()
-            .table_name(&self.shared.table)
-            .set_key(Some(slot.key(&self.scope.id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| classify("GetItem", e))?;
-        Ok(out.item)
+        let key = slot.key(&self.scope.id);
+        get_item(&self.shared.client, &self.shared.table, key, true).await
     }
 
     async fn get_level(&self, slot: &Slot) -> Result<Option<LimitConfig>, RepositoryError> {
@@ -133,8 +125,7 @@ impl Repository {
         let put = Put::builder()
             .table_name(&self.shared.table)
             .set_item(Some(it.clone()))
-            .set_condition_expression(condition.condition_expression())
-            .set_expression_attribute_names(condition.names())
+            .with_expr(&condition)
             .build()
             .map_err(build_err)?;
         let mut e = Expr::default();
@@ -144,9 +135,7 @@ impl Repository {
         let count = Update::builder()
             .table_name(&self.shared.table)
             .set_key(Some(entity_config_registry_key(ns)))
-            .set_update_expression(e.update_expression())
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
+            .with_expr(&e)
             .build()
             .map_err(build_err)?;
         let result = self
@@ -205,8 +194,7 @@ impl Repository {
         let delete = Delete::builder()
             .table_name(&self.shared.table)
             .set_key(Some(slot.key(ns)))
-            .set_condition_expression(present.condition_expression())
-            .set_expression_attribute_names(present.names())
+            .with_expr(&present)
             .build()
             .map_err(build_err)?;
         let registry_key = entity_config_registry_key(ns);
@@ -215,9 +203,7 @@ impl Repository {
         let count = Update::builder()
             .table_name(&self.shared.table)
             .set_key(Some(registry_key.clone()))
-            .set_update_expression(minus.update_expression())
-            .set_expression_attribute_names(minus.names())
-            .set_expression_attribute_values(minus.values())
+            .with_expr(&minus)
             .build()
             .map_err(build_err)?;
         let result = self
@@ -247,10 +233,7 @@ impl Repository {
             .update_item()
             .table_name(&self.shared.table)
             .set_key(Some(registry_key))
-            .set_update_expression(cleanup.update_expression())
-            .set_condition_expression(cleanup.condition_expression())
-            .set_expression_attribute_names(cleanup.names())
-            .set_expression_attribute_values(cleanup.values())
+            .with_expr(&cleanup)
             .send()
             .await;
         if let Err(e) = removed

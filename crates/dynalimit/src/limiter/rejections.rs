@@ -57,12 +57,38 @@ struct Remembered {
     until: i64,
 }
 
+type Shards = BTreeMap<u32, Remembered>;
+
 #[derive(Default)]
 struct Entries {
-    /// (entity, resource) → shard → image.
-    pairs: HashMap<(String, String), BTreeMap<u32, Remembered>>,
+    /// entity → resource → shard → image: two levels, so that a look-up by `&str` allocates
+    /// nothing (every acquire looks up while anything is remembered).
+    pairs: HashMap<String, HashMap<String, Shards>>,
     /// The repository's configuration generation the entries were remembered under.
     generation: u64,
+}
+
+impl Entries {
+    fn shards(&mut self, entity: &str, resource: &str) -> Option<&mut Shards> {
+        self.pairs.get_mut(entity)?.get_mut(resource)
+    }
+
+    /// Removes the pair's shards (all of them, or only when none is left); returns how many
+    /// were removed.
+    fn remove_pair(&mut self, entity: &str, resource: &str, only_if_empty: bool) -> usize {
+        let Some(resources) = self.pairs.get_mut(entity) else {
+            return 0;
+        };
+        let removed = match resources.get(resource) {
+            Some(shards) if !only_if_empty || shards.is_empty() => shards.len(),
+            _ => return 0,
+        };
+        resources.remove(resource);
+        if resources.is_empty() {
+            self.pairs.remove(entity);
+        }
+        removed
+    }
 }
 
 /// The cache of one limiter (shared by its clones).
@@ -139,8 +165,7 @@ impl RejectionCache {
             self.forget_all(&mut entries, generation);
             return Verdict::Unknown;
         }
-        let key = (entity.to_owned(), resource.to_owned());
-        let Some(shards) = entries.pairs.get_mut(&key) else {
+        let Some(shards) = entries.shards(entity, resource) else {
             return Verdict::Unknown;
         };
         let before = shards.len();
@@ -163,9 +188,7 @@ impl RejectionCache {
                 }
             }
         }
-        if shards.is_empty() {
-            entries.pairs.remove(&key);
-        }
+        entries.remove_pair(entity, resource, true);
         if expired > 0 {
             self.len.fetch_sub(expired, Ordering::Relaxed);
         }
@@ -206,7 +229,9 @@ impl RejectionCache {
         };
         let shards = entries
             .pairs
-            .entry((key.entity_id.clone(), key.resource.clone()))
+            .entry(key.entity_id.clone())
+            .or_default()
+            .entry(key.resource.clone())
             .or_default();
         if shards.insert(key.shard, remembered).is_none() {
             self.len.fetch_add(1, Ordering::Relaxed);
@@ -219,14 +244,11 @@ impl RejectionCache {
             return;
         }
         let mut entries = self.lock();
-        let pair = (key.entity_id.clone(), key.resource.clone());
-        if let Some(shards) = entries.pairs.get_mut(&pair)
+        if let Some(shards) = entries.shards(&key.entity_id, &key.resource)
             && shards.remove(&key.shard).is_some()
         {
             self.len.fetch_sub(1, Ordering::Relaxed);
-            if shards.is_empty() {
-                entries.pairs.remove(&pair);
-            }
+            entries.remove_pair(&key.entity_id, &key.resource, true);
         }
     }
 
@@ -235,13 +257,8 @@ impl RejectionCache {
         if self.len.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let mut entries = self.lock();
-        if let Some(shards) = entries
-            .pairs
-            .remove(&(entity.to_owned(), resource.to_owned()))
-        {
-            self.len.fetch_sub(shards.len(), Ordering::Relaxed);
-        }
+        let removed = self.lock().remove_pair(entity, resource, false);
+        self.len.fetch_sub(removed, Ordering::Relaxed);
     }
 
     fn clear(&self) {
@@ -261,16 +278,21 @@ impl RejectionCache {
         let oldest = entries
             .pairs
             .iter()
-            .flat_map(|(k, shards)| shards.iter().map(move |(s, r)| (r.until, k.clone(), *s)))
-            .min_by_key(|(until, _, _)| *until);
-        if let Some((_, key, shard)) = oldest
-            && let Some(shards) = entries.pairs.get_mut(&key)
+            .flat_map(|(entity, resources)| {
+                resources.iter().flat_map(move |(resource, shards)| {
+                    shards
+                        .iter()
+                        .map(move |(shard, r)| (r.until, entity, resource, *shard))
+                })
+            })
+            .min_by_key(|(until, ..)| *until)
+            .map(|(_, entity, resource, shard)| (entity.clone(), resource.clone(), shard));
+        if let Some((entity, resource, shard)) = oldest
+            && let Some(shards) = entries.shards(&entity, &resource)
+            && shards.remove(&shard).is_some()
         {
-            shards.remove(&shard);
             self.len.fetch_sub(1, Ordering::Relaxed);
-            if shards.is_empty() {
-                entries.pairs.remove(&key);
-            }
+            entries.remove_pair(&entity, &resource, true);
         }
     }
 }
