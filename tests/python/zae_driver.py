@@ -79,6 +79,13 @@ def entity_to_json(entity: Any) -> dict[str, Any] | None:
     }
 
 
+ACCESS_METHODS = frozenset(
+    f"{verb}_{level}{suffix}"
+    for verb, suffix in (("disable", ""), ("enable", ""), ("bypass", ""), ("clear", "_disabled"))
+    for level in ("resource", "entity")
+)
+
+
 class Driver:
     def __init__(self, endpoint: str, stack: str) -> None:
         self.endpoint = endpoint
@@ -169,6 +176,11 @@ class Driver:
         if name == "resolve_limits":
             limits, _, source = await repo.resolve_limits(op["entity"], op["resource"])
             return {"limits": limits_to_json(limits), "source": source}
+        if name == "access":
+            # The disable/enable/bypass setters; each answers the buckets it stamped.
+            if op["method"] not in ACCESS_METHODS:
+                raise ValueError(f"unknown access method {op['method']!r}")
+            return await getattr(repo, op["method"])(*op["args"])
         if name == "acquire":
             return await self.acquire(repo, op)
         if name == "hammer":

@@ -249,6 +249,25 @@ impl TestTable {
             .unwrap_or_else(|e| panic!("test kit: cannot open namespace {namespace}: {e}"))
     }
 
+    /// Sets one string attribute of the table's version record (`client_min_version`,
+    /// `lambda_version`), as a newer zae-limiter or its deployment does.
+    ///
+    /// # Panics
+    /// When the write fails.
+    pub async fn set_version_attribute(&self, name: &str, value: &str) {
+        let mut e = dynalimit_format::expr::Expr::default();
+        e.set(name, dynalimit_format::item::s(value));
+        use dynalimit_format::expr::WithExpr;
+        self.client
+            .update_item()
+            .table_name(&self.name)
+            .set_key(Some(dynalimit_format::version::record_key()))
+            .with_expr(&e)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("test kit: cannot write the version record: {e}"));
+    }
+
     /// Every item of the table (a full scan), for assertions.
     pub async fn scan_all(&self) -> Vec<dynalimit_format::item::Item> {
         let mut out = Vec::new();

@@ -1,10 +1,11 @@
-//! `entity create|get|delete|children`.
+//! `entity create|get|delete|children|disable|enable|clear-disabled`.
 
 use anyhow::{Result, anyhow, bail};
 use clap::Subcommand;
-use dynalimit_repository::{Entity, NewEntity, RepositoryError};
+use dynalimit_repository::{DisabledFlag, Entity, NewEntity, RepositoryError};
 use serde_json::{Value, json};
 
+use crate::access::{self, EntityTarget};
 use crate::context::Global;
 
 /// Entity commands.
@@ -45,6 +46,20 @@ pub(crate) enum EntityCommand {
         #[arg(long, short = 'y')]
         yes: bool,
     },
+    /// Refuse every acquire of an entity, on one resource or on all.
+    #[command(
+        after_help = "Examples:\n  dynalimit entity disable key-1\n  dynalimit entity disable key-1 --resource gpt-4"
+    )]
+    Disable(EntityTarget),
+    /// Enforce an entity's limits explicitly (re-admits it to a disabled resource).
+    #[command(after_help = "Example:\n  dynalimit entity enable key-1 --resource gpt-4")]
+    Enable(EntityTarget),
+    /// Remove an entity's disabled/enabled value (back to inherit).
+    #[command(
+        name = "clear-disabled",
+        after_help = "Example:\n  dynalimit entity clear-disabled key-1"
+    )]
+    ClearDisabled(EntityTarget),
     /// List the children of an entity.
     #[command(after_help = "Example:\n  dynalimit entity children proj-1")]
     Children {
@@ -115,6 +130,13 @@ pub(crate) async fn run(global: &Global, command: &EntityCommand) -> Result<()> 
             }
             global.print(&json!({ "id": id, "items_deleted": items }));
         }
+        EntityCommand::Disable(target) => {
+            access::run_entity(global, target, Some(DisabledFlag::Disabled)).await?;
+        }
+        EntityCommand::Enable(target) => {
+            access::run_entity(global, target, Some(DisabledFlag::Enabled)).await?;
+        }
+        EntityCommand::ClearDisabled(target) => access::run_entity(global, target, None).await?,
         EntityCommand::Children { id } => {
             let repo = global.reader().await?;
             let children = repo.children(id).await?;

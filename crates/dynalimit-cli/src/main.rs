@@ -4,6 +4,7 @@
 //! This file holds only the command tree and the dispatch; each command group lives in its own
 //! module.
 
+mod access;
 mod aggregator;
 mod audit;
 mod bench;
@@ -69,6 +70,12 @@ enum Command {
         after_help = "Example:\n  dynalimit entity create key-1 --parent proj-1"
     )]
     Entity(entity::EntityCommand),
+    /// Disable, enable or clear the disabled value of a resource for every entity.
+    #[command(
+        subcommand,
+        after_help = "Example:\n  dynalimit resource disable gpt-4"
+    )]
+    Resource(access::ResourceCommand),
     /// Set, get, delete and list limits at the entity, resource and system levels.
     #[command(
         subcommand,
@@ -114,6 +121,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Namespace(c) => namespace::run(g, c).await,
         Command::Entity(c) => entity::run(g, c).await,
         Command::Limits(c) => limits::run(g, c).await,
+        Command::Resource(c) => access::run_resource(g, c).await,
         Command::Usage(args) => usage::run(g, args).await,
         Command::Aggregator(c) => aggregator::run(&g.aws_settings(), &g.stack, c).await,
         Command::Audit(args) => audit::run(g, args).await,

@@ -155,6 +155,11 @@ pub fn event_id_of_key(key: &Item) -> Option<&str> {
 pub const LIMITS_DETAIL: &str = "limits";
 /// The details key of a system configuration change: `on_unavailable`.
 pub const ON_UNAVAILABLE_DETAIL: &str = "on_unavailable";
+/// Detail of a `limits_set` event that changed a level's `disabled` flag: the value written
+/// (`true`, `false`, `"bypass"`, or NULL for a clear).
+pub const DISABLED_DETAIL: &str = "disabled";
+/// Detail of a `limits_set` event that changed a flag: how many buckets were stamped.
+pub const BUCKETS_STAMPED_DETAIL: &str = "buckets_stamped";
 /// The details key of a deletion: how many items were deleted.
 pub const RECORDS_DELETED_DETAIL: &str = "records_deleted";
 /// The details key of a deletion: whether it finished.

@@ -8,7 +8,8 @@ use dynalimit_core::bucket::WCU;
 use dynalimit_core::decide::{BucketImage, CreatePlan, LimitState};
 
 use crate::attr::{self, BucketField, bucket_limit, parse_bucket_limit};
-use crate::expr::num;
+use crate::config::Access;
+use crate::expr::{Expr, num};
 use crate::item::{Item, get_i64, get_s as get_str, key as key_map, parse_number};
 use crate::keys;
 
@@ -343,6 +344,31 @@ pub fn clone_for_shard(image: &Item, ns: &str, key: &BucketKey, count: u32, now:
     item
 }
 
+/// The access stamp of one bucket (reference §4.3, §12.1): `disabled = true` and no
+/// `bypass`; `bypass = deadline` and no `disabled`; or neither. Conditioned on
+/// `attribute_exists(PK)` so a swept or deleted bucket is never recreated as a stub. It sets
+/// absolute values, so applying it twice leaves the same item.
+pub fn access_stamp(access: Access, bypass_until: i64) -> Expr {
+    let mut e = Expr::default();
+    match access {
+        Access::Disabled => {
+            e.set(attr::DISABLED, AttributeValue::Bool(true));
+            e.remove(attr::BYPASS);
+        }
+        Access::Bypass => {
+            e.set(attr::BYPASS, num(bypass_until));
+            e.remove(attr::DISABLED);
+        }
+        Access::Enforced => {
+            e.remove(attr::DISABLED);
+            e.remove(attr::BYPASS);
+        }
+    }
+    let c = e.exists(attr::PK);
+    e.when(c);
+    e
+}
+
 /// The pause deadline stamped on a raw bucket item ([`attr::PAUSE_UNTIL`]), if any.
 pub fn pause_stamp(item: &Item) -> Option<i64> {
     get_i64(item, attr::PAUSE_UNTIL)
@@ -477,5 +503,36 @@ mod tests {
         );
         assert_eq!(bucket_pk_of(&clone).map(|k| k.shard), Some(3));
         assert_eq!(consumed(&shard0).collect::<Vec<_>>(), [("rpm", 77_000)]);
+    }
+
+    #[test]
+    fn access_stamps_set_one_mode_and_remove_the_other() {
+        let cases = [
+            (
+                Access::Disabled,
+                "SET #a0 = :v0 REMOVE #a1",
+                attr::DISABLED,
+                attr::BYPASS,
+            ),
+            (
+                Access::Bypass,
+                "SET #a0 = :v0 REMOVE #a1",
+                attr::BYPASS,
+                attr::DISABLED,
+            ),
+        ];
+        for (access, update, set, removed) in cases {
+            let e = access_stamp(access, 42);
+            assert_eq!(e.update_expression().unwrap(), update, "{access:?}");
+            let names = e.names().unwrap();
+            assert_eq!(names["#a0"], set);
+            assert_eq!(names["#a1"], removed);
+            assert_eq!(e.condition_expression().unwrap(), "(attribute_exists(#a2))");
+        }
+        let bypass = access_stamp(Access::Bypass, 42).values().unwrap();
+        assert_eq!(bypass[":v0"], num(42));
+        let enforced = access_stamp(Access::Enforced, 42);
+        assert_eq!(enforced.update_expression().unwrap(), "REMOVE #a0, #a1");
+        assert!(enforced.values().is_none());
     }
 }

@@ -13,9 +13,11 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
+use dynalimit_core::ids::DEFAULT_RESOURCE;
 
 use crate::FormatError;
 use crate::attr::{self, ConfigField, ConfigPrefix, config_limit, config_limit_names};
+use crate::expr::Expr;
 use crate::item::{self, Item};
 use crate::keys;
 
@@ -86,6 +88,100 @@ pub enum DisabledFlag {
 /// The stored value of [`DisabledFlag::Bypass`].
 const BYPASS: &str = "bypass";
 
+impl DisabledFlag {
+    /// The stored value as text: `true`, `false` or `bypass`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DisabledFlag::Disabled => "true",
+            DisabledFlag::Enabled => "false",
+            DisabledFlag::Bypass => BYPASS,
+        }
+    }
+
+    /// The stored value: `true`, `false` or `"bypass"`.
+    pub fn encode(self) -> AttributeValue {
+        match self {
+            DisabledFlag::Disabled => AttributeValue::Bool(true),
+            DisabledFlag::Enabled => AttributeValue::Bool(false),
+            DisabledFlag::Bypass => AttributeValue::S(BYPASS.into()),
+        }
+    }
+}
+
+/// What a bucket's access stamp says: the outcome of the walk of reference §4.1 over the
+/// entity, entity-default and resource levels (the system level is never consulted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Access {
+    /// Limits are enforced (no stamp).
+    #[default]
+    Enforced,
+    /// Every acquire is refused (`disabled = true`).
+    Disabled,
+    /// Limits are not enforced (`bypass` with a deadline).
+    Bypass,
+}
+
+/// The access walk and the cascade-policy walk of reference §4.1 over `levels`, in
+/// precedence order (entity, entity default, resource, system): the first explicit
+/// `disabled` value decides access and the first explicit `cascade` decides the policy, each
+/// independently of which level supplies the limits; the system level is skipped.
+pub fn walk<'a>(
+    levels: impl IntoIterator<Item = (ConfigLevel, Option<&'a LimitConfig>)>,
+) -> (Access, Option<bool>) {
+    let mut access = None;
+    let mut cascade = None;
+    for (level, config) in levels {
+        let Some(config) = config else { continue };
+        if level == ConfigLevel::System {
+            continue;
+        }
+        if access.is_none() {
+            access = config.disabled.map(|flag| match flag {
+                DisabledFlag::Disabled => Access::Disabled,
+                DisabledFlag::Enabled => Access::Enforced,
+                DisabledFlag::Bypass => Access::Bypass,
+            });
+        }
+        if cascade.is_none() {
+            cascade = config.cascade;
+        }
+    }
+    (access.unwrap_or_default(), cascade)
+}
+
+/// The write of one level's `disabled` flag alone (reference §12.1): `Some` sets it and fills
+/// in the item's owner and index attributes where missing (so a level that has no limits can
+/// still carry a flag), `None` removes it from an existing item (`attribute_exists(PK)`; a
+/// missing item already inherits). Writing it twice leaves the same item.
+pub fn flag_write(ns: &str, slot: &Slot, flag: Option<DisabledFlag>) -> Expr {
+    let mut e = Expr::default();
+    let Some(flag) = flag else {
+        e.remove(attr::DISABLED);
+        let c = e.exists(attr::PK);
+        e.when(c);
+        return e;
+    };
+    e.set(attr::DISABLED, flag.encode());
+    let key = slot.key(ns);
+    let pk = item::get_s(&key, attr::PK).unwrap_or_default().to_string();
+    match slot {
+        Slot::Entity(entity, resource) => {
+            e.set_if_absent(attr::ENTITY_ID, item::s(entity));
+            e.set_if_absent(attr::RESOURCE, item::s(resource));
+            e.set_if_absent(
+                attr::GSI3PK,
+                item::s(keys::entity_config_gsi3pk(ns, resource)),
+            );
+            e.set_if_absent(attr::GSI3SK, item::s(entity));
+        }
+        Slot::Resource(resource) => e.set_if_absent(attr::RESOURCE, item::s(resource)),
+        Slot::System => {}
+    }
+    e.set_if_absent(attr::GSI4PK, item::s(ns));
+    e.set_if_absent(attr::GSI4SK, item::s(pk));
+    e
+}
+
 /// One level's stored configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LimitConfig {
@@ -121,6 +217,24 @@ impl Slot {
             Slot::Entity(e, r) => item::key(keys::entity_pk(ns, e), keys::entity_config_sk(r)),
         }
     }
+}
+
+/// The levels that may configure `entity` on `resource`, in precedence order (reference
+/// §4.1): entity, entity default and resource (both skipped for `_default_`), system.
+pub fn levels(entity: &str, resource: &str) -> Vec<(ConfigLevel, Slot)> {
+    let mut out = vec![(
+        ConfigLevel::Entity,
+        Slot::Entity(entity.into(), resource.into()),
+    )];
+    if resource != DEFAULT_RESOURCE {
+        out.push((
+            ConfigLevel::EntityDefault,
+            Slot::Entity(entity.into(), DEFAULT_RESOURCE.into()),
+        ));
+        out.push((ConfigLevel::Resource, Slot::Resource(resource.into())));
+    }
+    out.push((ConfigLevel::System, Slot::System));
+    out
 }
 
 fn whole(found: &Item, attr: &str) -> Result<i64, FormatError> {
@@ -443,5 +557,88 @@ mod tests {
         let back = decode(&system).unwrap();
         assert_eq!((back.disabled, back.cascade), (None, None));
         assert_eq!(back.on_unavailable, Some(OnUnavailable::Allow));
+    }
+
+    fn with_flags(
+        disabled: Option<DisabledFlag>,
+        cascade: Option<bool>,
+        limits: bool,
+    ) -> LimitConfig {
+        LimitConfig {
+            limits: if limits {
+                vec![Limit::per_minute("rpm", 1)]
+            } else {
+                Vec::new()
+            },
+            disabled,
+            cascade,
+            ..LimitConfig::default()
+        }
+    }
+
+    #[test]
+    fn the_walk_takes_the_first_explicit_flag_of_each_kind() {
+        use ConfigLevel::*;
+        let entity = with_flags(Some(DisabledFlag::Enabled), None, false);
+        let default = with_flags(None, Some(true), true);
+        let resource = with_flags(Some(DisabledFlag::Disabled), Some(false), true);
+        let system = with_flags(Some(DisabledFlag::Disabled), Some(false), true);
+        assert_eq!(
+            walk([
+                (Entity, Some(&entity)),
+                (EntityDefault, Some(&default)),
+                (Resource, Some(&resource))
+            ]),
+            (Access::Enforced, Some(true))
+        );
+        assert_eq!(
+            walk([
+                (Entity, None),
+                (EntityDefault, None),
+                (Resource, Some(&resource))
+            ]),
+            (Access::Disabled, Some(false))
+        );
+        let bypass = with_flags(Some(DisabledFlag::Bypass), None, false);
+        assert_eq!(
+            walk([(EntityDefault, Some(&bypass)), (Resource, Some(&resource))]).0,
+            Access::Bypass
+        );
+        assert_eq!(walk([(System, Some(&system))]), (Access::Enforced, None));
+    }
+
+    #[test]
+    fn a_flag_write_creates_a_well_formed_level_or_removes_only_the_flag() {
+        let slot = Slot::Entity("u1".into(), "gpt".into());
+        let set = flag_write("ns", &slot, Some(DisabledFlag::Disabled));
+        let update = set.update_expression().unwrap();
+        assert!(update.starts_with("SET "), "{update}");
+        assert!(!update.contains("REMOVE"), "{update}");
+        assert_eq!(set.condition_expression(), None);
+        let names: Vec<String> = set.names().unwrap().into_values().collect();
+        for attr in [
+            attr::DISABLED,
+            attr::ENTITY_ID,
+            attr::RESOURCE,
+            attr::GSI3PK,
+            attr::GSI3SK,
+            attr::GSI4PK,
+            attr::GSI4SK,
+        ] {
+            assert!(
+                names.iter().any(|n| n == attr),
+                "{attr} missing from {names:?}"
+            );
+        }
+        let values: Vec<AttributeValue> = set.values().unwrap().into_values().collect();
+        assert!(values.contains(&AttributeValue::Bool(true)));
+        assert!(values.contains(&item::s(keys::entity_config_gsi3pk("ns", "gpt"))));
+        let clear = flag_write("ns", &Slot::Resource("gpt".into()), None);
+        assert_eq!(clear.update_expression().unwrap(), "REMOVE #a0");
+        assert_eq!(
+            clear.condition_expression().unwrap(),
+            "(attribute_exists(#a1))"
+        );
+        assert_eq!(DisabledFlag::Bypass.encode(), item::s("bypass"));
     }
 }

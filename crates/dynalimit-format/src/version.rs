@@ -17,6 +17,79 @@ pub const SCHEMA_VERSION: &str = "0.10.0";
 /// `client_min_version` is above this refuses dynalimit.
 pub const COMPATIBILITY_VERSION: &str = "0.14.0";
 
+/// The features whose writers ratchet `client_min_version` (reference §10): the minimum
+/// reader each one sets, and what it is called.
+pub const RATCHETING_FEATURES: [(&str, &str); 6] = [
+    ("0.15.0", "session quotas (a limit with reset_after)"),
+    ("0.16.0", "cascade policies"),
+    ("0.17.0", "soft limits"),
+    ("0.17.0", "bypass (disabled = \"bypass\")"),
+    ("0.17.0", "parent moves (set_parent)"),
+    ("0.17.0", "quota top-ups"),
+];
+
+/// The features a table whose `client_min_version` is `required` may carry and that a
+/// client declaring [`COMPATIBILITY_VERSION`] does not implement: those whose minimum reader
+/// is above the declared version and at most `required`, newest first (the ratchet keeps
+/// only the highest minimum, so the newest group is the one that certainly set it).
+pub fn unimplemented_features(required: &str) -> Vec<&'static str> {
+    let (Some(required), Some(declared)) = (
+        Version::parse(required),
+        Version::parse(COMPATIBILITY_VERSION),
+    ) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(Version, &'static str)> = RATCHETING_FEATURES
+        .iter()
+        .filter_map(|(min, name)| {
+            let min = Version::parse(min)?;
+            (min > declared && min <= required).then_some((min, *name))
+        })
+        .collect();
+    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.into_iter().map(|(_, name)| name).collect()
+}
+
+/// Says which features ratcheted a table to `required`, for the refusal of a client that
+/// declares [`COMPATIBILITY_VERSION`].
+pub fn ratchet_explanation(required: &str) -> String {
+    let features = unimplemented_features(required);
+    let Some(min) = Version::parse(required) else {
+        return format!("the table's client_min_version {required:?} cannot be parsed");
+    };
+    let newest: Vec<&str> = RATCHETING_FEATURES
+        .iter()
+        .filter(|(m, _)| Version::parse(m).is_some_and(|m| m == min))
+        .map(|(_, name)| *name)
+        .collect();
+    if features.is_empty() {
+        return "a newer client raised the table's minimum client version".into();
+    }
+    let mut text = String::new();
+    if !newest.is_empty() {
+        text.push_str(&format!(
+            "a zae-limiter {required} writer stored one of: {}",
+            newest.join(", ")
+        ));
+    } else {
+        text.push_str(&format!(
+            "the table's minimum client version {required} was raised by hand or by a newer writer"
+        ));
+    }
+    let older: Vec<&str> = features
+        .iter()
+        .copied()
+        .filter(|f| !newest.contains(f))
+        .collect();
+    if !older.is_empty() {
+        text.push_str(&format!("; the table may also carry {}", older.join(", ")));
+    }
+    text.push_str(&format!(
+        "; dynalimit implements the zae-limiter {COMPATIBILITY_VERSION} feature set"
+    ));
+    text
+}
+
 /// What `updated_by` says when dynalimit writes the version record.
 pub fn writer_tag() -> String {
     format!("dynalimit:{}", env!("CARGO_PKG_VERSION"))
@@ -187,6 +260,45 @@ mod tests {
         assert!(v("0.10") == v("0.10.0"));
         assert!(v("1.0.0") > v("0.17.3"));
         assert!(Version::parse("banana").is_none());
+    }
+
+    #[test]
+    fn a_refusal_names_what_ratcheted_the_table() {
+        assert_eq!(
+            unimplemented_features("0.17.0"),
+            [
+                "soft limits",
+                "bypass (disabled = \"bypass\")",
+                "parent moves (set_parent)",
+                "quota top-ups",
+                "cascade policies",
+                "session quotas (a limit with reset_after)"
+            ]
+        );
+        assert_eq!(
+            unimplemented_features("0.16.0"),
+            [
+                "cascade policies",
+                "session quotas (a limit with reset_after)"
+            ]
+        );
+        assert!(unimplemented_features(COMPATIBILITY_VERSION).is_empty());
+        let text = ratchet_explanation("0.17.0");
+        assert!(
+            text.contains("0.17.0 writer stored one of: soft limits"),
+            "{text}"
+        );
+        assert!(text.contains("may also carry cascade policies"), "{text}");
+        let text = ratchet_explanation("0.15.0");
+        assert!(text.contains("stored one of: session quotas"), "{text}");
+        assert!(!text.contains("may also carry"), "{text}");
+        let text = ratchet_explanation("0.16.5");
+        assert!(
+            text.contains("raised by hand or by a newer writer"),
+            "{text}"
+        );
+        assert!(text.contains("may also carry cascade policies"), "{text}");
+        assert!(ratchet_explanation("nonsense").contains("cannot be parsed"));
     }
 
     #[test]

@@ -302,10 +302,7 @@ impl Repository {
             return Err(RepositoryError::IncompatibleVersion {
                 required: record.client_min_version.clone(),
                 implemented: version::COMPATIBILITY_VERSION.to_string(),
-                message: "a newer client enabled features (session quotas, schedules, soft \
-                          limits, cascade policies or parent moves) that dynalimit's core \
-                          profile does not implement"
-                    .into(),
+                message: version::ratchet_explanation(&record.client_min_version),
             });
         }
         let major = |v: &str| v.split('.').next().map(str::to_string);

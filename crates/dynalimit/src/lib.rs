@@ -43,7 +43,7 @@ pub mod time {
 pub use dynalimit_core::Limit;
 #[cfg(feature = "dynamodb")]
 pub use dynalimit_repository::{
-    AuditEvent, AuditPage, CacheStats, ConfigLevel, DisabledFlag, Entity, LimitConfig,
+    Access, AuditEvent, AuditPage, CacheStats, ConfigLevel, DisabledFlag, Entity, LimitConfig,
     NamespaceInfo, NewEntity, Repository, RepositoryBuilder, RepositoryError, ResolvedLimits,
     UsagePage, UsageQuery, UsageSnapshot, UsageSummary, VersionRecord,
 };

@@ -18,6 +18,7 @@
 
 mod python;
 
+mod access;
 mod buckets;
 mod config;
 mod entities;

@@ -1,6 +1,7 @@
 //! The integration suite: every module runs against a real DynamoDB endpoint provided by the
 //! test kit (`dynalimit_tests`), one fresh table per test.
 
+mod access;
 mod ambiguous;
 mod audit;
 mod config;

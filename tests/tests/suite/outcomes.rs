@@ -15,7 +15,7 @@ use dynalimit_core::Limit;
 use dynalimit_core::decide::{Plan, TtlAction, plan_create, plan_delta, plan_refill};
 use dynalimit_format::item::{Item, get_i64};
 use dynalimit_repository::bucket::{BucketKey, BucketStore, CreateOutcome, MetaCheck, Owner};
-use dynalimit_repository::{Repository, RepositoryError};
+use dynalimit_repository::{DisabledFlag, Repository, RepositoryError};
 use dynalimit_tests::TestTable;
 use dynalimit_tests::fault::{FaultProxy, Lost};
 use dynalimit_tests::raw::put_bucket;
@@ -362,5 +362,45 @@ async fn aggregator_clone_of_a_new_shard() {
             expected,
             "{fault:?}: created once, empty"
         );
+    }
+}
+
+/// The access stamps of a disable and of the clear that follows, under every way of losing
+/// their answers: a stamp sets absolute values and is sent again, so the bucket ends as its
+/// clean twin and the call counts it stamped once.
+#[tokio::test]
+async fn access_stamp() {
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = through(&table, &proxy).await;
+    let ns = repo.namespace_id().to_owned();
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let (faulted, clean) = (format!("f{i}"), format!("c{i}"));
+        bucket(&table, &ns, &faulted, 1, 0).await;
+        bucket(&table, &ns, &clean, 1, 0).await;
+        for flag in [Some(DisabledFlag::Disabled), None] {
+            let stamped = repo
+                .set_entity_disabled(&clean, Some(RESOURCE), flag)
+                .await
+                .expect("the clean change");
+            assert_eq!(stamped, 1);
+            match fault {
+                Fault::After(how) => {
+                    proxy.lose_after_applying("UpdateItem", Some("BUCKET#"), how, 1)
+                }
+                Fault::Hold => proxy.hold("UpdateItem", Some("BUCKET#"), 1),
+            }
+            let result = repo
+                .set_entity_disabled(&faulted, Some(RESOURCE), flag)
+                .await;
+            assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
+            assert_eq!(result.ok(), Some(1), "{fault:?} {flag:?}");
+            let (got, want) = (
+                state_of_shard(&table, &ns, &faulted, 0).await,
+                state_of_shard(&table, &ns, &clean, 0).await,
+            );
+            assert_eq!(got, want, "{fault:?} {flag:?}");
+            assert_eq!(got.contains_key("disabled"), flag.is_some());
+        }
     }
 }

@@ -1,21 +1,12 @@
 //! The version record and the compatibility gate.
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_repository::{Repository, RepositoryError};
 
 /// What a newer zae-limiter does when it enables a feature older readers would mishandle.
 async fn set_client_min_version(table: &dynalimit_tests::TestTable, version: &str) {
     table
-        .client()
-        .update_item()
-        .table_name(table.name())
-        .key("PK", AttributeValue::S("_/SYSTEM#".into()))
-        .key("SK", AttributeValue::S("#VERSION".into()))
-        .update_expression("SET client_min_version = :m")
-        .expression_attribute_values(":m", AttributeValue::S(version.into()))
-        .send()
-        .await
-        .unwrap();
+        .set_version_attribute("client_min_version", version)
+        .await;
 }
 
 #[tokio::test]
@@ -55,10 +46,11 @@ async fn a_table_ratcheted_past_the_core_profile_is_refused() {
             Err(RepositoryError::IncompatibleVersion {
                 required,
                 implemented,
-                ..
+                message,
             }) => {
                 assert_eq!(required, "0.15.0");
                 assert_eq!(implemented, "0.14.0");
+                assert!(message.contains("session quotas"), "{message}");
             }
             other => panic!("expected a refusal, got {other:?}"),
         }

@@ -1,6 +1,6 @@
 //! namespace, entity, limits, audit, status and version against the test kit's DynamoDB.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::{Fixture, run_on, temp_file};
 
@@ -356,4 +356,47 @@ async fn table_output_is_aligned_text() {
         &["namespace", "list"],
     );
     assert!(run.stdout.starts_with("CREATED_AT"), "{}", run.stdout);
+}
+
+#[tokio::test]
+async fn resource_and_entity_disable_enable_clear() {
+    let f = Fixture::new().await;
+    let disabled = f.run(&["resource", "disable", "gpt-4"]).json();
+    assert_eq!(
+        disabled,
+        json!({ "resource": "gpt-4", "disabled": true, "buckets_stamped": 0 })
+    );
+    let enabled = f
+        .run(&["entity", "enable", "key-1", "--resource", "gpt-4"])
+        .json();
+    assert_eq!(
+        enabled,
+        json!({ "id": "key-1", "resource": "gpt-4", "disabled": false, "buckets_stamped": 0 })
+    );
+    let everywhere = f.run(&["entity", "disable", "key-2"]).json();
+    assert_eq!(
+        (
+            everywhere["resource"].clone(),
+            everywhere["disabled"].clone()
+        ),
+        (json!(null), json!(true))
+    );
+    let cleared = f.run(&["resource", "clear-disabled", "gpt-4"]).json();
+    assert_eq!(cleared["disabled"], json!(null));
+    f.run(&["entity", "clear-disabled", "key-2"]).json();
+    let events = f.run(&["audit", "--resource", "gpt-4"]).json();
+    let flags: Vec<&Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["details"]["disabled"])
+        .collect();
+    assert_eq!(
+        flags,
+        [&json!(null), &json!(true)],
+        "newest first: {events}"
+    );
+    f.run(&["resource", "disable", "bad#name"])
+        .fails(2, "resource");
+    f.run(&["entity", "disable", "bad id!"]).fails(2, "entity");
 }

@@ -16,6 +16,7 @@
 //! | [`BucketStore::refill`] | `UpdateItem` | `rf = :read`, no pause in force, floors, pins |
 //! | [`BucketStore::consume_only`] | `UpdateItem` | `tk >= amount`, no pause in force |
 //! | [`BucketStore::apply_delta`] | `UpdateItem` (then a trimming retry) | exists, ceiling guards |
+//! | [`BucketStore::stamp_access`] | `UpdateItem` | exists |
 //! | [`BucketStore::stamp_pause`] | `UpdateItem` on every existing shard | exists, stamp absent or earlier |
 //! | [`BucketStore::double_shards`] | `UpdateItem` on shard 0, then on shards `1..old` | `shard_count = :old` / `< :new` |
 //! | [`BucketStore::propagate_shard_count`] | `UpdateItem` on shards `1..old` | `shard_count < :new` |
@@ -38,10 +39,9 @@ use dynalimit_core::Limit;
 use dynalimit_core::decide::{BucketImage, CreatePlan, DeltaPlan, ProactiveRefill, RefillPlan};
 use futures::future::join_all;
 
-use dynalimit_core::ids::DEFAULT_RESOURCE;
 pub use dynalimit_format::bucket::{BucketKey, Meta, MetaCheck, Owner};
 use dynalimit_format::bucket::{create_item, image_from_item, live_pause};
-use dynalimit_format::config::{self, ConfigLevel, LimitConfig, Slot};
+use dynalimit_format::config::{self, Access, ConfigLevel, LimitConfig};
 use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::item::{self, Item, get_s as get_str};
 use dynalimit_format::schema::{GSI2, GSI3};
@@ -644,6 +644,28 @@ impl BucketStore {
         }
     }
 
+    /// Stamps one existing bucket item with its access mode (reference §4.3): `disabled`,
+    /// `bypass` until `bypass_until`, or neither. Returns false when the item does not exist
+    /// (it is never recreated). The values are absolute, so a write whose answer was lost is
+    /// sent again and lands the same (`suite::outcomes::access_stamp`).
+    ///
+    /// # Errors
+    /// [`RepositoryError::Contended`] when conflicts persist; [`RepositoryError`] when
+    /// DynamoDB cannot be reached or refuses the request.
+    pub async fn stamp_access(
+        &self,
+        key: &BucketKey,
+        access: Access,
+        bypass_until: i64,
+    ) -> Result<bool, RepositoryError> {
+        let e = dynalimit_format::bucket::access_stamp(access, bypass_until);
+        match self.update(key, &e, false, Resend::Harmless).await? {
+            Update::Done(_) => Ok(true),
+            Update::ConditionFailed(_) => Ok(false),
+            Update::Conflict => Err(contended()),
+        }
+    }
+
     /// Doubles the shard count of `(entity, resource)` from `from` to `to` on shard 0, then
     /// propagates the new count to the older shards (reference §3.8) with
     /// [`BucketStore::propagate_shard_count`]. Every shard keeps its balance, and a shard the
@@ -750,18 +772,7 @@ impl BucketStore {
         let bucket = pair(key.key_map(ns));
         let first = pair(key.with_shard(0).key_map(ns));
         let meta = pair(self.meta_key(entity));
-        let mut slots = vec![(
-            ConfigLevel::Entity,
-            Slot::Entity(entity.into(), resource.into()),
-        )];
-        if resource != DEFAULT_RESOURCE {
-            slots.push((
-                ConfigLevel::EntityDefault,
-                Slot::Entity(entity.into(), DEFAULT_RESOURCE.into()),
-            ));
-            slots.push((ConfigLevel::Resource, Slot::Resource(resource.into())));
-        }
-        slots.push((ConfigLevel::System, Slot::System));
+        let slots = config::levels(entity, resource);
         let level_keys: Vec<_> = slots.iter().map(|(_, s)| pair(s.key(ns))).collect();
         let wanted: Vec<(String, String)> = [&bucket, &meta, &first]
             .into_iter()
@@ -884,6 +895,39 @@ impl BucketStore {
         }
         found.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(found)
+    }
+
+    /// The keys of every bucket item of `resource`, any entity and shard (GSI2, every page).
+    pub(crate) async fn resource_bucket_keys(
+        &self,
+        resource: &str,
+    ) -> Result<Vec<BucketKey>, RepositoryError> {
+        let found = self
+            .query_bucket_index(GSI2, keys::resource_pk(&self.ns, resource))
+            .await?;
+        Ok(self.keys_of(&found))
+    }
+
+    /// The keys of every bucket item of `entity_id` (GSI3, every page), on `resource` only
+    /// when given.
+    pub(crate) async fn entity_bucket_keys(
+        &self,
+        entity_id: &str,
+        resource: Option<&str>,
+    ) -> Result<Vec<BucketKey>, RepositoryError> {
+        let found = self
+            .query_bucket_index(GSI3, keys::entity_pk(&self.ns, entity_id))
+            .await?;
+        let mut out = self.keys_of(&found);
+        out.retain(|k| resource.is_none_or(|r| k.resource == r));
+        Ok(out)
+    }
+
+    fn keys_of(&self, found: &[Item]) -> Vec<BucketKey> {
+        found
+            .iter()
+            .filter_map(|it| BucketKey::parse(&self.ns, get_str(it, attr::PK)?))
+            .collect()
     }
 
     /// Every `#STATE` item of a bucket index partition (`GSI2` or `GSI3`), all pages: the

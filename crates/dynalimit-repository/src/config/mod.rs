@@ -22,6 +22,7 @@
 //!
 //! The items themselves are [`dynalimit_format::config`]'s.
 
+mod access;
 mod cache;
 mod registry;
 mod resolve;

@@ -20,17 +20,15 @@ use dynalimit_format::config::{
 };
 use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::item::{self, Item};
-use dynalimit_format::schema::GSI3;
 use dynalimit_format::{attr, keys};
 
 use super::validate_limits;
 use crate::batch::get_item;
 use crate::error::classify;
 use crate::namespace::absent;
-use crate::page;
 use crate::{Repository, RepositoryError};
 
-fn build_err(e: impl std::fmt::Display) -> RepositoryError {
+pub(super) fn build_err(e: impl std::fmt::Display) -> RepositoryError {
     RepositoryError::Rejected {
         operation: "TransactWriteItems",
         code: "Build".into(),
@@ -120,14 +118,30 @@ impl Repository {
     /// with entity configs, in one transaction; a level created meanwhile by someone else is
     /// replaced without touching the count (it is theirs).
     async fn create_entity_level(&self, it: Item, resource: &str) -> Result<(), RepositoryError> {
-        let ns = &self.scope.id;
-        let condition = absent();
         let put = Put::builder()
             .table_name(&self.shared.table)
             .set_item(Some(it.clone()))
-            .with_expr(&condition)
+            .with_expr(&absent())
             .build()
             .map_err(build_err)?;
+        let create = TransactWriteItem::builder().put(put).build();
+        if !self.create_counted_level(create, resource).await? {
+            self.put_item(it).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends `create` (a write of an entity level conditioned on the item's absence) with
+    /// `ADD {resource} 1` on the registry of entity configs, in one transaction. False when
+    /// it was cancelled: the level exists and its count is its creator's. A lost answer is
+    /// harmless: the SDK sends the transaction again with the same client request token,
+    /// which DynamoDB does not apply twice.
+    pub(super) async fn create_counted_level(
+        &self,
+        create: TransactWriteItem,
+        resource: &str,
+    ) -> Result<bool, RepositoryError> {
+        let ns = &self.scope.id;
         let mut e = Expr::default();
         e.add(resource, 1);
         e.set_if_absent(attr::GSI4PK, item::s(ns));
@@ -142,17 +156,17 @@ impl Repository {
             .shared
             .client
             .transact_write_items()
-            .transact_items(TransactWriteItem::builder().put(put).build())
+            .transact_items(create)
             .transact_items(TransactWriteItem::builder().update(count).build())
             .send()
             .await;
         match result {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(true),
             Err(e)
                 if e.as_service_error()
                     .is_some_and(|s| s.is_transaction_canceled_exception()) =>
             {
-                self.put_item(it).await
+                Ok(false)
             }
             Err(e) => Err(classify("TransactWriteItems", e)),
         }
@@ -262,26 +276,12 @@ impl Repository {
         entity_id: &str,
         resource: &str,
     ) -> Result<(), RepositoryError> {
-        let ns = &self.scope.id;
-        let prefix = if resource == DEFAULT_RESOURCE {
-            keys::BUCKET_INDEX_SK_PREFIX.to_string()
-        } else {
-            keys::bucket_gsi3sk_prefix(resource)
-        };
-        let mut e = Expr::default();
-        let c = e.eq(attr::GSI3PK, item::s(keys::entity_pk(ns, entity_id)));
-        e.when(c);
-        let c = e.begins_with(attr::GSI3SK, prefix);
-        e.when(c);
-        let buckets = page::all_keys(self.query(Some(GSI3), &e)).await?;
+        let scope = (resource != DEFAULT_RESOURCE).then_some(resource);
+        let buckets = self.buckets().entity_bucket_keys(entity_id, scope).await?;
         let store = self.buckets();
         let mut stamped = 0;
-        for key in buckets {
-            let Some(parsed) = item::key_of(&key).and_then(|(pk, _)| keys::parse_bucket_pk(pk))
-            else {
-                continue;
-            };
-            let resolved = self.resolve_limits(entity_id, &parsed.resource).await?;
+        for bucket in buckets {
+            let resolved = self.resolve_limits(entity_id, &bucket.resource).await?;
             if resolved.limits.is_empty() {
                 continue;
             }
@@ -289,7 +289,6 @@ impl Repository {
                 resolved.source,
                 Some(ConfigLevel::Entity | ConfigLevel::EntityDefault)
             );
-            let bucket = crate::bucket::BucketKey::new(entity_id, parsed.resource, parsed.shard);
             match store
                 .sync_parameters(&bucket, &resolved.limits, remove_ttl)
                 .await

@@ -11,10 +11,11 @@ use dynalimit_core::decide::{
     fast_rejection_gate, plan_create, plan_delta, plan_refill, shard_in, split_from,
     statuses_from_image,
 };
+use dynalimit_format::config::{self, walk};
 use dynalimit_repository::bucket::{
     BucketKey, ConsumeOutcome, CreateOutcome, RefillOutcome, SlowRead,
 };
-use dynalimit_repository::{ConfigLevel, DisabledFlag, LimitConfig, RepositoryError};
+use dynalimit_repository::{ConfigLevel, LimitConfig, RepositoryError};
 use rand::Rng;
 
 use super::inner::Inner;
@@ -560,30 +561,22 @@ fn resolve_access(
     levels: Vec<(ConfigLevel, Option<LimitConfig>)>,
     explicit: Option<&[Limit]>,
 ) -> Access {
+    // A bypass is enforced: bypass stamps are not written or honoured by this client
+    // (reference §12.8: enforcing them only under-admits).
+    let (walked, cascade) = walk(levels.iter().map(|(level, c)| (*level, c.as_ref())));
     let mut access = Access {
         limits: explicit.map(<[Limit]>::to_vec).unwrap_or_default(),
         source: None,
-        disabled: false,
-        cascade: None,
+        disabled: walked == config::Access::Disabled,
+        cascade,
     };
-    let mut disabled_seen = false;
-    for (level, config) in levels {
-        let Some(config) = config else {
-            continue;
-        };
-        if level != ConfigLevel::System {
-            if !disabled_seen && let Some(flag) = config.disabled {
-                disabled_seen = true;
-                access.disabled = flag == DisabledFlag::Disabled;
-            }
-            if access.cascade.is_none() {
-                access.cascade = config.cascade;
-            }
-        }
-        if explicit.is_none() && access.source.is_none() && !config.limits.is_empty() {
-            access.limits = config.limits;
-            access.source = Some(level);
-        }
+    if explicit.is_none()
+        && let Some((level, config)) = levels
+            .into_iter()
+            .find_map(|(level, c)| c.filter(|c| !c.limits.is_empty()).map(|c| (level, c)))
+    {
+        access.limits = config.limits;
+        access.source = Some(level);
     }
     access
 }

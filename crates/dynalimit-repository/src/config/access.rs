@@ -1,0 +1,311 @@
+//! Disabling and re-enabling (reference §12.1, §4.3): a level's `disabled` flag, then the
+//! access stamp of every bucket it can decide, so the fast path refuses (or admits again)
+//! from the next request on.
+//!
+//! Each bucket is stamped with the access resolved for its own entity and resource from a
+//! strongly consistent read of the levels, never with the changed level's value as such: an
+//! entity that overrides a disabled resource keeps its access, and a clear leaves every
+//! bucket with what now decides it. Discovery runs twice, so a bucket that an acquire in
+//! flight created during the first pass is stamped by the second.
+//!
+//! What happens when an answer is lost: the flag write and every stamp set absolute values
+//! (sent again, they land the same); the resource registry is a set. A call that fails after
+//! the flag was written returns [`RepositoryError::FanoutIncomplete`] with the number of
+//! buckets stamped, and running it again finishes the job.
+
+use std::collections::{BTreeSet, HashMap};
+
+use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
+use dynalimit_core::CoreError;
+use dynalimit_core::ids::{self, DEFAULT_RESOURCE};
+use dynalimit_format::audit::{self, AuditAction, BUCKETS_STAMPED_DETAIL, DISABLED_DETAIL};
+use dynalimit_format::bucket::BucketKey;
+use dynalimit_format::config::{self, Access, ConfigLevel, DisabledFlag, Slot};
+use dynalimit_format::expr::WithExpr;
+use dynalimit_format::item::{self, Item};
+use dynalimit_format::{attr, version};
+
+use super::write::build_err;
+use crate::batch::batch_get_items;
+use crate::error::classify;
+use crate::{Repository, RepositoryError};
+
+/// How long a bypass stamp lasts when a fan-out writes one (reference §2.7: the default
+/// stamp time-to-live, 60 s, times a draw from 0.8 to 1.0).
+const STAMP_TTL_MS: i64 = 60_000;
+
+/// Which buckets a change can decide.
+enum Scope<'a> {
+    /// Every bucket of a resource, any entity (GSI2).
+    Resource(&'a str),
+    /// Every bucket of an entity, on one resource or on all (GSI3).
+    Entity(&'a str, Option<&'a str>),
+}
+
+impl Repository {
+    /// Sets (`Some`) or clears (`None`, back to inherit) the `disabled` flag of `resource`
+    /// for every entity without its own value: [`DisabledFlag::Disabled`] refuses every
+    /// acquire with `ResourceDisabled`, [`DisabledFlag::Enabled`] enforces limits even where
+    /// a lower level disables. Writes the flag (creating a limit-less resource level when
+    /// there is none, registered like one with defaults), stamps every existing bucket of
+    /// the resource with the access it now resolves to, evicts the configuration cache and
+    /// writes a `limits_set` audit event. Returns the number of buckets stamped.
+    ///
+    /// Other processes see the change on their next request to a stamped bucket; their
+    /// configuration caches learn it within their time-to-live.
+    ///
+    /// ```no_run
+    /// # async fn run(repo: dynalimit_repository::Repository) -> Result<(), dynalimit_repository::RepositoryError> {
+    /// use dynalimit_repository::DisabledFlag;
+    /// let stamped = repo.set_resource_disabled("gpt-4", Some(DisabledFlag::Disabled)).await?;
+    /// println!("{stamped} buckets now refuse");
+    /// repo.set_resource_disabled("gpt-4", None).await?; // back to inherit
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`RepositoryError::Validation`] before any request for a bad resource name, or for
+    /// [`DisabledFlag::Bypass`] (see [`Repository::set_entity_disabled`]);
+    /// [`RepositoryError::FanoutIncomplete`] when the flag was written but not every bucket
+    /// stamped (run again to finish); the classified failure.
+    pub async fn set_resource_disabled(
+        &self,
+        resource: &str,
+        flag: Option<DisabledFlag>,
+    ) -> Result<usize, RepositoryError> {
+        ids::validate_resource(resource)?;
+        refuse_bypass(flag)?;
+        let slot = Slot::Resource(resource.into());
+        self.write_flag(&slot, flag).await?;
+        if flag.is_some() {
+            self.register_resource(resource, true).await?;
+        }
+        self.invalidate_config_cache().await;
+        let stamped = self.stamp_access(Scope::Resource(resource)).await?;
+        self.audit_flag(&audit::resource_audit_id(resource), resource, flag, stamped)
+            .await?;
+        Ok(stamped)
+    }
+
+    /// Sets (`Some`) or clears (`None`) the `disabled` flag of `entity_id` on `resource`, or
+    /// on every resource when `resource` is `None` (its `_default_` level). An entity-level
+    /// value outranks the resource's, so [`DisabledFlag::Enabled`] re-admits one entity to a
+    /// disabled resource. Never extends to the entity's cascade parent, which resolves its
+    /// own access. Writes the flag (creating a limit-less level when there is none, counted
+    /// in the registry of entity configs like one with limits), stamps every existing bucket
+    /// of the entity in scope with the access it now resolves to, evicts the configuration
+    /// cache and writes a `limits_set` audit event. Returns the number of buckets stamped.
+    ///
+    /// [`DisabledFlag::Bypass`] is refused: storing it raises the table's minimum client
+    /// version to 0.17.0 (reference §10), above the version this dynalimit declares
+    /// ([`dynalimit_format::version::COMPATIBILITY_VERSION`]), so every dynalimit process
+    /// would then refuse the table.
+    ///
+    /// # Errors
+    /// As [`Repository::set_resource_disabled`], and for a bad entity id.
+    pub async fn set_entity_disabled(
+        &self,
+        entity_id: &str,
+        resource: Option<&str>,
+        flag: Option<DisabledFlag>,
+    ) -> Result<usize, RepositoryError> {
+        ids::validate_entity_id(entity_id)?;
+        if let Some(r) = resource {
+            ids::validate_resource(r)?;
+        }
+        refuse_bypass(flag)?;
+        let level = resource.unwrap_or(DEFAULT_RESOURCE);
+        let slot = Slot::Entity(entity_id.into(), level.into());
+        self.write_flag(&slot, flag).await?;
+        self.invalidate_config_cache().await;
+        let stamped = self
+            .stamp_access(Scope::Entity(entity_id, resource))
+            .await?;
+        self.audit_flag(entity_id, level, flag, stamped).await?;
+        Ok(stamped)
+    }
+
+    /// The access (enforced, disabled or bypass) that `entity_id` resolves to on `resource`
+    /// from a strongly consistent, uncached read of its levels (reference §4.1).
+    ///
+    /// # Errors
+    /// [`RepositoryError::Validation`] for bad ids (nothing sent); a level dynalimit cannot
+    /// read ([`RepositoryError::Unsupported`], [`RepositoryError::Corrupt`]); the classified
+    /// failure.
+    pub async fn resolve_access(
+        &self,
+        entity_id: &str,
+        resource: &str,
+    ) -> Result<Access, RepositoryError> {
+        ids::validate_entity_id(entity_id)?;
+        ids::validate_resource(resource)?;
+        let levels: Vec<(ConfigLevel, Slot)> = config::levels(entity_id, resource)
+            .into_iter()
+            .filter(|(level, _)| *level != ConfigLevel::System)
+            .collect();
+        let ns = &self.scope.id;
+        let wanted: Vec<Item> = levels.iter().map(|(_, slot)| slot.key(ns)).collect();
+        let found = batch_get_items(&self.shared.client, &self.shared.table, wanted, true).await?;
+        let mut decoded = Vec::with_capacity(levels.len());
+        for (level, slot) in &levels {
+            let key = slot.key(ns);
+            let stored = found
+                .iter()
+                .find(|it| item::key_of(it) == item::key_of(&key))
+                .map(config::decode)
+                .transpose()?;
+            decoded.push((*level, stored));
+        }
+        Ok(config::walk(decoded.iter().map(|(l, c)| (*l, c.as_ref()))).0)
+    }
+
+    /// Writes one level's `disabled` flag. A new entity level is created in one transaction
+    /// with its count in the registry of entity configs; one created meanwhile by someone
+    /// else is updated without touching the count (it is theirs).
+    async fn write_flag(
+        &self,
+        slot: &Slot,
+        flag: Option<DisabledFlag>,
+    ) -> Result<(), RepositoryError> {
+        let ns = &self.scope.id;
+        let e = config::flag_write(ns, slot, flag);
+        let update = || {
+            self.shared
+                .client
+                .update_item()
+                .table_name(&self.shared.table)
+                .set_key(Some(slot.key(ns)))
+                .with_expr(&e)
+        };
+        // A clear removes the flag from an existing item (none there: already inherited); a
+        // resource level is upserted; only a new entity level needs the registry count.
+        let resource = match slot {
+            Slot::Entity(_, resource) if flag.is_some() => resource,
+            _ => {
+                return match update().send().await {
+                    Err(err) if flag.is_none() && is_condition_failed(&err) => Ok(()),
+                    other => other.map(|_| ()).map_err(|err| classify("UpdateItem", err)),
+                };
+            }
+        };
+        let mut create = e.clone();
+        let c = create.not_exists(attr::PK);
+        create.when(c);
+        let level = Update::builder()
+            .table_name(&self.shared.table)
+            .set_key(Some(slot.key(ns)))
+            .with_expr(&create)
+            .build()
+            .map_err(build_err)?;
+        let create = TransactWriteItem::builder().update(level).build();
+        if !self.create_counted_level(create, resource).await? {
+            update()
+                .send()
+                .await
+                .map_err(|err| classify("UpdateItem", err))?;
+        }
+        Ok(())
+    }
+
+    /// Stamps every bucket in `scope` with the access resolved for its own entity and
+    /// resource; two discovery passes. Returns how many buckets were stamped (a bucket gone
+    /// meanwhile is not counted).
+    async fn stamp_access(&self, scope: Scope<'_>) -> Result<usize, RepositoryError> {
+        let store = self.buckets();
+        let mut seen: BTreeSet<BucketKey> = BTreeSet::new();
+        let mut resolved: HashMap<(String, String), (Access, i64)> = HashMap::new();
+        let mut stamped = 0;
+        for _pass in 0..2 {
+            let found = match scope {
+                Scope::Resource(resource) => store.resource_bucket_keys(resource).await?,
+                Scope::Entity(entity, resource) => {
+                    store.entity_bucket_keys(entity, resource).await?
+                }
+            };
+            for key in found {
+                if !seen.insert(key.clone()) {
+                    continue;
+                }
+                let pair = (key.entity_id.clone(), key.resource.clone());
+                let (access, bypass_until) = match resolved.get(&pair) {
+                    Some(known) => *known,
+                    None => {
+                        // The deadline is taken before the read that decides it (§2.7).
+                        let until = self.bypass_deadline();
+                        let access = self
+                            .resolve_access(&key.entity_id, &key.resource)
+                            .await
+                            .map_err(|e| incomplete(stamped, e))?;
+                        resolved.insert(pair, (access, until));
+                        (access, until)
+                    }
+                };
+                match store.stamp_access(&key, access, bypass_until).await {
+                    Ok(true) => stamped += 1,
+                    Ok(false) => {}
+                    Err(e) => return Err(incomplete(stamped, e)),
+                }
+            }
+        }
+        Ok(stamped)
+    }
+
+    /// A bypass deadline from now: the stamp time-to-live times a draw from 0.8 to 1.0.
+    fn bypass_deadline(&self) -> i64 {
+        let now = self.shared.clock.epoch_millis();
+        let share = 0.8 + 0.2 * rand::random::<f64>();
+        now + (STAMP_TTL_MS as f64 * share) as i64
+    }
+
+    async fn audit_flag(
+        &self,
+        audit_id: &str,
+        resource: &str,
+        flag: Option<DisabledFlag>,
+        stamped: usize,
+    ) -> Result<(), RepositoryError> {
+        let details = HashMap::from([
+            (
+                DISABLED_DETAIL.to_string(),
+                flag.map_or_else(|| item::s_or_null(None), DisabledFlag::encode),
+            ),
+            (BUCKETS_STAMPED_DETAIL.to_string(), item::n(stamped)),
+        ]);
+        self.audit(audit_id, AuditAction::LimitsSet, Some(resource), details)
+            .await
+            .map(|_| ())
+    }
+}
+
+fn is_condition_failed<R>(
+    err: &aws_sdk_dynamodb::error::SdkError<
+        aws_sdk_dynamodb::operation::update_item::UpdateItemError,
+        R,
+    >,
+) -> bool {
+    err.as_service_error()
+        .is_some_and(|s| s.is_conditional_check_failed_exception())
+}
+
+fn incomplete(stamped: usize, e: RepositoryError) -> RepositoryError {
+    RepositoryError::FanoutIncomplete {
+        stamped,
+        message: e.to_string(),
+    }
+}
+
+/// Refuses to store a bypass before any request (see [`Repository::set_entity_disabled`]).
+fn refuse_bypass(flag: Option<DisabledFlag>) -> Result<(), CoreError> {
+    if flag == Some(DisabledFlag::Bypass) {
+        return Err(CoreError::invalid_value(
+            "disabled",
+            DisabledFlag::Bypass.name(),
+            format!(
+                "storing a bypass raises the table's minimum client version to 0.17.0, and this \
+                 dynalimit implements {}: every dynalimit process would refuse the table",
+                version::COMPATIBILITY_VERSION
+            ),
+        ));
+    }
+    Ok(())
+}
