@@ -213,7 +213,9 @@ class Driver:
         """One acquire; `adjust` (optional) is applied to the lease before it commits."""
         limiter = RateLimiter(repository=repo)
         try:
-            async with limiter.acquire(op["entity"], op["resource"], op["consume"]) as lease:
+            async with limiter.acquire(
+                op["entity"], op["resource"], op["consume"], also=op.get("also")
+            ) as lease:
                 if op.get("adjust"):
                     await lease.adjust(**op["adjust"])
             return {"admitted": True}

@@ -101,6 +101,13 @@ impl Rejection {
         }
     }
 
+    /// This rejection waiting at least `wait` (a multi-resource acquire's longest).
+    #[cfg(feature = "dynamodb")]
+    pub(crate) fn retry_at_least(mut self, wait: Duration) -> Self {
+        self.retry_after = Some(self.retry_after.map_or(wait, |own| own.max(wait)));
+        self
+    }
+
     /// Writers kept colliding on the bucket of `entity_id` on `resource`.
     #[cfg(feature = "dynamodb")]
     pub(crate) fn contended(entity_id: &str, resource: &str) -> Self {

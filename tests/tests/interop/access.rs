@@ -2,7 +2,7 @@
 //! the flag items match field by field, the bucket stamps of one library's fan-out refuse
 //! the other's acquires, and an entity override carves one entity out. A bypass stored by
 //! zae-limiter ratchets the table past what dynalimit implements, and dynalimit's refusal
-//! names it.
+//! names it. Multi-resource acquires (§3.11) of both libraries spend the same budgets.
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit::{Access, DisabledFlag, Error, Limit, RateLimiter};
@@ -212,4 +212,50 @@ async fn a_table_ratcheted_by_a_zae_limiter_bypass_names_it_in_dynalimits_refusa
         }
         other => panic!("expected a refusal naming the feature, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn multi_resource_acquires_of_both_libraries_share_the_same_budgets() {
+    let (table, python) = shared_table!();
+    let repo = table.repository(NS).await;
+    repo.set_resource_defaults("gpt-4", &[Limit::per_minute("rpm", 10)])
+        .await
+        .unwrap();
+    repo.set_resource_defaults("moderation", &[Limit::per_minute("rpm", 3)])
+        .await
+        .unwrap();
+    let limiter = RateLimiter::new(repo.clone());
+    let rust_multi = || async {
+        limiter
+            .acquire("k", "gpt-4", [("rpm", 1)])
+            .also("moderation", [("rpm", 1)])
+            .await
+    };
+    for _ in 0..2 {
+        rust_multi().await.unwrap().commit().await.unwrap();
+    }
+    let python_multi = json!({"op": "acquire", "entity": "k", "resource": "gpt-4",
+        "consume": {"rpm": 1}, "also": {"moderation": {"rpm": 1}}, "continue": true});
+    let answers = python
+        .run(NS, vec![python_multi.clone(), python_multi])
+        .await;
+    let admitted: Vec<bool> = answers
+        .iter()
+        .map(|a| a.as_ref().expect("answered")["admitted"] == json!(true))
+        .collect();
+    assert_eq!(admitted, [true, false], "moderation holds 3");
+    assert!(matches!(rust_multi().await, Err(Error::Rejected(_))));
+    limiter.settle().await;
+    // Every refused acquire gave gpt-4 back: each resource was debited three times in all.
+    let tc = |resource: &'static str| {
+        let table = &table;
+        let ns = repo.namespace_id().to_owned();
+        async move {
+            let pk = format!("{ns}/BUCKET#k#{resource}#0");
+            let found = item_without(table, pk, "#STATE", "\u{0}").await;
+            found["b_rpm_tc"].as_n().unwrap().parse::<i64>().unwrap()
+        }
+    };
+    assert_eq!(tc("gpt-4").await, 3000);
+    assert_eq!(tc("moderation").await, 3000);
 }

@@ -10,6 +10,7 @@ mod entities;
 mod fast_path;
 mod format;
 mod kit;
+mod multi;
 mod namespaces;
 mod outcomes;
 mod rejections;

@@ -20,6 +20,7 @@ use rand::Rng;
 
 use super::inner::Inner;
 use super::rejections::{Moment, Verdict};
+use crate::Rejection;
 
 /// What one owner's debit produced.
 #[derive(Debug, Clone)]
@@ -132,6 +133,29 @@ impl Inner {
             states: img.limits,
             parent_id: img.parent_id,
         }
+    }
+
+    /// The rejection of a multi-resource acquire when the rejection cache knows every shard
+    /// of one of its resources to be short for its demand (no request sent).
+    pub(super) fn known_short(
+        &self,
+        entity_id: &str,
+        parts: &[(String, BTreeMap<String, i64>)],
+    ) -> Option<Rejection> {
+        let at = Moment {
+            now: self.clock.epoch_millis(),
+            generation: self.repo.config_generation(),
+        };
+        parts.iter().find_map(|(resource, demand)| {
+            let known = self.shard_count(entity_id, resource);
+            match self
+                .rejections
+                .check((entity_id, resource), known, demand, None, at)
+            {
+                Verdict::Refuse(statuses) => Some(Rejection::limits(entity_id, resource, statuses)),
+                _ => None,
+            }
+        })
     }
 
     /// Debits `demand` from one owner's bucket on `resource`, as `role`.

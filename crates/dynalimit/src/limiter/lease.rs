@@ -36,6 +36,8 @@ pub struct Lease {
     inner: Option<Arc<Inner>>,
     entries: Vec<Entry>,
     state: Mutex<State>,
+    /// The further resources of a multi-resource acquire, each with its own lease.
+    also: Vec<(String, Lease)>,
 }
 
 impl Lease {
@@ -44,7 +46,26 @@ impl Lease {
             inner: Some(inner),
             entries,
             state: Mutex::new(State::default()),
+            also: Vec::new(),
         }
+    }
+
+    /// This lease with the leases of further resources of the same acquire.
+    pub(crate) fn with_also(mut self, also: Vec<(String, Lease)>) -> Self {
+        self.also = also;
+        self
+    }
+
+    /// The lease of one resource of a multi-resource acquire (see
+    /// [`Acquire::also`](super::Acquire::also)): this lease for the acquire's own resource,
+    /// the lease of a further one by its name; `None` for a resource the acquire did not
+    /// debit. Adjusting, committing or rolling back the returned lease acts on that
+    /// resource alone; committing or rolling back this lease acts on every resource.
+    pub fn resource(&self, name: &str) -> Option<&Lease> {
+        if self.entries.first().is_some_and(|e| e.key.resource == name) {
+            return Some(self);
+        }
+        self.also.iter().find(|(r, _)| r == name).map(|(_, l)| l)
     }
 
     pub(crate) fn degraded() -> Self {
@@ -52,6 +73,7 @@ impl Lease {
             inner: None,
             entries: Vec::new(),
             state: Mutex::new(State::default()),
+            also: Vec::new(),
         }
     }
 
@@ -143,6 +165,15 @@ impl Lease {
     /// [`Error::LeaseWrite`] when a write fails; the other buckets are still written and
     /// nothing is rolled back.
     pub async fn commit(mut self) -> Result<(), Error> {
+        // The further leases have none of their own: no recursion.
+        let mut result = self.commit_own().await;
+        for (_, mut lease) in std::mem::take(&mut self.also) {
+            result = result.and(lease.commit_own().await);
+        }
+        result
+    }
+
+    async fn commit_own(&mut self) -> Result<(), Error> {
         let Some(adjustments) = self.settle() else {
             return Ok(());
         };
@@ -172,6 +203,14 @@ impl Lease {
     /// # Errors
     /// [`Error::LeaseWrite`] when a credit fails; the other credits are still written.
     pub async fn rollback(mut self) -> Result<(), Error> {
+        let mut result = self.rollback_own().await;
+        for (_, mut lease) in std::mem::take(&mut self.also) {
+            result = result.and(lease.rollback_own().await);
+        }
+        result
+    }
+
+    async fn rollback_own(&mut self) -> Result<(), Error> {
         if self.settle().is_none() {
             return Ok(());
         }

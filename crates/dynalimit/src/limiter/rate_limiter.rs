@@ -110,6 +110,7 @@ impl RateLimiter {
                 consume: consume.into_iter().map(|(k, v)| (k.into(), v)).collect(),
                 limits: None,
                 on_unavailable: None,
+                also: Vec::new(),
             },
         }
     }
@@ -238,22 +239,11 @@ impl RateLimiter {
             consume,
             limits,
             on_unavailable,
+            also,
         } = request;
         validate_entity_id(&entity_id)?;
         validate_resource(&resource)?;
-        let mut demand = BTreeMap::new();
-        for (name, amount) in &consume {
-            attr::validate_limit_name(name)?;
-            let milli = amount_to_milli("amount", *amount)?;
-            if demand.insert(name.clone(), milli).is_some() {
-                return Err(CoreError::invalid_value(
-                    "consume",
-                    name,
-                    "a limit name may appear once per acquire",
-                )
-                .into());
-            }
-        }
+        let demand = validate_demand(&consume)?;
         if let Some(limits) = &limits {
             for (i, l) in limits.iter().enumerate() {
                 attr::validate_limit(l)?;
@@ -270,64 +260,186 @@ impl RateLimiter {
                 return Err(Error::UnknownLimit { key: name.clone() });
             }
         }
+        if !also.is_empty() {
+            if limits.is_some() {
+                return Err(CoreError::invalid_value(
+                    "also",
+                    also.len(),
+                    "further resources cannot be combined with explicit limits",
+                )
+                .into());
+            }
+            let mut parts = vec![(resource, demand)];
+            for (other, consume) in also {
+                validate_resource(&other)?;
+                if parts.iter().any(|(r, _)| *r == other) {
+                    return Err(CoreError::invalid_value(
+                        "also",
+                        other,
+                        "a resource may appear once per acquire",
+                    )
+                    .into());
+                }
+                parts.push((other, validate_demand(&consume)?));
+            }
+            if parts.len() > MAX_ACQUIRE_RESOURCES {
+                return Err(CoreError::invalid_value(
+                    "also",
+                    parts.len(),
+                    format!("at most {MAX_ACQUIRE_RESOURCES} resources per acquire"),
+                )
+                .into());
+            }
+            return self.run_many(&entity_id, parts, on_unavailable).await;
+        }
         match self
             .cascade_acquire(&entity_id, &resource, &demand, limits.as_deref())
             .await
         {
             Ok(entries) => Ok(Lease::new(Arc::clone(&self.inner), entries)),
-            Err((owner, refusal)) => match refusal {
-                Refusal::Rejected {
-                    statuses,
-                    contended,
-                } => Err(Error::Rejected(if contended {
-                    Rejection::contended(&owner, &resource)
-                } else {
-                    Rejection::limits(&owner, &resource, statuses)
-                })),
-                Refusal::Paused(until) => Err(Error::Rejected(Rejection::paused(
-                    until,
-                    remaining(until, self.inner.clock.epoch_millis()),
-                    Some((&owner, &resource)),
-                ))),
-                Refusal::Disabled => Err(Error::ResourceDisabled {
-                    entity_id: owner,
-                    resource,
-                }),
-                Refusal::NoLimits => Err(Error::NoLimits {
-                    entity_id: owner,
-                    resource,
-                }),
-                Refusal::UnknownLimit(key) => Err(Error::UnknownLimit { key }),
-                Refusal::Repository(e @ RepositoryError::PermissionDenied { .. }) => {
-                    Err(Error::PermissionDenied(e))
+            Err((owner, refusal)) => {
+                self.refused(entity_id, resource, owner, refusal, on_unavailable)
+                    .await
+            }
+        }
+    }
+
+    /// A multi-resource acquire (see [`Acquire::also`]), `parts` validated.
+    async fn run_many(
+        &self,
+        entity_id: &str,
+        parts: Vec<(String, BTreeMap<String, i64>)>,
+        on_unavailable: Option<OnUnavailable>,
+    ) -> Result<Lease, Error> {
+        // A resource known short refuses before any write.
+        if let Some(rejection) = self.inner.known_short(entity_id, &parts) {
+            return Err(Error::Rejected(rejection));
+        }
+        let outcomes = futures::future::join_all(
+            parts
+                .iter()
+                .map(|(resource, demand)| self.cascade_acquire(entity_id, resource, demand, None)),
+        )
+        .await;
+        if outcomes.iter().all(Result::is_ok) {
+            let mut leases =
+                parts
+                    .into_iter()
+                    .zip(outcomes)
+                    .filter_map(|((resource, _), outcome)| {
+                        Some((resource, Lease::new(Arc::clone(&self.inner), outcome.ok()?)))
+                    });
+            let Some((_, first)) = leases.next() else {
+                return Err(CoreError::invalid_value("also", 0, "no resource").into());
+            };
+            return Ok(first.with_also(leases.collect()));
+        }
+        let mut refusals = Vec::new();
+        let mut refunds = Vec::new();
+        for ((resource, _), outcome) in parts.into_iter().zip(outcomes) {
+            match outcome {
+                Ok(entries) => refunds.extend(entries),
+                Err((owner, refusal)) => refusals.push((resource, owner, refusal)),
+            }
+        }
+        futures::future::join_all(refunds.iter().map(|e| self.inner.compensate(e))).await;
+        // A disabled resource outranks a rejection, a rejection anything else.
+        let rank = |r: &Refusal| match r {
+            Refusal::Disabled => 0,
+            Refusal::Rejected { .. } | Refusal::Paused(_) => 1,
+            _ => 2,
+        };
+        refusals.sort_by_key(|(_, _, r)| rank(r));
+        let longest = refusals
+            .iter()
+            .filter_map(|(_, _, r)| match r {
+                Refusal::Rejected { statuses, .. } => {
+                    statuses.iter().map(|s| s.retry_after_ms).max()
                 }
-                Refusal::Repository(RepositoryError::TransactionConflict { .. }) => {
-                    Err(Error::Rejected(Rejection::contended(&owner, &resource)))
-                }
-                other => {
-                    let message = match other {
-                        Refusal::Unsupported(reason) => {
-                            format!("fails closed on an unsupported item: {reason}")
-                        }
-                        Refusal::Repository(e) => e.to_string(),
-                        _ => String::new(),
-                    };
-                    match self.on_unavailable(on_unavailable).await {
-                        OnUnavailable::Allow => {
-                            tracing::warn!(
-                                entity_id = %entity_id, resource = %resource, %message,
-                                "rate limiter unavailable; admitting with a no-op lease"
-                            );
-                            Ok(Lease::degraded())
-                        }
-                        OnUnavailable::Block => Err(Error::Unavailable {
-                            entity_id,
-                            resource,
-                            message,
-                        }),
+                Refusal::Paused(until) => Some(until - self.inner.clock.epoch_millis()),
+                _ => None,
+            })
+            .max();
+        let (resource, owner, refusal) = refusals.remove(0);
+        let outcome = self
+            .refused(
+                entity_id.to_owned(),
+                resource,
+                owner,
+                refusal,
+                on_unavailable,
+            )
+            .await;
+        match (outcome, longest) {
+            (Err(Error::Rejected(rejection)), Some(ms)) => Err(Error::Rejected(
+                rejection.retry_at_least(Duration::from_millis(ms.max(0).unsigned_abs())),
+            )),
+            (other, _) => other,
+        }
+    }
+
+    /// What a refused acquire returns: the refusal as an error, or under `on_unavailable =
+    /// allow` a degraded lease for an acquire that could not be decided.
+    async fn refused(
+        &self,
+        entity_id: String,
+        resource: String,
+        owner: String,
+        refusal: Refusal,
+        on_unavailable: Option<OnUnavailable>,
+    ) -> Result<Lease, Error> {
+        match refusal {
+            Refusal::Rejected {
+                statuses,
+                contended,
+            } => Err(Error::Rejected(if contended {
+                Rejection::contended(&owner, &resource)
+            } else {
+                Rejection::limits(&owner, &resource, statuses)
+            })),
+            Refusal::Paused(until) => Err(Error::Rejected(Rejection::paused(
+                until,
+                remaining(until, self.inner.clock.epoch_millis()),
+                Some((&owner, &resource)),
+            ))),
+            Refusal::Disabled => Err(Error::ResourceDisabled {
+                entity_id: owner,
+                resource,
+            }),
+            Refusal::NoLimits => Err(Error::NoLimits {
+                entity_id: owner,
+                resource,
+            }),
+            Refusal::UnknownLimit(key) => Err(Error::UnknownLimit { key }),
+            Refusal::Repository(e @ RepositoryError::PermissionDenied { .. }) => {
+                Err(Error::PermissionDenied(e))
+            }
+            Refusal::Repository(RepositoryError::TransactionConflict { .. }) => {
+                Err(Error::Rejected(Rejection::contended(&owner, &resource)))
+            }
+            other => {
+                let message = match other {
+                    Refusal::Unsupported(reason) => {
+                        format!("fails closed on an unsupported item: {reason}")
                     }
+                    Refusal::Repository(e) => e.to_string(),
+                    _ => String::new(),
+                };
+                match self.on_unavailable(on_unavailable).await {
+                    OnUnavailable::Allow => {
+                        tracing::warn!(
+                            entity_id = %entity_id, resource = %resource, %message,
+                            "rate limiter unavailable; admitting with a no-op lease"
+                        );
+                        Ok(Lease::degraded())
+                    }
+                    OnUnavailable::Block => Err(Error::Unavailable {
+                        entity_id,
+                        resource,
+                        message,
+                    }),
                 }
-            },
+            }
         }
     }
 
@@ -454,12 +566,50 @@ struct Request {
     consume: Vec<(String, i64)>,
     limits: Option<Vec<Limit>>,
     on_unavailable: Option<OnUnavailable>,
+    /// Further resources of the same entity with their amounts (reference §3.11).
+    also: Vec<(String, Vec<(String, i64)>)>,
 }
 
 impl Acquire<'_> {
     /// Uses these limits instead of the stored configuration.
     pub fn limits(mut self, limits: impl IntoIterator<Item = Limit>) -> Self {
         self.request.limits = Some(limits.into_iter().collect());
+        self
+    }
+
+    /// Also debits `consume` on another `resource` of the same entity, all or none
+    /// (reference §3.11): every resource resolves its own limits, access, cascade and shards
+    /// as a single acquire does, their writes run concurrently, and when any resource is
+    /// refused, disabled or unavailable every debit already written is given back before the
+    /// error is returned. [`Error::ResourceDisabled`] outranks [`Error::Rejected`]; a
+    /// rejection names the first refused resource, and its `retry_after` is the longest of
+    /// every refused one. The [`Lease`] covers every resource: its own `adjust` and
+    /// `consumed` act on the acquire's first resource, [`Lease::resource`] reaches the others,
+    /// and its commit and rollback act on all of them.
+    ///
+    /// At most 16 resources in all, none named twice; not with [`Acquire::limits`]. A resource
+    /// whose every shard the local rejection cache knows to be short refuses the whole
+    /// acquire before any write.
+    ///
+    /// ```no_run
+    /// # async fn run(limiter: dynalimit::RateLimiter) -> Result<(), dynalimit::Error> {
+    /// let lease = limiter
+    ///     .acquire("key-1", "gpt-4", [("rpm", 1), ("tpm", 500)])
+    ///     .also("moderation", [("rpm", 1)])
+    ///     .await?;
+    /// if let Some(moderation) = lease.resource("moderation") {
+    ///     moderation.release("rpm", 1)?; // not needed after all
+    /// }
+    /// lease.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn also<K, I>(mut self, resource: &str, consume: I) -> Self
+    where
+        K: Into<String>,
+        I: IntoIterator<Item = (K, i64)>,
+    {
+        let consume = consume.into_iter().map(|(k, v)| (k.into(), v)).collect();
+        self.request.also.push((resource.to_owned(), consume));
         self
     }
 
@@ -494,4 +644,26 @@ impl<'a> IntoFuture for Acquire<'a> {
             }
         })
     }
+}
+
+/// The most resources one acquire may debit (reference §3.11).
+const MAX_ACQUIRE_RESOURCES: usize = 16;
+
+/// Validates an acquire's amounts: limit names, whole non-negative amounts within bounds,
+/// each name once; returns them in millitokens.
+fn validate_demand(consume: &[(String, i64)]) -> Result<BTreeMap<String, i64>, Error> {
+    let mut demand = BTreeMap::new();
+    for (name, amount) in consume {
+        attr::validate_limit_name(name)?;
+        let milli = amount_to_milli("amount", *amount)?;
+        if demand.insert(name.clone(), milli).is_some() {
+            return Err(CoreError::invalid_value(
+                "consume",
+                name,
+                "a limit name may appear once per acquire",
+            )
+            .into());
+        }
+    }
+    Ok(demand)
 }
