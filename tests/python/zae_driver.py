@@ -57,6 +57,7 @@ def limit_from_json(doc: dict[str, Any]) -> Limit:
         capacity=doc["capacity"],
         refill_amount=doc["refill_amount"],
         refill_period_seconds=doc["refill_period_seconds"],
+        soft=doc.get("soft", False),
     )
 
 

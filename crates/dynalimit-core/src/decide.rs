@@ -88,6 +88,9 @@ pub struct BucketImage {
     pub vu: Option<i64>,
     /// User limits present on the item (both `tk` and `cp` exist).
     pub limits: BTreeMap<String, LimitState>,
+    /// Soft stamps (`b_{name}_soft`, reference §12.4): the deadline, epoch ms, until which a
+    /// limit is debited but never refuses, per limit present on the item.
+    pub soft: BTreeMap<String, i64>,
     /// The reserved `wcu` limit, if present.
     pub wcu: Option<LimitState>,
     /// 0.15–0.17 features found on the item that the core profile cannot interpret
@@ -99,6 +102,17 @@ impl BucketImage {
     /// Shard count as a divisor (never 0).
     pub fn shards(&self) -> u32 {
         self.shard_count.max(1)
+    }
+
+    /// Whether limit `name` carries a soft stamp still live at `now`.
+    pub fn soft_at(&self, name: &str, now: i64) -> bool {
+        self.soft.get(name).is_some_and(|&until| until > now)
+    }
+
+    /// Whether one of the `names` carries a soft stamp that has expired at `now` (the fast
+    /// path refuses it so that a slow pass renews or removes it).
+    fn soft_expired<'a>(&self, mut names: impl Iterator<Item = &'a String>, now: i64) -> bool {
+        names.any(|name| self.soft.get(name).is_some_and(|&until| until <= now))
     }
 
     /// Why the core profile must not materialise this item (reference §12.8), if it must not:
@@ -148,15 +162,18 @@ pub fn classify_fast_failure(
     if img.disabled {
         return FastFailure::Disabled;
     }
+    if img.soft_expired(demand.keys(), now) {
+        return FastFailure::ScheduleBoundary;
+    }
     if let Some(vu) = img.vu
         && vu <= now
         && vu != 0
     {
         return FastFailure::ScheduleBoundary;
     }
-    let limit_short = demand
-        .iter()
-        .any(|(name, &m)| img.limits.get(name).is_some_and(|s| s.tk < m));
+    let limit_short = demand.iter().any(|(name, &m)| {
+        !img.soft_at(name, now) && img.limits.get(name).is_some_and(|s| s.tk < m)
+    });
     let wcu_short = img.wcu.is_none_or(|w| w.tk < WCU_DEBIT_MILLI);
     match (wcu_short, limit_short) {
         (true, true) => FastFailure::BothExhausted,
@@ -180,6 +197,13 @@ pub struct LimitStatus {
     pub exceeded: bool,
     /// Milliseconds until it would fit (0 when it fits).
     pub retry_after_ms: i64,
+}
+
+/// A soft limit's status: never exceeded, whatever its balance (reference §12.4).
+fn passed(mut st: LimitStatus) -> LimitStatus {
+    st.exceeded = false;
+    st.retry_after_ms = 0;
+    st
 }
 
 fn status(
@@ -221,7 +245,12 @@ pub fn fast_rejection_gate(img: &BucketImage, demand: &BTreeMap<String, i64>, no
             return Gate::SlowPath;
         };
         let (after, _) = refill(state.tk, img.rf, now, state.params(img.shards()));
-        statuses.push(status(name, state, img.shards(), after, want));
+        let st = status(name, state, img.shards(), after, want);
+        statuses.push(if img.soft_at(name, now) {
+            passed(st)
+        } else {
+            st
+        });
     }
     if statuses.iter().any(|s| s.exceeded) {
         Gate::Reject(statuses)
@@ -243,7 +272,11 @@ pub fn remembered_rejection(
     limits: Option<&[Limit]>,
     now: i64,
 ) -> Option<Vec<LimitStatus>> {
-    if img.disabled || !img.unsupported.is_empty() || img.vu.is_some() {
+    if img.disabled
+        || !img.unsupported.is_empty()
+        || img.vu.is_some()
+        || demand.keys().any(|name| img.soft.contains_key(name))
+    {
         return None;
     }
     if let Some(limits) = limits {
@@ -339,6 +372,72 @@ pub struct Seed {
     pub rp: i64,
 }
 
+/// How long a soft or bypass stamp lasts at the most (reference §2.7: the default stamp
+/// time-to-live).
+pub const STAMP_TTL_MS: i64 = 60_000;
+
+/// The deadline of a stamp written from a configuration read at `read_at`: the stamp
+/// time-to-live times `0.8 + 0.2 × draw` (`draw` uniform in `[0, 1)`, so writers spread their
+/// renewals).
+pub fn stamp_deadline(read_at: i64, draw: f64) -> i64 {
+    let share = 0.8 + 0.2 * draw.clamp(0.0, 1.0);
+    read_at + (STAMP_TTL_MS as f64 * share) as i64
+}
+
+/// The soft limits of a slow pass (reference §12.4): the names the configuration, read
+/// uncached on this pass, declares soft, and the stamp deadline to write for them (the
+/// configuration read time plus the stamp time-to-live, drawn by the caller).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Soft {
+    /// Names of the soft limits.
+    pub names: std::collections::BTreeSet<String>,
+    /// `b_{name}_soft` to write for each, epoch ms.
+    pub until: i64,
+    /// Whether the pass writes the stamps (renewing the soft limits', removing the others'):
+    /// only a pass whose configuration was read uncached; false for explicit limits.
+    pub restamp: bool,
+}
+
+impl Soft {
+    fn has(&self, name: &str) -> bool {
+        self.names.contains(name)
+    }
+
+    /// The stamp change of limit `name`, whose stamp read `read`: renew a soft limit's,
+    /// remove a hard limit's.
+    fn stamp(&self, name: &str, read: Option<i64>) -> Option<SoftStamp> {
+        if !self.restamp {
+            return None;
+        }
+        if self.has(name) {
+            Some(SoftStamp::Set {
+                until: self.until,
+                read,
+            })
+        } else {
+            read.map(|read| SoftStamp::Remove { read })
+        }
+    }
+}
+
+/// A soft stamp change of an rf-locked write, pinned on the value read (a pass that read the
+/// configuration before a fan-out cannot undo the fan-out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SoftStamp {
+    /// `SET b_{name}_soft = until` where the item held `read`.
+    Set {
+        /// The new deadline.
+        until: i64,
+        /// The deadline read (`None`: absent).
+        read: Option<i64>,
+    },
+    /// `REMOVE b_{name}_soft` where the item held `read`.
+    Remove {
+        /// The deadline read.
+        read: i64,
+    },
+}
+
 /// One limit's part of an rf-locked write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitWrite {
@@ -354,6 +453,8 @@ pub struct LimitWrite {
     pub pin_max: Option<i64>,
     /// Seed instead of a delta.
     pub seed: Option<Seed>,
+    /// The soft stamp to write, when it changes.
+    pub soft: Option<SoftStamp>,
 }
 
 /// An rf-locked materialising write (reference §3.7.2).
@@ -378,6 +479,10 @@ pub struct RefillPlan {
     pub consumed: BTreeMap<String, i64>,
     /// Statuses of the declared limits (none exceeded).
     pub statuses: Vec<LimitStatus>,
+    /// The commit clock reading (a live soft stamp waives a balance floor).
+    pub now: i64,
+    /// Declared soft limits this write leaves below zero.
+    pub overdrawn: Vec<String>,
 }
 
 /// A create of a missing bucket (reference §3.7.3).
@@ -398,6 +503,10 @@ pub struct CreatePlan {
     /// Whether the request fits: false for an empty new shard written without consuming
     /// anything (the acquire is then refused with `statuses`).
     pub admitted: bool,
+    /// Soft stamps to write (`b_{name}_soft`), per soft limit.
+    pub soft: BTreeMap<String, i64>,
+    /// Declared soft limits the create leaves below zero.
+    pub overdrawn: Vec<String>,
 }
 
 /// A plan, or a rejection carrying every declared limit's status.
@@ -423,11 +532,13 @@ pub fn plan_refill(
     demand: &BTreeMap<String, i64>,
     now: i64,
     ttl: TtlAction,
+    soft: &Soft,
 ) -> Plan<RefillPlan> {
     let shards = img.shards();
     let mut writes = Vec::new();
     let mut statuses = Vec::new();
     let mut consumed = BTreeMap::new();
+    let mut overdrawn = Vec::new();
     let mut names: Vec<&str> = limits.iter().map(Limit::name).collect();
     names.extend(img.limits.keys().map(String::as_str));
     names.sort_unstable();
@@ -437,19 +548,29 @@ pub fn plan_refill(
         match img.limits.get(name) {
             Some(state) => {
                 let p = state.params(shards);
+                let trusted = soft.has(name);
                 let a = try_consume(state.tk, img.rf, now, p, want.unwrap_or(0));
                 if let Some(w) = want {
-                    statuses.push(status(name, state, shards, a.after_refill, w));
+                    let st = status(name, state, shards, a.after_refill, w);
+                    statuses.push(if trusted { passed(st) } else { st });
                 }
-                let c = if a.admitted { want.unwrap_or(0) } else { 0 };
+                let c = if a.admitted || trusted {
+                    want.unwrap_or(0)
+                } else {
+                    0
+                };
                 let delta = a.after_refill - state.tk;
+                if trusted && want.is_some() && a.after_refill - c < 0 {
+                    overdrawn.push(name.to_owned());
+                }
                 writes.push(LimitWrite {
                     name: name.to_owned(),
                     add_tk: delta - c,
                     add_tc: c,
-                    floor: (c - delta > 0).then_some(c - delta),
+                    floor: (!trusted && c - delta > 0).then_some(c - delta),
                     pin_max: (delta > 0).then_some(state.tk),
                     seed: None,
+                    soft: soft.stamp(name, img.soft.get(name).copied()),
                 });
                 if want.is_some() {
                     consumed.insert(name.to_owned(), c);
@@ -461,8 +582,15 @@ pub fn plan_refill(
                 };
                 let state = LimitState::starting(limit, shards);
                 let w = want.unwrap_or(0);
-                let st = status(name, &state, shards, state.tk, w);
+                let trusted = soft.has(name);
+                let mut st = status(name, &state, shards, state.tk, w);
+                if trusted {
+                    st = passed(st);
+                }
                 let c = if st.exceeded { 0 } else { w };
+                if trusted && want.is_some() && state.tk - c < 0 {
+                    overdrawn.push(name.to_owned());
+                }
                 if want.is_some() {
                     statuses.push(st);
                     consumed.insert(name.to_owned(), c);
@@ -479,6 +607,7 @@ pub fn plan_refill(
                         ra: state.ra,
                         rp: state.rp,
                     }),
+                    soft: soft.stamp(name, img.soft.get(name).copied()),
                 });
             }
         }
@@ -497,6 +626,7 @@ pub fn plan_refill(
                 floor: None,
                 pin_max: (delta > 0).then_some(w.tk),
                 seed: None,
+                soft: None,
             }
         }
         None => LimitWrite {
@@ -506,6 +636,7 @@ pub fn plan_refill(
             floor: None,
             pin_max: None,
             seed: Some(wcu_seed()),
+            soft: None,
         },
     });
     let ttl = match ttl {
@@ -521,6 +652,8 @@ pub fn plan_refill(
         shard_count: shards,
         consumed,
         statuses,
+        now,
+        overdrawn,
     })
 }
 
@@ -555,16 +688,29 @@ pub fn plan_create(
     shard: u32,
     now: i64,
     ttl: Option<i64>,
+    soft: &Soft,
 ) -> Plan<CreatePlan> {
     let shards = shard_count.max(1);
     let mut rows = Vec::with_capacity(limits.len());
     let mut statuses = Vec::new();
     let mut consumed = BTreeMap::new();
+    let mut stamps = BTreeMap::new();
+    let mut overdrawn = Vec::new();
     for limit in limits {
         let state = LimitState::created(limit, shards, shard);
+        let trusted = soft.has(limit.name());
+        if trusted {
+            stamps.insert(limit.name().to_owned(), soft.until);
+        }
         let c = match demand.get(limit.name()) {
             Some(&w) => {
-                let st = status(limit.name(), &state, shards, state.tk, w);
+                let mut st = status(limit.name(), &state, shards, state.tk, w);
+                if trusted {
+                    st = passed(st);
+                    if state.tk - w < 0 {
+                        overdrawn.push(limit.name().to_owned());
+                    }
+                }
                 let c = if st.exceeded { 0 } else { w };
                 statuses.push(st);
                 consumed.insert(limit.name().to_owned(), c);
@@ -584,6 +730,7 @@ pub fn plan_create(
             *tc = 0;
         }
         consumed.values_mut().for_each(|c| *c = 0);
+        overdrawn.clear();
     }
     Plan::Write(CreatePlan {
         rf: now,
@@ -593,6 +740,8 @@ pub fn plan_create(
         consumed,
         statuses,
         admitted,
+        soft: stamps,
+        overdrawn,
     })
 }
 

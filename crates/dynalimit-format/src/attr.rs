@@ -406,6 +406,19 @@ pub fn parse_bucket_limit(attr: &str) -> Option<(&str, BucketField)> {
 /// Prefix of per-limit bucket attributes.
 const BUCKET_LIMIT_PREFIX: &str = "b_";
 
+/// The limit name of a soft stamp attribute `b_{name}_soft` (reference §12.4).
+///
+/// ```
+/// use dynalimit_format::attr::{bucket_soft, parse_bucket_soft};
+/// assert_eq!(parse_bucket_soft(&bucket_soft("rpm.v2")), Some("rpm.v2"));
+/// assert_eq!(parse_bucket_soft("b_rpm_tk"), None);
+/// ```
+pub fn parse_bucket_soft(attr: &str) -> Option<&str> {
+    attr.strip_prefix(BUCKET_LIMIT_PREFIX)?
+        .strip_suffix("_soft")
+        .filter(|name| !name.is_empty())
+}
+
 /// Whether an attribute of a bucket item belongs to a 0.15–0.17 feature the core profile does
 /// not implement (reference §12.8). `string_value` is the attribute's value when it is a
 /// string (per-limit schedule strings equal to `"-"` mean "explicitly unscheduled" and are

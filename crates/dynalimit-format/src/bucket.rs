@@ -61,11 +61,13 @@ impl BucketKey {
 }
 
 /// Decodes a bucket item into the core profile's image. Attributes of 0.15–0.17 features the
-/// core profile cannot interpret are listed in `unsupported`; soft and bypass stamps are
-/// ignored (enforcing them only under-admits).
+/// core profile cannot interpret are listed in `unsupported`; soft stamps are read (a stamp
+/// that is not a number reads as expired); bypass stamps are ignored (enforcing a bypassed
+/// limit only under-admits).
 pub fn image_from_item(item: &Item) -> BucketImage {
     let mut partial: BTreeMap<&str, [Option<i64>; 5]> = BTreeMap::new();
     let mut unsupported = Vec::new();
+    let mut soft = BTreeMap::new();
     for (attr, value) in item {
         let text = match value {
             AttributeValue::S(s) => Some(s.as_str()),
@@ -73,6 +75,14 @@ pub fn image_from_item(item: &Item) -> BucketImage {
         };
         if attr::unsupported_bucket_attribute(attr, text) {
             unsupported.push(attr.clone());
+            continue;
+        }
+        if let Some(name) = attr::parse_bucket_soft(attr) {
+            let until = match value {
+                AttributeValue::N(n) => parse_number(n).unwrap_or(0),
+                _ => 0,
+            };
+            soft.insert(name.to_owned(), until);
             continue;
         }
         let Some((name, field)) = parse_bucket_limit(attr) else {
@@ -117,6 +127,7 @@ pub fn image_from_item(item: &Item) -> BucketImage {
         }
     }
     unsupported.sort();
+    soft.retain(|name, _| limits.contains_key(name));
     BucketImage {
         rf: get_i64(item, attr::RF).unwrap_or(0),
         shard_count: shard_count(item).unwrap_or(1).max(1),
@@ -126,6 +137,7 @@ pub fn image_from_item(item: &Item) -> BucketImage {
         disabled,
         vu: get_i64(item, attr::VU),
         limits,
+        soft,
         wcu,
         unsupported,
     }
@@ -245,6 +257,9 @@ pub fn create_item(ns: &str, key: &BucketKey, plan: &CreatePlan, owner: &Owner) 
         for (field, v) in BucketField::ALL.into_iter().zip(values) {
             put(&bucket_limit(name, field), num(v));
         }
+    }
+    for (name, until) in &plan.soft {
+        put(&attr::bucket_soft(name), num(*until));
     }
     item
 }
@@ -384,7 +399,7 @@ mod tests {
     use super::*;
     use crate::item::{key, n};
     use dynalimit_core::Limit;
-    use dynalimit_core::decide::{Plan, plan_create};
+    use dynalimit_core::decide::{Plan, Soft, plan_create};
     use std::collections::HashMap;
 
     const T0: i64 = 1_700_000_000_000;
@@ -404,7 +419,15 @@ mod tests {
             Limit::per_minute("tpm", 10_000),
         ];
         let demand = BTreeMap::from([("rpm".to_owned(), 1000), ("tpm".to_owned(), 500_000)]);
-        let Plan::Write(plan) = plan_create(&limits, &demand, 1, 0, T0, Some(1_700_000_420)) else {
+        let Plan::Write(plan) = plan_create(
+            &limits,
+            &demand,
+            1,
+            0,
+            T0,
+            Some(1_700_000_420),
+            &Soft::default(),
+        ) else {
             panic!()
         };
         let key = BucketKey::new("u1", "gpt-4", 0);

@@ -191,6 +191,9 @@ pub struct LimitConfig {
     pub disabled: Option<DisabledFlag>,
     /// The cascade policy, when set (not on system config).
     pub cascade: Option<bool>,
+    /// The names of the soft limits (`l_{name}_soft = true`, reference §12.4): debited, never
+    /// refusing.
+    pub soft: std::collections::BTreeSet<String>,
     /// System level only: behaviour when DynamoDB is unavailable.
     pub on_unavailable: Option<OnUnavailable>,
     /// System level only: audit retention in days.
@@ -294,6 +297,7 @@ pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
         )));
     }
     let mut limits = Vec::with_capacity(plain.len());
+    let mut soft = std::collections::BTreeSet::new();
     for name in plain {
         for (field, label) in [
             (ConfigField::Sched, "sched"),
@@ -312,6 +316,12 @@ pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
                 "quota limit {name:?} (refill amount 0)"
             )));
         }
+        if matches!(
+            found.get(&field(ConfigField::Soft)),
+            Some(AttributeValue::Bool(true))
+        ) {
+            soft.insert(name.clone());
+        }
         let limit = Limit::custom(name, cp, ra, rp);
         limit
             .validate()
@@ -328,6 +338,7 @@ pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
     };
     Ok(LimitConfig {
         limits,
+        soft,
         disabled,
         cascade: item::get_bool(found, attr::CASCADE),
         on_unavailable: item::get_s(found, attr::ON_UNAVAILABLE).and_then(OnUnavailable::parse),

@@ -24,6 +24,7 @@ mod config;
 mod entities;
 mod namespaces;
 mod snapshots;
+mod soft;
 
 use dynalimit_core::Limit;
 use serde_json::{Value, json};

@@ -10,7 +10,7 @@ use dynalimit::Error;
 use dynalimit::backoff::{Backoff, bucket_scope};
 use dynalimit_core::Clock;
 use dynalimit_core::SystemClock;
-use dynalimit_core::decide::{Plan, TtlAction, plan_refill};
+use dynalimit_core::decide::{Plan, Soft, TtlAction, plan_refill};
 use dynalimit_format::attr::PAUSE_UNTIL as PAUSE_ATTRIBUTE;
 use dynalimit_format::item::get_i64;
 use dynalimit_repository::RequestCounter;
@@ -104,7 +104,14 @@ async fn the_refill_write_and_the_consumption_retry_refuse_a_stamped_item() {
     let now = clock.epoch_millis();
     let img = store.read(&key).await.unwrap().expect("bucket");
     let demand = BTreeMap::from([("rpm".to_owned(), 1000)]);
-    let Plan::Write(plan) = plan_refill(&img, &[rpm()], &demand, now, TtlAction::Keep) else {
+    let Plan::Write(plan) = plan_refill(
+        &img,
+        &[rpm()],
+        &demand,
+        now,
+        TtlAction::Keep,
+        &Soft::default(),
+    ) else {
         panic!("the refill fits")
     };
     limiter

@@ -96,7 +96,9 @@ async fn a_disabled_resource_refuses_on_both_paths_and_an_entity_override_re_adm
     admitted(&r, "a", "gpt-4").await.unwrap();
     assert_eq!(admitted(&r, "b", "gpt-4").await, Err("b".into()));
 
-    // Clearing the resource's flag: every bucket is stamped with what now decides it.
+    // Clearing the resource's flag: every bucket is stamped with what now decides it. (The
+    // clock moves so that the audit log orders the two changes.)
+    r.clock.advance(std::time::Duration::from_millis(5));
     let stamped = r.repo.set_resource_disabled("gpt-4", None).await.unwrap();
     assert_eq!(stamped, 3);
     assert_eq!(stamps(&r, "b", "gpt-4").await, [(None, false)]);
@@ -260,4 +262,43 @@ async fn bad_input_and_a_bypass_are_refused_before_any_request() {
         .unwrap_err()
         .to_string();
     assert!(bypass.contains("0.17.0"), "{bypass}");
+}
+
+#[tokio::test]
+async fn a_stored_cascade_policy_decides_whether_a_new_bucket_cascades() {
+    use dynalimit_repository::NewEntity;
+    let r = rig().await;
+    r.repo
+        .set_resource_defaults("gpt-4", &[rpm(100)])
+        .await
+        .unwrap();
+    r.repo.create_entity(NewEntity::new("org")).await.unwrap();
+    r.repo
+        .create_entity(NewEntity::new("key").parent("org"))
+        .await
+        .unwrap();
+    // zae-limiter 0.16 stores a cascade policy as `cascade = true` on a level.
+    r.table
+        .client()
+        .update_item()
+        .table_name(r.table.name())
+        .key(
+            "PK",
+            AttributeValue::S(format!("{}/RESOURCE#gpt-4", r.repo.namespace_id())),
+        )
+        .key("SK", AttributeValue::S("#CONFIG".into()))
+        .update_expression("SET #c = :t")
+        .expression_attribute_names("#c", "cascade")
+        .expression_attribute_values(":t", AttributeValue::Bool(true))
+        .send()
+        .await
+        .unwrap();
+    r.repo.invalidate_config_cache().await;
+    let lease = r
+        .limiter
+        .acquire("key", "gpt-4", [("rpm", 1)])
+        .await
+        .unwrap();
+    assert_eq!(lease.entities(), ["key", "org"], "the policy outranks META");
+    lease.commit().await.unwrap();
 }

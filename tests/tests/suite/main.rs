@@ -17,4 +17,5 @@ mod rejections;
 mod schema;
 mod settings;
 mod sharding;
+mod soft;
 mod version;

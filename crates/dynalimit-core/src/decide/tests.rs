@@ -19,6 +19,25 @@ fn demand(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
 }
 
 /// Applies a create plan the way the conditional put does.
+/// The plan of a write that must not be a rejection.
+fn written<T>(plan: Plan<T>) -> T {
+    match plan {
+        Plan::Write(p) => p,
+        Plan::Reject(statuses) => panic!("unexpected rejection: {statuses:?}"),
+    }
+}
+
+/// The slow pass of hard limits, which must be a write.
+fn hard_pass(
+    img: &BucketImage,
+    limits: &[Limit],
+    d: &BTreeMap<String, i64>,
+    now: i64,
+    ttl: TtlAction,
+) -> RefillPlan {
+    written(plan_refill(img, limits, d, now, ttl, &Soft::default()))
+}
+
 fn created(plan: &CreatePlan) -> BucketImage {
     let mut img = BucketImage {
         rf: plan.rf,
@@ -143,7 +162,7 @@ fn apply_credit(img: &mut BucketImage, plan: &DeltaPlan) -> bool {
 }
 
 fn fresh(limits: &[Limit], d: &BTreeMap<String, i64>, shards: u32, now: i64) -> BucketImage {
-    match plan_create(limits, d, shards, 0, now, None) {
+    match plan_create(limits, d, shards, 0, now, None, &Soft::default()) {
         Plan::Write(p) => created(&p),
         Plan::Reject(s) => panic!("unexpected rejection {s:?}"),
     }
@@ -153,8 +172,15 @@ fn fresh(limits: &[Limit], d: &BTreeMap<String, i64>, shards: u32, now: i64) -> 
 fn create_starts_at_the_share_minus_consumption_like_the_worked_example() {
     let limits = [rpm(100), Limit::per_minute("tpm", 10_000)];
     let ttl = crate::bucket::bucket_ttl(T0, &limits, 7);
-    let Plan::Write(p) = plan_create(&limits, &demand(&[("rpm", 1), ("tpm", 500)]), 1, 0, T0, ttl)
-    else {
+    let Plan::Write(p) = plan_create(
+        &limits,
+        &demand(&[("rpm", 1), ("tpm", 500)]),
+        1,
+        0,
+        T0,
+        ttl,
+        &Soft::default(),
+    ) else {
         panic!("rejected")
     };
     assert_eq!(p.ttl, Some(1_700_000_420));
@@ -229,12 +255,8 @@ fn hard_case_02_double_refill_loses_the_rf_lock() {
     let now = clock.epoch_millis();
     // Two slow paths read the same image and both plan to credit the same 30 s.
     let read = item.clone();
-    let Plan::Write(a) = plan_refill(&read, &[rpm(10)], &d, now, TtlAction::Keep) else {
-        panic!()
-    };
-    let Plan::Write(b) = plan_refill(&read, &[rpm(10)], &d, now, TtlAction::Keep) else {
-        panic!()
-    };
+    let a = hard_pass(&read, &[rpm(10)], &d, now, TtlAction::Keep);
+    let b = hard_pass(&read, &[rpm(10)], &d, now, TtlAction::Keep);
     assert!(apply_refill(&mut item, &a));
     assert!(
         !apply_refill(&mut item, &b),
@@ -253,15 +275,13 @@ fn hard_case_03_slow_path_drain_race_is_stopped_by_the_floor_guard() {
     clock.advance(Duration::from_secs(1)); // +166 milli: still 1.166 tokens.
     let now = clock.epoch_millis();
     let read = item.clone();
-    let Plan::Write(plan) = plan_refill(
+    let plan = hard_pass(
         &read,
         &[rpm(10)],
         &demand(&[("rpm", 1)]),
         now,
         TtlAction::Keep,
-    ) else {
-        panic!()
-    };
+    );
     assert_eq!(plan.writes[0].floor, Some(1_000 - 166));
     // A fast-path debit drains the stored token between read and write.
     assert!(fast_consume(&mut item, &demand(&[("rpm", 1)]), now));
@@ -283,15 +303,13 @@ fn hard_case_04_refund_between_read_and_write_is_caught_by_the_pin() {
     clock.advance(Duration::from_secs(12));
     let now = clock.epoch_millis();
     let read = item.clone();
-    let Plan::Write(plan) = plan_refill(
+    let plan = hard_pass(
         &read,
         &[rpm(10)],
         &demand(&[("rpm", 1)]),
         now,
         TtlAction::Keep,
-    ) else {
-        panic!()
-    };
+    );
     assert_eq!(plan.writes[0].pin_max, Some(0));
     // A rollback credits 3 tokens before the write lands.
     let credit = plan_delta(&demand(&[("rpm", -3)]), &read.limits, read.shard_count);
@@ -319,15 +337,13 @@ fn hard_case_05_credit_above_the_ceiling_stamps_vu_zero() {
         classify_fast_failure(Some(&item), &demand(&[("rpm", 1)]), T0),
         FastFailure::AppLimitExhausted
     );
-    let Plan::Write(plan) = plan_refill(
+    let plan = hard_pass(
         &item,
         &[rpm(10)],
         &demand(&[("rpm", 1)]),
         T0,
         TtlAction::Keep,
-    ) else {
-        panic!()
-    };
+    );
     assert_eq!(plan.remove_vu, Some(0));
     assert!(apply_refill(&mut item, &plan));
     assert_eq!(item.limits["rpm"].tk, 9_000);
@@ -342,11 +358,7 @@ fn hard_case_06_usage_is_derived_from_tc_not_from_the_balance() {
     let mut consumed = 3_000;
     for _ in 0..5 {
         clock.advance(Duration::from_secs(30));
-        let Plan::Write(p) =
-            plan_refill(&item, &[rpm(10)], &d, clock.epoch_millis(), TtlAction::Keep)
-        else {
-            panic!()
-        };
+        let p = hard_pass(&item, &[rpm(10)], &d, clock.epoch_millis(), TtlAction::Keep);
         assert!(apply_refill(&mut item, &p));
         consumed += 3_000;
     }
@@ -366,9 +378,7 @@ fn hard_case_11_expired_ttl_goes_to_the_slow_path_which_refreshes_it() {
     );
     assert_eq!(fast_rejection_gate(&item, &d, T0), Gate::SlowPath);
     let ttl = crate::bucket::bucket_ttl(T0, &[rpm(10)], 7).unwrap();
-    let Plan::Write(p) = plan_refill(&item, &[rpm(10)], &d, T0, TtlAction::Set(ttl)) else {
-        panic!()
-    };
+    let p = hard_pass(&item, &[rpm(10)], &d, T0, TtlAction::Set(ttl));
     assert!(apply_refill(&mut item, &p));
     assert_eq!(item.ttl, Some(T0 / 1000 + 420));
 }
@@ -384,15 +394,13 @@ fn hard_case_14_limit_added_after_the_bucket_existed_is_seeded() {
         fast_rejection_gate(&item, &d, clock.epoch_millis()),
         Gate::SlowPath
     );
-    let Plan::Write(p) = plan_refill(
+    let p = hard_pass(
         &item,
         &[rpm(10), tpm],
         &d,
         clock.epoch_millis(),
         TtlAction::Keep,
-    ) else {
-        panic!()
-    };
+    );
     assert!(apply_refill(&mut item, &p));
     // The seed starts at this shard's share (1000 // 2) minus the consumption.
     assert_eq!(item.limits["tpm"].tk, 400_000);
@@ -449,9 +457,7 @@ fn hard_case_25_capacity_shrink_surplus_is_trimmed_by_the_slow_pass() {
     s.ra = 10_000;
     item.vu = Some(0);
     assert!(!fast_consume(&mut item, &d, T0));
-    let Plan::Write(p) = plan_refill(&item, &[rpm(10)], &d, T0, TtlAction::Keep) else {
-        panic!()
-    };
+    let p = hard_pass(&item, &[rpm(10)], &d, T0, TtlAction::Keep);
     assert!(apply_refill(&mut item, &p));
     assert_eq!(item.limits["rpm"].tk, 9_000);
 }
@@ -459,7 +465,8 @@ fn hard_case_25_capacity_shrink_surplus_is_trimmed_by_the_slow_pass() {
 #[test]
 fn hard_case_26_request_larger_than_a_share_reports_the_share() {
     let d = demand(&[("rpm", 30)]);
-    let Plan::Reject(statuses) = plan_create(&[rpm(100)], &d, 4, 0, T0, None) else {
+    let Plan::Reject(statuses) = plan_create(&[rpm(100)], &d, 4, 0, T0, None, &Soft::default())
+    else {
         panic!("30 > 100 // 4 must be rejected")
     };
     assert_eq!(statuses[0].limit.capacity(), 25);
@@ -520,7 +527,7 @@ proptest! {
                 }
                 1 | 2 => {
                     let read = item.clone();
-                    if let Plan::Write(p) = plan_refill(&read, &limits, &d, now, TtlAction::Keep) {
+                    if let Plan::Write(p) = plan_refill(&read, &limits, &d, now, TtlAction::Keep, &Soft::default()) {
                         if op == 2 && fast_consume(&mut item, &demand(&[("rpm", 1)]), now) {
                             admitted += MILLI;
                         }
@@ -578,7 +585,7 @@ proptest! {
                 }
                 2 | 3 => match shards[s].clone() {
                     None => {
-                        if let Plan::Write(p) = plan_create(&limits, &d, count, s as u32, now, None) {
+                        if let Plan::Write(p) = plan_create(&limits, &d, count, s as u32, now, None, &Soft::default()) {
                             if p.admitted {
                                 admitted += p.consumed["rpm"];
                             }
@@ -586,7 +593,7 @@ proptest! {
                         }
                     }
                     Some(mut img) => {
-                        if let Plan::Write(p) = plan_refill(&img, &limits, &d, now, TtlAction::Keep)
+                        if let Plan::Write(p) = plan_refill(&img, &limits, &d, now, TtlAction::Keep, &Soft::default())
                             && apply_refill(&mut img, &p)
                         {
                             admitted += p.consumed["rpm"];
@@ -619,7 +626,15 @@ fn hard_case_23_doubling_never_adds_tokens() {
     let limits = [Limit::per_hour("rpm", 3000)];
     let mut shard0 = fresh(&limits, &demand(&[("rpm", 1001)]), 1, T0);
     shard0.shard_count = 2;
-    let Plan::Write(p) = plan_create(&limits, &demand(&[("rpm", 1)]), 2, 1, T0, None) else {
+    let Plan::Write(p) = plan_create(
+        &limits,
+        &demand(&[("rpm", 1)]),
+        2,
+        1,
+        T0,
+        None,
+        &Soft::default(),
+    ) else {
         panic!("a new shard is written even when the request does not fit");
     };
     assert!(!p.admitted, "nothing in the new shard yet");
@@ -635,15 +650,13 @@ fn hard_case_23_doubling_never_adds_tokens() {
         &demand(&[("rpm", 25)]),
         later,
         TtlAction::Keep,
+        &Soft::default(),
     ) else {
         panic!("25 tokens refilled in a minute");
     };
     assert_eq!(r.consumed["rpm"], 25_000);
     // The refill pass of shard 0 trims it to its new share.
-    let Plan::Write(p) = plan_refill(&shard0, &limits, &BTreeMap::new(), T0, TtlAction::Keep)
-    else {
-        panic!()
-    };
+    let p = hard_pass(&shard0, &limits, &BTreeMap::new(), T0, TtlAction::Keep);
     assert!(apply_refill(&mut shard0, &p));
     assert!(shard0.limits["rpm"].tk <= 1_500_000);
 }
@@ -820,4 +833,134 @@ fn a_remembered_image_is_not_used_when_it_may_be_stale_or_says_too_little() {
     let mut img = spent.clone();
     img.ttl = Some(T0 / 1000 + 60);
     assert!(remembered_rejection(&img, &d, None, T0).is_some());
+}
+
+mod soft_limits {
+    use super::*;
+
+    const NOW: i64 = 1_700_000_000_000;
+
+    fn spent(tk: i64) -> BucketImage {
+        let limit = Limit::per_minute("rpm", 10);
+        let mut img = BucketImage {
+            rf: NOW,
+            shard_count: 1,
+            ..BucketImage::default()
+        };
+        let mut state = LimitState::starting(&limit, 1);
+        state.tk = tk;
+        img.limits.insert("rpm".into(), state);
+        img.wcu = Some(LimitState {
+            tk: WCU_CAPACITY_MILLI,
+            cp: WCU_CAPACITY_MILLI,
+            ra: WCU_REFILL_MILLI,
+            rp: WCU_PERIOD_MS,
+            tc: 0,
+        });
+        img
+    }
+
+    fn soft(names: &[&str], until: i64) -> Soft {
+        Soft {
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+            until,
+            restamp: true,
+        }
+    }
+
+    fn demand(tokens: i64) -> BTreeMap<String, i64> {
+        BTreeMap::from([("rpm".to_owned(), tokens * MILLI)])
+    }
+
+    /// The slow pass of `tokens` of rpm 10/min on `img` with `soft`.
+    fn pass(img: &BucketImage, tokens: i64, soft: &Soft) -> Plan<RefillPlan> {
+        let limits = [Limit::per_minute("rpm", 10)];
+        plan_refill(img, &limits, &demand(tokens), NOW, TtlAction::Keep, soft)
+    }
+
+    #[test]
+    fn a_live_stamp_never_refuses_and_an_expired_one_sends_to_the_slow_path() {
+        let mut img = spent(0);
+        assert_eq!(
+            classify_fast_failure(Some(&img), &demand(1), NOW),
+            FastFailure::AppLimitExhausted
+        );
+        assert!(matches!(
+            fast_rejection_gate(&img, &demand(1), NOW),
+            Gate::Reject(_)
+        ));
+        img.soft.insert("rpm".into(), NOW + 1);
+        assert!(matches!(
+            fast_rejection_gate(&img, &demand(1), NOW),
+            Gate::SlowPath
+        ));
+        assert!(remembered_rejection(&img, &demand(1), None, NOW).is_none());
+        img.soft.insert("rpm".into(), NOW);
+        assert_eq!(
+            classify_fast_failure(Some(&img), &demand(1), NOW),
+            FastFailure::ScheduleBoundary
+        );
+    }
+
+    #[test]
+    fn a_soft_limit_is_debited_into_debt_without_a_floor_and_its_stamp_renewed() {
+        let img = spent(500);
+        let plan = written(pass(&img, 3, &soft(&["rpm"], NOW + 60_000)));
+        assert_eq!(plan.consumed["rpm"], 3000);
+        assert_eq!(plan.overdrawn, ["rpm"]);
+        let rpm = plan.writes.iter().find(|w| w.name == "rpm").unwrap();
+        assert_eq!((rpm.add_tk, rpm.add_tc, rpm.floor), (-3000, 3000, None));
+        assert_eq!(
+            rpm.soft,
+            Some(SoftStamp::Set {
+                until: NOW + 60_000,
+                read: None
+            })
+        );
+        assert!(plan.statuses.iter().all(|s| !s.exceeded));
+        // The same request on a hard limit is refused.
+        assert!(matches!(pass(&img, 3, &Soft::default()), Plan::Reject(_)));
+    }
+
+    #[test]
+    fn a_limit_no_longer_soft_loses_its_stamp_pinned_on_the_read() {
+        let mut img = spent(5000);
+        img.soft.insert("rpm".into(), NOW + 5);
+        let plan = written(pass(&img, 1, &soft(&[], NOW + 60_000)));
+        let rpm = plan.writes.iter().find(|w| w.name == "rpm").unwrap();
+        assert_eq!(rpm.soft, Some(SoftStamp::Remove { read: NOW + 5 }));
+        // Explicit limits (no uncached configuration) leave stamps alone.
+        let plan = written(pass(&img, 1, &Soft::default()));
+        assert!(plan.writes.iter().all(|w| w.soft.is_none()));
+    }
+
+    #[test]
+    fn a_create_stamps_its_soft_limits_and_admits_beyond_the_share() {
+        let Plan::Write(plan) = plan_create(
+            &[Limit::per_minute("rpm", 10)],
+            &demand(25),
+            1,
+            0,
+            NOW,
+            None,
+            &soft(&["rpm"], NOW + 50_000),
+        ) else {
+            panic!("a soft limit never refuses");
+        };
+        assert_eq!(
+            plan.soft,
+            BTreeMap::from([("rpm".to_owned(), NOW + 50_000)])
+        );
+        assert_eq!(plan.limits[0].1, -15_000);
+        assert_eq!(plan.overdrawn, ["rpm"]);
+    }
+
+    proptest! {
+        #[test]
+        fn stamp_deadlines_stay_within_the_reference_range(draw in 0.0f64..1.0, at in 0i64..2_000_000_000_000) {
+            let until = stamp_deadline(at, draw);
+            prop_assert!(until >= at + STAMP_TTL_MS * 8 / 10);
+            prop_assert!(until <= at + STAMP_TTL_MS);
+        }
+    }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use dynalimit_core::Limit;
 use dynalimit_core::bucket::{WCU, WCU_DEBIT_MILLI};
-use dynalimit_core::decide::{DeltaPlan, ProactiveRefill, RefillPlan, TtlAction};
+use dynalimit_core::decide::{DeltaPlan, ProactiveRefill, RefillPlan, SoftStamp, TtlAction};
 use dynalimit_format::attr::{self, BucketField, bucket_limit};
 use dynalimit_format::expr::{Expr, num};
 
@@ -18,18 +18,29 @@ fn tc(name: &str) -> String {
     bucket_limit(name, BucketField::Tc)
 }
 
-/// The speculative consume of the core profile (reference §3.4, minimum interoperable
-/// condition): ADD to every declared limit and to `wcu`, conditioned on existence, balances,
-/// write capacity, `ttl`, `disabled` and `vu`, and on the absence of a pause stamp in force.
+/// The speculative consume (reference §3.4, enforce shape without the bypass terms): ADD to
+/// every declared limit and to `wcu`, conditioned on existence, balances (a limit with a live
+/// soft stamp is admitted whatever its balance; an expired stamp fails the write so that a
+/// slow pass renews or removes it), write capacity, `ttl`, `disabled` and `vu`, and on the
+/// absence of a pause stamp in force.
 pub(crate) fn speculative_consume(demand: &BTreeMap<String, i64>, now: i64) -> Expr {
     let mut e = Expr::default();
     let c = e.exists(attr::PK);
     e.when(c);
+    let at = e.num(now);
     for (name, &m) in demand {
         e.add(&tc(name), m);
         e.add(&tk(name), -m);
-        let c = e.cmp(&tk(name), ">=", m);
-        e.when(c);
+        let soft = attr::bucket_soft(name);
+        let live = format!("{} > {at}", e.name(&soft));
+        let (has_cp, has_tk) = (
+            e.exists(&bucket_limit(name, BucketField::Cp)),
+            e.exists(&tk(name)),
+        );
+        let enough = e.cmp(&tk(name), ">=", m);
+        e.when(format!("({live} AND {has_cp} AND {has_tk}) OR {enough}"));
+        let unstamped = e.not_exists(&soft);
+        e.when(format!("{unstamped} OR {live}"));
     }
     e.add(&tk(WCU), -WCU_DEBIT_MILLI);
     e.add(&tc(WCU), WCU_DEBIT_MILLI);
@@ -91,19 +102,53 @@ pub(crate) fn refill_write(plan: &RefillPlan) -> Expr {
             e.add(&tc(&w.name), w.add_tc);
         }
         if let Some(floor) = w.floor {
+            // A limit soft on the item while its stamp is live has no floor.
+            let live = soft_live(&mut e, &w.name, plan.now);
             let c = e.cmp(&tk(&w.name), ">=", floor);
-            e.when(c);
+            e.when(format!("{live} OR {c}"));
         }
         if let Some(pin) = w.pin_max {
             let c = e.cmp(&tk(&w.name), "<=", pin);
             e.when(c);
         }
     }
+    for w in &plan.writes {
+        if let Some(stamp) = w.soft {
+            soft_stamp(&mut e, &w.name, stamp);
+        }
+    }
     e
 }
 
-/// The consumption-only retry (reference §3.7.4): no refill, `rf` untouched; refused while a
-/// pause stamp is in force at `now`.
+/// `b_{name}_soft > now`.
+fn soft_live(e: &mut Expr, name: &str, now: i64) -> String {
+    e.cmp(&attr::bucket_soft(name), ">", now)
+}
+
+/// A soft stamp change, pinned on the value read (reference §12.4).
+fn soft_stamp(e: &mut Expr, name: &str, stamp: SoftStamp) {
+    let soft = attr::bucket_soft(name);
+    let (read, change) = match stamp {
+        SoftStamp::Set { until, read } => (read, Some(until)),
+        SoftStamp::Remove { read } => (Some(read), None),
+    };
+    if read == change {
+        return;
+    }
+    match change {
+        Some(until) => e.set(&soft, num(until)),
+        None => e.remove(&soft),
+    }
+    let pin = match read {
+        Some(read) => e.cmp(&soft, "=", read),
+        None => e.not_exists(&soft),
+    };
+    e.when(pin);
+}
+
+/// The consumption-only retry (reference §3.7.4): no refill, `rf` untouched; a limit with a
+/// live soft stamp is debited whatever its balance; refused while a pause stamp is in force
+/// at `now`.
 pub(crate) fn consumption_only(retry: &[(String, i64)], now: i64) -> Expr {
     let mut e = Expr::default();
     let c = e.exists(attr::PK);
@@ -111,8 +156,13 @@ pub(crate) fn consumption_only(retry: &[(String, i64)], now: i64) -> Expr {
     for (name, c) in retry {
         e.add(&tk(name), -c);
         e.add(&tc(name), *c);
+        let live = soft_live(&mut e, name, now);
+        let (has_cp, has_tk) = (
+            e.exists(&bucket_limit(name, BucketField::Cp)),
+            e.exists(&tk(name)),
+        );
         let cond = e.cmp(&tk(name), ">=", *c);
-        e.when(cond);
+        e.when(format!("{cond} OR ({live} AND {has_cp} AND {has_tk})"));
     }
     not_paused(&mut e, now);
     e
@@ -241,7 +291,7 @@ pub(crate) fn propagate(to: u32) -> Expr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dynalimit_core::decide::{BucketImage, LimitState, Plan, plan_delta, plan_refill};
+    use dynalimit_core::decide::{BucketImage, LimitState, Plan, Soft, plan_delta, plan_refill};
 
     fn render(e: &Expr) -> String {
         // Substitute aliases and placeholders back, to compare against the reference text.
@@ -266,13 +316,16 @@ mod tests {
     }
 
     #[test]
-    fn speculative_consume_has_the_core_profile_condition() {
+    fn speculative_consume_has_the_soft_aware_condition() {
         let demand = BTreeMap::from([("rpm".to_owned(), 1000)]);
         let text = render(&speculative_consume(&demand, 1_700_000_000_500));
         assert_eq!(
             text,
             "ADD b_rpm_tc 1000, b_rpm_tk -1000, b_wcu_tk -1000, b_wcu_tc 1000 IF \
-             (attribute_exists(PK)) AND (b_rpm_tk >= 1000) AND (b_wcu_tk >= 1000) AND \
+             (attribute_exists(PK)) AND ((b_rpm_soft > 1700000000500 AND \
+             attribute_exists(b_rpm_cp) AND attribute_exists(b_rpm_tk)) OR b_rpm_tk >= 1000) AND \
+             (attribute_not_exists(b_rpm_soft) OR b_rpm_soft > 1700000000500) AND \
+             (b_wcu_tk >= 1000) AND \
              (attribute_not_exists(ttl) OR ttl > 1700000000) AND \
              (attribute_not_exists(disabled)) AND \
              (attribute_not_exists(vu) OR vu > 1700000000500) AND \
@@ -300,7 +353,14 @@ mod tests {
         };
         let limits = [Limit::per_minute("rpm", 10), Limit::per_minute("tpm", 100)];
         let demand = BTreeMap::from([("rpm".to_owned(), 1000), ("tpm".to_owned(), 5000)]);
-        let Plan::Write(plan) = plan_refill(&img, &limits, &demand, 7000, TtlAction::Remove) else {
+        let Plan::Write(plan) = plan_refill(
+            &img,
+            &limits,
+            &demand,
+            7000,
+            TtlAction::Remove,
+            &Soft::default(),
+        ) else {
             panic!()
         };
         let text = render(&refill_write(&plan));
@@ -314,6 +374,49 @@ mod tests {
              (b_rpm_tk <= 0) AND \
              (attribute_not_exists(b_tpm_cp) OR attribute_not_exists(b_tpm_tk)) AND \
              (attribute_not_exists(b_wcu_cp) OR attribute_not_exists(b_wcu_tk))"
+        );
+    }
+
+    #[test]
+    fn refill_write_renews_soft_stamps_and_lets_live_stamps_waive_floors() {
+        let state = LimitState {
+            tk: 500,
+            cp: 10_000,
+            ra: 10_000,
+            rp: 60_000,
+            tc: 0,
+        };
+        let img = BucketImage {
+            rf: 1000,
+            shard_count: 1,
+            limits: BTreeMap::from([
+                ("rpm".to_owned(), state),
+                ("tpm".to_owned(), LimitState { tk: 5000, ..state }),
+            ]),
+            soft: BTreeMap::from([("tpm".to_owned(), 900)]),
+            ..BucketImage::default()
+        };
+        let limits = [Limit::per_minute("rpm", 10), Limit::per_minute("tpm", 10)];
+        let demand = BTreeMap::from([("rpm".to_owned(), 2000), ("tpm".to_owned(), 1000)]);
+        let soft = Soft {
+            names: ["rpm".to_owned()].into(),
+            until: 60_000,
+            restamp: true,
+        };
+        let Plan::Write(plan) = plan_refill(&img, &limits, &demand, 1000, TtlAction::Keep, &soft)
+        else {
+            panic!("rpm is soft, tpm fits")
+        };
+        let text = render(&refill_write(&plan));
+        assert_eq!(
+            text,
+            "SET rf = 1000, b_wcu_tk = 1000000, b_wcu_cp = 1000000, b_wcu_ra = 1000000, \
+             b_wcu_rp = 1000, b_rpm_soft = 60000 ADD b_rpm_tk -2000, b_rpm_tc 2000, \
+             b_tpm_tk -1000, b_tpm_tc 1000, b_wcu_tc 0 REMOVE b_tpm_soft IF (rf = 1000) AND \
+             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 1000) AND \
+             (b_tpm_soft > 1000 OR b_tpm_tk >= 1000) AND \
+             (attribute_not_exists(b_wcu_cp) OR attribute_not_exists(b_wcu_tk)) AND \
+             (attribute_not_exists(b_rpm_soft)) AND (b_tpm_soft = 900)"
         );
     }
 
@@ -363,8 +466,10 @@ mod tests {
         );
         assert_eq!(
             render(&consumption_only(&[("rpm".to_owned(), 1000)], 5000)),
-            "ADD b_rpm_tk -1000, b_rpm_tc 1000 IF (attribute_exists(PK)) AND (b_rpm_tk >= 1000) \
-             AND (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 5000)"
+            "ADD b_rpm_tk -1000, b_rpm_tc 1000 IF (attribute_exists(PK)) AND (b_rpm_tk >= 1000 \
+             OR (b_rpm_soft > 5000 AND attribute_exists(b_rpm_cp) AND \
+             attribute_exists(b_rpm_tk))) AND \
+             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 5000)"
         );
     }
 }

@@ -17,6 +17,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 use dynalimit_core::CoreError;
+use dynalimit_core::decide::stamp_deadline;
 use dynalimit_core::ids::{self, DEFAULT_RESOURCE};
 use dynalimit_format::audit::{self, AuditAction, BUCKETS_STAMPED_DETAIL, DISABLED_DETAIL};
 use dynalimit_format::bucket::BucketKey;
@@ -29,10 +30,6 @@ use super::write::build_err;
 use crate::batch::batch_get_items;
 use crate::error::classify;
 use crate::{Repository, RepositoryError};
-
-/// How long a bypass stamp lasts when a fan-out writes one (reference §2.7: the default
-/// stamp time-to-live, 60 s, times a draw from 0.8 to 1.0).
-const STAMP_TTL_MS: i64 = 60_000;
 
 /// Which buckets a change can decide.
 enum Scope<'a> {
@@ -250,11 +247,9 @@ impl Repository {
         Ok(stamped)
     }
 
-    /// A bypass deadline from now: the stamp time-to-live times a draw from 0.8 to 1.0.
+    /// A bypass deadline from now (reference §2.7).
     fn bypass_deadline(&self) -> i64 {
-        let now = self.shared.clock.epoch_millis();
-        let share = 0.8 + 0.2 * rand::random::<f64>();
-        now + (STAMP_TTL_MS as f64 * share) as i64
+        stamp_deadline(self.shared.clock.epoch_millis(), rand::random())
     }
 
     async fn audit_flag(

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use dynalimit_core::Limit;
 use dynalimit_core::bucket::bucket_ttl;
 use dynalimit_core::decide::{
-    BucketImage, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, TtlAction,
+    BucketImage, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, Soft, TtlAction,
     WcuDecision, classify_fast_failure, consumption_retry, decide_wcu_exhaustion,
     fast_rejection_gate, plan_create, plan_delta, plan_refill, shard_in, split_from,
-    statuses_from_image,
+    stamp_deadline, statuses_from_image,
 };
 use dynalimit_format::config::{self, walk};
 use dynalimit_repository::bucket::{
@@ -34,6 +34,8 @@ pub(crate) struct Entry {
     /// Owner stamp of the item: cascade policy and parent.
     pub(crate) cascade: bool,
     pub(crate) parent_id: Option<String>,
+    /// Declared soft limits this debit left below zero.
+    pub(crate) overdrawn: Vec<String>,
 }
 
 /// Why an owner's debit did not happen.
@@ -125,6 +127,14 @@ impl Inner {
         demand: &BTreeMap<String, i64>,
     ) -> Entry {
         self.learn(&key.entity_id, &key.resource, &img);
+        let now = self.clock.epoch_millis();
+        let overdrawn = demand
+            .keys()
+            .filter(|name| {
+                img.soft_at(name, now) && img.limits.get(name.as_str()).is_some_and(|s| s.tk < 0)
+            })
+            .cloned()
+            .collect();
         Entry {
             key: key.clone(),
             consumed: demand.clone(),
@@ -132,6 +142,7 @@ impl Inner {
             cascade: img.cascade,
             states: img.limits,
             parent_id: img.parent_id,
+            overdrawn,
         }
     }
 
@@ -404,7 +415,7 @@ impl Inner {
                 pause,
                 levels,
             } = self.store.read_for_slow_path(key, now).await?;
-            let access = resolve_access(levels, limits);
+            let access = resolve_access(levels, limits, now);
             if access.disabled {
                 return Err(Refusal::Disabled);
             }
@@ -436,7 +447,15 @@ impl Inner {
                 _ => bucket_ttl(now, limits, self.ttl_multiplier),
             };
             let Some(img) = image else {
-                let plan = match plan_create(limits, &demand, shard_count, key.shard, now, ttl) {
+                let plan = match plan_create(
+                    limits,
+                    &demand,
+                    shard_count,
+                    key.shard,
+                    now,
+                    ttl,
+                    &access.soft,
+                ) {
                     Plan::Write(p) => p,
                     Plan::Reject(statuses) => return Err(reject(statuses)),
                 };
@@ -465,6 +484,7 @@ impl Inner {
                             shard_count: plan.shard_count,
                             cascade: owner.cascade,
                             parent_id: owner.parent_id,
+                            overdrawn: plan.overdrawn,
                         }));
                     }
                     // Another writer created it first: an empty shard's plan consumed nothing,
@@ -491,7 +511,7 @@ impl Inner {
                 (_, Some(t)) => TtlAction::Set(t),
                 (_, None) => TtlAction::Keep,
             };
-            let plan = match plan_refill(&img, limits, &demand, now, ttl) {
+            let plan = match plan_refill(&img, limits, &demand, now, ttl, &access.soft) {
                 Plan::Write(p) => p,
                 Plan::Reject(statuses) => {
                     self.remember_refusal(key, &img, &demand, now);
@@ -526,6 +546,7 @@ impl Inner {
                         shard_count: img.shards(),
                         cascade: img.cascade,
                         parent_id: img.parent_id.clone(),
+                        overdrawn: plan.overdrawn,
                     })
                 }
                 RefillOutcome::LostLock => self.consume_only(key, &plan.consumed, &demand).await,
@@ -577,6 +598,8 @@ struct Access {
     disabled: bool,
     /// The cascade policy of the walk, when a level sets one.
     cascade: Option<bool>,
+    /// The soft limits of the level that supplied the limits, with their stamp deadline.
+    soft: Soft,
 }
 
 /// Resolves limits (unless given) and walks entity → entity default → resource for the
@@ -584,6 +607,7 @@ struct Access {
 fn resolve_access(
     levels: Vec<(ConfigLevel, Option<LimitConfig>)>,
     explicit: Option<&[Limit]>,
+    now: i64,
 ) -> Access {
     // A bypass is enforced: bypass stamps are not written or honoured by this client
     // (reference §12.8: enforcing them only under-admits).
@@ -593,6 +617,7 @@ fn resolve_access(
         source: None,
         disabled: walked == config::Access::Disabled,
         cascade,
+        soft: Soft::default(),
     };
     if explicit.is_none()
         && let Some((level, config)) = levels
@@ -601,6 +626,12 @@ fn resolve_access(
     {
         access.limits = config.limits;
         access.source = Some(level);
+        // The levels were read uncached on this pass: its stamps may be renewed (§2.7).
+        access.soft = Soft {
+            names: config.soft,
+            until: stamp_deadline(now, rand::random()),
+            restamp: true,
+        };
     }
     access
 }

@@ -100,6 +100,12 @@ impl Lease {
             .unwrap_or_default()
     }
 
+    /// The soft limits (reference §12.4) this acquire debited below zero on the entity's own
+    /// bucket: admitted, but over what the limit allows.
+    pub fn overdrawn(&self) -> &[String] {
+        self.entries.first().map_or(&[], |e| e.overdrawn.as_slice())
+    }
+
     /// The entities whose buckets this lease debited (the entity, then its parent).
     pub fn entities(&self) -> Vec<&str> {
         self.entries

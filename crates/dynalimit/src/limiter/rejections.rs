@@ -299,7 +299,7 @@ impl RejectionCache {
 
 #[cfg(test)]
 mod tests {
-    use dynalimit_core::decide::{LimitState, Plan, plan_create};
+    use dynalimit_core::decide::{LimitState, Plan, Soft, plan_create};
 
     use super::*;
 
@@ -320,7 +320,15 @@ mod tests {
     /// A shard of `shards` holding `tokens` of rpm 60, read at `T0`.
     fn image(tokens: i64, shards: u32) -> BucketImage {
         let limits = [Limit::per_minute("rpm", 60)];
-        let Plan::Write(p) = plan_create(&limits, &BTreeMap::new(), shards, 0, T0, None) else {
+        let Plan::Write(p) = plan_create(
+            &limits,
+            &BTreeMap::new(),
+            shards,
+            0,
+            T0,
+            None,
+            &Soft::default(),
+        ) else {
             panic!("a create")
         };
         let mut img = BucketImage {

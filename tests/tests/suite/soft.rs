@@ -1,0 +1,130 @@
+//! Soft limits (reference §12.4): debited like any other, never refusing while the bucket's
+//! stamp is live, reported as overdrawn; the stamp is renewed by a slow pass from the
+//! configuration and removed once the limit is hard again.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use dynalimit::{Error, Limit};
+use dynalimit_core::Clock;
+use dynalimit_format::item::{Item, get_i64, get_s};
+
+use super::engine::{Rig, rig};
+
+/// Resource `gpt-4` with `rpm` 3/min (soft when `soft`) and `tpm` 10/min (hard).
+async fn configure(r: &Rig, soft: bool) {
+    r.repo
+        .set_resource_defaults(
+            "gpt-4",
+            &[Limit::per_minute("rpm", 3), Limit::per_minute("tpm", 10)],
+        )
+        .await
+        .unwrap();
+    if soft {
+        // As zae-limiter 0.17 stores a soft limit (`l_{name}_soft = true`).
+        r.table
+            .client()
+            .update_item()
+            .table_name(r.table.name())
+            .key(
+                "PK",
+                AttributeValue::S(format!("{}/RESOURCE#gpt-4", r.repo.namespace_id())),
+            )
+            .key("SK", AttributeValue::S("#CONFIG".into()))
+            .update_expression("SET l_rpm_soft = :t")
+            .expression_attribute_values(":t", AttributeValue::Bool(true))
+            .send()
+            .await
+            .unwrap();
+    }
+    r.repo.invalidate_config_cache().await;
+}
+
+async fn bucket(r: &Rig) -> Item {
+    let pk = format!("{}/BUCKET#k#gpt-4#0", r.repo.namespace_id());
+    r.table
+        .scan_all()
+        .await
+        .into_iter()
+        .find(|i| get_s(i, "PK") == Some(pk.as_str()))
+        .expect("the bucket")
+}
+
+/// One acquire of `rpm` (and `tpm` when given) by `k`; the overdrawn limits when admitted.
+async fn acquire(r: &Rig, tpm: Option<i64>) -> Result<Vec<String>, Error> {
+    let mut consume = vec![("rpm", 1)];
+    consume.extend(tpm.map(|t| ("tpm", t)));
+    let lease = r.limiter.acquire("k", "gpt-4", consume).await?;
+    let overdrawn = lease.overdrawn().to_vec();
+    lease.commit().await?;
+    Ok(overdrawn)
+}
+
+#[tokio::test]
+async fn a_soft_limit_is_debited_past_its_capacity_and_reported_overdrawn() {
+    let r = rig().await;
+    configure(&r, true).await;
+    let now = r.clock.epoch_millis();
+    let mut overdrawn = Vec::new();
+    for _ in 0..6 {
+        overdrawn.push(acquire(&r, None).await.expect("a soft limit never refuses"));
+    }
+    let empty: Vec<String> = Vec::new();
+    let rpm = vec!["rpm".to_string()];
+    assert_eq!(
+        overdrawn,
+        [
+            empty.clone(),
+            empty.clone(),
+            empty,
+            rpm.clone(),
+            rpm.clone(),
+            rpm
+        ]
+    );
+    let item = bucket(&r).await;
+    assert_eq!(get_i64(&item, "b_rpm_tk"), Some(-3000));
+    assert_eq!(get_i64(&item, "b_rpm_tc"), Some(6000));
+    let until = get_i64(&item, "b_rpm_soft").expect("stamped by the create");
+    assert!(
+        (now + 48_000..=now + 60_000).contains(&until),
+        "{until} - {now}"
+    );
+    assert_eq!(get_i64(&item, "b_tpm_soft"), None, "tpm is hard");
+    // The hard limit of the same bucket still refuses.
+    assert!(matches!(
+        acquire(&r, Some(11)).await,
+        Err(Error::Rejected(_))
+    ));
+}
+
+#[tokio::test]
+async fn an_expired_stamp_is_renewed_by_a_slow_pass_and_removed_once_the_limit_is_hard() {
+    let r = rig().await;
+    configure(&r, true).await;
+    for _ in 0..4 {
+        acquire(&r, None).await.unwrap();
+    }
+    let first = get_i64(&bucket(&r).await, "b_rpm_soft").unwrap();
+    // Past the deadline the fast path fails and the slow pass renews the stamp.
+    r.clock.advance(Duration::from_secs(61));
+    assert!(acquire(&r, None).await.is_ok());
+    let renewed = get_i64(&bucket(&r).await, "b_rpm_soft").unwrap();
+    assert!(renewed > first + 60_000 * 8 / 10, "{renewed} vs {first}");
+    assert!(renewed > r.clock.epoch_millis());
+
+    // The limit becomes hard: once the stamp expires a slow pass removes it and refuses.
+    configure(&r, false).await;
+    r.clock.advance(Duration::from_secs(61));
+    let mut outcomes = Vec::new();
+    for _ in 0..5 {
+        outcomes.push(acquire(&r, None).await.is_ok());
+    }
+    assert!(
+        outcomes.contains(&false),
+        "a hard limit refuses: {outcomes:?}"
+    );
+    assert_eq!(get_i64(&bucket(&r).await, "b_rpm_soft"), None);
+    let tk = get_i64(&bucket(&r).await, "b_rpm_tk").unwrap();
+    assert!(tk >= 0, "no debt taken on while hard: {tk}");
+}
