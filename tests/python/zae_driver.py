@@ -14,6 +14,10 @@ An operation that fails stops the run unless it carries ``"continue": true``. Th
 An operation with ``"now_ms"`` runs with zae-limiter's token-bucket clock fixed at that epoch
 millisecond (``Repository._now_ms``, the one clock its refill, ``rf`` stamps and TTLs read).
 
+``reset_bucket`` and ``top_up`` call the repository's operations of the same name (optional
+``idempotency_key`` and ``principal``) and answer ``{entity_id, resource, shards, amounts}``;
+``available`` answers ``RateLimiter.available`` (whole tokens per limit, every shard summed).
+
 The ``aggregate`` operation runs zae-limiter's aggregator (``process_stream_records``) on the
 Lambda stream records it is given, against the same table.
 
@@ -76,6 +80,16 @@ def entity_to_json(entity: Any) -> dict[str, Any] | None:
         "created_at": entity.created_at,
         "parent_generation": entity.parent_generation,
         "incarnation": entity.incarnation,
+    }
+
+
+def operation_to_json(result: Any) -> dict[str, Any]:
+    """A ``BucketOperationResult`` (reset or top-up)."""
+    return {
+        "entity_id": result.entity_id,
+        "resource": result.resource,
+        "shards": result.shards,
+        "amounts": dict(result.amounts),
     }
 
 
@@ -169,6 +183,26 @@ class Driver:
         if name == "resolve_limits":
             limits, _, source = await repo.resolve_limits(op["entity"], op["resource"])
             return {"limits": limits_to_json(limits), "source": source}
+        if name == "reset_bucket":
+            result = await repo.reset_bucket(
+                op["entity"],
+                op["resource"],
+                principal=op.get("principal"),
+                idempotency_key=op.get("idempotency_key"),
+            )
+            return operation_to_json(result)
+        if name == "top_up":
+            result = await repo.top_up(
+                op["entity"],
+                op["resource"],
+                op["amounts"],
+                principal=op.get("principal"),
+                idempotency_key=op.get("idempotency_key"),
+            )
+            return operation_to_json(result)
+        if name == "available":
+            limiter = RateLimiter(repository=repo)
+            return await limiter.available(op["entity"], op["resource"])
         if name == "acquire":
             return await self.acquire(repo, op)
         if name == "hammer":

@@ -123,6 +123,32 @@ impl Slot {
     }
 }
 
+/// The levels that answer for `entity` on `resource`, in precedence order, with the slot of
+/// each: entity, entity default and resource (the two middle ones only for a resource other
+/// than `_default_`), then system (reference §4.1).
+///
+/// ```
+/// use dynalimit_format::config::{ConfigLevel, levels};
+/// let order: Vec<ConfigLevel> = levels("k1", "gpt-4").into_iter().map(|(l, _)| l).collect();
+/// assert_eq!(order, [ConfigLevel::Entity, ConfigLevel::EntityDefault, ConfigLevel::Resource, ConfigLevel::System]);
+/// assert_eq!(levels("k1", "_default_").len(), 2);
+/// ```
+pub fn levels(entity: &str, resource: &str) -> Vec<(ConfigLevel, Slot)> {
+    let mut out = vec![(
+        ConfigLevel::Entity,
+        Slot::Entity(entity.into(), resource.into()),
+    )];
+    if resource != dynalimit_core::ids::DEFAULT_RESOURCE {
+        out.push((
+            ConfigLevel::EntityDefault,
+            Slot::Entity(entity.into(), dynalimit_core::ids::DEFAULT_RESOURCE.into()),
+        ));
+        out.push((ConfigLevel::Resource, Slot::Resource(resource.into())));
+    }
+    out.push((ConfigLevel::System, Slot::System));
+    out
+}
+
 fn whole(found: &Item, attr: &str) -> Result<i64, FormatError> {
     item::get_i64(found, attr).ok_or_else(|| {
         FormatError::corrupt(

@@ -143,7 +143,7 @@ fn number(item: &BTreeMap<String, AttributeValue>, name: &str) -> i64 {
 }
 
 /// The bucket item of `entity` on `RESOURCE`, shard `shard` (empty when absent).
-async fn bucket_item(
+pub(crate) async fn bucket_item(
     repo: &Repository,
     entity: &str,
     shard: u32,

@@ -22,6 +22,7 @@ mod buckets;
 mod config;
 mod entities;
 mod namespaces;
+mod operations;
 mod snapshots;
 
 use dynalimit_core::Limit;

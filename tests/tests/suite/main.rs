@@ -10,6 +10,7 @@ mod fast_path;
 mod format;
 mod kit;
 mod namespaces;
+mod operations;
 mod outcomes;
 mod rejections;
 mod schema;

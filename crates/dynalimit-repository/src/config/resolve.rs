@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use dynalimit_core::ids::{self, DEFAULT_RESOURCE};
-use dynalimit_format::config::{ConfigLevel, LimitConfig, OnUnavailable, Slot};
+use dynalimit_core::ids;
+use dynalimit_format::config::{self, ConfigLevel, LimitConfig, OnUnavailable, Slot};
 use dynalimit_format::item::{self, Item};
 
 use super::ResolvedLimits;
@@ -18,8 +18,9 @@ impl Repository {
     }
 
     /// A number that changes with every write through this repository (or its clones) that
-    /// changes limit configuration or deletes buckets: set, delete and disable calls at every
-    /// level, entity deletion, [`Repository::invalidate_config_cache`]. Process-local caches
+    /// changes limit configuration or buckets behind the limiter's back: set, delete and
+    /// disable calls at every level, entity deletion, resets and top-ups,
+    /// [`Repository::invalidate_config_cache`]. Process-local caches
     /// derived from the configuration or the buckets (the limiter's rejection cache) compare
     /// it to drop what they hold. Writes by other processes do not change it.
     pub fn config_generation(&self) -> u64 {
@@ -104,16 +105,8 @@ impl Repository {
     ) -> Result<ResolvedLimits, RepositoryError> {
         ids::validate_entity_id(entity_id)?;
         ids::validate_config_resource(resource)?;
-        let mut slots = vec![Slot::Entity(entity_id.into(), resource.into())];
-        let mut levels = vec![ConfigLevel::Entity];
-        if resource != DEFAULT_RESOURCE {
-            slots.push(Slot::Entity(entity_id.into(), DEFAULT_RESOURCE.into()));
-            levels.push(ConfigLevel::EntityDefault);
-            slots.push(Slot::Resource(resource.into()));
-            levels.push(ConfigLevel::Resource);
-        }
-        slots.push(Slot::System);
-        levels.push(ConfigLevel::System);
+        let (levels, slots): (Vec<ConfigLevel>, Vec<Slot>) =
+            config::levels(entity_id, resource).into_iter().unzip();
         let entries = self.load_slots(&slots).await?;
         let on_unavailable = entries
             .last()
