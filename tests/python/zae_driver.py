@@ -14,6 +14,10 @@ An operation that fails stops the run unless it carries ``"continue": true``. Th
 An operation with ``"now_ms"`` runs with zae-limiter's token-bucket clock fixed at that epoch
 millisecond (``Repository._now_ms``, the one clock its refill, ``rf`` stamps and TTLs read).
 
+``reset_bucket`` and ``top_up`` call the repository's operations of the same name (optional
+``idempotency_key`` and ``principal``) and answer ``{entity_id, resource, shards, amounts}``;
+``available`` answers ``RateLimiter.available`` (whole tokens per limit, every shard summed).
+
 The ``aggregate`` operation runs zae-limiter's aggregator (``process_stream_records``) on the
 Lambda stream records it is given, against the same table.
 
@@ -85,6 +89,14 @@ ACCESS_METHODS = frozenset(
     for verb, suffix in (("disable", ""), ("enable", ""), ("bypass", ""), ("clear", "_disabled"))
     for level in ("resource", "entity")
 )
+def operation_to_json(result: Any) -> dict[str, Any]:
+    """A ``BucketOperationResult`` (reset or top-up)."""
+    return {
+        "entity_id": result.entity_id,
+        "resource": result.resource,
+        "shards": result.shards,
+        "amounts": dict(result.amounts),
+    }
 
 
 class Driver:
@@ -182,6 +194,26 @@ class Driver:
             if op["method"] not in ACCESS_METHODS:
                 raise ValueError(f"unknown access method {op['method']!r}")
             return await getattr(repo, op["method"])(*op["args"])
+        if name == "reset_bucket":
+            result = await repo.reset_bucket(
+                op["entity"],
+                op["resource"],
+                principal=op.get("principal"),
+                idempotency_key=op.get("idempotency_key"),
+            )
+            return operation_to_json(result)
+        if name == "top_up":
+            result = await repo.top_up(
+                op["entity"],
+                op["resource"],
+                op["amounts"],
+                principal=op.get("principal"),
+                idempotency_key=op.get("idempotency_key"),
+            )
+            return operation_to_json(result)
+        if name == "available":
+            limiter = RateLimiter(repository=repo)
+            return await limiter.available(op["entity"], op["resource"])
         if name == "acquire":
             return await self.acquire(repo, op)
         if name == "hammer":

@@ -28,7 +28,7 @@ pub async fn put_item(table: &TestTable, item: HashMap<String, AttributeValue>) 
 }
 
 /// Puts a bucket item (§1.4.7) with full limits `(name, capacity, refill, period_s)` and the
-/// `wcu` block.
+/// `wcu` block, `shard_count` 1 and `rf` 1 700 000 000 000.
 pub async fn put_bucket(
     table: &TestTable,
     ns: &str,
@@ -37,6 +37,21 @@ pub async fn put_bucket(
     shard: u32,
     limits: &[(&str, i64, i64, i64)],
 ) {
+    put_shard(table, ns, entity, resource, (shard, 1), limits, &[]).await;
+}
+
+/// As [`put_bucket`], for shard `at.0` of a bucket of `at.1` shards, each limit named in
+/// `balances` holding that many millitokens (the others full).
+pub async fn put_shard(
+    table: &TestTable,
+    ns: &str,
+    entity: &str,
+    resource: &str,
+    at: (u32, u32),
+    limits: &[(&str, i64, i64, i64)],
+    balances: &[(&str, i64)],
+) {
+    let (shard, count) = at;
     let s = |v: &str| AttributeValue::S(v.to_string());
     let n = |v: i64| AttributeValue::N(v.to_string());
     let mut item = HashMap::from([
@@ -48,7 +63,7 @@ pub async fn put_bucket(
         ("entity_id".to_string(), s(entity)),
         ("resource".to_string(), s(resource)),
         ("rf".to_string(), n(1_700_000_000_000)),
-        ("shard_count".to_string(), n(1)),
+        ("shard_count".to_string(), n(i64::from(count))),
         (
             "GSI2PK".to_string(),
             s(&format!("{ns}/RESOURCE#{resource}")),
@@ -71,7 +86,11 @@ pub async fn put_bucket(
         ("b_wcu_tc".to_string(), n(0)),
     ]);
     for (name, cp, ra, rp) in limits {
-        item.insert(format!("b_{name}_tk"), n(cp * 1000));
+        let tk = balances
+            .iter()
+            .find(|(b, _)| b == name)
+            .map_or(cp * 1000, |(_, tk)| *tk);
+        item.insert(format!("b_{name}_tk"), n(tk));
         item.insert(format!("b_{name}_cp"), n(cp * 1000));
         item.insert(format!("b_{name}_ra"), n(ra * 1000));
         item.insert(format!("b_{name}_rp"), n(rp * 1000));

@@ -1,12 +1,15 @@
-//! `entity create|get|delete|children|disable|enable|clear-disabled`.
+//! `entity create|get|delete|children|disable|enable|clear-disabled|reset|top-up`.
 
 use anyhow::{Result, anyhow, bail};
 use clap::Subcommand;
-use dynalimit_repository::{DisabledFlag, Entity, NewEntity, RepositoryError};
+use dynalimit_repository::{
+    BucketOperation, DisabledFlag, Entity, NewEntity, OperationKind, OperationOptions,
+    RepositoryError,
+};
 use serde_json::{Value, json};
 
 use crate::access::{self, EntityTarget};
-use crate::context::Global;
+use crate::context::{Global, bad_input};
 
 /// Entity commands.
 #[derive(Debug, Subcommand)]
@@ -66,6 +69,76 @@ pub(crate) enum EntityCommand {
         /// Parent entity id.
         id: String,
     },
+    /// Give an entity its whole allowance on one resource back, now: every limit of every
+    /// shard back to its capacity (debt forgiven). Consumption counters, configuration and
+    /// the parent's buckets are left alone; a bucket that does not exist yet is left alone
+    /// too.
+    #[command(
+        after_help = "Examples:\n  dynalimit entity reset key-1 gpt-4\n  dynalimit entity reset key-1 gpt-4 --idempotency-key ticket-881"
+    )]
+    Reset {
+        /// Entity id.
+        id: String,
+        /// Resource.
+        resource: String,
+        /// Names the operation (1-64 of letters, digits, . _ : -): a retry with the same key
+        /// within three days returns the first result and applies nothing.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
+    /// Add whole tokens to limits of an entity on one resource, now. A limit gains at most
+    /// the room below its capacity (the amount granted is printed).
+    #[command(
+        name = "top-up",
+        after_help = "Examples:\n  dynalimit entity top-up key-1 gpt-4 tpm=5000\n  dynalimit entity top-up key-1 gpt-4 rpm=10 tpm=2000 --idempotency-key refund-7731"
+    )]
+    TopUp {
+        /// Entity id.
+        id: String,
+        /// Resource.
+        resource: String,
+        /// Tokens to add per limit (repeatable).
+        #[arg(value_name = "NAME=AMOUNT", required = true)]
+        amounts: Vec<String>,
+        /// Names the operation (1-64 of letters, digits, . _ : -): a retry with the same key
+        /// within three days returns the first result and applies nothing.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
+}
+
+/// Parses `NAME=AMOUNT` (whole tokens; `_` may group digits).
+fn parse_amount(text: &str) -> Result<(String, i64)> {
+    let (name, amount) = text
+        .split_once('=')
+        .ok_or_else(|| anyhow!("{text:?} must look like NAME=AMOUNT (e.g. tpm=5000)"))?;
+    let tokens = amount
+        .replace('_', "")
+        .parse::<i64>()
+        .map_err(|_| anyhow!("{amount:?} in {text:?} is not a whole number of tokens"))?;
+    Ok((name.to_owned(), tokens))
+}
+
+fn options(idempotency_key: Option<&String>) -> OperationOptions {
+    match idempotency_key {
+        Some(key) => OperationOptions::new().idempotency_key(key.clone()),
+        None => OperationOptions::new(),
+    }
+}
+
+fn operation_json(done: &BucketOperation) -> Value {
+    json!({
+        "entity_id": done.entity_id,
+        "resource": done.resource,
+        "operation": match done.kind {
+            OperationKind::Reset => "reset",
+            OperationKind::TopUp => "top_up",
+        },
+        "operation_id": done.operation_id,
+        "shards": done.shards,
+        "amounts": done.amounts,
+        "replayed": done.replayed,
+    })
 }
 
 fn entity_json(e: &Entity) -> Value {
@@ -141,6 +214,54 @@ pub(crate) async fn run(global: &Global, command: &EntityCommand) -> Result<()> 
             let repo = global.reader().await?;
             let children = repo.children(id).await?;
             global.print(&Value::Array(children.iter().map(entity_json).collect()));
+        }
+        EntityCommand::Reset {
+            id,
+            resource,
+            idempotency_key,
+        } => {
+            let repo = global.reader().await?;
+            let done = repo
+                .reset_bucket(id, resource, &options(idempotency_key.as_ref()))
+                .await?;
+            if done.shards == 0 && !done.replayed {
+                eprintln!("note: {id:?} has no bucket for {resource:?} yet; nothing to reset");
+            }
+            global.print(&operation_json(&done));
+        }
+        EntityCommand::TopUp {
+            id,
+            resource,
+            amounts,
+            idempotency_key,
+        } => {
+            let asked = amounts
+                .iter()
+                .map(|a| parse_amount(a))
+                .collect::<Result<Vec<_>>>()
+                .map_err(bad_input)?;
+            let repo = global.reader().await?;
+            let done = repo
+                .top_up(
+                    id,
+                    resource,
+                    asked.iter().cloned(),
+                    &options(idempotency_key.as_ref()),
+                )
+                .await?;
+            let short: Vec<&str> = asked
+                .iter()
+                .filter(|(name, n)| done.amounts.get(name).is_some_and(|g| g < n))
+                .map(|(name, _)| name.as_str())
+                .collect();
+            if !short.is_empty() && !done.replayed {
+                eprintln!(
+                    "note: {} granted less than asked: a limit is never topped up above its \
+                     capacity",
+                    short.join(", ")
+                );
+            }
+            global.print(&operation_json(&done));
         }
     }
     Ok(())

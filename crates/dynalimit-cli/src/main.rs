@@ -64,7 +64,7 @@ enum Command {
     /// Register, list, inspect, delete, recover and purge namespaces.
     #[command(subcommand, after_help = "Example:\n  dynalimit namespace list")]
     Namespace(namespace::NamespaceCommand),
-    /// Create, inspect, delete entities and list their children.
+    /// Create, inspect, delete entities, list their children, reset or top up their buckets.
     #[command(
         subcommand,
         after_help = "Example:\n  dynalimit entity create key-1 --parent proj-1"

@@ -7,6 +7,7 @@
 //! | resource | letter | letters, digits, `_ . - / :` | 64 (`_default_` is the entity-wide name) |
 //! | stack (table) name | letter | letters, digits, `-` | 55 |
 //! | namespace name | any | no `/`, `#` or control characters, not `_` | 128 |
+//! | idempotency key (reset, top-up) | letter, digit, `_ . - :` | the same | 64 |
 
 use crate::CoreError;
 
@@ -170,6 +171,28 @@ pub fn validate_resource(resource: &str) -> Result<(), CoreError> {
         "a letter",
         |c| alnum(c) || matches!(c, '_' | '.' | '-' | '/' | ':'),
         "letters, digits, _ . - / :",
+    )
+}
+
+/// Checks the idempotency key of a reset or top-up: 1 to 64 letters, digits, `.`, `_`, `:`
+/// or `-` (it becomes part of a sort key, so `#` and anything else is refused).
+///
+/// ```
+/// use dynalimit_core::ids::validate_idempotency_key;
+/// assert!(validate_idempotency_key("order-2026.11:17_a").is_ok());
+/// assert!(validate_idempotency_key("a#b").is_err());
+/// assert!(validate_idempotency_key(&"k".repeat(65)).is_err());
+/// ```
+pub fn validate_idempotency_key(key: &str) -> Result<(), CoreError> {
+    let allowed = |c: char| alnum(c) || matches!(c, '_' | '.' | '-' | ':');
+    check(
+        "idempotency_key",
+        key,
+        64,
+        allowed,
+        "a letter, digit, _ . - or :",
+        allowed,
+        "letters, digits, _ . - :",
     )
 }
 

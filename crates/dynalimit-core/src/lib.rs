@@ -11,6 +11,7 @@ pub mod decide;
 pub mod error;
 pub mod ids;
 pub mod limit;
+pub mod operation;
 pub mod time;
 
 pub use error::CoreError;

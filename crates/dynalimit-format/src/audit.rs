@@ -41,6 +41,10 @@ pub enum AuditAction {
     LimitsSet,
     /// Limits were deleted at some level.
     LimitsDeleted,
+    /// An operator reset a bucket to its ceiling.
+    BucketReset,
+    /// An operator added tokens to a bucket.
+    BucketToppedUp,
 }
 
 impl AuditAction {
@@ -51,6 +55,8 @@ impl AuditAction {
             AuditAction::EntityDeleted => "entity_deleted",
             AuditAction::LimitsSet => "limits_set",
             AuditAction::LimitsDeleted => "limits_deleted",
+            AuditAction::BucketReset => "bucket_reset",
+            AuditAction::BucketToppedUp => "bucket_topped_up",
         }
     }
 }
@@ -164,6 +170,25 @@ pub const BUCKETS_STAMPED_DETAIL: &str = "buckets_stamped";
 pub const RECORDS_DELETED_DETAIL: &str = "records_deleted";
 /// The details key of a deletion: whether it finished.
 pub const COMPLETE_DETAIL: &str = "complete";
+
+/// The details key of a reset or top-up: whole tokens per limit (M of N).
+pub const AMOUNTS_DETAIL: &str = "amounts";
+/// The details key of a reset or top-up: the shards written.
+pub const SHARDS_DETAIL: &str = "shards";
+
+/// The details of a reset or top-up: `{amounts: {name: tokens}, shards}`.
+pub fn operation_details(
+    amounts: &std::collections::BTreeMap<String, i64>,
+    shards: u32,
+) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (
+            AMOUNTS_DETAIL.to_string(),
+            crate::operation::amounts_value(amounts),
+        ),
+        (SHARDS_DETAIL.to_string(), item::n(shards)),
+    ])
+}
 
 /// The limit dict of audit details: `{name, capacity, refill_amount, refill_period_seconds}`.
 pub fn limit_details(limit: &Limit) -> AttributeValue {

@@ -222,8 +222,16 @@ impl Slot {
     }
 }
 
-/// The levels that may configure `entity` on `resource`, in precedence order (reference
-/// §4.1): entity, entity default and resource (both skipped for `_default_`), system.
+/// The levels that answer for `entity` on `resource`, in precedence order, with the slot of
+/// each: entity, entity default and resource (the two middle ones only for a resource other
+/// than `_default_`), then system (reference §4.1).
+///
+/// ```
+/// use dynalimit_format::config::{ConfigLevel, levels};
+/// let order: Vec<ConfigLevel> = levels("k1", "gpt-4").into_iter().map(|(l, _)| l).collect();
+/// assert_eq!(order, [ConfigLevel::Entity, ConfigLevel::EntityDefault, ConfigLevel::Resource, ConfigLevel::System]);
+/// assert_eq!(levels("k1", "_default_").len(), 2);
+/// ```
 pub fn levels(entity: &str, resource: &str) -> Vec<(ConfigLevel, Slot)> {
     let mut out = vec![(
         ConfigLevel::Entity,

@@ -183,6 +183,13 @@ impl Expr {
         compare(&a, "=", &v)
     }
 
+    /// `attr <> value` for any value.
+    pub fn ne(&mut self, attr: &str, value: AttributeValue) -> String {
+        let a = self.name(attr);
+        let v = self.value(value);
+        compare(&a, "<>", &v)
+    }
+
     /// `begins_with(attr, prefix)`.
     pub fn begins_with(&mut self, attr: &str, prefix: impl Into<String>) -> String {
         let (a, v) = (

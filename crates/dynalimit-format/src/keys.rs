@@ -39,6 +39,8 @@ pub const WATERMARK_SK_PREFIX: &str = "#AGGREGATOR#";
 pub const BUCKET_INDEX_SK_PREFIX: &str = "BUCKET#";
 /// Prefix of the GSI2 sort keys of usage snapshots.
 pub const USAGE_INDEX_SK_PREFIX: &str = "USAGE#";
+/// Prefix of the GSI4 sort keys of operation records.
+pub const OP_INDEX_SK_PREFIX: &str = "OP#";
 
 /// `#NAMESPACE#{name}`.
 pub fn namespace_sk(name: &str) -> String {
@@ -121,6 +123,17 @@ pub fn bucket_gsi4sk(entity: &str, resource: &str, shard: u32) -> String {
     format!("{BUCKET_INDEX_SK_PREFIX}{entity}#{resource}#{shard}")
 }
 
+/// `#OP#{operation_id}`: sort key of a reset or top-up's operation record, in the partition
+/// of the bucket's shard 0 (§1.4.8).
+pub fn op_sk(operation_id: &str) -> String {
+    format!("{OP_SK_PREFIX}{operation_id}")
+}
+
+/// `OP#{entity}#{resource}#{operation_id}`: GSI4 sort key of an operation record.
+pub fn op_gsi4sk(entity: &str, resource: &str, operation_id: &str) -> String {
+    format!("{OP_INDEX_SK_PREFIX}{entity}#{resource}#{operation_id}")
+}
+
 /// `#USAGE#{resource}#{window_key}`: sort key of a usage snapshot (§1.4.10).
 pub fn usage_sk(resource: &str, window_key: &str) -> String {
     format!("{USAGE_SK_PREFIX}{resource}#{window_key}")
@@ -201,5 +214,14 @@ mod tests {
         );
         assert_eq!(watermark_sk("gpt-4", 3), "#AGGREGATOR#gpt-4#3");
         assert_eq!(bucket_gsi3sk_prefix("gpt-4"), "BUCKET#gpt-4#");
+    }
+
+    #[test]
+    fn operation_record_keys_match_the_format() {
+        assert_eq!(op_sk("order-7"), "#OP#order-7");
+        assert_eq!(
+            op_gsi4sk("u1", "openai/gpt-4", "order-7"),
+            "OP#u1#openai/gpt-4#order-7"
+        );
     }
 }

@@ -19,6 +19,7 @@
 //! | [`entity`] | entity metadata |
 //! | [`namespace`] | the namespace registry |
 //! | [`audit`] | audit events |
+//! | [`operation`] | the operation records of resets and top-ups |
 //! | [`usage`] | usage snapshots, their windows and keys, the aggregator's watermarks |
 //! | [`schema`] | the table's keys, indexes, TTL attribute, stream and billing |
 //! | [`version`] | the version record and the compatibility gate |
@@ -40,6 +41,7 @@ pub mod expr;
 pub mod item;
 pub mod keys;
 pub mod namespace;
+pub mod operation;
 pub mod schema;
 pub mod usage;
 pub mod version;

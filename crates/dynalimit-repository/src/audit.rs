@@ -8,7 +8,7 @@ use dynalimit_format::audit::{
     AuditAction, AuditEvent, DEFAULT_RETENTION_DAYS, NewAuditEvent, event_id_of_key,
     is_config_level_id,
 };
-use dynalimit_format::item;
+use dynalimit_format::item::{self, Item};
 use dynalimit_format::keys;
 
 use crate::entity::partition;
@@ -35,6 +35,24 @@ impl Repository {
         resource: Option<&str>,
         details: HashMap<String, AttributeValue>,
     ) -> Result<String, RepositoryError> {
+        let principal = self.shared.principal.as_deref();
+        let (event_id, it) = self
+            .audit_item(entity_id, action, principal, resource, details)
+            .await;
+        self.put_item(it).await?;
+        Ok(event_id)
+    }
+
+    /// The id and item of one audit event, stamped now and kept for the namespace's retention,
+    /// for a caller that writes it (alone, or inside its own transaction).
+    pub(crate) async fn audit_item(
+        &self,
+        entity_id: &str,
+        action: AuditAction,
+        principal: Option<&str>,
+        resource: Option<&str>,
+        details: HashMap<String, AttributeValue>,
+    ) -> (String, Item) {
         let now = self.shared.clock.epoch_millis();
         let random: u128 = rand::random();
         let event_id = ulid::Ulid::from_parts(now.max(0) as u64, random).to_string();
@@ -43,21 +61,13 @@ impl Repository {
             event_id: &event_id,
             at: now,
             action,
-            principal: self.shared.principal.as_deref(),
+            principal,
             resource,
             details,
             retention_days: self.audit_retention_days().await,
         }
         .into_item(&self.scope.id);
-        self.shared
-            .client
-            .put_item()
-            .table_name(&self.shared.table)
-            .set_item(Some(it))
-            .send()
-            .await
-            .map_err(|e| classify("PutItem", e))?;
-        Ok(event_id)
+        (event_id, it)
     }
 
     async fn audit_retention_days(&self) -> i64 {

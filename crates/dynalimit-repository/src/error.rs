@@ -172,6 +172,18 @@ pub enum RepositoryError {
         name: String,
     },
 
+    /// An idempotency key already names another kind of operation on this entity and resource
+    /// (a reset's key reused for a top-up, or the other way round); nothing was written.
+    #[error(
+        "idempotency key {key:?} was already used for a {recorded} of this entity and resource"
+    )]
+    IdempotencyKeyReused {
+        /// The key.
+        key: String,
+        /// The operation its record holds (`reset`, `top_up`).
+        recorded: String,
+    },
+
     /// A configuration was written but not every bucket could be stamped with it; running the
     /// same call again finishes the job.
     #[error("configuration written, but only {stamped} buckets were updated: {message}")]

@@ -12,6 +12,7 @@
 //! | item | for |
 //! |---|---|
 //! | [`Repository`], [`RepositoryBuilder`], [`RepositoryError`] | services and operators |
+//! | [`OperationOptions`], [`BucketOperation`] | an operator's reset or top-up of a bucket ([`Repository::reset_bucket`], [`Repository::top_up`]) |
 //! | [`bucket`] | the acquire path's reads and writes of bucket items (the limiter, the aggregator) |
 //! | [`aws`] | AWS settings, loaded as the AWS CLI loads them, for every client dynalimit builds |
 //! | [`RequestCounter`] | counting the requests a client sends (tests, the benchmark) |
@@ -43,6 +44,7 @@ mod entity;
 mod error;
 mod metrics;
 mod namespace;
+mod operation;
 mod page;
 mod repository;
 pub mod retry;
@@ -53,6 +55,7 @@ mod wire;
 pub use audit::AuditPage;
 pub use batch::batch_get_items;
 pub use config::{CacheStats, ResolvedLimits};
+pub use dynalimit_core::operation::OperationKind;
 pub use dynalimit_format::audit::AuditEvent;
 pub use dynalimit_format::config::{Access, ConfigLevel, DisabledFlag, LimitConfig, OnUnavailable};
 pub use dynalimit_format::entity::{Entity, NewEntity};
@@ -61,6 +64,7 @@ pub use dynalimit_format::usage::UsageSnapshot;
 pub use dynalimit_format::version::VersionRecord;
 pub use error::RepositoryError;
 pub use metrics::RequestCounter;
+pub use operation::{BucketOperation, OPERATION_ATTEMPTS, OperationOptions};
 pub use repository::{
     DEFAULT_BUCKET_TTL_MULTIPLIER, DEFAULT_CONFIG_CACHE_TTL, DEFAULT_NAMESPACE, DEFAULT_STACK,
     Repository, RepositoryBuilder,

@@ -21,6 +21,26 @@
 //! lease.commit().await?; // dropped without commit: rolled back
 //! # Ok(()) }
 //! ```
+//!
+//! An operator (a support tool, a billing hook) gives an entity its allowance back with
+//! [`Repository::reset_bucket`], or refunds tokens with [`Repository::top_up`]; an idempotency
+//! key makes a repeated call return the first one's result:
+//!
+//! ```no_run
+//! # #[cfg(feature = "dynamodb")]
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use dynalimit::{OperationOptions, Repository};
+//!
+//! let repo = Repository::open("tenant-alpha").await?;
+//! let refund = OperationOptions::new().idempotency_key("refund-7731");
+//! let done = repo.top_up("api-key-123", "gpt-4", [("tpm", 2_000)], &refund).await?;
+//! // A dripping limit never goes above its capacity: what fitted is what was granted.
+//! println!("granted {} tpm over {} shards", done.amounts["tpm"], done.shards);
+//! let again = repo.top_up("api-key-123", "gpt-4", [("tpm", 2_000)], &refund).await?;
+//! assert!(again.replayed && again.amounts == done.amounts);
+//! repo.reset_bucket("api-key-123", "gpt-4", &OperationOptions::new()).await?;
+//! # Ok(()) }
+//! ```
 
 pub mod adaptive;
 pub mod backoff;
@@ -43,9 +63,10 @@ pub mod time {
 pub use dynalimit_core::Limit;
 #[cfg(feature = "dynamodb")]
 pub use dynalimit_repository::{
-    Access, AuditEvent, AuditPage, CacheStats, ConfigLevel, DisabledFlag, Entity, LimitConfig,
-    NamespaceInfo, NewEntity, Repository, RepositoryBuilder, RepositoryError, ResolvedLimits,
-    UsagePage, UsageQuery, UsageSnapshot, UsageSummary, VersionRecord,
+    Access, AuditEvent, AuditPage, BucketOperation, CacheStats, ConfigLevel, DisabledFlag, Entity,
+    LimitConfig, NamespaceInfo, NewEntity, OperationKind, OperationOptions, Repository,
+    RepositoryBuilder, RepositoryError, ResolvedLimits, UsagePage, UsageQuery, UsageSnapshot,
+    UsageSummary, VersionRecord,
 };
 pub use error::Error;
 #[cfg(feature = "dynamodb")]

@@ -23,6 +23,7 @@ mod buckets;
 mod config;
 mod entities;
 mod namespaces;
+mod operations;
 mod snapshots;
 mod soft;
 

@@ -12,6 +12,7 @@ mod format;
 mod kit;
 mod multi;
 mod namespaces;
+mod operations;
 mod outcomes;
 mod rejections;
 mod schema;

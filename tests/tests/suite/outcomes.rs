@@ -18,7 +18,7 @@ use dynalimit_repository::bucket::{BucketKey, BucketStore, CreateOutcome, MetaCh
 use dynalimit_repository::{DisabledFlag, Repository, RepositoryError};
 use dynalimit_tests::TestTable;
 use dynalimit_tests::fault::{FaultProxy, Lost};
-use dynalimit_tests::raw::put_bucket;
+use dynalimit_tests::raw::put_shard;
 
 /// One minute after the buckets' `rf`.
 const NOW: i64 = 1_700_000_060_000;
@@ -51,13 +51,27 @@ impl Shape {
     }
 }
 
+/// One way a request's answer goes missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fault {
+pub(crate) enum Fault {
+    /// Forwarded and applied, then its answer is lost this way.
     After(Lost),
+    /// Held, never forwarded.
     Hold,
 }
 
-const FAULTS: [Fault; 6] = [
+impl Fault {
+    /// Plans this fault for the next request of `operation` through `proxy`.
+    pub(crate) fn plan(self, proxy: &FaultProxy, operation: &str, needle: Option<&str>) {
+        match self {
+            Fault::After(how) => proxy.lose_after_applying(operation, needle, how, 1),
+            Fault::Hold => proxy.hold(operation, needle, 1),
+        }
+    }
+}
+
+/// Every fault, in the order the cases run.
+pub(crate) const FAULTS: [Fault; 6] = [
     Fault::After(Lost::Answer500),
     Fault::After(Lost::Hang),
     Fault::After(Lost::Reset),
@@ -80,26 +94,25 @@ async fn through(table: &TestTable, proxy: &FaultProxy) -> Repository {
     repo
 }
 
-fn pk(ns: &str, entity: &str, shard: u32) -> String {
+/// The partition key of shard `shard` of `entity`'s bucket on `RESOURCE`.
+pub(crate) fn pk(ns: &str, entity: &str, shard: u32) -> String {
     format!("{ns}/BUCKET#{entity}#{RESOURCE}#{shard}")
 }
 
 /// A full bucket of `entity` (rpm 100/min) with `shards` shards, debited `debit` millitokens.
 async fn bucket(table: &TestTable, ns: &str, entity: &str, shards: u32, debit: i64) {
     for shard in 0..shards {
-        put_bucket(table, ns, entity, RESOURCE, shard, &[("rpm", 100, 100, 60)]).await;
-        table
-            .client()
-            .update_item()
-            .table_name(table.name())
-            .key("PK", AttributeValue::S(pk(ns, entity, shard)))
-            .key("SK", AttributeValue::S("#STATE".into()))
-            .update_expression("SET shard_count = :c ADD b_rpm_tk :d")
-            .expression_attribute_values(":c", AttributeValue::N(shards.to_string()))
-            .expression_attribute_values(":d", AttributeValue::N((-debit).to_string()))
-            .send()
-            .await
-            .expect("shape the bucket");
+        let (limits, balance) = (&[("rpm", 100, 100, 60)], &[("rpm", 100_000 - debit)]);
+        put_shard(
+            table,
+            ns,
+            entity,
+            RESOURCE,
+            (shard, shards),
+            limits,
+            balance,
+        )
+        .await;
     }
 }
 
@@ -178,10 +191,7 @@ async fn every_fault(shape: Shape) {
         let expected = state(&table, &ns, &clean, shards).await;
         assert_ne!(before, expected, "{shape:?} changes the bucket");
 
-        match fault {
-            Fault::After(how) => proxy.lose_after_applying("UpdateItem", shape.needle(), how, 1),
-            Fault::Hold => proxy.hold("UpdateItem", shape.needle(), 1),
-        }
+        fault.plan(&proxy, "UpdateItem", shape.needle());
         let result = write(shape, &store, &faulted).await;
         assert_eq!(
             proxy.pending(),
@@ -292,10 +302,7 @@ async fn create_of_an_empty_new_shard() {
         );
         let expected = state_of_shard(&table, &ns, &clean, 1).await;
         assert_eq!(get_i64(&expected, "b_rpm_tk"), Some(0), "empty");
-        match fault {
-            Fault::After(how) => proxy.lose_after_applying("TransactWriteItems", None, how, 1),
-            Fault::Hold => proxy.hold("TransactWriteItems", None, 1),
-        }
+        fault.plan(&proxy, "TransactWriteItems", None);
         let result = create_empty_shard(&store, &faulted).await;
         assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
         assert_eq!(result.ok(), Some(CreateOutcome::Created), "{fault:?}");
@@ -309,6 +316,19 @@ async fn create_of_an_empty_new_shard() {
 
 /// Shard `shard` of `entity`'s bucket as stored, read consistently.
 async fn shard_item(table: &TestTable, ns: &str, entity: &str, shard: u32) -> Item {
+    read_shard(table, ns, entity, shard)
+        .await
+        .expect("the shard exists")
+}
+
+/// Shard `shard` of `entity`'s bucket on `RESOURCE` as stored, read consistently, if it
+/// exists.
+pub(crate) async fn read_shard(
+    table: &TestTable,
+    ns: &str,
+    entity: &str,
+    shard: u32,
+) -> Option<Item> {
     table
         .client()
         .get_item()
@@ -320,7 +340,6 @@ async fn shard_item(table: &TestTable, ns: &str, entity: &str, shard: u32) -> It
         .await
         .expect("read")
         .item
-        .expect("the shard exists")
 }
 
 /// Shard `shard` of `entity`'s bucket, without the attributes that name it.
@@ -356,10 +375,7 @@ async fn aggregator_clone_of_a_new_shard() {
         assert!(clone(clean.clone()).await.expect("the clean clone"));
         let expected = state_of_shard(&table, &ns, &clean, 2).await;
         assert_eq!(get_i64(&expected, "b_rpm_tk"), Some(0), "empty");
-        match fault {
-            Fault::After(how) => proxy.lose_after_applying("PutItem", None, how, 1),
-            Fault::Hold => proxy.hold("PutItem", None, 1),
-        }
+        fault.plan(&proxy, "PutItem", None);
         let result = clone(faulted.clone()).await;
         assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
         assert!(result.is_ok(), "{fault:?}: {result:?}");

@@ -400,3 +400,163 @@ async fn resource_and_entity_disable_enable_clear() {
         .fails(2, "resource");
     f.run(&["entity", "disable", "bad id!"]).fails(2, "entity");
 }
+
+#[tokio::test]
+async fn entity_reset_and_top_up() {
+    let f = Fixture::new().await;
+    // Ten tokens refilled one per 100 000 s: nothing drips back while the test runs.
+    f.run(&["limits", "set", "--resource", "gpt-4", "tpd=10/1000000s"])
+        .json();
+    f.run(&["entity", "create", "key-1"]).json();
+    let repo = f.table.repository("default").await;
+    let limiter = dynalimit::RateLimiter::new(repo.clone());
+    let spend = |n: i64| {
+        let limiter = limiter.clone();
+        async move {
+            limiter
+                .acquire("key-1", "gpt-4", [("tpd", n)])
+                .await
+                .unwrap()
+                .commit()
+                .await
+                .unwrap();
+        }
+    };
+    spend(6).await;
+
+    let topped = f
+        .run(&[
+            "entity",
+            "top-up",
+            "key-1",
+            "gpt-4",
+            "tpd=4",
+            "--idempotency-key",
+            "refund-1",
+        ])
+        .json();
+    assert_eq!(
+        topped,
+        json!({
+            "entity_id": "key-1",
+            "resource": "gpt-4",
+            "operation": "top_up",
+            "operation_id": "refund-1",
+            "shards": 1,
+            "amounts": { "tpd": 4 },
+            "replayed": false,
+        })
+    );
+    let again = f
+        .run(&[
+            "entity",
+            "top-up",
+            "key-1",
+            "gpt-4",
+            "tpd=4",
+            "--idempotency-key",
+            "refund-1",
+        ])
+        .json();
+    assert_eq!(again["replayed"], true);
+    assert_eq!(again["amounts"], json!({ "tpd": 4 }));
+    assert_eq!(
+        limiter.available("key-1", "gpt-4", &[]).await.unwrap()["tpd"],
+        8,
+        "applied once"
+    );
+    // Only two tokens of room are left: that is what a top-up of 3 grants, with a note.
+    let short = f.run(&["entity", "top-up", "key-1", "gpt-4", "tpd=3"]);
+    assert_eq!(short.json()["amounts"], json!({ "tpd": 2 }));
+    assert!(
+        short.stderr.contains("granted less than asked"),
+        "{}",
+        short.stderr
+    );
+
+    spend(7).await;
+    let reset = f.run(&["entity", "reset", "key-1", "gpt-4"]).json();
+    assert_eq!(
+        (
+            reset["operation"].as_str(),
+            reset["shards"].as_u64(),
+            &reset["amounts"]
+        ),
+        (Some("reset"), Some(1), &json!({ "tpd": 7 }))
+    );
+    assert_eq!(reset["operation_id"].as_str().map(str::len), Some(26));
+    assert_eq!(
+        limiter.available("key-1", "gpt-4", &[]).await.unwrap()["tpd"],
+        10
+    );
+    let audit = f.run(&["audit", "--entity", "key-1"]).json();
+    let actions: Vec<&str> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions[..3],
+        ["bucket_reset", "bucket_topped_up", "bucket_topped_up"]
+    );
+
+    // Human output: one `key  value` line per field.
+    let run = run_on(
+        dynalimit_tests::endpoint().url(),
+        f.table.name(),
+        &["entity", "reset", "key-1", "gpt-4"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("operation") && l.ends_with("reset")),
+        "{}",
+        run.stdout
+    );
+    // No bucket yet: nothing to reset, said on stderr.
+    f.run(&["entity", "create", "key-2"]).json();
+    let none = f.run(&["entity", "reset", "key-2", "gpt-4"]);
+    assert_eq!(none.json()["shards"], 0);
+    assert!(none.stderr.contains("no bucket"), "{}", none.stderr);
+
+    f.run(&["entity", "top-up", "key-1", "gpt-4", "tpd"])
+        .fails(2, "NAME=AMOUNT");
+    f.run(&["entity", "top-up", "key-1", "gpt-4", "tpd=0"])
+        .fails(2, "amounts");
+    f.run(&["entity", "top-up", "key-1", "gpt-4", "tpd=1", "tpd=2"])
+        .fails(2, "twice");
+    f.run(&[
+        "entity",
+        "reset",
+        "key-1",
+        "gpt-4",
+        "--idempotency-key",
+        "a#b",
+    ])
+    .fails(2, "idempotency_key");
+    f.run(&["entity", "top-up", "key-1", "gpt-4", "tpm=1"])
+        .fails(2, "tpm");
+    f.run(&[
+        "entity",
+        "top-up",
+        "key-1",
+        "gpt-4",
+        "tpd=1",
+        "--idempotency-key",
+        "refund-1-reset",
+    ])
+    .json();
+    f.run(&[
+        "entity",
+        "reset",
+        "key-1",
+        "gpt-4",
+        "--idempotency-key",
+        "refund-1-reset",
+    ])
+    .fails(1, "already used for a top_up");
+    f.run(&["entity", "reset", "key-1", "claude"])
+        .fails(1, "limits");
+}

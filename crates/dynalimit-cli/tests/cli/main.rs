@@ -156,6 +156,8 @@ fn every_command_has_help_with_an_example() {
         &["entity", "get"],
         &["entity", "delete"],
         &["entity", "children"],
+        &["entity", "reset"],
+        &["entity", "top-up"],
         &["limits"],
         &["limits", "set"],
         &["limits", "get"],

@@ -37,6 +37,7 @@ use aws_sdk_dynamodb::types::{
 use aws_smithy_types::retry::RetryConfig;
 use dynalimit_core::Limit;
 use dynalimit_core::decide::{BucketImage, CreatePlan, DeltaPlan, ProactiveRefill, RefillPlan};
+use dynalimit_core::operation::{OperationShard, ShardWrite};
 use futures::future::join_all;
 
 pub use dynalimit_format::bucket::{BucketKey, Meta, MetaCheck, Owner};
@@ -737,8 +738,22 @@ impl BucketStore {
     /// again and lands once (test
     /// `suite::sharding::a_propagation_whose_answer_is_lost_is_sent_again_and_lands_once`).
     pub async fn propagate_shard_count(&self, key: &BucketKey, from: u32, to: u32) -> Propagation {
+        self.raise_shard_count(key, 1..from, to).await
+    }
+
+    /// Sets `shard_count = to` on `shards` of `(entity, resource)` as
+    /// [`BucketStore::propagate_shard_count`] does (under `shard_count < :to`, never creating
+    /// an item, balances kept), concurrently. A write whose answer is lost is sent again and
+    /// lands once: the second application fails its own condition, which means "already
+    /// raised".
+    pub async fn raise_shard_count(
+        &self,
+        key: &BucketKey,
+        shards: impl IntoIterator<Item = u32>,
+        to: u32,
+    ) -> Propagation {
         let propagate = writes::propagate(to);
-        let writes = (1..from).map(|s| {
+        let writes = shards.into_iter().map(|s| {
             let k = key.with_shard(s);
             let e = &propagate;
             async move { (s, self.update(&k, e, false, Resend::Harmless).await) }
@@ -780,7 +795,7 @@ impl BucketStore {
             .flatten()
             .cloned()
             .collect();
-        let items = self.batch_get(&wanted).await?;
+        let items = self.batch_get(&wanted, false).await?;
         let found = |k: &Option<(String, String)>| k.as_ref().and_then(|k| items.get(k));
         let mut levels = Vec::with_capacity(slots.len());
         for ((level, _), k) in slots.into_iter().zip(&level_keys) {
@@ -815,8 +830,8 @@ impl BucketStore {
         Ok(found.as_ref().map(image_from_item))
     }
 
-    /// Reads up to 100 items by `(PK, SK)` in one `BatchGetItem` (eventually consistent),
-    /// retrying unprocessed keys.
+    /// Reads items by `(PK, SK)`, 100 per `BatchGetItem` (strongly consistent when
+    /// `consistent`), retrying unprocessed keys.
     ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached, refuses the request, or leaves
@@ -824,6 +839,7 @@ impl BucketStore {
     async fn batch_get(
         &self,
         keys: &[(String, String)],
+        consistent: bool,
     ) -> Result<HashMap<(String, String), Item>, RepositoryError> {
         let mut found = HashMap::new();
         for chunk in keys.chunks(100) {
@@ -833,13 +849,83 @@ impl BucketStore {
                 .collect();
             request.sort_by_key(item::describe_key);
             request.dedup();
-            for found_item in batch_get_items(&self.client, &self.table, request, false).await? {
+            for found_item in
+                batch_get_items(&self.client, &self.table, request, consistent).await?
+            {
                 if let Some((pk, sk)) = item::key_of(&found_item) {
                     found.insert((pk.to_owned(), sk.to_owned()), found_item);
                 }
             }
         }
         Ok(found)
+    }
+
+    /// Every shard of `(entity_id, resource)`, strongly consistent, for a reset or top-up
+    /// (reference §12.6). GSI3 discovery is eventually consistent and may miss a shard created
+    /// just before, so shard 0 is always read by key, and so is every slot below the highest
+    /// stored `shard_count` that discovery did not list. Sorted by shard.
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn operation_shards(
+        &self,
+        entity_id: &str,
+        resource: &str,
+    ) -> Result<Vec<OperationShard>, RepositoryError> {
+        let owner = BucketKey::new(entity_id, resource, 0);
+        let mut wanted: Vec<u32> = self
+            .query_bucket_index(
+                GSI3,
+                keys::entity_pk(&self.ns, entity_id),
+                keys::bucket_gsi3sk_prefix(resource),
+            )
+            .await?
+            .iter()
+            .filter_map(|found| BucketKey::parse(&self.ns, get_str(found, attr::PK)?))
+            .filter(|k| k.entity_id == entity_id && k.resource == resource)
+            .map(|k| k.shard)
+            .chain([0])
+            .collect();
+        let mut probed = Vec::new();
+        let mut shards: Vec<OperationShard> = Vec::new();
+        while !wanted.is_empty() {
+            wanted.sort_unstable();
+            wanted.dedup();
+            let keys: Vec<(String, String)> = wanted
+                .iter()
+                .map(|&s| (owner.with_shard(s).pk(&self.ns), keys::STATE_SK.to_owned()))
+                .collect();
+            for ((pk, _), found) in self.batch_get(&keys, true).await? {
+                if let Some(key) = BucketKey::parse(&self.ns, &pk) {
+                    shards.push(OperationShard {
+                        shard: key.shard,
+                        stored_count: dynalimit_format::bucket::shard_count(&found),
+                        image: image_from_item(&found),
+                    });
+                }
+            }
+            probed.append(&mut wanted);
+            let top = shards.iter().map(|s| s.image.shards()).max().unwrap_or(1);
+            wanted = (0..top)
+                .filter(|s| !probed.contains(s) && !shards.iter().any(|h| h.shard == *s))
+                .collect();
+        }
+        shards.sort_by_key(|s| s.shard);
+        Ok(shards)
+    }
+
+    /// The `Update` of one shard's part of a reset or top-up, for its transaction.
+    pub(crate) fn operation_update(
+        &self,
+        key: &BucketKey,
+        plan: &ShardWrite,
+    ) -> Result<aws_sdk_dynamodb::types::Update, RepositoryError> {
+        aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key.key_map(&self.ns)))
+            .with_expr(&writes::operation_write(plan))
+            .build()
+            .map_err(|e| build_error("TransactWriteItems", &e))
     }
 
     /// Every bucket item of an entity, any resource and shard: GSI3 discovery (every page) and
@@ -852,7 +938,11 @@ impl BucketStore {
         entity_id: &str,
     ) -> Result<Vec<(BucketKey, BucketImage)>, RepositoryError> {
         let keys: Vec<(String, String)> = self
-            .query_bucket_index(GSI3, keys::entity_pk(&self.ns, entity_id))
+            .query_bucket_index(
+                GSI3,
+                keys::entity_pk(&self.ns, entity_id),
+                keys::BUCKET_INDEX_SK_PREFIX.to_owned(),
+            )
             .await?
             .iter()
             .filter_map(|found| {
@@ -862,7 +952,7 @@ impl BucketStore {
                 ))
             })
             .collect();
-        let items = self.batch_get(&keys).await?;
+        let items = self.batch_get(&keys, false).await?;
         let mut found: Vec<_> = items
             .iter()
             .filter_map(|((pk, _), item)| {
@@ -884,7 +974,11 @@ impl BucketStore {
     ) -> Result<Vec<(BucketKey, BucketImage)>, RepositoryError> {
         let mut found = Vec::new();
         for found_item in self
-            .query_bucket_index(GSI2, keys::resource_pk(&self.ns, resource))
+            .query_bucket_index(
+                GSI2,
+                keys::resource_pk(&self.ns, resource),
+                keys::BUCKET_INDEX_SK_PREFIX.to_owned(),
+            )
             .await?
         {
             if let Some(key) =
@@ -903,7 +997,11 @@ impl BucketStore {
         resource: &str,
     ) -> Result<Vec<BucketKey>, RepositoryError> {
         let found = self
-            .query_bucket_index(GSI2, keys::resource_pk(&self.ns, resource))
+            .query_bucket_index(
+                GSI2,
+                keys::resource_pk(&self.ns, resource),
+                keys::BUCKET_INDEX_SK_PREFIX.to_owned(),
+            )
             .await?;
         Ok(self.keys_of(&found))
     }
@@ -915,8 +1013,12 @@ impl BucketStore {
         entity_id: &str,
         resource: Option<&str>,
     ) -> Result<Vec<BucketKey>, RepositoryError> {
+        let prefix = resource.map_or_else(
+            || keys::BUCKET_INDEX_SK_PREFIX.to_owned(),
+            keys::bucket_gsi3sk_prefix,
+        );
         let found = self
-            .query_bucket_index(GSI3, keys::entity_pk(&self.ns, entity_id))
+            .query_bucket_index(GSI3, keys::entity_pk(&self.ns, entity_id), prefix)
             .await?;
         let mut out = self.keys_of(&found);
         out.retain(|k| resource.is_none_or(|r| k.resource == r));
@@ -931,11 +1033,13 @@ impl BucketStore {
     }
 
     /// Every `#STATE` item of a bucket index partition (`GSI2` or `GSI3`), all pages: the
-    /// index's partition key equals `pk` and its sort key starts with `BUCKET#`.
+    /// index's partition key equals `pk` and its sort key starts with `prefix` (`BUCKET#`, or
+    /// narrower).
     async fn query_bucket_index(
         &self,
         index: &str,
         pk: String,
+        prefix: String,
     ) -> Result<Vec<Item>, RepositoryError> {
         let (hash, range) = if index == GSI2 {
             (attr::GSI2PK, attr::GSI2SK)
@@ -945,7 +1049,7 @@ impl BucketStore {
         let mut e = Expr::default();
         let c = e.eq(hash, AttributeValue::S(pk));
         e.when(c);
-        let c = e.begins_with(range, keys::BUCKET_INDEX_SK_PREFIX);
+        let c = e.begins_with(range, prefix);
         e.when(c);
         let found = crate::page::all_items(crate::page::query(
             &self.client,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use dynalimit_core::Limit;
 use dynalimit_core::bucket::{WCU, WCU_DEBIT_MILLI};
 use dynalimit_core::decide::{DeltaPlan, ProactiveRefill, RefillPlan, SoftStamp, TtlAction};
+use dynalimit_core::operation::ShardWrite;
 use dynalimit_format::attr::{self, BucketField, bucket_limit};
 use dynalimit_format::expr::{Expr, num};
 
@@ -263,6 +264,33 @@ pub(crate) fn proactive_refill(plan: &ProactiveRefill) -> Expr {
     e
 }
 
+/// One shard's part of a reset or top-up (reference §12.6): `ADD` each limit's delta (never a
+/// new balance, so a debit landing since the read is kept), `SET rf = :new, vu = 0` (one
+/// materialising pass clamps whatever a credit lands meanwhile) and the `ttl` action, under
+/// `rf = :read` and the shard count read (or its absence). `tc`, the owner stamps and
+/// `disabled` are left alone.
+pub(crate) fn operation_write(plan: &ShardWrite) -> Expr {
+    let mut e = Expr::default();
+    let c = e.cmp(attr::RF, "=", plan.rf_read);
+    e.when(c);
+    let c = match plan.count_pin {
+        Some(count) => e.cmp(attr::SHARD_COUNT, "=", i64::from(count)),
+        None => e.not_exists(attr::SHARD_COUNT),
+    };
+    e.when(c);
+    e.set(attr::RF, num(plan.rf_new));
+    e.set(attr::VU, num(0));
+    match plan.ttl {
+        TtlAction::Set(t) => e.set(attr::TTL, num(t)),
+        TtlAction::Remove => e.remove(attr::TTL),
+        TtlAction::Keep => {}
+    }
+    for (name, delta) in &plan.deltas {
+        e.add(&tk(name), *delta);
+    }
+    e
+}
+
 /// The doubling write on shard 0 (reference §3.8): `SET shard_count = :new` if it still reads
 /// `:old`. The shard keeps its balance: a shard created later starts empty (see
 /// [`dynalimit_core::decide::plan_create`]), so the split never adds tokens, and the surplus
@@ -313,6 +341,33 @@ mod tests {
             text = text.replace(p.as_str(), v.as_n().unwrap());
         }
         text
+    }
+
+    #[test]
+    fn an_operation_write_adds_deltas_under_the_lock_and_the_count_read() {
+        let plan = ShardWrite {
+            shard: 1,
+            rf_read: 1000,
+            rf_new: 1001,
+            count_pin: Some(2),
+            deltas: BTreeMap::from([("rpm.v2".to_owned(), 5000), ("wcu".to_owned(), -7)]),
+            ttl: TtlAction::Set(99),
+        };
+        assert_eq!(
+            render(&operation_write(&plan)),
+            "SET rf = 1001, vu = 0, ttl = 99 ADD b_rpm.v2_tk 5000, b_wcu_tk -7 IF (rf = 1000) \
+             AND (shard_count = 2)"
+        );
+        let unstored = ShardWrite {
+            count_pin: None,
+            ttl: TtlAction::Remove,
+            deltas: BTreeMap::new(),
+            ..plan
+        };
+        assert_eq!(
+            render(&operation_write(&unstored)),
+            "SET rf = 1001, vu = 0 REMOVE ttl IF (rf = 1000) AND (attribute_not_exists(shard_count))"
+        );
     }
 
     #[test]

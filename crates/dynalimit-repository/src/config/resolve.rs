@@ -18,8 +18,9 @@ impl Repository {
     }
 
     /// A number that changes with every write through this repository (or its clones) that
-    /// changes limit configuration or deletes buckets: set, delete and disable calls at every
-    /// level, entity deletion, [`Repository::invalidate_config_cache`]. Process-local caches
+    /// changes limit configuration or buckets behind the limiter's back: set, delete and
+    /// disable calls at every level, entity deletion, resets and top-ups,
+    /// [`Repository::invalidate_config_cache`]. Process-local caches
     /// derived from the configuration or the buckets (the limiter's rejection cache) compare
     /// it to drop what they hold. Writes by other processes do not change it.
     pub fn config_generation(&self) -> u64 {

@@ -51,7 +51,8 @@ impl Repository {
             .transpose()?)
     }
 
-    async fn put_item(&self, it: Item) -> Result<(), RepositoryError> {
+    /// Puts `it` as it is (unconditionally).
+    pub(crate) async fn put_item(&self, it: Item) -> Result<(), RepositoryError> {
         self.shared
             .client
             .put_item()
