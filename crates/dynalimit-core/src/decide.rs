@@ -91,6 +91,10 @@ pub struct BucketImage {
     /// Soft stamps (`b_{name}_soft`, reference §12.4): the deadline, epoch ms, until which a
     /// limit is debited but never refuses, per limit present on the item.
     pub soft: BTreeMap<String, i64>,
+    /// Bypass stamp (reference §12.1): the deadline, epoch ms, until which every request is
+    /// admitted, counted in `tc` and debited from no balance (a stamp that is not a number
+    /// reads as expired, 0).
+    pub bypass: Option<i64>,
     /// The reserved `wcu` limit, if present.
     pub wcu: Option<LimitState>,
     /// 0.15–0.17 features found on the item that the core profile cannot interpret
@@ -102,6 +106,11 @@ impl BucketImage {
     /// Shard count as a divisor (never 0).
     pub fn shards(&self) -> u32 {
         self.shard_count.max(1)
+    }
+
+    /// Whether the item carries a bypass stamp still live at `now`.
+    pub fn bypass_at(&self, now: i64) -> bool {
+        self.bypass.is_some_and(|until| until > now)
     }
 
     /// Whether limit `name` carries a soft stamp still live at `now`.
@@ -162,18 +171,21 @@ pub fn classify_fast_failure(
     if img.disabled {
         return FastFailure::Disabled;
     }
-    if img.soft_expired(demand.keys(), now) {
+    if img.bypass.is_some_and(|until| until <= now) || img.soft_expired(demand.keys(), now) {
         return FastFailure::ScheduleBoundary;
     }
+    let bypassed = img.bypass_at(now);
     if let Some(vu) = img.vu
         && vu <= now
         && vu != 0
+        && !bypassed
     {
         return FastFailure::ScheduleBoundary;
     }
-    let limit_short = demand.iter().any(|(name, &m)| {
-        !img.soft_at(name, now) && img.limits.get(name).is_some_and(|s| s.tk < m)
-    });
+    let limit_short = !bypassed
+        && demand.iter().any(|(name, &m)| {
+            !img.soft_at(name, now) && img.limits.get(name).is_some_and(|s| s.tk < m)
+        });
     let wcu_short = img.wcu.is_none_or(|w| w.tk < WCU_DEBIT_MILLI);
     match (wcu_short, limit_short) {
         (true, true) => FastFailure::BothExhausted,
@@ -239,6 +251,10 @@ pub enum Gate {
 
 /// Projects the image to `now` and decides whether the request can only be rejected.
 pub fn fast_rejection_gate(img: &BucketImage, demand: &BTreeMap<String, i64>, now: i64) -> Gate {
+    if img.bypass.is_some() {
+        // A bypassed item admits everything; an expired stamp waits for a slow pass.
+        return Gate::SlowPath;
+    }
     let mut statuses = Vec::with_capacity(demand.len());
     for (name, &want) in demand {
         let Some(state) = img.limits.get(name) else {
@@ -275,6 +291,7 @@ pub fn remembered_rejection(
     if img.disabled
         || !img.unsupported.is_empty()
         || img.vu.is_some()
+        || img.bypass.is_some()
         || demand.keys().any(|name| img.soft.contains_key(name))
     {
         return None;
@@ -384,54 +401,72 @@ pub fn stamp_deadline(read_at: i64, draw: f64) -> i64 {
     read_at + (STAMP_TTL_MS as f64 * share) as i64
 }
 
-/// The soft limits of a slow pass (reference §12.4): the names the configuration, read
-/// uncached on this pass, declares soft, and the stamp deadline to write for them (the
-/// configuration read time plus the stamp time-to-live, drawn by the caller).
+/// What the configuration read uncached on a slow pass says about a bucket's stamps
+/// (reference §2.7, §12.1, §12.4): the names of the soft limits, whether the pair is
+/// bypassed, and the deadline to write for those stamps (the configuration read time plus
+/// the stamp time-to-live, drawn by the caller).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Soft {
+pub struct Stamps {
     /// Names of the soft limits.
     pub names: std::collections::BTreeSet<String>,
-    /// `b_{name}_soft` to write for each, epoch ms.
+    /// Whether the access walk says bypass.
+    pub bypass: bool,
+    /// `b_{name}_soft` and `bypass` to write, epoch ms.
     pub until: i64,
     /// Whether the pass writes the stamps (renewing the soft limits', removing the others'):
     /// only a pass whose configuration was read uncached; false for explicit limits.
     pub restamp: bool,
 }
 
-impl Soft {
+impl Stamps {
     fn has(&self, name: &str) -> bool {
         self.names.contains(name)
     }
 
+    /// The bypass stamp change of an item whose stamp read `read`: stamp a bypassed pair,
+    /// remove the stamp of one that is not.
+    fn bypass_change(&self, read: Option<i64>) -> Option<StampChange> {
+        match (self.restamp, self.bypass, read) {
+            (false, _, _) => None,
+            (true, true, read) => Some(StampChange::Set {
+                until: self.until,
+                read,
+            }),
+            (true, false, Some(read)) => Some(StampChange::Remove { read }),
+            (true, false, None) => None,
+        }
+    }
+
     /// The stamp change of limit `name`, whose stamp read `read`: renew a soft limit's,
     /// remove a hard limit's.
-    fn stamp(&self, name: &str, read: Option<i64>) -> Option<SoftStamp> {
+    fn stamp(&self, name: &str, read: Option<i64>) -> Option<StampChange> {
         if !self.restamp {
             return None;
         }
         if self.has(name) {
-            Some(SoftStamp::Set {
+            Some(StampChange::Set {
                 until: self.until,
                 read,
             })
         } else {
-            read.map(|read| SoftStamp::Remove { read })
+            read.map(|read| StampChange::Remove { read })
         }
     }
 }
 
-/// A soft stamp change of an rf-locked write, pinned on the value read (a pass that read the
-/// configuration before a fan-out cannot undo the fan-out).
+/// A stamp change of an rf-locked write (a soft stamp, or the item's bypass stamp), pinned on
+/// the value read (a pass that read the configuration before a fan-out cannot undo the
+/// fan-out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SoftStamp {
-    /// `SET b_{name}_soft = until` where the item held `read`.
+pub enum StampChange {
+    /// `SET stamp = until` where the item held `read`.
     Set {
         /// The new deadline.
         until: i64,
         /// The deadline read (`None`: absent).
         read: Option<i64>,
     },
-    /// `REMOVE b_{name}_soft` where the item held `read`.
+    /// `REMOVE stamp` where the item held `read`.
     Remove {
         /// The deadline read.
         read: i64,
@@ -454,7 +489,7 @@ pub struct LimitWrite {
     /// Seed instead of a delta.
     pub seed: Option<Seed>,
     /// The soft stamp to write, when it changes.
-    pub soft: Option<SoftStamp>,
+    pub soft: Option<StampChange>,
 }
 
 /// An rf-locked materialising write (reference §3.7.2).
@@ -483,6 +518,8 @@ pub struct RefillPlan {
     pub now: i64,
     /// Declared soft limits this write leaves below zero.
     pub overdrawn: Vec<String>,
+    /// The change of the item's bypass stamp.
+    pub bypass: Option<StampChange>,
 }
 
 /// A create of a missing bucket (reference §3.7.3).
@@ -507,6 +544,8 @@ pub struct CreatePlan {
     pub soft: BTreeMap<String, i64>,
     /// Declared soft limits the create leaves below zero.
     pub overdrawn: Vec<String>,
+    /// The bypass stamp to write, when the pair is bypassed.
+    pub bypass: Option<i64>,
 }
 
 /// A plan, or a rejection carrying every declared limit's status.
@@ -532,7 +571,7 @@ pub fn plan_refill(
     demand: &BTreeMap<String, i64>,
     now: i64,
     ttl: TtlAction,
-    soft: &Soft,
+    soft: &Stamps,
 ) -> Plan<RefillPlan> {
     let shards = img.shards();
     let mut writes = Vec::new();
@@ -654,6 +693,7 @@ pub fn plan_refill(
         statuses,
         now,
         overdrawn,
+        bypass: soft.bypass_change(img.bypass),
     })
 }
 
@@ -688,7 +728,7 @@ pub fn plan_create(
     shard: u32,
     now: i64,
     ttl: Option<i64>,
-    soft: &Soft,
+    soft: &Stamps,
 ) -> Plan<CreatePlan> {
     let shards = shard_count.max(1);
     let mut rows = Vec::with_capacity(limits.len());
@@ -742,6 +782,7 @@ pub fn plan_create(
         admitted,
         soft: stamps,
         overdrawn,
+        bypass: (soft.restamp && soft.bypass).then_some(soft.until),
     })
 }
 
@@ -805,6 +846,20 @@ pub fn plan_delta(
         }
     }
     plan
+}
+
+/// A bypassed lease's net change (reference §12.1): only `tc` moves (the balances were never
+/// debited), so nothing needs a ceiling guard.
+pub fn plan_counted(net: &BTreeMap<String, i64>) -> DeltaPlan {
+    DeltaPlan {
+        adds: net
+            .iter()
+            .filter(|(_, d)| **d != 0)
+            .map(|(name, d)| (name.clone(), 0, *d))
+            .collect(),
+        guards: Vec::new(),
+        shard_count: 1,
+    }
 }
 
 /// The consumption-only retry after a lost `rf` lock or a lost create (reference §3.7.4):

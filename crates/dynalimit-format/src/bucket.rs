@@ -61,9 +61,9 @@ impl BucketKey {
 }
 
 /// Decodes a bucket item into the core profile's image. Attributes of 0.15–0.17 features the
-/// core profile cannot interpret are listed in `unsupported`; soft stamps are read (a stamp
-/// that is not a number reads as expired); bypass stamps are ignored (enforcing a bypassed
-/// limit only under-admits).
+/// core profile cannot interpret are listed in `unsupported`; soft and bypass stamps are
+/// read (a stamp that is not a number, such as a pre-release `bypass = true`, reads as
+/// expired).
 pub fn image_from_item(item: &Item) -> BucketImage {
     let mut partial: BTreeMap<&str, [Option<i64>; 5]> = BTreeMap::new();
     let mut unsupported = Vec::new();
@@ -138,6 +138,10 @@ pub fn image_from_item(item: &Item) -> BucketImage {
         vu: get_i64(item, attr::VU),
         limits,
         soft,
+        bypass: item.get(attr::BYPASS).map(|v| match v {
+            AttributeValue::N(n) => parse_number(n).unwrap_or(0),
+            _ => 0,
+        }),
         wcu,
         unsupported,
     }
@@ -260,6 +264,9 @@ pub fn create_item(ns: &str, key: &BucketKey, plan: &CreatePlan, owner: &Owner) 
     }
     for (name, until) in &plan.soft {
         put(&attr::bucket_soft(name), num(*until));
+    }
+    if let Some(until) = plan.bypass {
+        put(attr::BYPASS, num(until));
     }
     item
 }
@@ -399,7 +406,7 @@ mod tests {
     use super::*;
     use crate::item::{key, n};
     use dynalimit_core::Limit;
-    use dynalimit_core::decide::{Plan, Soft, plan_create};
+    use dynalimit_core::decide::{Plan, Stamps, plan_create};
     use std::collections::HashMap;
 
     const T0: i64 = 1_700_000_000_000;
@@ -426,7 +433,7 @@ mod tests {
             0,
             T0,
             Some(1_700_000_420),
-            &Soft::default(),
+            &Stamps::default(),
         ) else {
             panic!()
         };

@@ -10,7 +10,7 @@ use dynalimit::Error;
 use dynalimit::backoff::{Backoff, bucket_scope};
 use dynalimit_core::Clock;
 use dynalimit_core::SystemClock;
-use dynalimit_core::decide::{Plan, Soft, TtlAction, plan_refill};
+use dynalimit_core::decide::{Plan, Stamps, TtlAction, plan_refill};
 use dynalimit_format::attr::PAUSE_UNTIL as PAUSE_ATTRIBUTE;
 use dynalimit_format::item::get_i64;
 use dynalimit_repository::RequestCounter;
@@ -110,7 +110,7 @@ async fn the_refill_write_and_the_consumption_retry_refuse_a_stamped_item() {
         &demand,
         now,
         TtlAction::Keep,
-        &Soft::default(),
+        &Stamps::default(),
     ) else {
         panic!("the refill fits")
     };

@@ -166,6 +166,30 @@ pub(crate) async fn rig() -> Rig {
 }
 
 impl Rig {
+    /// Shard 0 of `entity`'s bucket on `resource`, by scan.
+    pub(crate) async fn first_shard(&self, entity: &str, resource: &str) -> Item {
+        let pk = format!("{}/BUCKET#{entity}#{resource}#0", self.repo.namespace_id());
+        self.table
+            .scan_all()
+            .await
+            .into_iter()
+            .find(|i| get_s(i, "PK") == Some(pk.as_str()))
+            .expect("the bucket")
+    }
+
+    /// Applies `update` (an update expression with its values) to `resource`'s configuration
+    /// item, as another writer of the table would, and forgets the cached configuration.
+    pub(crate) async fn update_resource_config(
+        &self,
+        resource: &str,
+        update: &str,
+        values: &[(&str, AttributeValue)],
+    ) {
+        let pk = format!("{}/RESOURCE#{resource}", self.repo.namespace_id());
+        self.update_raw(pk, "#CONFIG", update, values).await;
+        self.repo.invalidate_config_cache().await;
+    }
+
     /// Every bucket item of `entity` (all resources and shards), by scan.
     async fn buckets(&self, entity: &str) -> Vec<Item> {
         let prefix = format!("{}/BUCKET#{entity}#", self.repo.namespace_id());
@@ -214,6 +238,31 @@ impl Rig {
             .expect("put META");
     }
 
+    /// Applies `update` (with `#t` naming `ttl`) and its values to the item (`pk`, `sk`).
+    async fn update_raw(
+        &self,
+        pk: String,
+        sk: &str,
+        update: &str,
+        values: &[(&str, AttributeValue)],
+    ) {
+        let mut req = self
+            .table
+            .client()
+            .update_item()
+            .table_name(self.table.name())
+            .key("PK", AttributeValue::S(pk))
+            .key("SK", AttributeValue::S(sk.into()))
+            .update_expression(update);
+        if update.contains("#t") {
+            req = req.expression_attribute_names("#t", "ttl");
+        }
+        for (k, v) in values {
+            req = req.expression_attribute_values(*k, v.clone());
+        }
+        req.send().await.expect("update the item");
+    }
+
     /// Raw `SET`/`REMOVE` on one bucket item, for fixtures.
     async fn poke(
         &self,
@@ -223,25 +272,11 @@ impl Rig {
         update: &str,
         values: &[(&str, AttributeValue)],
     ) {
-        let ns = self.repo.namespace_id();
-        let mut req = self
-            .table
-            .client()
-            .update_item()
-            .table_name(self.table.name())
-            .key(
-                "PK",
-                AttributeValue::S(format!("{ns}/BUCKET#{entity}#{resource}#{shard}")),
-            )
-            .key("SK", AttributeValue::S("#STATE".into()))
-            .update_expression(update);
-        if update.contains("#t") {
-            req = req.expression_attribute_names("#t", "ttl");
-        }
-        for (k, v) in values {
-            req = req.expression_attribute_values(*k, v.clone());
-        }
-        req.send().await.expect("poke");
+        let pk = format!(
+            "{}/BUCKET#{entity}#{resource}#{shard}",
+            self.repo.namespace_id()
+        );
+        self.update_raw(pk, "#STATE", update, values).await;
     }
 }
 

@@ -4,6 +4,7 @@
 mod access;
 mod ambiguous;
 mod audit;
+mod bypass;
 mod config;
 mod engine;
 mod entities;

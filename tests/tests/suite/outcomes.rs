@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
-use dynalimit_core::decide::{Plan, Soft, TtlAction, plan_create, plan_delta, plan_refill};
+use dynalimit_core::decide::{Plan, Stamps, TtlAction, plan_create, plan_delta, plan_refill};
 use dynalimit_format::item::{Item, get_i64};
 use dynalimit_repository::bucket::{BucketKey, BucketStore, CreateOutcome, MetaCheck, Owner};
 use dynalimit_repository::{DisabledFlag, Repository, RepositoryError};
@@ -147,7 +147,7 @@ async fn write(shape: Shape, store: &BucketStore, entity: &str) -> Result<(), Re
                 &demand,
                 NOW,
                 TtlAction::Keep,
-                &Soft::default(),
+                &Stamps::default(),
             ) else {
                 panic!("the refill is admitted");
             };
@@ -271,7 +271,8 @@ async fn create_empty_shard(
 ) -> Result<CreateOutcome, RepositoryError> {
     let limits = [Limit::per_minute("rpm", 100)];
     let demand: BTreeMap<String, i64> = [("rpm".to_string(), 1000)].into();
-    let Plan::Write(plan) = plan_create(&limits, &demand, 2, 1, NOW, None, &Soft::default()) else {
+    let Plan::Write(plan) = plan_create(&limits, &demand, 2, 1, NOW, None, &Stamps::default())
+    else {
         panic!("an empty new shard is always written");
     };
     assert!(!plan.admitted);

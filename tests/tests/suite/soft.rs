@@ -7,7 +7,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit::{Error, Limit};
 use dynalimit_core::Clock;
-use dynalimit_format::item::{Item, get_i64, get_s};
+use dynalimit_format::item::{Item, get_i64};
 
 use super::engine::{Rig, rig};
 
@@ -22,32 +22,14 @@ async fn configure(r: &Rig, soft: bool) {
         .unwrap();
     if soft {
         // As zae-limiter 0.17 stores a soft limit (`l_{name}_soft = true`).
-        r.table
-            .client()
-            .update_item()
-            .table_name(r.table.name())
-            .key(
-                "PK",
-                AttributeValue::S(format!("{}/RESOURCE#gpt-4", r.repo.namespace_id())),
-            )
-            .key("SK", AttributeValue::S("#CONFIG".into()))
-            .update_expression("SET l_rpm_soft = :t")
-            .expression_attribute_values(":t", AttributeValue::Bool(true))
-            .send()
-            .await
-            .unwrap();
+        let values = [(":t", AttributeValue::Bool(true))];
+        r.update_resource_config("gpt-4", "SET l_rpm_soft = :t", &values)
+            .await;
     }
-    r.repo.invalidate_config_cache().await;
 }
 
 async fn bucket(r: &Rig) -> Item {
-    let pk = format!("{}/BUCKET#k#gpt-4#0", r.repo.namespace_id());
-    r.table
-        .scan_all()
-        .await
-        .into_iter()
-        .find(|i| get_s(i, "PK") == Some(pk.as_str()))
-        .expect("the bucket")
+    r.first_shard("k", "gpt-4").await
 }
 
 /// One acquire of `rpm` (and `tpm` when given) by `k`; the overdrawn limits when admitted.

@@ -35,7 +35,7 @@ fn hard_pass(
     now: i64,
     ttl: TtlAction,
 ) -> RefillPlan {
-    written(plan_refill(img, limits, d, now, ttl, &Soft::default()))
+    written(plan_refill(img, limits, d, now, ttl, &Stamps::default()))
 }
 
 fn created(plan: &CreatePlan) -> BucketImage {
@@ -162,7 +162,7 @@ fn apply_credit(img: &mut BucketImage, plan: &DeltaPlan) -> bool {
 }
 
 fn fresh(limits: &[Limit], d: &BTreeMap<String, i64>, shards: u32, now: i64) -> BucketImage {
-    match plan_create(limits, d, shards, 0, now, None, &Soft::default()) {
+    match plan_create(limits, d, shards, 0, now, None, &Stamps::default()) {
         Plan::Write(p) => created(&p),
         Plan::Reject(s) => panic!("unexpected rejection {s:?}"),
     }
@@ -179,7 +179,7 @@ fn create_starts_at_the_share_minus_consumption_like_the_worked_example() {
         0,
         T0,
         ttl,
-        &Soft::default(),
+        &Stamps::default(),
     ) else {
         panic!("rejected")
     };
@@ -465,7 +465,7 @@ fn hard_case_25_capacity_shrink_surplus_is_trimmed_by_the_slow_pass() {
 #[test]
 fn hard_case_26_request_larger_than_a_share_reports_the_share() {
     let d = demand(&[("rpm", 30)]);
-    let Plan::Reject(statuses) = plan_create(&[rpm(100)], &d, 4, 0, T0, None, &Soft::default())
+    let Plan::Reject(statuses) = plan_create(&[rpm(100)], &d, 4, 0, T0, None, &Stamps::default())
     else {
         panic!("30 > 100 // 4 must be rejected")
     };
@@ -527,7 +527,7 @@ proptest! {
                 }
                 1 | 2 => {
                     let read = item.clone();
-                    if let Plan::Write(p) = plan_refill(&read, &limits, &d, now, TtlAction::Keep, &Soft::default()) {
+                    if let Plan::Write(p) = plan_refill(&read, &limits, &d, now, TtlAction::Keep, &Stamps::default()) {
                         if op == 2 && fast_consume(&mut item, &demand(&[("rpm", 1)]), now) {
                             admitted += MILLI;
                         }
@@ -585,7 +585,7 @@ proptest! {
                 }
                 2 | 3 => match shards[s].clone() {
                     None => {
-                        if let Plan::Write(p) = plan_create(&limits, &d, count, s as u32, now, None, &Soft::default()) {
+                        if let Plan::Write(p) = plan_create(&limits, &d, count, s as u32, now, None, &Stamps::default()) {
                             if p.admitted {
                                 admitted += p.consumed["rpm"];
                             }
@@ -593,7 +593,7 @@ proptest! {
                         }
                     }
                     Some(mut img) => {
-                        if let Plan::Write(p) = plan_refill(&img, &limits, &d, now, TtlAction::Keep, &Soft::default())
+                        if let Plan::Write(p) = plan_refill(&img, &limits, &d, now, TtlAction::Keep, &Stamps::default())
                             && apply_refill(&mut img, &p)
                         {
                             admitted += p.consumed["rpm"];
@@ -633,7 +633,7 @@ fn hard_case_23_doubling_never_adds_tokens() {
         1,
         T0,
         None,
-        &Soft::default(),
+        &Stamps::default(),
     ) else {
         panic!("a new shard is written even when the request does not fit");
     };
@@ -650,7 +650,7 @@ fn hard_case_23_doubling_never_adds_tokens() {
         &demand(&[("rpm", 25)]),
         later,
         TtlAction::Keep,
-        &Soft::default(),
+        &Stamps::default(),
     ) else {
         panic!("25 tokens refilled in a minute");
     };
@@ -860,11 +860,12 @@ mod soft_limits {
         img
     }
 
-    fn soft(names: &[&str], until: i64) -> Soft {
-        Soft {
+    fn soft(names: &[&str], until: i64) -> Stamps {
+        Stamps {
             names: names.iter().map(|n| (*n).to_owned()).collect(),
             until,
             restamp: true,
+            bypass: false,
         }
     }
 
@@ -873,7 +874,7 @@ mod soft_limits {
     }
 
     /// The slow pass of `tokens` of rpm 10/min on `img` with `soft`.
-    fn pass(img: &BucketImage, tokens: i64, soft: &Soft) -> Plan<RefillPlan> {
+    fn pass(img: &BucketImage, tokens: i64, soft: &Stamps) -> Plan<RefillPlan> {
         let limits = [Limit::per_minute("rpm", 10)];
         plan_refill(img, &limits, &demand(tokens), NOW, TtlAction::Keep, soft)
     }
@@ -912,14 +913,14 @@ mod soft_limits {
         assert_eq!((rpm.add_tk, rpm.add_tc, rpm.floor), (-3000, 3000, None));
         assert_eq!(
             rpm.soft,
-            Some(SoftStamp::Set {
+            Some(StampChange::Set {
                 until: NOW + 60_000,
                 read: None
             })
         );
         assert!(plan.statuses.iter().all(|s| !s.exceeded));
         // The same request on a hard limit is refused.
-        assert!(matches!(pass(&img, 3, &Soft::default()), Plan::Reject(_)));
+        assert!(matches!(pass(&img, 3, &Stamps::default()), Plan::Reject(_)));
     }
 
     #[test]
@@ -928,9 +929,9 @@ mod soft_limits {
         img.soft.insert("rpm".into(), NOW + 5);
         let plan = written(pass(&img, 1, &soft(&[], NOW + 60_000)));
         let rpm = plan.writes.iter().find(|w| w.name == "rpm").unwrap();
-        assert_eq!(rpm.soft, Some(SoftStamp::Remove { read: NOW + 5 }));
+        assert_eq!(rpm.soft, Some(StampChange::Remove { read: NOW + 5 }));
         // Explicit limits (no uncached configuration) leave stamps alone.
-        let plan = written(pass(&img, 1, &Soft::default()));
+        let plan = written(pass(&img, 1, &Stamps::default()));
         assert!(plan.writes.iter().all(|w| w.soft.is_none()));
     }
 
@@ -953,6 +954,73 @@ mod soft_limits {
         );
         assert_eq!(plan.limits[0].1, -15_000);
         assert_eq!(plan.overdrawn, ["rpm"]);
+    }
+
+    #[test]
+    fn a_live_bypass_admits_everything_and_an_expired_one_needs_a_slow_pass() {
+        let mut img = spent(0);
+        img.vu = Some(NOW - 1);
+        img.bypass = Some(NOW + 1);
+        assert_ne!(
+            classify_fast_failure(Some(&img), &demand(5), NOW),
+            FastFailure::ScheduleBoundary,
+            "a live bypass outlasts a vu boundary"
+        );
+        assert!(matches!(
+            fast_rejection_gate(&img, &demand(5), NOW),
+            Gate::SlowPath
+        ));
+        assert!(remembered_rejection(&img, &demand(5), None, NOW).is_none());
+        img.bypass = Some(NOW);
+        assert_eq!(
+            classify_fast_failure(Some(&img), &demand(5), NOW),
+            FastFailure::ScheduleBoundary
+        );
+    }
+
+    #[test]
+    fn slow_passes_stamp_a_bypassed_pair_and_unstamp_one_that_is_not() {
+        let img = spent(5000);
+        let bypassed = Stamps {
+            bypass: true,
+            ..soft(&[], NOW + 50_000)
+        };
+        let plan = written(pass(&img, 1, &bypassed));
+        assert_eq!(
+            plan.bypass,
+            Some(StampChange::Set {
+                until: NOW + 50_000,
+                read: None
+            })
+        );
+        let mut stamped = img.clone();
+        stamped.bypass = Some(NOW - 5);
+        let plan = written(pass(&stamped, 1, &soft(&[], NOW + 50_000)));
+        assert_eq!(plan.bypass, Some(StampChange::Remove { read: NOW - 5 }));
+        let plan = written(pass(&stamped, 1, &Stamps::default()));
+        assert_eq!(plan.bypass, None, "explicit limits leave the stamp");
+        let Plan::Write(created) = plan_create(
+            &[Limit::per_minute("rpm", 10)],
+            &demand(1),
+            1,
+            0,
+            NOW,
+            None,
+            &bypassed,
+        ) else {
+            panic!("fits");
+        };
+        assert_eq!(created.bypass, Some(NOW + 50_000));
+    }
+
+    #[test]
+    fn a_bypassed_lease_moves_only_the_count() {
+        let plan = plan_counted(&BTreeMap::from([
+            ("rpm".to_owned(), -2000),
+            ("tpm".to_owned(), 0),
+        ]));
+        assert_eq!(plan.adds, [("rpm".to_owned(), 0, -2000)]);
+        assert!(plan.guards.is_empty());
     }
 
     proptest! {

@@ -15,6 +15,7 @@
 //! | [`BucketStore::create`] | `TransactWriteItems` (Put + owner META check) | `attribute_not_exists(PK)` |
 //! | [`BucketStore::refill`] | `UpdateItem` | `rf = :read`, no pause in force, floors, pins |
 //! | [`BucketStore::consume_only`] | `UpdateItem` | `tk >= amount`, no pause in force |
+//! | [`BucketStore::bypass_consume`] | `UpdateItem` | exists, a bypass stamp, no pause in force |
 //! | [`BucketStore::apply_delta`] | `UpdateItem` (then a trimming retry) | exists, ceiling guards |
 //! | [`BucketStore::stamp_access`] | `UpdateItem` | exists |
 //! | [`BucketStore::stamp_pause`] | `UpdateItem` on every existing shard | exists, stamp absent or earlier |
@@ -406,6 +407,26 @@ impl BucketStore {
         now: i64,
     ) -> Result<ConsumeOutcome, RepositoryError> {
         self.consume_with(key, &writes::consumption_only(retry, now), now)
+            .await
+    }
+
+    /// The consume of a bypassed pair on the slow path (reference §12.1): `ADD tc` per
+    /// declared limit and the bypass stamp renewed to `until`, on an item that still carries
+    /// a stamp (refused while a pause stamp is in force at `now`). A failed condition (the
+    /// stamp was removed meanwhile) is `Failed`, and the caller plans the acquire enforced. A
+    /// lost answer is handled as for [`BucketStore::speculative_consume`]: never sent again,
+    /// so the count moves once or not at all (`suite::bypass`).
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn bypass_consume(
+        &self,
+        key: &BucketKey,
+        demand: &BTreeMap<String, i64>,
+        until: i64,
+        now: i64,
+    ) -> Result<ConsumeOutcome, RepositoryError> {
+        self.consume_with(key, &writes::bypass_consume(demand, until, now), now)
             .await
     }
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use dynalimit_core::Limit;
 use dynalimit_core::bucket::{WCU, WCU_DEBIT_MILLI};
-use dynalimit_core::decide::{DeltaPlan, ProactiveRefill, RefillPlan, SoftStamp, TtlAction};
+use dynalimit_core::decide::{DeltaPlan, ProactiveRefill, RefillPlan, StampChange, TtlAction};
 use dynalimit_core::operation::ShardWrite;
 use dynalimit_format::attr::{self, BucketField, bucket_limit};
 use dynalimit_format::expr::{Expr, num};
@@ -19,16 +19,18 @@ fn tc(name: &str) -> String {
     bucket_limit(name, BucketField::Tc)
 }
 
-/// The speculative consume (reference §3.4, enforce shape without the bypass terms): ADD to
-/// every declared limit and to `wcu`, conditioned on existence, balances (a limit with a live
-/// soft stamp is admitted whatever its balance; an expired stamp fails the write so that a
-/// slow pass renews or removes it), write capacity, `ttl`, `disabled` and `vu`, and on the
-/// absence of a pause stamp in force.
+/// The speculative consume (reference §3.4, enforce shape): ADD to every declared limit and
+/// to `wcu`, conditioned on existence, balances (a live bypass stamp, or a limit's live soft
+/// stamp, admits whatever the balance; an expired stamp fails the write so that a slow pass
+/// renews or removes it), write capacity, `ttl`, `disabled` and `vu` (which a live bypass
+/// outlasts), and on the absence of a pause stamp in force. On an item found bypassed the
+/// caller gives the balances back (`tc` keeps the count).
 pub(crate) fn speculative_consume(demand: &BTreeMap<String, i64>, now: i64) -> Expr {
     let mut e = Expr::default();
     let c = e.exists(attr::PK);
     e.when(c);
     let at = e.num(now);
+    let bypassed = format!("{} > {at}", e.name(attr::BYPASS));
     for (name, &m) in demand {
         e.add(&tc(name), m);
         e.add(&tk(name), -m);
@@ -39,10 +41,14 @@ pub(crate) fn speculative_consume(demand: &BTreeMap<String, i64>, now: i64) -> E
             e.exists(&tk(name)),
         );
         let enough = e.cmp(&tk(name), ">=", m);
-        e.when(format!("({live} AND {has_cp} AND {has_tk}) OR {enough}"));
+        e.when(format!(
+            "{bypassed} OR ({live} AND {has_cp} AND {has_tk}) OR {enough}"
+        ));
         let unstamped = e.not_exists(&soft);
         e.when(format!("{unstamped} OR {live}"));
     }
+    let unstamped = e.not_exists(attr::BYPASS);
+    e.when(format!("{unstamped} OR {bypassed}"));
     e.add(&tk(WCU), -WCU_DEBIT_MILLI);
     e.add(&tc(WCU), WCU_DEBIT_MILLI);
     let c = e.cmp(&tk(WCU), ">=", WCU_DEBIT_MILLI);
@@ -55,7 +61,24 @@ pub(crate) fn speculative_consume(demand: &BTreeMap<String, i64>, now: i64) -> E
     let c = e.not_exists(attr::DISABLED);
     e.when(c);
     let (missing, live) = (e.not_exists(attr::VU), e.cmp(attr::VU, ">", now));
-    e.when(format!("{missing} OR {live}"));
+    e.when(format!("{bypassed} OR {missing} OR {live}"));
+    not_paused(&mut e, now);
+    e
+}
+
+/// The consume of a bypassed pair on the slow path (reference §12.1): `ADD tc` per declared
+/// limit and the bypass stamp renewed, on an item that still carries a stamp; no balance
+/// moves and `rf` is untouched. Refused while a pause stamp is in force at `now`.
+pub(crate) fn bypass_consume(demand: &BTreeMap<String, i64>, until: i64, now: i64) -> Expr {
+    let mut e = Expr::default();
+    for (name, &m) in demand {
+        e.add(&tc(name), m);
+    }
+    e.set(attr::BYPASS, num(until));
+    let c = e.exists(attr::PK);
+    e.when(c);
+    let c = e.exists(attr::BYPASS);
+    e.when(c);
     not_paused(&mut e, now);
     e
 }
@@ -115,8 +138,11 @@ pub(crate) fn refill_write(plan: &RefillPlan) -> Expr {
     }
     for w in &plan.writes {
         if let Some(stamp) = w.soft {
-            soft_stamp(&mut e, &w.name, stamp);
+            stamp_change(&mut e, &attr::bucket_soft(&w.name), stamp);
         }
+    }
+    if let Some(stamp) = plan.bypass {
+        stamp_change(&mut e, attr::BYPASS, stamp);
     }
     e
 }
@@ -126,23 +152,23 @@ fn soft_live(e: &mut Expr, name: &str, now: i64) -> String {
     e.cmp(&attr::bucket_soft(name), ">", now)
 }
 
-/// A soft stamp change, pinned on the value read (reference §12.4).
-fn soft_stamp(e: &mut Expr, name: &str, stamp: SoftStamp) {
-    let soft = attr::bucket_soft(name);
+/// A stamp change (a soft or the bypass stamp, reference §12.1, §12.4), pinned on the value
+/// read.
+fn stamp_change(e: &mut Expr, soft: &str, stamp: StampChange) {
     let (read, change) = match stamp {
-        SoftStamp::Set { until, read } => (read, Some(until)),
-        SoftStamp::Remove { read } => (Some(read), None),
+        StampChange::Set { until, read } => (read, Some(until)),
+        StampChange::Remove { read } => (Some(read), None),
     };
     if read == change {
         return;
     }
     match change {
-        Some(until) => e.set(&soft, num(until)),
-        None => e.remove(&soft),
+        Some(until) => e.set(soft, num(until)),
+        None => e.remove(soft),
     }
     let pin = match read {
-        Some(read) => e.cmp(&soft, "=", read),
-        None => e.not_exists(&soft),
+        Some(read) => e.cmp(soft, "=", read),
+        None => e.not_exists(soft),
     };
     e.when(pin);
 }
@@ -181,8 +207,12 @@ pub(crate) fn delta(plan: &DeltaPlan, trim: bool) -> Expr {
     let c = e.exists(attr::PK);
     e.when(c);
     for (name, add_tk, add_tc) in &plan.adds {
-        e.add(&tk(name), *add_tk);
-        e.add(&tc(name), *add_tc);
+        if *add_tk != 0 {
+            e.add(&tk(name), *add_tk);
+        }
+        if *add_tc != 0 {
+            e.add(&tc(name), *add_tc);
+        }
     }
     if trim {
         e.set(attr::VU, num(0));
@@ -319,7 +349,7 @@ pub(crate) fn propagate(to: u32) -> Expr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dynalimit_core::decide::{BucketImage, LimitState, Plan, Soft, plan_delta, plan_refill};
+    use dynalimit_core::decide::{BucketImage, LimitState, Plan, Stamps, plan_delta, plan_refill};
 
     fn render(e: &Expr) -> String {
         // Substitute aliases and placeholders back, to compare against the reference text.
@@ -371,19 +401,30 @@ mod tests {
     }
 
     #[test]
-    fn speculative_consume_has_the_soft_aware_condition() {
+    fn speculative_consume_has_the_enforce_shape_condition() {
         let demand = BTreeMap::from([("rpm".to_owned(), 1000)]);
         let text = render(&speculative_consume(&demand, 1_700_000_000_500));
         assert_eq!(
             text,
             "ADD b_rpm_tc 1000, b_rpm_tk -1000, b_wcu_tk -1000, b_wcu_tc 1000 IF \
-             (attribute_exists(PK)) AND ((b_rpm_soft > 1700000000500 AND \
-             attribute_exists(b_rpm_cp) AND attribute_exists(b_rpm_tk)) OR b_rpm_tk >= 1000) AND \
-             (attribute_not_exists(b_rpm_soft) OR b_rpm_soft > 1700000000500) AND \
+             (attribute_exists(PK)) AND (bypass > 1700000000500 OR (b_rpm_soft > 1700000000500 \
+             AND attribute_exists(b_rpm_cp) AND attribute_exists(b_rpm_tk)) OR b_rpm_tk >= 1000) \
+             AND (attribute_not_exists(b_rpm_soft) OR b_rpm_soft > 1700000000500) AND \
+             (attribute_not_exists(bypass) OR bypass > 1700000000500) AND \
              (b_wcu_tk >= 1000) AND \
              (attribute_not_exists(ttl) OR ttl > 1700000000) AND \
              (attribute_not_exists(disabled)) AND \
-             (attribute_not_exists(vu) OR vu > 1700000000500) AND \
+             (bypass > 1700000000500 OR attribute_not_exists(vu) OR vu > 1700000000500) AND \
+             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 1700000000500)"
+        );
+        assert_eq!(
+            render(&bypass_consume(
+                &demand,
+                1_700_000_050_000,
+                1_700_000_000_500
+            )),
+            "SET bypass = 1700000050000 ADD b_rpm_tc 1000 IF (attribute_exists(PK)) AND \
+             (attribute_exists(bypass)) AND \
              (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 1700000000500)"
         );
     }
@@ -414,7 +455,7 @@ mod tests {
             &demand,
             7000,
             TtlAction::Remove,
-            &Soft::default(),
+            &Stamps::default(),
         ) else {
             panic!()
         };
@@ -453,10 +494,11 @@ mod tests {
         };
         let limits = [Limit::per_minute("rpm", 10), Limit::per_minute("tpm", 10)];
         let demand = BTreeMap::from([("rpm".to_owned(), 2000), ("tpm".to_owned(), 1000)]);
-        let soft = Soft {
+        let soft = Stamps {
             names: ["rpm".to_owned()].into(),
             until: 60_000,
             restamp: true,
+            bypass: false,
         };
         let Plan::Write(plan) = plan_refill(&img, &limits, &demand, 1000, TtlAction::Keep, &soft)
         else {

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use dynalimit_core::Limit;
 use dynalimit_core::bucket::bucket_ttl;
 use dynalimit_core::decide::{
-    BucketImage, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, Soft, TtlAction,
+    BucketImage, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, Stamps, TtlAction,
     WcuDecision, classify_fast_failure, consumption_retry, decide_wcu_exhaustion,
-    fast_rejection_gate, plan_create, plan_delta, plan_refill, shard_in, split_from,
+    fast_rejection_gate, plan_counted, plan_create, plan_delta, plan_refill, shard_in, split_from,
     stamp_deadline, statuses_from_image,
 };
 use dynalimit_format::config::{self, walk};
@@ -36,6 +36,12 @@ pub(crate) struct Entry {
     pub(crate) parent_id: Option<String>,
     /// Declared soft limits this debit left below zero.
     pub(crate) overdrawn: Vec<String>,
+    /// The item is bypassed (reference §12.1): only `tc` counts this debit, and the lease's
+    /// credits move only `tc`.
+    pub(crate) bypassed: bool,
+    /// The balances were debited by an enforcing write on an item found bypassed: they are
+    /// given back before the entry is handed out.
+    pub(crate) refund: bool,
 }
 
 /// Why an owner's debit did not happen.
@@ -135,6 +141,7 @@ impl Inner {
             })
             .cloned()
             .collect();
+        let bypassed = img.bypass_at(now);
         Entry {
             key: key.clone(),
             consumed: demand.clone(),
@@ -142,7 +149,9 @@ impl Inner {
             cascade: img.cascade,
             states: img.limits,
             parent_id: img.parent_id,
-            overdrawn,
+            overdrawn: if bypassed { Vec::new() } else { overdrawn },
+            bypassed,
+            refund: bypassed,
         }
     }
 
@@ -210,13 +219,43 @@ impl Inner {
                     .await?
             }
         };
-        match next {
-            Next::Done(entry) => Ok(entry),
+        let entry = match next {
+            Next::Done(entry) => entry,
             Next::Slow { shard, shard_count } => {
                 self.slow_path(&key.with_shard(shard), shard_count, demand, limits, role)
-                    .await
+                    .await?
             }
+        };
+        Ok(self.unbypass(entry).await)
+    }
+
+    /// Gives back the balances an enforcing write debited on an item found bypassed (its
+    /// `tc` keeps the count), once. Best effort: a failed refund leaves the debit standing
+    /// until refill, as a failed compensation does.
+    async fn unbypass(&self, mut entry: Entry) -> Entry {
+        if !entry.refund {
+            return entry;
         }
+        entry.refund = false;
+        let plan = DeltaPlan {
+            adds: entry
+                .consumed
+                .iter()
+                .filter(|(_, m)| **m != 0)
+                .map(|(name, m)| (name.clone(), *m, 0))
+                .collect(),
+            guards: Vec::new(),
+            shard_count: entry.shard_count,
+        };
+        if !plan.is_empty()
+            && let Err(e) = self.store.apply_delta(&entry.key, &plan).await
+        {
+            tracing::warn!(
+                entity_id = %entry.key.entity_id, resource = %entry.key.resource, error = %e,
+                "refund of a bypassed debit failed or its outcome is unknown; the debit stands"
+            );
+        }
+        entry
     }
 
     async fn after_fast_failure(
@@ -485,6 +524,8 @@ impl Inner {
                             cascade: owner.cascade,
                             parent_id: owner.parent_id,
                             overdrawn: plan.overdrawn,
+                            bypassed: false,
+                            refund: false,
                         }));
                     }
                     // Another writer created it first: an empty shard's plan consumed nothing,
@@ -505,6 +546,22 @@ impl Inner {
             }
             if img.disabled {
                 return Err(Refusal::Disabled);
+            }
+            if access.soft.bypass && img.bypass.is_some() {
+                // Bypassed: count, renew the stamp, debit no balance (§12.1). The stamp gone
+                // meanwhile: read again and plan enforced.
+                let until = access.soft.until;
+                match self.store.bypass_consume(key, &demand, until, now).await? {
+                    ConsumeOutcome::Consumed(img) => {
+                        let mut entry = self.entry_from_image(key, img, &demand);
+                        entry.bypassed = true;
+                        entry.refund = false;
+                        return Ok(Slow::Done(entry));
+                    }
+                    ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
+                    ConsumeOutcome::Failed(_) => continue,
+                    ConsumeOutcome::Contended => return Err(contended()),
+                }
             }
             let ttl = match (access.source, ttl) {
                 (Some(ConfigLevel::Entity | ConfigLevel::EntityDefault), _) => TtlAction::Remove,
@@ -547,6 +604,8 @@ impl Inner {
                         cascade: img.cascade,
                         parent_id: img.parent_id.clone(),
                         overdrawn: plan.overdrawn,
+                        bypassed: false,
+                        refund: false,
                     })
                 }
                 RefillOutcome::LostLock => self.consume_only(key, &plan.consumed, &demand).await,
@@ -598,26 +657,31 @@ struct Access {
     disabled: bool,
     /// The cascade policy of the walk, when a level sets one.
     cascade: Option<bool>,
-    /// The soft limits of the level that supplied the limits, with their stamp deadline.
-    soft: Soft,
+    /// The stamps the configuration decides: the soft limits of the level that supplied the
+    /// limits, whether the pair is bypassed, and their deadline.
+    soft: Stamps,
 }
 
 /// Resolves limits (unless given) and walks entity → entity default → resource for the
-/// `disabled` flag and the cascade policy (reference §3.7 step 2, §4.1).
+/// access (disabled, bypass) and the cascade policy (reference §3.7 step 2, §4.1).
 fn resolve_access(
     levels: Vec<(ConfigLevel, Option<LimitConfig>)>,
     explicit: Option<&[Limit]>,
     now: i64,
 ) -> Access {
-    // A bypass is enforced: bypass stamps are not written or honoured by this client
-    // (reference §12.8: enforcing them only under-admits).
     let (walked, cascade) = walk(levels.iter().map(|(level, c)| (*level, c.as_ref())));
+    // The levels were read uncached on this pass, so stamps it writes may be renewed from
+    // them (§2.7); with explicit limits the soft stamps are left as they are.
     let mut access = Access {
         limits: explicit.map(<[Limit]>::to_vec).unwrap_or_default(),
         source: None,
         disabled: walked == config::Access::Disabled,
         cascade,
-        soft: Soft::default(),
+        soft: Stamps {
+            bypass: walked == config::Access::Bypass,
+            until: stamp_deadline(now, rand::random()),
+            ..Stamps::default()
+        },
     };
     if explicit.is_none()
         && let Some((level, config)) = levels
@@ -626,12 +690,8 @@ fn resolve_access(
     {
         access.limits = config.limits;
         access.source = Some(level);
-        // The levels were read uncached on this pass: its stamps may be renewed (§2.7).
-        access.soft = Soft {
-            names: config.soft,
-            until: stamp_deadline(now, rand::random()),
-            restamp: true,
-        };
+        access.soft.names = config.soft;
+        access.soft.restamp = true;
     }
     access
 }
@@ -673,7 +733,11 @@ impl Inner {
         net: &BTreeMap<String, i64>,
     ) -> Result<(), RepositoryError> {
         self.rejections.forget(&entry.key);
-        let plan: DeltaPlan = plan_delta(net, &entry.states, entry.shard_count);
+        let plan: DeltaPlan = if entry.bypassed {
+            plan_counted(net)
+        } else {
+            plan_delta(net, &entry.states, entry.shard_count)
+        };
         self.store.apply_delta(&entry.key, &plan).await.map(|_| ())
     }
 

@@ -106,6 +106,12 @@ impl Lease {
         self.entries.first().map_or(&[], |e| e.overdrawn.as_slice())
     }
 
+    /// Whether the entity's bucket is bypassed (reference §12.1): the acquire was admitted
+    /// without debiting any balance, and only the usage count (`tc`) records it.
+    pub fn bypassed(&self) -> bool {
+        self.entries.first().is_some_and(|e| e.bypassed)
+    }
+
     /// The entities whose buckets this lease debited (the entity, then its parent).
     pub fn entities(&self) -> Vec<&str> {
         self.entries

@@ -299,7 +299,7 @@ impl RejectionCache {
 
 #[cfg(test)]
 mod tests {
-    use dynalimit_core::decide::{LimitState, Plan, Soft, plan_create};
+    use dynalimit_core::decide::{LimitState, Plan, Stamps, plan_create};
 
     use super::*;
 
@@ -327,7 +327,7 @@ mod tests {
             0,
             T0,
             None,
-            &Soft::default(),
+            &Stamps::default(),
         ) else {
             panic!("a create")
         };
