@@ -80,6 +80,10 @@ pub struct BucketImage {
     pub cascade: bool,
     /// Owner's parent, if any.
     pub parent_id: Option<String>,
+    /// Owner's parent generation at stamp time (`pgen`), if stamped.
+    pub pgen: Option<i64>,
+    /// Owner's incarnation at stamp time (`pinc`), if stamped.
+    pub pinc: Option<String>,
     /// Expiry, epoch seconds.
     pub ttl: Option<i64>,
     /// `disabled = true` stamp.

@@ -133,6 +133,8 @@ pub fn image_from_item(item: &Item) -> BucketImage {
         shard_count: shard_count(item).unwrap_or(1).max(1),
         cascade: matches!(item.get(attr::CASCADE), Some(AttributeValue::Bool(true))),
         parent_id: get_str(item, attr::PARENT_ID).map(str::to_owned),
+        pgen: get_i64(item, attr::PGEN),
+        pinc: get_str(item, attr::PINC).map(str::to_owned),
         ttl: get_i64(item, attr::TTL),
         disabled,
         vu: get_i64(item, attr::VU),

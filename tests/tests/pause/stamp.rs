@@ -120,7 +120,7 @@ async fn the_refill_write_and_the_consumption_retry_refuse_a_stamped_item() {
         .unwrap();
     let before = balances(&bucket_item(&table, "user-1", "llm").await);
     assert_eq!(
-        store.refill(&key, &plan).await.unwrap(),
+        store.refill(&key, &plan, None).await.unwrap(),
         RefillOutcome::LostLock
     );
     let retry = [("rpm".to_owned(), 1000)];

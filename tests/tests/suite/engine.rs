@@ -238,7 +238,8 @@ impl Rig {
             .expect("put META");
     }
 
-    /// Applies `update` (with `#t` naming `ttl`) and its values to the item (`pk`, `sk`).
+    /// Applies `update` (with `#t` naming `ttl` and `#c` naming `cascade`) and its values to
+    /// the item (`pk`, `sk`).
     async fn update_raw(
         &self,
         pk: String,
@@ -254,8 +255,10 @@ impl Rig {
             .key("PK", AttributeValue::S(pk))
             .key("SK", AttributeValue::S(sk.into()))
             .update_expression(update);
-        if update.contains("#t") {
-            req = req.expression_attribute_names("#t", "ttl");
+        for (alias, reserved) in [("#t", "ttl"), ("#c", "cascade")] {
+            if update.contains(alias) {
+                req = req.expression_attribute_names(alias, reserved);
+            }
         }
         for (k, v) in values {
             req = req.expression_attribute_values(*k, v.clone());
@@ -1665,4 +1668,105 @@ fn a_lease_dropped_while_the_runtime_shuts_down_is_reported() {
         "no error event names the lost rollback: {text:?}"
     );
     drop(rig);
+}
+
+/// A bucket stamped "no cascade" while its owner's META cascades to a parent (as a pre-0.17
+/// writer or a missed fan-out leaves it): the next slow pass stamps the owner from the META
+/// and the same acquire debits the parent.
+#[tokio::test]
+async fn hard_case_39_a_stale_owner_stamp_heals_on_the_next_slow_pass() {
+    use dynalimit_repository::NewEntity;
+    let r = rig().await;
+    r.repo
+        .set_resource_defaults("gpt-4", &[rpm(10)])
+        .await
+        .unwrap();
+    r.repo.create_entity(NewEntity::new("org")).await.unwrap();
+    r.repo
+        .create_entity(NewEntity::new("key").parent("org").cascade(true))
+        .await
+        .unwrap();
+    r.limiter
+        .acquire("key", "gpt-4", [("rpm", 1)])
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+    assert_eq!(r.tc("org", "rpm").await, 1);
+    // Another writer stamps the bucket as not cascading, with no parent, and a slow pass is
+    // due (`vu = 0`, as a parameter sync leaves it).
+    r.poke(
+        "key",
+        "gpt-4",
+        0,
+        "SET #c = :f, vu = :z REMOVE parent_id",
+        &[(":f", AttributeValue::Bool(false)), (":z", n(0))],
+    )
+    .await;
+    let fresh = RateLimiter::new(r.repo.clone());
+    let lease = fresh.acquire("key", "gpt-4", [("rpm", 1)]).await.unwrap();
+    assert_eq!(
+        lease.entities(),
+        ["key", "org"],
+        "the healed stamp cascades"
+    );
+    lease.commit().await.unwrap();
+    assert_eq!(r.tc("org", "rpm").await, 2);
+    let item = r.first_shard("key", "gpt-4").await;
+    assert_eq!(item.get("cascade"), Some(&AttributeValue::Bool(true)));
+    assert_eq!(get_s(&item, "parent_id"), Some("org"));
+    assert!(get_i64(&item, "pgen").is_some() && get_s(&item, "pinc").is_some());
+}
+
+/// A writer that read the owner's META before a parent move must not put the old parent
+/// back: a bucket already stamped with a newer generation of the same incarnation fails the
+/// pin, and the acquire still succeeds by the consumption-only retry.
+#[tokio::test]
+async fn hard_case_38_a_stale_writer_never_lowers_a_newer_owner_stamp() {
+    use dynalimit_repository::NewEntity;
+    let r = rig().await;
+    r.repo
+        .set_resource_defaults("gpt-4", &[rpm(10)])
+        .await
+        .unwrap();
+    r.repo.create_entity(NewEntity::new("old")).await.unwrap();
+    r.repo.create_entity(NewEntity::new("new")).await.unwrap();
+    let key = r
+        .repo
+        .create_entity(NewEntity::new("key").parent("old").cascade(true))
+        .await
+        .unwrap();
+    r.limiter
+        .acquire("key", "gpt-4", [("rpm", 1)])
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+    // A move's fan-out stamped the bucket with the next generation and the new parent; the
+    // META this process reads still names the old one.
+    let moved = key.parent_generation + 1;
+    r.poke(
+        "key",
+        "gpt-4",
+        0,
+        "SET parent_id = :p, pgen = :g, vu = :z",
+        &[
+            (":p", AttributeValue::S("new".into())),
+            (":g", n(moved)),
+            (":z", n(0)),
+        ],
+    )
+    .await;
+    let stale = RateLimiter::new(r.repo.clone());
+    let lease = stale
+        .acquire("key", "gpt-4", [("rpm", 1)])
+        .await
+        .expect("admitted by the consumption-only retry");
+    lease.commit().await.unwrap();
+    let item = r.first_shard("key", "gpt-4").await;
+    assert_eq!(get_s(&item, "parent_id"), Some("new"), "not put back");
+    assert_eq!(get_i64(&item, "pgen"), Some(moved));
+    assert_eq!(r.tc("key", "rpm").await, 2);
 }

@@ -151,7 +151,7 @@ async fn write(shape: Shape, store: &BucketStore, entity: &str) -> Result<(), Re
             ) else {
                 panic!("the refill is admitted");
             };
-            store.refill(&key, &plan).await.map(drop)
+            store.refill(&key, &plan, None).await.map(drop)
         }
         Shape::Credit | Shape::TrimCredit => {
             let img = store.read(&key).await?.expect("bucket");

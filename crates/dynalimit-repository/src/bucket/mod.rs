@@ -430,7 +430,8 @@ impl BucketStore {
             .await
     }
 
-    /// The rf-locked materialising write.
+    /// The rf-locked materialising write, with the owner stamp when `owner` is given
+    /// (reference §3.7.2, §12.5; a lost owner pin reads as a lost lock).
     ///
     /// Never sent again after a lost answer: a second attempt would fail its own `rf` lock,
     /// read as a lost lock, and the caller would consume again. The caller gets
@@ -442,10 +443,16 @@ impl BucketStore {
         &self,
         key: &BucketKey,
         plan: &RefillPlan,
+        owner: Option<&Owner>,
     ) -> Result<RefillOutcome, RepositoryError> {
         Ok(
             match self
-                .update(key, &writes::refill_write(plan), false, Resend::Never)
+                .update(
+                    key,
+                    &writes::refill_write(plan, owner),
+                    false,
+                    Resend::Never,
+                )
                 .await?
             {
                 Update::Done(_) => RefillOutcome::Applied,

@@ -2,11 +2,13 @@
 
 use std::collections::BTreeMap;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
 use dynalimit_core::bucket::{WCU, WCU_DEBIT_MILLI};
 use dynalimit_core::decide::{DeltaPlan, ProactiveRefill, RefillPlan, StampChange, TtlAction};
 use dynalimit_core::operation::ShardWrite;
 use dynalimit_format::attr::{self, BucketField, bucket_limit};
+use dynalimit_format::bucket::Owner;
 use dynalimit_format::expr::{Expr, num};
 
 use super::pause::not_paused;
@@ -83,14 +85,18 @@ pub(crate) fn bypass_consume(demand: &BTreeMap<String, i64>, until: i64, now: i6
     e
 }
 
-/// The rf-locked materialising write (reference §3.7.2): `SET rf`, `ttl`, seeds; `ADD` refill
-/// deltas and consumption; conditioned on `rf = :read`, floors, pins and the `vu` read. Owner
-/// stamps are not written on this path (allowed by the core profile; the create writes them).
-/// A pause stamp later than the new refill time fails the write.
-pub(crate) fn refill_write(plan: &RefillPlan) -> Expr {
+/// The rf-locked materialising write (reference §3.7.2): `SET rf`, `ttl`, seeds, stamps;
+/// `ADD` refill deltas and consumption; conditioned on `rf = :read`, floors, pins and the `vu`
+/// read. With `owner` (from the META this pass read) the owner stamp is written too,
+/// pinned so that it never lowers a stamp of the same incarnation (§12.5). A pause stamp
+/// later than the new refill time fails the write.
+pub(crate) fn refill_write(plan: &RefillPlan, owner: Option<&Owner>) -> Expr {
     let mut e = Expr::default();
     let c = e.cmp(attr::RF, "=", plan.rf_read);
     e.when(c);
+    if let Some(owner) = owner {
+        owner_stamp(&mut e, owner);
+    }
     not_paused(&mut e, plan.rf_new);
     e.set(attr::RF, num(plan.rf_new));
     match plan.ttl {
@@ -145,6 +151,32 @@ pub(crate) fn refill_write(plan: &RefillPlan) -> Expr {
         stamp_change(&mut e, attr::BYPASS, stamp);
     }
     e
+}
+
+/// The owner stamp of an rf-locked write (reference §3.7.2, §12.5): `cascade`, `parent_id`
+/// (or its removal) and, when the META carries them, `pgen` and `pinc`, under the pin
+/// `attribute_not_exists(pinc) OR (pinc = :inc AND (attribute_not_exists(pgen) OR pgen <=
+/// :g))` (without an incarnation, only the generation part).
+fn owner_stamp(e: &mut Expr, owner: &Owner) {
+    e.set(attr::CASCADE, AttributeValue::Bool(owner.cascade));
+    match &owner.parent_id {
+        Some(parent) => e.set(attr::PARENT_ID, AttributeValue::S(parent.clone())),
+        None => e.remove(attr::PARENT_ID),
+    }
+    let Some(pgen) = owner.pgen else {
+        return;
+    };
+    e.set(attr::PGEN, num(pgen));
+    let (no_pgen, lower) = (e.not_exists(attr::PGEN), e.cmp(attr::PGEN, "<=", pgen));
+    match &owner.pinc {
+        Some(pinc) => {
+            e.set(attr::PINC, AttributeValue::S(pinc.clone()));
+            let no_pinc = e.not_exists(attr::PINC);
+            let same = e.eq(attr::PINC, AttributeValue::S(pinc.clone()));
+            e.when(format!("{no_pinc} OR ({same} AND ({no_pgen} OR {lower}))"));
+        }
+        None => e.when(format!("{no_pgen} OR {lower}")),
+    }
 }
 
 /// `b_{name}_soft > now`.
@@ -368,9 +400,81 @@ mod tests {
         let mut placeholders: Vec<_> = values.iter().collect();
         placeholders.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
         for (p, v) in placeholders {
-            text = text.replace(p.as_str(), v.as_n().unwrap());
+            let shown = match v {
+                AttributeValue::N(n) => n.clone(),
+                AttributeValue::S(s) => format!("{s:?}"),
+                AttributeValue::Bool(b) => b.to_string(),
+                other => format!("{other:?}"),
+            };
+            text = text.replace(p.as_str(), &shown);
         }
         text
+    }
+
+    #[test]
+    fn an_rf_locked_write_stamps_its_owner_under_the_generation_pin() {
+        let img = BucketImage {
+            rf: 1000,
+            shard_count: 1,
+            limits: BTreeMap::from([(
+                "rpm".to_owned(),
+                LimitState {
+                    tk: 5000,
+                    cp: 10_000,
+                    ra: 10_000,
+                    rp: 60_000,
+                    tc: 0,
+                },
+            )]),
+            wcu: Some(LimitState {
+                tk: 1_000_000,
+                cp: 1_000_000,
+                ra: 1_000_000,
+                rp: 1000,
+                tc: 0,
+            }),
+            ..BucketImage::default()
+        };
+        let demand = BTreeMap::from([("rpm".to_owned(), 1000)]);
+        let Plan::Write(plan) = plan_refill(
+            &img,
+            &[Limit::per_minute("rpm", 10)],
+            &demand,
+            1000,
+            TtlAction::Keep,
+            &Stamps::default(),
+        ) else {
+            panic!("fits")
+        };
+        let owner = Owner {
+            cascade: true,
+            parent_id: Some("org".into()),
+            pgen: Some(3),
+            pinc: Some("abc".into()),
+        };
+        let text = render(&refill_write(&plan, Some(&owner)));
+        assert!(
+            text.starts_with(
+                "SET cascade = true, parent_id = \"org\", pgen = 3, pinc = \"abc\", rf = 1000"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "(attribute_not_exists(pinc) OR (pinc = \"abc\" AND \
+                 (attribute_not_exists(pgen) OR pgen <= 3)))"
+            ),
+            "{text}"
+        );
+        let orphan = Owner {
+            parent_id: None,
+            cascade: false,
+            pgen: None,
+            pinc: None,
+        };
+        let text = render(&refill_write(&plan, Some(&orphan)));
+        assert!(text.contains("REMOVE parent_id"), "{text}");
+        assert!(!text.contains("pgen"), "{text}");
     }
 
     #[test]
@@ -459,7 +563,7 @@ mod tests {
         ) else {
             panic!()
         };
-        let text = render(&refill_write(&plan));
+        let text = render(&refill_write(&plan, None));
         assert_eq!(
             text,
             "SET rf = 7000, b_tpm_tk = 95000, b_tpm_cp = 100000, b_tpm_ra = 100000, \
@@ -504,7 +608,7 @@ mod tests {
         else {
             panic!("rpm is soft, tpm fits")
         };
-        let text = render(&refill_write(&plan));
+        let text = render(&refill_write(&plan, None));
         assert_eq!(
             text,
             "SET rf = 1000, b_wcu_tk = 1000000, b_wcu_cp = 1000000, b_wcu_ra = 1000000, \

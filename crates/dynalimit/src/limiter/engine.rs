@@ -13,7 +13,7 @@ use dynalimit_core::decide::{
 };
 use dynalimit_format::config::{self, walk};
 use dynalimit_repository::bucket::{
-    BucketKey, ConsumeOutcome, CreateOutcome, RefillOutcome, SlowRead,
+    BucketKey, ConsumeOutcome, CreateOutcome, MetaCheck, RefillOutcome, SlowRead,
 };
 use dynalimit_repository::{ConfigLevel, LimitConfig, RepositoryError};
 use rand::Rng;
@@ -578,8 +578,25 @@ impl Inner {
                     return Err(reject(statuses));
                 }
             };
-            let entry = match self.store.refill(key, &plan).await? {
+            // The owner stamp of the META read on this pass, self-healing a stale one (hard
+            // case 39). Never over a stamp of another incarnation: a bucket an earlier
+            // entity of the same id left behind keeps its stamp rather than failing every
+            // rf-locked write on the pin.
+            let owner = match &meta.check {
+                MetaCheck::Present { pinc, .. }
+                    if img.pinc.is_none() || img.pinc.as_ref() == pinc.as_ref() =>
+                {
+                    Some(meta.owner(access.cascade.unwrap_or(meta.cascade)))
+                }
+                _ => None,
+            };
+            let entry = match self.store.refill(key, &plan, owner.as_ref()).await? {
                 RefillOutcome::Applied => {
+                    let mut img = img;
+                    if let Some(owner) = &owner {
+                        img.cascade = owner.cascade;
+                        img.parent_id.clone_from(&owner.parent_id);
+                    }
                     self.learn(entity, resource, &img);
                     let mut states = img.limits.clone();
                     for w in &plan.writes {
