@@ -202,17 +202,8 @@ async fn an_entity_wide_disable_covers_every_resource_and_counts_its_level_once(
 
 #[tokio::test]
 async fn a_child_enabled_on_its_own_still_meets_its_disabled_parent() {
-    use dynalimit_repository::NewEntity;
     let r = rig().await;
-    r.repo
-        .set_resource_defaults("gpt-4", &[rpm(100)])
-        .await
-        .unwrap();
-    r.repo.create_entity(NewEntity::new("org")).await.unwrap();
-    r.repo
-        .create_entity(NewEntity::new("key").parent("org").cascade(true))
-        .await
-        .unwrap();
+    r.family(100, "org", "key", true).await;
     admitted(&r, "key", "gpt-4").await.unwrap();
     r.repo
         .set_entity_disabled("key", None, Some(DisabledFlag::Enabled))
@@ -266,17 +257,8 @@ async fn bad_input_and_a_bypass_are_refused_before_any_request() {
 
 #[tokio::test]
 async fn a_stored_cascade_policy_decides_whether_a_new_bucket_cascades() {
-    use dynalimit_repository::NewEntity;
     let r = rig().await;
-    r.repo
-        .set_resource_defaults("gpt-4", &[rpm(100)])
-        .await
-        .unwrap();
-    r.repo.create_entity(NewEntity::new("org")).await.unwrap();
-    r.repo
-        .create_entity(NewEntity::new("key").parent("org"))
-        .await
-        .unwrap();
+    r.family(100, "org", "key", false).await;
     // zae-limiter 0.16 stores a cascade policy as `cascade = true` on a level.
     r.table
         .client()

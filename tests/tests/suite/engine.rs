@@ -166,6 +166,30 @@ pub(crate) async fn rig() -> Rig {
 }
 
 impl Rig {
+    /// gpt-4 limited to `rpm` per minute by default, entity `parent`, and entity `child` under
+    /// it (cascading when `cascade`); returns the child.
+    pub(crate) async fn family(
+        &self,
+        rpm: i64,
+        parent: &str,
+        child: &str,
+        cascade: bool,
+    ) -> dynalimit_repository::Entity {
+        use dynalimit_repository::NewEntity;
+        self.repo
+            .set_resource_defaults("gpt-4", &[Limit::per_minute("rpm", rpm)])
+            .await
+            .unwrap();
+        self.repo
+            .create_entity(NewEntity::new(parent))
+            .await
+            .unwrap();
+        self.repo
+            .create_entity(NewEntity::new(child).parent(parent).cascade(cascade))
+            .await
+            .unwrap()
+    }
+
     /// Shard 0 of `entity`'s bucket on `resource`, by scan.
     pub(crate) async fn first_shard(&self, entity: &str, resource: &str) -> Item {
         let pk = format!("{}/BUCKET#{entity}#{resource}#0", self.repo.namespace_id());
@@ -1675,24 +1699,9 @@ fn a_lease_dropped_while_the_runtime_shuts_down_is_reported() {
 /// and the same acquire debits the parent.
 #[tokio::test]
 async fn hard_case_39_a_stale_owner_stamp_heals_on_the_next_slow_pass() {
-    use dynalimit_repository::NewEntity;
     let r = rig().await;
-    r.repo
-        .set_resource_defaults("gpt-4", &[rpm(10)])
-        .await
-        .unwrap();
-    r.repo.create_entity(NewEntity::new("org")).await.unwrap();
-    r.repo
-        .create_entity(NewEntity::new("key").parent("org").cascade(true))
-        .await
-        .unwrap();
-    r.limiter
-        .acquire("key", "gpt-4", [("rpm", 1)])
-        .await
-        .unwrap()
-        .commit()
-        .await
-        .unwrap();
+    r.family(10, "org", "key", true).await;
+    assert_eq!(hammer(&r.limiter, "key", &[], 1, 1).await, 1);
     assert_eq!(r.tc("org", "rpm").await, 1);
     // Another writer stamps the bucket as not cascading, with no parent, and a slow pass is
     // due (`vu = 0`, as a parameter sync leaves it).
@@ -1726,24 +1735,9 @@ async fn hard_case_39_a_stale_owner_stamp_heals_on_the_next_slow_pass() {
 async fn hard_case_38_a_stale_writer_never_lowers_a_newer_owner_stamp() {
     use dynalimit_repository::NewEntity;
     let r = rig().await;
-    r.repo
-        .set_resource_defaults("gpt-4", &[rpm(10)])
-        .await
-        .unwrap();
-    r.repo.create_entity(NewEntity::new("old")).await.unwrap();
+    let key = r.family(10, "old", "key", true).await;
     r.repo.create_entity(NewEntity::new("new")).await.unwrap();
-    let key = r
-        .repo
-        .create_entity(NewEntity::new("key").parent("old").cascade(true))
-        .await
-        .unwrap();
-    r.limiter
-        .acquire("key", "gpt-4", [("rpm", 1)])
-        .await
-        .unwrap()
-        .commit()
-        .await
-        .unwrap();
+    assert_eq!(hammer(&r.limiter, "key", &[], 1, 1).await, 1);
     // A move's fan-out stamped the bucket with the next generation and the new parent; the
     // META this process reads still names the old one.
     let moved = key.parent_generation + 1;
