@@ -213,10 +213,14 @@ pub struct LimitStatus {
     pub exceeded: bool,
     /// Milliseconds until it would fit (0 when it fits).
     pub retry_after_ms: i64,
+    /// A soft limit (reference §12.4) that does not cover the request: admitted all the
+    /// same, into debt. Never set for a hard limit.
+    pub overdrawn: bool,
 }
 
 /// A soft limit's status: never exceeded, whatever its balance (reference §12.4).
 fn passed(mut st: LimitStatus) -> LimitStatus {
+    st.overdrawn = st.exceeded;
     st.exceeded = false;
     st.retry_after_ms = 0;
     st
@@ -241,6 +245,7 @@ fn status(
         } else {
             0
         },
+        overdrawn: false,
     }
 }
 

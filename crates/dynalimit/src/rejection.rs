@@ -274,6 +274,7 @@ mod tests {
             requested: 1,
             exceeded,
             retry_after_ms: wait,
+            overdrawn: false,
         }
     }
 

@@ -73,11 +73,15 @@ async fn a_soft_limit_is_debited_past_its_capacity_and_reported_overdrawn() {
         "{until} - {now}"
     );
     assert_eq!(get_i64(&item, "b_tpm_soft"), None, "tpm is hard");
-    // The hard limit of the same bucket still refuses.
-    assert!(matches!(
-        acquire(&r, Some(11)).await,
-        Err(Error::Rejected(_))
-    ));
+    // The hard limit of the same bucket still refuses; the rejection reports the soft limit
+    // as passed and overdrawn.
+    let Err(Error::Rejected(rejection)) = acquire(&r, Some(11)).await else {
+        panic!("tpm is hard");
+    };
+    let tpm = rejection.status("tpm").expect("tpm");
+    assert!(tpm.exceeded && !tpm.overdrawn);
+    let rpm = rejection.status("rpm").expect("rpm");
+    assert!(!rpm.exceeded && rpm.overdrawn, "{rpm:?}");
 }
 
 #[tokio::test]

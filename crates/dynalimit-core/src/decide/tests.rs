@@ -919,6 +919,10 @@ mod soft_limits {
             })
         );
         assert!(plan.statuses.iter().all(|s| !s.exceeded));
+        assert!(
+            plan.statuses.iter().all(|s| s.overdrawn),
+            "reported as overdrawn"
+        );
         // The same request on a hard limit is refused.
         assert!(matches!(pass(&img, 3, &Stamps::default()), Plan::Reject(_)));
     }
