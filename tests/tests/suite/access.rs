@@ -284,3 +284,50 @@ async fn a_stored_cascade_policy_decides_whether_a_new_bucket_cascades() {
     assert_eq!(lease.entities(), ["key", "org"], "the policy outranks META");
     lease.commit().await.unwrap();
 }
+
+/// Hard case 37: an acquire that read the configuration before a disable creates its bucket
+/// after the fan-out's first discovery; the second discovery pass stamps it.
+#[tokio::test]
+async fn hard_case_37_a_bucket_created_during_the_fan_out_is_stamped_by_the_second_pass() {
+    use dynalimit_tests::fault::FaultProxy;
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let client = proxy
+        .client(3, Some(std::time::Duration::from_secs(1)))
+        .await;
+    let repo = table
+        .builder()
+        .client(client)
+        .namespace("race")
+        .open()
+        .await
+        .unwrap();
+    let ns = repo.namespace_id().to_owned();
+    put_bucket(&table, &ns, "a", "gpt-4", 0, &[("rpm", 100, 100, 60)]).await;
+    // The first stamp is held (not forwarded) until its attempt times out: the first
+    // discovery is over, the second has not begun.
+    proxy.hold("UpdateItem", Some("BUCKET#"), 1);
+    let fan_out = tokio::spawn(async move {
+        repo.set_resource_disabled("gpt-4", Some(DisabledFlag::Disabled))
+            .await
+    });
+    while proxy.pending() > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    put_bucket(&table, &ns, "late", "gpt-4", 0, &[("rpm", 100, 100, 60)]).await;
+    assert_eq!(fan_out.await.unwrap().unwrap(), 2, "a, then late");
+    for entity in ["a", "late"] {
+        let pk = format!("{ns}/BUCKET#{entity}#gpt-4#0");
+        let item = table
+            .scan_all()
+            .await
+            .into_iter()
+            .find(|i| get_s(i, "PK") == Some(pk.as_str()))
+            .unwrap();
+        assert_eq!(
+            item.get("disabled"),
+            Some(&AttributeValue::Bool(true)),
+            "{entity}"
+        );
+    }
+}
