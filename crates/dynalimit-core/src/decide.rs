@@ -881,6 +881,15 @@ pub fn consumption_retry(consumed: &BTreeMap<String, i64>) -> Vec<(String, i64)>
         .collect()
 }
 
+/// The status of a declared limit after an admitted request (a lease's view): `available` is
+/// what `tk` (millitokens, after the debit) leaves on the shard, `requested` the `consumed`
+/// millitokens in whole tokens.
+pub fn admitted_status(name: &str, state: &LimitState, shards: u32, consumed: i64) -> LimitStatus {
+    let mut st = status(name, state, shards, state.tk, 0);
+    st.requested = consumed.div_euclid(crate::limit::MILLI);
+    st
+}
+
 /// Rejection statuses built from the image returned by a failed consumption-only retry.
 pub fn statuses_from_image(
     img: &BucketImage,

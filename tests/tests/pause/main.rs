@@ -67,10 +67,16 @@ async fn bucket_item(table: &TestTable, entity: &str, resource: &str) -> Item {
 
 /// `(b_rpm_tk, b_wcu_tk, b_rpm_tc)` of an item.
 fn balances(item: &Item) -> (i64, i64, i64) {
+    balances_of(item, "rpm")
+}
+
+/// `(b_{limit}_tk, b_wcu_tk, b_{limit}_tc)` of a bucket item.
+fn balances_of(item: &Item, limit: &str) -> (i64, i64, i64) {
+    let tk = format!("b_{limit}_tk");
     (
-        get_i64(item, "b_rpm_tk").expect("b_rpm_tk"),
+        get_i64(item, &tk).expect("the balance"),
         get_i64(item, "b_wcu_tk").expect("b_wcu_tk"),
-        get_i64(item, "b_rpm_tc").unwrap_or(0),
+        get_i64(item, &format!("b_{limit}_tc")).unwrap_or(0),
     )
 }
 

@@ -509,11 +509,10 @@ impl Inner {
                         let states = plan
                             .limits
                             .iter()
-                            .map(|(l, _, _)| {
-                                (
-                                    l.name().to_owned(),
-                                    LimitState::created(l, plan.shard_count, key.shard),
-                                )
+                            .map(|(l, tk, _)| {
+                                let mut state = LimitState::created(l, plan.shard_count, key.shard);
+                                state.tk = *tk;
+                                (l.name().to_owned(), state)
                             })
                             .collect();
                         return Ok(Slow::Done(Entry {
@@ -600,6 +599,10 @@ impl Inner {
                     self.learn(entity, resource, &img);
                     let mut states = img.limits.clone();
                     for w in &plan.writes {
+                        if let Some(state) = states.get_mut(&w.name) {
+                            // The lease's view is the item after this write.
+                            state.tk += w.add_tk;
+                        }
                         if let Some(seed) = w.seed {
                             states.insert(
                                 w.name.clone(),

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use dynalimit_core::CoreError;
+use dynalimit_core::decide::{LimitStatus, admitted_status};
 use dynalimit_core::limit::{MAX_TOKENS, MILLI, delta_to_milli};
 use dynalimit_repository::RepositoryError;
 
@@ -98,6 +99,29 @@ impl Lease {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Each declared limit on the entity's own bucket after this acquire and the adjustments
+    /// recorded so far: the shard's share of the limit, the whole tokens left on the shard
+    /// (negative in debt) and the whole tokens consumed. Empty for a degraded lease. What a
+    /// service reports to its callers (the tower layer's `RateLimit` headers).
+    pub fn statuses(&self) -> Vec<LimitStatus> {
+        let state = self.lock();
+        let Some(entry) = self.entries.first() else {
+            return Vec::new();
+        };
+        entry
+            .consumed
+            .iter()
+            .filter_map(|(name, consumed)| {
+                let adjusted = state.adjustments.get(name).copied().unwrap_or(0);
+                let mut after = *entry.states.get(name)?;
+                after.tk = after.tk.saturating_sub(adjusted);
+                let mut st = admitted_status(name, &after, entry.shard_count, consumed + adjusted);
+                st.overdrawn = entry.overdrawn.contains(name);
+                Some(st)
+            })
+            .collect()
     }
 
     /// The soft limits (reference §12.4) this acquire debited below zero on the entity's own

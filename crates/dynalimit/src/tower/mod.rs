@@ -17,7 +17,8 @@ mod adaptive;
 mod rate_limit;
 
 pub use adaptive::{
-    AdaptiveLimiterLayer, AdaptiveLimiterService, BoxError, NeverOverloaded, OverloadClassifier,
+    AdaptiveLimiterLayer, AdaptiveLimiterService, BoxError, DefaultPriority, NeverOverloaded,
+    OverloadClassifier, RequestPriority,
 };
 #[cfg(feature = "dynamodb")]
 pub use rate_limit::{Charge, RateLimiterLayer, RateLimiterService};

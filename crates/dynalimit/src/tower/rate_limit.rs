@@ -9,7 +9,7 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::{Error, Lease, Limit, RateLimiter};
+use crate::{Error, Lease, Limit, LimitStatus, RateLimiter};
 
 /// What one request consumes, and on which bucket: the entity, the resource and the whole
 /// tokens per limit.
@@ -39,6 +39,7 @@ impl Charge {
 }
 
 type KeyFn<B> = dyn Fn(&Request<B>) -> Option<Charge> + Send + Sync;
+type UsageFn = dyn Fn(&http::HeaderMap) -> Vec<(String, i64)> + Send + Sync;
 
 /// Applies a [`RateLimiter`] to an HTTP service.
 ///
@@ -53,7 +54,16 @@ type KeyFn<B> = dyn Fn(&Request<B>) -> Option<Charge> + Send + Sync;
 ///   `503 Service Unavailable`;
 /// - admitted: the inner service runs while the lease is held. The lease is committed when
 ///   the inner service answers with a status below 500, and rolled back (the tokens given
-///   back) when it fails or answers 5xx.
+///   back) when it fails or answers 5xx. With [`RateLimiterLayer::usage`] the answer's
+///   headers say what the request really used, and the lease is adjusted to it first (an
+///   LLM call charged an estimate of its tokens, committed at the real count).
+///
+/// Admitted and refused answers carry the `RateLimit-Policy` and `RateLimit` fields of the
+/// IETF rate-limit headers draft (draft-ietf-httpapi-ratelimit-headers), one list item per
+/// limit of the charge on the entity's bucket: `"rpm";q=100;w=60` (the quota `q` of whole
+/// tokens that refills in `w` seconds) and `"rpm";r=41;t=36` (`r` tokens remain, the bucket
+/// is full again in `t` seconds; on a refusal, a limit that did not fit has `t` equal to
+/// `Retry-After`). On a sharded bucket they describe the shard that answered.
 ///
 /// ```no_run
 /// # async fn demo(limiter: dynalimit::RateLimiter) {
@@ -68,6 +78,7 @@ pub struct RateLimiterLayer<B> {
     limiter: RateLimiter,
     key: Arc<KeyFn<B>>,
     limits: Option<Arc<[Limit]>>,
+    usage: Option<Arc<UsageFn>>,
 }
 
 impl<B> Clone for RateLimiterLayer<B> {
@@ -76,6 +87,7 @@ impl<B> Clone for RateLimiterLayer<B> {
             limiter: self.limiter.clone(),
             key: Arc::clone(&self.key),
             limits: self.limits.clone(),
+            usage: self.usage.clone(),
         }
     }
 }
@@ -100,7 +112,34 @@ impl<B> RateLimiterLayer<B> {
             limiter,
             key: Arc::new(key),
             limits: None,
+            usage: None,
         }
+    }
+
+    /// Reads what a request really used from its answer's headers (whole tokens per limit
+    /// name, for limits of the charge; others are ignored with a warning) and adjusts the
+    /// lease to it before the commit.
+    ///
+    /// ```no_run
+    /// # async fn demo(limiter: dynalimit::RateLimiter) {
+    /// use dynalimit::tower::{Charge, RateLimiterLayer};
+    /// let layer = RateLimiterLayer::new(limiter, |req: &http::Request<axum::body::Body>| {
+    ///     let key = req.headers().get("x-api-key")?.to_str().ok()?;
+    ///     Some(Charge::new(key, "gpt-4").consume("rpm", 1).consume("tpm", 1000))
+    /// })
+    /// .usage(|headers| {
+    ///     let used = headers.get("x-tokens-used").and_then(|v| v.to_str().ok()?.parse().ok());
+    ///     used.map(|n| vec![("tpm".to_owned(), n)]).unwrap_or_default()
+    /// });
+    /// # let _ = layer; }
+    /// ```
+    #[must_use]
+    pub fn usage<F>(mut self, usage: F) -> Self
+    where
+        F: Fn(&http::HeaderMap) -> Vec<(String, i64)> + Send + Sync + 'static,
+    {
+        self.usage = Some(Arc::new(usage));
+        self
     }
 
     /// Uses these limits instead of the stored configuration.
@@ -146,6 +185,51 @@ impl<S: fmt::Debug, B> fmt::Debug for RateLimiterService<S, B> {
     }
 }
 
+/// Seconds, rounded up, for `tokens` of `limit` to refill.
+fn refill_seconds(limit: &Limit, tokens: i64) -> i64 {
+    let (amount, period) = (limit.refill_amount().max(1), limit.refill_period_seconds());
+    (tokens.max(0) * period + amount - 1) / amount
+}
+
+/// The `RateLimit-Policy` and `RateLimit` fields of `statuses`; `wait` is the `t` of a limit
+/// that did not fit (the refusal's `Retry-After`).
+fn ratelimit_fields(statuses: &[LimitStatus], wait: Option<u64>) -> Option<(String, String)> {
+    if statuses.is_empty() {
+        return None;
+    }
+    let mut policy = Vec::with_capacity(statuses.len());
+    let mut state = Vec::with_capacity(statuses.len());
+    for st in statuses {
+        let quota = st.limit.capacity();
+        let name = st.limit.name();
+        policy.push(format!(
+            "\"{name}\";q={quota};w={}",
+            refill_seconds(&st.limit, quota)
+        ));
+        let remaining = st.available.clamp(0, quota);
+        let reset = match wait {
+            Some(seconds) if st.exceeded => i64::try_from(seconds).unwrap_or(i64::MAX),
+            _ => refill_seconds(&st.limit, quota - remaining),
+        };
+        state.push(format!("\"{name}\";r={remaining};t={reset}"));
+    }
+    Some((policy.join(", "), state.join(", ")))
+}
+
+/// Adds the rate-limit fields of `statuses` to `response`.
+fn with_ratelimit<R>(response: &mut Response<R>, statuses: &[LimitStatus], wait: Option<u64>) {
+    let Some((policy, state)) = ratelimit_fields(statuses, wait) else {
+        return;
+    };
+    for (name, value) in [("ratelimit-policy", policy), ("ratelimit", state)] {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response
+                .headers_mut()
+                .insert(http::HeaderName::from_static(name), value);
+        }
+    }
+}
+
 /// The response answering a refused or failed acquire.
 fn refusal<R: Default>(error: &Error) -> Response<R> {
     let (status, retry_after) = match error {
@@ -164,7 +248,24 @@ fn refusal<R: Default>(error: &Error) -> Response<R> {
             .headers_mut()
             .insert(http::header::RETRY_AFTER, HeaderValue::from(seconds));
     }
+    if let Error::Rejected(rejection) = error {
+        with_ratelimit(&mut response, rejection.statuses(), retry_after);
+    }
     response
+}
+
+/// Adjusts `lease` so that each limit in `used` counts what the request really used.
+fn adjust_to_usage(lease: &Lease, used: &[(String, i64)]) {
+    let charged = lease.consumed();
+    for (name, amount) in used {
+        let Some(already) = charged.get(name) else {
+            tracing::warn!(limit = %name, "usage reported for a limit the request was not charged");
+            continue;
+        };
+        if let Err(e) = lease.adjust(name, amount - already) {
+            tracing::warn!(limit = %name, error = %e, "usage adjustment refused");
+        }
+    }
 }
 
 async fn settle(lease: Lease, succeeded: bool) {
@@ -201,6 +302,7 @@ where
         let key = (self.layer.key)(&request);
         let limiter = self.layer.limiter.clone();
         let limits = self.layer.limits.clone();
+        let usage = self.layer.usage.clone();
         Box::pin(async move {
             let Some(key) = key else {
                 return inner.call(request).await;
@@ -213,10 +315,53 @@ where
                 Ok(lease) => lease,
                 Err(e) => return Ok(refusal(&e)),
             };
-            let result = inner.call(request).await;
+            let mut result = inner.call(request).await;
             let succeeded = matches!(&result, Ok(r) if !r.status().is_server_error());
+            if let (Ok(response), true) = (&mut result, succeeded) {
+                if let Some(usage) = &usage {
+                    adjust_to_usage(&lease, &usage(response.headers()));
+                }
+                with_ratelimit(response, &lease.statuses(), None);
+            }
             settle(lease, succeeded).await;
             result
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(limit: Limit, available: i64, exceeded: bool) -> LimitStatus {
+        LimitStatus {
+            limit,
+            available,
+            requested: 1,
+            exceeded,
+            retry_after_ms: 0,
+            overdrawn: false,
+        }
+    }
+
+    #[test]
+    fn fields_describe_each_limit_as_the_draft_spells_them() {
+        let statuses = [
+            status(Limit::per_minute("rpm", 100), 41, false),
+            status(
+                Limit::per_minute("tpm", 10_000).with_burst(20_000),
+                -5,
+                true,
+            ),
+        ];
+        let (policy, state) = ratelimit_fields(&statuses, Some(31)).unwrap();
+        assert_eq!(policy, "\"rpm\";q=100;w=60, \"tpm\";q=20000;w=120");
+        // 59 tokens at 100/min take 35.4 s (rounded up); tpm did not fit: Retry-After.
+        assert_eq!(state, "\"rpm\";r=41;t=36, \"tpm\";r=0;t=31");
+        let (_, admitted) = ratelimit_fields(&statuses[..1], None).unwrap();
+        assert_eq!(admitted, "\"rpm\";r=41;t=36");
+        assert!(ratelimit_fields(&[], None).is_none());
+        assert_eq!(refill_seconds(&Limit::per_hour("rph", 7), 7), 3600);
+        assert_eq!(refill_seconds(&Limit::per_hour("rph", 7), 0), 0);
     }
 }

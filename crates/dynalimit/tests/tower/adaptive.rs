@@ -141,3 +141,78 @@ async fn responses_classified_as_overload_shrink_the_limit() {
     assert_eq!(limiter.limit(), 36);
     server.abort();
 }
+
+/// A request's priority reaches the limiter: with a calibrated prioritizer shedding the low
+/// bands, a batch request is refused for its priority at once while an interactive one
+/// queues (and here times out).
+#[tokio::test(start_paused = true)]
+async fn a_request_waits_with_the_priority_the_layer_gives_it() {
+    use dynalimit::Overload;
+    use dynalimit::adaptive::{Level, Prioritizer, Priority};
+    use dynalimit::time::TokioClock;
+    use tower::{Layer, Service, ServiceExt};
+    let prioritizer = Prioritizer::new();
+    let limiter = AdaptiveLimiter::builder()
+        .initial_limit(2)
+        .prioritizer(&prioritizer)
+        .seed(1)
+        .clock(TokioClock::new(0))
+        .build()
+        .unwrap();
+    let _held = (
+        limiter.try_acquire().unwrap(),
+        limiter.try_acquire().unwrap(),
+    );
+    let mut waiting = Vec::new();
+    for level in [50u16, 150, 250, 350, 450] {
+        let limiter = limiter.clone();
+        waiting.push(tokio::spawn(async move {
+            let _ = limiter
+                .acquire_with_level(Level::new(level).unwrap(), None)
+                .await;
+        }));
+    }
+    // Bounded: five callers fit the queue of a limit of 2.
+    for _ in 0..1000 {
+        if limiter.queued() == 5 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(limiter.queued(), 5);
+    assert!(prioritizer.calibrate() > Level::new(150).unwrap());
+    let layer = AdaptiveLimiterLayer::new(limiter.clone())
+        .max_wait(Duration::from_millis(1))
+        .priority_by(|req: &http::Request<()>| {
+            match req.headers().get("x-priority")?.to_str().ok()? {
+                "batch" => Some(Priority::Low),
+                "interactive" => Some(Priority::VeryHigh),
+                _ => None,
+            }
+        });
+    let mut service = layer.layer(tower::service_fn(|_req: http::Request<()>| async {
+        Ok::<_, std::convert::Infallible>(())
+    }));
+    let overload_of = |err: BoxError| err.downcast::<Rejection>().unwrap().overload();
+    let request = |priority: &str| {
+        http::Request::builder()
+            .header("x-priority", priority)
+            .body(())
+            .unwrap()
+    };
+    let batch = service.ready().await.unwrap().call(request("batch")).await;
+    assert_eq!(overload_of(batch.unwrap_err()), Some(Overload::Priority));
+    let interactive = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request("interactive"))
+        .await;
+    assert_eq!(
+        overload_of(interactive.unwrap_err()),
+        Some(Overload::Timeout)
+    );
+    for t in waiting {
+        t.abort();
+    }
+}
