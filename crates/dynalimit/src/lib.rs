@@ -44,6 +44,8 @@
 
 pub mod adaptive;
 pub mod backoff;
+#[cfg(feature = "dynamodb")]
+pub mod blocking;
 mod error;
 #[cfg(feature = "dynamodb")]
 pub mod limiter;

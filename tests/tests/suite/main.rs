@@ -4,6 +4,7 @@
 mod access;
 mod ambiguous;
 mod audit;
+mod blocking;
 mod bypass;
 mod config;
 mod engine;
