@@ -20,6 +20,9 @@
 //! ```
 
 use std::collections::BTreeMap;
+
+/// Counter: look-ups of the configuration cache, by `result` (`hit`, `miss`).
+pub const CONFIG_CACHE: &str = "dynalimit_config_cache_total";
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 

@@ -50,6 +50,7 @@ mod error;
 #[cfg(feature = "dynamodb")]
 pub mod limiter;
 pub mod limitset;
+pub mod metrics;
 pub mod pool;
 mod rejection;
 #[cfg(feature = "tower")]

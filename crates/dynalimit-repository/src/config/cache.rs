@@ -106,12 +106,13 @@ impl ConfigCache {
             Some(c) => c.get(slot).await,
             None => None,
         };
-        let counter = if found.is_some() {
-            &self.hits
+        let (counter, result) = if found.is_some() {
+            (&self.hits, "hit")
         } else {
-            &self.misses
+            (&self.misses, "miss")
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(crate::metrics::CONFIG_CACHE, "result" => result).increment(1);
         found
     }
 

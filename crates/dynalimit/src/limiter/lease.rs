@@ -210,6 +210,15 @@ impl Lease {
     }
 
     async fn commit_own(&mut self) -> Result<(), Error> {
+        let span = tracing::debug_span!("dynalimit.lease", kind = "commit");
+        let written = tracing::Instrument::instrument(self.commit_unrecorded(), span).await;
+        if self.inner.is_some() {
+            crate::metrics::record_lease_write("commit", written.is_ok());
+        }
+        written
+    }
+
+    async fn commit_unrecorded(&mut self) -> Result<(), Error> {
         let Some(adjustments) = self.settle() else {
             return Ok(());
         };
@@ -247,6 +256,15 @@ impl Lease {
     }
 
     async fn rollback_own(&mut self) -> Result<(), Error> {
+        let span = tracing::debug_span!("dynalimit.lease", kind = "rollback");
+        let written = tracing::Instrument::instrument(self.rollback_unrecorded(), span).await;
+        if self.inner.is_some() {
+            crate::metrics::record_lease_write("rollback", written.is_ok());
+        }
+        written
+    }
+
+    async fn rollback_unrecorded(&mut self) -> Result<(), Error> {
         if self.settle().is_none() {
             return Ok(());
         }

@@ -233,6 +233,22 @@ impl RateLimiter {
     }
 
     async fn run(&self, request: Request) -> Result<Lease, Error> {
+        let span = tracing::debug_span!(
+            "dynalimit.acquire",
+            entity_id = %request.entity_id,
+            resource = %request.resource,
+            outcome = tracing::field::Empty,
+        );
+        let started = self.inner.clock.monotonic();
+        let result = tracing::Instrument::instrument(self.decide(request), span.clone()).await;
+        let admitted = result.as_ref().map(Lease::is_degraded);
+        span.record("outcome", crate::metrics::outcome(admitted));
+        let took = self.inner.clock.monotonic().saturating_sub(started);
+        crate::metrics::record_acquire(admitted, took);
+        result
+    }
+
+    async fn decide(&self, request: Request) -> Result<Lease, Error> {
         let Request {
             entity_id,
             resource,

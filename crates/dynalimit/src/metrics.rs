@@ -1,0 +1,81 @@
+//! The metrics dynalimit records, through the [`metrics`](https://docs.rs/metrics) facade:
+//! install any recorder (a Prometheus exporter, StatsD, …) and they appear; without one they
+//! cost a few nanoseconds each.
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | `dynalimit_acquires_total` | counter | `outcome` | every `RateLimiter` acquire: `admitted`, `degraded` (admitted without the limiter under `on_unavailable = allow`), `rejected`, `disabled`, `unavailable`, `denied` (AWS refused the credentials), `invalid` (bad input, unknown limit, no limits) |
+//! | `dynalimit_rejected_limits_total` | counter | `limit`, `reason` | per limit that refused a rejected acquire (`reason`: `limits`, `contended`, `paused`; `limit` is empty for the last two) |
+//! | `dynalimit_acquire_seconds` | histogram | `outcome` | the time an acquire took, as seen by its caller |
+//! | `dynalimit_lease_writes_total` | counter | `kind`, `outcome` | lease commits and rollbacks (`kind`: `commit`, `rollback`; `outcome`: `ok`, `error`) |
+//! | `dynalimit_config_cache_total` | counter | `result` | configuration cache look-ups (`hit`, `miss`) |
+//!
+//! Each acquire also runs in a `tracing` span `dynalimit.acquire` (fields `entity_id`,
+//! `resource`, `outcome`), and commits and rollbacks in `dynalimit.lease` (`kind`).
+
+#[cfg(feature = "dynamodb")]
+use std::time::Duration;
+
+#[cfg(feature = "dynamodb")]
+use crate::{Error, Reason};
+
+/// Counter: acquires by `outcome`.
+pub const ACQUIRES: &str = "dynalimit_acquires_total";
+/// Counter: limits that refused an acquire, by `limit` and `reason`.
+pub const REJECTED_LIMITS: &str = "dynalimit_rejected_limits_total";
+/// Histogram: acquire latency in seconds, by `outcome`.
+pub const ACQUIRE_SECONDS: &str = "dynalimit_acquire_seconds";
+/// Counter: lease writes by `kind` and `outcome`.
+pub const LEASE_WRITES: &str = "dynalimit_lease_writes_total";
+#[cfg(feature = "dynamodb")]
+pub use dynalimit_repository::CONFIG_CACHE;
+
+/// The `outcome` label of an acquire's result (`Ok(degraded)` for an admission).
+#[cfg(feature = "dynamodb")]
+pub(crate) fn outcome(result: Result<bool, &Error>) -> &'static str {
+    match result {
+        Ok(true) => "degraded",
+        Ok(false) => "admitted",
+        Err(Error::Rejected(_)) => "rejected",
+        Err(Error::ResourceDisabled { .. }) => "disabled",
+        Err(Error::PermissionDenied(_)) => "denied",
+        Err(Error::Invalid(_) | Error::UnknownLimit { .. } | Error::NoLimits { .. }) => "invalid",
+        Err(_) => "unavailable",
+    }
+}
+
+/// Records one acquire: its outcome, its latency, and the limits of a rejection.
+#[cfg(feature = "dynamodb")]
+pub(crate) fn record_acquire(result: Result<bool, &Error>, took: Duration) {
+    let outcome = outcome(result);
+    metrics::counter!(ACQUIRES, "outcome" => outcome).increment(1);
+    metrics::histogram!(ACQUIRE_SECONDS, "outcome" => outcome).record(took.as_secs_f64());
+    if let Err(Error::Rejected(rejection)) = result {
+        let reason = match rejection.reason() {
+            Reason::Limits => "limits",
+            Reason::Contended => "contended",
+            Reason::Paused { .. } => "paused",
+            _ => "other",
+        };
+        let mut any = false;
+        for status in rejection.violations() {
+            any = true;
+            metrics::counter!(
+                REJECTED_LIMITS,
+                "limit" => status.limit.name().to_owned(),
+                "reason" => reason
+            )
+            .increment(1);
+        }
+        if !any {
+            metrics::counter!(REJECTED_LIMITS, "limit" => "", "reason" => reason).increment(1);
+        }
+    }
+}
+
+/// Records one lease write.
+#[cfg(feature = "dynamodb")]
+pub(crate) fn record_lease_write(kind: &'static str, ok: bool) {
+    let outcome = if ok { "ok" } else { "error" };
+    metrics::counter!(LEASE_WRITES, "kind" => kind, "outcome" => outcome).increment(1);
+}
