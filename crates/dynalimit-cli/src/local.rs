@@ -15,8 +15,8 @@ use serde_json::json;
 
 use crate::context::Global;
 
-const COMPOSE_FILE: &str = include_str!("../../../localstack/docker-compose.yml");
-const INIT_HOOK: &str = include_str!("../../../localstack/init/ready.d/10-dynalimit.sh");
+const COMPOSE_FILE: &str = include_str!("../localstack/docker-compose.yml");
+const INIT_HOOK: &str = include_str!("../localstack/init/ready.d/10-dynalimit.sh");
 const PID_FILE: &str = "dynamodb-local.pid";
 
 /// Local environment commands.

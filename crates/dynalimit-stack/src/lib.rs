@@ -43,7 +43,7 @@ pub use crate::error::StackError;
 use crate::error::classify;
 
 /// The CloudFormation template (`infra/template.yaml`).
-pub const TEMPLATE: &str = include_str!("../../../infra/template.yaml");
+pub const TEMPLATE: &str = include_str!("../template.yaml");
 
 /// Log retention periods CloudWatch Logs accepts, in days.
 pub const LOG_RETENTION_DAYS: &[u32] = &[

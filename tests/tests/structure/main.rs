@@ -6,4 +6,5 @@
 mod cycles;
 mod features;
 mod format_strings;
+mod packaging;
 mod source;
