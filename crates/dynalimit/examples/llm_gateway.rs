@@ -27,7 +27,10 @@ const MODEL: &str = "gpt-4";
 async fn configure(repo: &Repository) -> Result<(), RepositoryError> {
     repo.set_resource_defaults(
         MODEL,
-        &[Limit::per_minute("rpm", 60), Limit::per_minute("tpm", 20_000)],
+        &[
+            Limit::per_minute("rpm", 60),
+            Limit::per_minute("tpm", 20_000),
+        ],
     )
     .await?;
     let entities = [
@@ -44,7 +47,10 @@ async fn configure(repo: &Repository) -> Result<(), RepositoryError> {
     repo.set_limits(
         "proj-1",
         MODEL,
-        &[Limit::per_minute("rpm", 600), Limit::per_minute("tpm", 100_000)],
+        &[
+            Limit::per_minute("rpm", 600),
+            Limit::per_minute("tpm", 100_000),
+        ],
     )
     .await
 }
@@ -57,7 +63,11 @@ fn charge(request: &Request<Body>) -> Option<Charge> {
         .get("x-max-tokens")
         .and_then(|v| v.to_str().ok()?.parse().ok())
         .unwrap_or(1000);
-    Some(Charge::new(key, MODEL).consume("rpm", 1).consume("tpm", estimate))
+    Some(
+        Charge::new(key, MODEL)
+            .consume("rpm", 1)
+            .consume("tpm", estimate),
+    )
 }
 
 /// What the request really used, as the handler reports it.
@@ -75,7 +85,10 @@ async fn chat(headers: HeaderMap) -> ([(&'static str, String); 1], &'static str)
         .get("x-max-tokens")
         .and_then(|v| v.to_str().ok()?.parse().ok())
         .unwrap_or(1000);
-    ([("x-tokens-used", (allowed / 2).to_string())], "a generated answer\n")
+    (
+        [("x-tokens-used", (allowed / 2).to_string())],
+        "a generated answer\n",
+    )
 }
 
 #[tokio::main]
