@@ -871,6 +871,21 @@ pub fn plan_counted(net: &BTreeMap<String, i64>) -> DeltaPlan {
     }
 }
 
+/// The refund of a debit an enforcing write made on an item found bypassed (reference §3.4):
+/// the balances get `consumed` back, `tc` keeps the count, and nothing can exceed a ceiling
+/// the debit did not lower it from, so no guard is needed.
+pub fn plan_bypass_refund(consumed: &BTreeMap<String, i64>, shard_count: u32) -> DeltaPlan {
+    DeltaPlan {
+        adds: consumed
+            .iter()
+            .filter(|(_, m)| **m != 0)
+            .map(|(name, m)| (name.clone(), *m, 0))
+            .collect(),
+        guards: Vec::new(),
+        shard_count,
+    }
+}
+
 /// The consumption-only retry after a lost `rf` lock or a lost create (reference §3.7.4):
 /// `ADD tk -c, tc +c` under `tk >= c` for every limit with `c > 0`.
 pub fn consumption_retry(consumed: &BTreeMap<String, i64>) -> Vec<(String, i64)> {

@@ -32,7 +32,7 @@ pub use dynalimit_repository::CONFIG_CACHE;
 
 /// The `outcome` label of an acquire's result (`Ok(degraded)` for an admission).
 #[cfg(feature = "dynamodb")]
-pub(crate) fn outcome(result: Result<bool, &Error>) -> &'static str {
+fn outcome(result: Result<bool, &Error>) -> &'static str {
     match result {
         Ok(true) => "degraded",
         Ok(false) => "admitted",
@@ -44,9 +44,10 @@ pub(crate) fn outcome(result: Result<bool, &Error>) -> &'static str {
     }
 }
 
-/// Records one acquire: its outcome, its latency, and the limits of a rejection.
+/// Records one acquire: its outcome (returned, for the acquire's span), its latency, and the
+/// limits of a rejection.
 #[cfg(feature = "dynamodb")]
-pub(crate) fn record_acquire(result: Result<bool, &Error>, took: Duration) {
+pub(crate) fn record_acquire(result: Result<bool, &Error>, took: Duration) -> &'static str {
     let outcome = outcome(result);
     metrics::counter!(ACQUIRES, "outcome" => outcome).increment(1);
     metrics::histogram!(ACQUIRE_SECONDS, "outcome" => outcome).record(took.as_secs_f64());
@@ -71,6 +72,7 @@ pub(crate) fn record_acquire(result: Result<bool, &Error>, took: Duration) {
             metrics::counter!(REJECTED_LIMITS, "limit" => "", "reason" => reason).increment(1);
         }
     }
+    outcome
 }
 
 /// Records one lease write.

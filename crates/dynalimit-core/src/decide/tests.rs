@@ -1025,6 +1025,12 @@ mod soft_limits {
         ]));
         assert_eq!(plan.adds, [("rpm".to_owned(), 0, -2000)]);
         assert!(plan.guards.is_empty());
+        let refund = plan_bypass_refund(
+            &BTreeMap::from([("rpm".to_owned(), 3000), ("tpm".to_owned(), 0)]),
+            2,
+        );
+        assert_eq!(refund.adds, [("rpm".to_owned(), 3000, 0)]);
+        assert!(refund.guards.is_empty());
     }
 
     proptest! {

@@ -21,7 +21,7 @@ use dynalimit_core::decide::stamp_deadline;
 use dynalimit_core::ids::{self, DEFAULT_RESOURCE};
 use dynalimit_format::audit::{self, AuditAction, BUCKETS_STAMPED_DETAIL, DISABLED_DETAIL};
 use dynalimit_format::bucket::BucketKey;
-use dynalimit_format::config::{self, Access, ConfigLevel, DisabledFlag, Slot};
+use dynalimit_format::config::{self, Access, ConfigLevel, DisabledFlag, LimitConfig, Slot};
 use dynalimit_format::expr::WithExpr;
 use dynalimit_format::item::{self, Item};
 use dynalimit_format::{attr, version};
@@ -136,24 +136,47 @@ impl Repository {
     ) -> Result<Access, RepositoryError> {
         ids::validate_entity_id(entity_id)?;
         ids::validate_resource(resource)?;
+        self.walk_levels(entity_id, resource, &mut HashMap::new())
+            .await
+    }
+
+    /// The access of `entity_id` on `resource` from the levels in `read` (the levels read
+    /// so far by one fan-out) and, in one strongly consistent `BatchGetItem`, the ones it
+    /// lacks, which it then holds: a resource level is read once for all its entities.
+    async fn walk_levels(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        read: &mut HashMap<Slot, Option<LimitConfig>>,
+    ) -> Result<Access, RepositoryError> {
         let levels: Vec<(ConfigLevel, Slot)> = config::levels(entity_id, resource)
             .into_iter()
             .filter(|(level, _)| *level != ConfigLevel::System)
             .collect();
         let ns = &self.scope.id;
-        let wanted: Vec<Item> = levels.iter().map(|(_, slot)| slot.key(ns)).collect();
-        let found = batch_get_items(&self.shared.client, &self.shared.table, wanted, true).await?;
-        let mut decoded = Vec::with_capacity(levels.len());
-        for (level, slot) in &levels {
-            let key = slot.key(ns);
-            let stored = found
-                .iter()
-                .find(|it| item::key_of(it) == item::key_of(&key))
-                .map(config::decode)
-                .transpose()?;
-            decoded.push((*level, stored));
+        let missing: Vec<&Slot> = levels
+            .iter()
+            .map(|(_, slot)| slot)
+            .filter(|slot| !read.contains_key(*slot))
+            .collect();
+        if !missing.is_empty() {
+            let wanted: Vec<Item> = missing.iter().map(|slot| slot.key(ns)).collect();
+            let found =
+                batch_get_items(&self.shared.client, &self.shared.table, wanted, true).await?;
+            for slot in missing {
+                let key = slot.key(ns);
+                let stored = found
+                    .iter()
+                    .find(|it| item::key_of(it) == item::key_of(&key))
+                    .map(config::decode)
+                    .transpose()?;
+                read.insert(slot.clone(), stored);
+            }
         }
-        Ok(config::walk(decoded.iter().map(|(l, c)| (*l, c.as_ref()))).0)
+        let decoded = levels
+            .iter()
+            .map(|(level, slot)| (*level, read[slot].as_ref()));
+        Ok(config::walk(decoded).0)
     }
 
     /// Writes one level's `disabled` flag. A new entity level is created in one transaction
@@ -211,6 +234,7 @@ impl Repository {
         let store = self.buckets();
         let mut seen: BTreeSet<BucketKey> = BTreeSet::new();
         let mut resolved: HashMap<(String, String), (Access, i64)> = HashMap::new();
+        let mut levels_read = HashMap::new();
         let mut stamped = 0;
         for _pass in 0..2 {
             let found = match scope {
@@ -230,7 +254,7 @@ impl Repository {
                         // The deadline is taken before the read that decides it (§2.7).
                         let until = self.bypass_deadline();
                         let access = self
-                            .resolve_access(&key.entity_id, &key.resource)
+                            .walk_levels(&key.entity_id, &key.resource, &mut levels_read)
                             .await
                             .map_err(|e| incomplete(stamped, e))?;
                         resolved.insert(pair, (access, until));

@@ -8,8 +8,8 @@ use dynalimit_core::bucket::bucket_ttl;
 use dynalimit_core::decide::{
     BucketImage, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, Stamps, TtlAction,
     WcuDecision, classify_fast_failure, consumption_retry, decide_wcu_exhaustion,
-    fast_rejection_gate, plan_counted, plan_create, plan_delta, plan_refill, shard_in, split_from,
-    stamp_deadline, statuses_from_image,
+    fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create, plan_delta, plan_refill,
+    shard_in, split_from, stamp_deadline, statuses_from_image,
 };
 use dynalimit_format::config::{self, walk};
 use dynalimit_repository::bucket::{
@@ -131,9 +131,9 @@ impl Inner {
         key: &BucketKey,
         img: BucketImage,
         demand: &BTreeMap<String, i64>,
+        now: i64,
     ) -> Entry {
         self.learn(&key.entity_id, &key.resource, &img);
-        let now = self.clock.epoch_millis();
         let overdrawn = demand
             .keys()
             .filter(|name| {
@@ -207,7 +207,7 @@ impl Inner {
         let next = match outcome {
             ConsumeOutcome::Consumed(img) => {
                 self.rejections.forget(&key);
-                Next::Done(self.entry_from_image(&key, img, demand))
+                Next::Done(self.entry_from_image(&key, img, demand, now))
             }
             ConsumeOutcome::Contended => Next::Slow {
                 shard,
@@ -237,16 +237,7 @@ impl Inner {
             return entry;
         }
         entry.refund = false;
-        let plan = DeltaPlan {
-            adds: entry
-                .consumed
-                .iter()
-                .filter(|(_, m)| **m != 0)
-                .map(|(name, m)| (name.clone(), *m, 0))
-                .collect(),
-            guards: Vec::new(),
-            shard_count: entry.shard_count,
-        };
+        let plan = plan_bypass_refund(&entry.consumed, entry.shard_count);
         if !plan.is_empty()
             && let Err(e) = self.store.apply_delta(&entry.key, &plan).await
         {
@@ -374,7 +365,9 @@ impl Inner {
             let probe = key.with_shard(shard);
             match self.store.speculative_consume(&probe, demand, now).await? {
                 ConsumeOutcome::Consumed(got) => {
-                    return Ok(Some(Next::Done(self.entry_from_image(&probe, got, demand))));
+                    return Ok(Some(Next::Done(
+                        self.entry_from_image(&probe, got, demand, now),
+                    )));
                 }
                 ConsumeOutcome::Contended => {
                     return Ok(Some(Next::Slow {
@@ -552,7 +545,7 @@ impl Inner {
                 let until = access.soft.until;
                 match self.store.bypass_consume(key, &demand, until, now).await? {
                     ConsumeOutcome::Consumed(img) => {
-                        let mut entry = self.entry_from_image(key, img, &demand);
+                        let mut entry = self.entry_from_image(key, img, &demand, now);
                         entry.bypassed = true;
                         entry.refund = false;
                         return Ok(Slow::Done(entry));
@@ -644,16 +637,16 @@ impl Inner {
         demand: &BTreeMap<String, i64>,
     ) -> Result<Entry, Refusal> {
         let retry = consumption_retry(consumed);
+        let now = self.clock.epoch_millis();
         if retry.is_empty() {
             // Nothing to debit (all-zero request): the read already showed it fits.
             return match self.store.read(key).await? {
-                Some(img) => Ok(self.entry_from_image(key, img, consumed)),
+                Some(img) => Ok(self.entry_from_image(key, img, consumed, now)),
                 None => Err(contended()),
             };
         }
-        let now = self.clock.epoch_millis();
         match self.store.consume_only(key, &retry, now).await? {
-            ConsumeOutcome::Consumed(img) => Ok(self.entry_from_image(key, img, consumed)),
+            ConsumeOutcome::Consumed(img) => Ok(self.entry_from_image(key, img, consumed, now)),
             ConsumeOutcome::Paused(until) => Err(Refusal::Paused(until)),
             ConsumeOutcome::Failed(Some(img)) => {
                 let statuses = statuses_from_image(&img, demand, now);

@@ -241,10 +241,9 @@ impl RateLimiter {
         );
         let started = self.inner.clock.monotonic();
         let result = tracing::Instrument::instrument(self.decide(request), span.clone()).await;
-        let admitted = result.as_ref().map(Lease::is_degraded);
-        span.record("outcome", crate::metrics::outcome(admitted));
         let took = self.inner.clock.monotonic().saturating_sub(started);
-        crate::metrics::record_acquire(admitted, took);
+        let outcome = crate::metrics::record_acquire(result.as_ref().map(Lease::is_degraded), took);
+        span.record("outcome", outcome);
         result
     }
 
