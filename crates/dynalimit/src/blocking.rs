@@ -259,6 +259,11 @@ impl RateLimiter {
             .block_on(self.inner.available(entity_id, resource, limits))
     }
 
+    /// Blocks until the rollbacks of dropped leases have landed ([`crate::RateLimiter::settle`]).
+    pub fn settle(&self) {
+        self.runtime.block_on(self.inner.settle());
+    }
+
     /// Pauses every acquire on a bucket for `retry_after` ([`crate::RateLimiter::pause`]).
     ///
     /// # Errors
@@ -277,7 +282,7 @@ impl RateLimiter {
 impl Drop for RateLimiter {
     /// Waits for the rollbacks of dropped leases still running on the runtime.
     fn drop(&mut self) {
-        self.runtime.block_on(self.inner.settle());
+        self.settle();
     }
 }
 

@@ -29,6 +29,8 @@ fn a_blocking_limiter_admits_refuses_and_settles_like_the_async_one() {
     let refused = limiter.acquire("k", "gpt-4", [("rph", 2)]).unwrap_err();
     assert!(matches!(refused, Error::Rejected(_)), "{refused}");
     drop(limiter.acquire("k", "gpt-4", [("rph", 1)]).unwrap());
+    // The dropped lease's rollback runs on the runtime; wait for it before spending again.
+    limiter.settle();
     let rolled_back = limiter.acquire("k", "gpt-4", [("rph", 1)]).unwrap();
     rolled_back.rollback().unwrap();
     drop(limiter);

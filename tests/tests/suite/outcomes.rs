@@ -28,6 +28,7 @@ const RESOURCE: &str = "gpt-4";
 enum Shape {
     Consume,
     ConsumeOnly,
+    BypassConsume,
     Refill,
     Credit,
     TrimCredit,
@@ -138,6 +139,10 @@ async fn write(shape: Shape, store: &BucketStore, entity: &str) -> Result<(), Re
             .consume_only(&key, &[("rpm".to_string(), 1000)], NOW)
             .await
             .map(drop),
+        Shape::BypassConsume => store
+            .bypass_consume(&key, &demand, NOW + 60_000, NOW)
+            .await
+            .map(drop),
         Shape::Refill => {
             let img = store.read(&key).await?.expect("bucket");
             let limits = [Limit::per_minute("rpm", 100)];
@@ -184,8 +189,12 @@ async fn every_fault(shape: Shape) {
     let debit = if shape == Shape::Credit { 5000 } else { 0 };
     for (i, fault) in FAULTS.into_iter().enumerate() {
         let (faulted, clean) = (format!("f{i}"), format!("c{i}"));
-        bucket(&table, &ns, &faulted, shards, debit).await;
-        bucket(&table, &ns, &clean, shards, debit).await;
+        for entity in [&faulted, &clean] {
+            bucket(&table, &ns, entity, shards, debit).await;
+            if shape == Shape::BypassConsume {
+                stamp_bypass(&table, &ns, entity).await;
+            }
+        }
         let before = state(&table, &ns, &faulted, shards).await;
         write(shape, &store, &clean).await.expect("the clean write");
         let expected = state(&table, &ns, &clean, shards).await;
@@ -256,6 +265,26 @@ async fn doubling() {
 #[tokio::test]
 async fn propagation() {
     every_fault(Shape::Propagation).await;
+}
+
+#[tokio::test]
+async fn bypass_consume() {
+    every_fault(Shape::BypassConsume).await;
+}
+
+/// A `bypass` stamp live until one minute after [`NOW`], as zae-limiter's fan-out writes it.
+async fn stamp_bypass(table: &TestTable, ns: &str, entity: &str) {
+    table
+        .client()
+        .update_item()
+        .table_name(table.name())
+        .key("PK", AttributeValue::S(pk(ns, entity, 0)))
+        .key("SK", AttributeValue::S("#STATE".into()))
+        .update_expression("SET bypass = :b")
+        .expression_attribute_values(":b", AttributeValue::N((NOW + 60_000).to_string()))
+        .send()
+        .await
+        .expect("stamp the bypass");
 }
 
 #[tokio::test]
@@ -425,5 +454,78 @@ async fn access_stamp() {
             assert_eq!(got, want, "{fault:?} {flag:?}");
             assert_eq!(got.contains_key("disabled"), flag.is_some());
         }
+    }
+}
+
+/// The flag writes of a disable under every way of losing their answers: a new entity
+/// level is created in a transaction the SDK sends again with the same client request
+/// token, and a resource level is an upsert of absolute values. Each level ends as its clean
+/// twin, and the registry counts the faulted entity's level once.
+#[tokio::test]
+async fn access_flag_writes() {
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = through(&table, &proxy).await;
+    let ns = repo.namespace_id().to_owned();
+    let level = |pk: String, sk: &'static str| {
+        let table = &table;
+        async move {
+            let mut item = table
+                .client()
+                .get_item()
+                .table_name(table.name())
+                .key("PK", AttributeValue::S(pk))
+                .key("SK", AttributeValue::S(sk.into()))
+                .consistent_read(true)
+                .send()
+                .await
+                .expect("read")
+                .item
+                .expect("the level exists");
+            item.retain(|k, _| !k.starts_with("GSI") && k != "PK" && k != "entity_id");
+            item
+        }
+    };
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let (faulted, clean) = (format!("f{i}"), format!("c{i}"));
+        repo.set_entity_disabled(&clean, Some(RESOURCE), Some(DisabledFlag::Disabled))
+            .await
+            .expect("the clean write");
+        fault.plan(&proxy, "TransactWriteItems", None);
+        let result = repo
+            .set_entity_disabled(&faulted, Some(RESOURCE), Some(DisabledFlag::Disabled))
+            .await;
+        assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
+        assert_eq!(result.ok(), Some(0), "{fault:?}: no bucket to stamp");
+        let sk = "#CONFIG#gpt-4";
+        assert_eq!(
+            level(format!("{ns}/ENTITY#{faulted}"), sk).await,
+            level(format!("{ns}/ENTITY#{clean}"), sk).await,
+            "{fault:?}"
+        );
+        let registry = table
+            .client()
+            .get_item()
+            .table_name(table.name())
+            .key("PK", AttributeValue::S(format!("{ns}/SYSTEM#")))
+            .key("SK", AttributeValue::S("#ENTITY_CONFIG_RESOURCES".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("read")
+            .item
+            .expect("the registry");
+        let counted = get_i64(&registry, RESOURCE);
+        assert_eq!(counted, Some(2 * (i as i64 + 1)), "{fault:?}: counted once");
+
+        let resource = format!("r{i}");
+        fault.plan(&proxy, "UpdateItem", Some("#CONFIG"));
+        let result = repo
+            .set_resource_disabled(&resource, Some(DisabledFlag::Disabled))
+            .await;
+        assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
+        assert_eq!(result.ok(), Some(0), "{fault:?}");
+        let stored = level(format!("{ns}/RESOURCE#{resource}"), "#CONFIG").await;
+        assert_eq!(stored.get("disabled"), Some(&AttributeValue::Bool(true)));
     }
 }

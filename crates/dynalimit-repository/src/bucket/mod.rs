@@ -415,7 +415,7 @@ impl BucketStore {
     /// a stamp (refused while a pause stamp is in force at `now`). A failed condition (the
     /// stamp was removed meanwhile) is `Failed`, and the caller plans the acquire enforced. A
     /// lost answer is handled as for [`BucketStore::speculative_consume`]: never sent again,
-    /// so the count moves once or not at all (`suite::bypass`).
+    /// so the count moves once or not at all (`suite::outcomes::bypass_consume`).
     ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.

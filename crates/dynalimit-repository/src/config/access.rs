@@ -11,7 +11,9 @@
 //! What happens when an answer is lost: the flag write and every stamp set absolute values
 //! (sent again, they land the same); the resource registry is a set. A call that fails after
 //! the flag was written returns [`RepositoryError::FanoutIncomplete`] with the number of
-//! buckets stamped, and running it again finishes the job.
+//! buckets stamped, and running it again finishes the job. Tests:
+//! `suite::outcomes::access_flag_writes` (the flag writes, the registry counted once) and
+//! `suite::outcomes::access_stamp` (the stamps), under every way of losing an answer.
 
 use std::collections::{BTreeSet, HashMap};
 
