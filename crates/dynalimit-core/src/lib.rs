@@ -12,6 +12,7 @@ pub mod error;
 pub mod ids;
 pub mod limit;
 pub mod operation;
+pub mod schedule;
 pub mod time;
 
 pub use error::CoreError;

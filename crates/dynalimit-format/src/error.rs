@@ -36,6 +36,16 @@ pub enum FormatError {
         /// The reserved limit name found.
         name: String,
     },
+
+    /// A stored schedule that does not decode (reference §12.2): corrupt, or written by a
+    /// newer encoder. A bucket or configuration carrying it is treated as unavailable.
+    #[error("stored schedule {encoded:?} does not decode: {message}")]
+    Schedule {
+        /// The stored string (its first 200 characters).
+        encoded: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 impl FormatError {

@@ -21,6 +21,7 @@
 //! | [`audit`] | audit events |
 //! | [`operation`] | the operation records of resets and top-ups |
 //! | [`usage`] | usage snapshots, their windows and keys, the aggregator's watermarks |
+//! | [`schedule`] | the compact storage encoding of parameter and reset schedules |
 //! | [`schema`] | the table's keys, indexes, TTL attribute, stream and billing |
 //! | [`version`] | the version record and the compatibility gate |
 //!
@@ -42,6 +43,7 @@ pub mod item;
 pub mod keys;
 pub mod namespace;
 pub mod operation;
+pub mod schedule;
 pub mod schema;
 pub mod usage;
 pub mod version;
