@@ -21,7 +21,9 @@ millisecond (``Repository._now_ms``, the one clock its refill, ``rf`` stamps and
 The ``aggregate`` operation runs zae-limiter's aggregator (``process_stream_records``) on the
 Lambda stream records it is given, against the same table.
 
-Limits travel as ``{"name", "capacity", "refill_amount", "refill_period_seconds"}``, entities
+Limits travel as ``{"name", "capacity", "refill_amount", "refill_period_seconds"}`` (plus
+``"schedule"``, a list of ``{"cron", "tz", and "scale" or any of the absolute fields}``, on a
+scheduled limit), entities
 as their ``zae_limiter.Entity`` fields, buckets as their raw DynamoDB attribute values
 (``{"N": "..."}``, ``{"S": "..."}``, ...) so the caller compares stored values exactly.
 """
@@ -44,25 +46,38 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 from zae_limiter import Limit, RateLimiter, Repository  # noqa: E402
 from zae_limiter.exceptions import RateLimitExceeded  # noqa: E402
+from zae_limiter.schedule import ScheduleEntry  # noqa: E402
+
+ENTRY_FIELDS = ("scale", "capacity", "refill_amount", "refill_period_seconds")
 
 
 def limit_to_json(limit: Limit) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "name": limit.name,
         "capacity": limit.capacity,
         "refill_amount": limit.refill_amount,
         "refill_period_seconds": limit.refill_period_seconds,
     }
+    if limit.schedule:
+        doc["schedule"] = [
+            {"cron": e.cron, "tz": e.tz}
+            | {f: getattr(e, f) for f in ENTRY_FIELDS if getattr(e, f) is not None}
+            for e in limit.schedule
+        ]
+    return doc
 
 
 def limit_from_json(doc: dict[str, Any]) -> Limit:
-    return Limit.custom(
+    limit = Limit.custom(
         doc["name"],
         capacity=doc["capacity"],
         refill_amount=doc["refill_amount"],
         refill_period_seconds=doc["refill_period_seconds"],
         soft=doc.get("soft", False),
     )
+    if doc.get("schedule"):
+        limit = limit.with_schedule(tuple(ScheduleEntry(**e) for e in doc["schedule"]))
+    return limit
 
 
 def limits_to_json(limits: list[Limit] | None) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@
 //! ```
 
 use crate::limit::{Limit, MILLI};
+use crate::schedule::Params;
 
 /// Name of the reserved write-capacity limit on every bucket item.
 pub const WCU: &str = crate::ids::WCU_LIMIT;
@@ -140,22 +141,27 @@ pub fn retry_after_ms(deficit: i64, p: ShardParams) -> i64 {
 }
 
 /// The TTL horizon of a set of dripping limits in seconds: the largest time-to-fill
-/// `(capacity / refill_amount) × period_seconds`, computed in floating point and truncated, as
-/// the reference does (§2.6).
-pub fn ttl_horizon_seconds<'a>(limits: impl IntoIterator<Item = &'a Limit>) -> i64 {
+/// `(capacity / refill_amount) × period_seconds` over each limit's base and every window of
+/// its schedule, in floating point, as the reference computes it (§2.6).
+pub fn ttl_horizon_seconds<'a>(limits: impl IntoIterator<Item = &'a Limit>) -> f64 {
+    #[allow(clippy::cast_precision_loss)]
+    let fill = |p: Params| {
+        if p.refill_amount <= 0 {
+            return 0.0;
+        }
+        (p.capacity as f64 / p.refill_amount as f64) * (p.refill_period as f64 / 1000.0)
+    };
     limits
         .into_iter()
-        .filter(|l| l.refill_amount() > 0)
-        .map(|l| {
-            #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
-            let h =
-                (l.capacity() as f64 / l.refill_amount() as f64) * l.refill_period_seconds() as f64;
-            #[allow(clippy::cast_possible_truncation)]
-            let h = h as i64;
-            h
+        .flat_map(|l| {
+            let base = l.base_params();
+            let windows = l
+                .schedule()
+                .into_iter()
+                .flat_map(move |s| s.entries().iter().map(move |e| fill(e.params(base))));
+            std::iter::once(fill(base)).chain(windows)
         })
-        .max()
-        .unwrap_or(0)
+        .fold(0.0, f64::max)
 }
 
 /// The longest time to live a bucket item is given, in seconds (10^12 s, about 31,700
@@ -167,8 +173,8 @@ pub fn ttl_horizon_seconds<'a>(limits: impl IntoIterator<Item = &'a Limit>) -> i
 pub const MAX_TTL_SECONDS: i64 = 1_000_000_000_000;
 
 /// The `ttl` (epoch seconds) a slow-path write stamps for limits from resource/system level or
-/// an override: `now_s + min(horizon × multiplier, MAX_TTL_SECONDS)`, or `None` when the
-/// multiplier is 0.
+/// an override: `now_s + min(int(horizon × multiplier), MAX_TTL_SECONDS)` (the product taken
+/// in floating point, then truncated), or `None` when the multiplier is 0.
 ///
 /// ```
 /// use dynalimit_core::Limit;
@@ -186,9 +192,8 @@ pub fn bucket_ttl<'a>(
     if multiplier <= 0 {
         return None;
     }
-    let horizon = ttl_horizon_seconds(limits)
-        .saturating_mul(multiplier)
-        .min(MAX_TTL_SECONDS);
+    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+    let horizon = ((ttl_horizon_seconds(limits) * multiplier as f64) as i64).min(MAX_TTL_SECONDS);
     Some(now_ms.div_euclid(1000).saturating_add(horizon))
 }
 
@@ -258,7 +263,7 @@ mod tests {
     fn ttl_horizon_matches_reference_examples() {
         let rpm = Limit::per_minute("rpm", 100);
         let tpm = Limit::per_minute("tpm", 10_000);
-        assert_eq!(ttl_horizon_seconds([&rpm, &tpm]), 60);
+        assert_eq!(ttl_horizon_seconds([&rpm, &tpm]), 60.0);
         assert_eq!(
             bucket_ttl(1_700_000_000_000, [&rpm, &tpm], 7),
             Some(1_700_000_420)
@@ -266,7 +271,28 @@ mod tests {
         assert_eq!(bucket_ttl(1_700_000_000_000, [&rpm], 0), None);
         // Floating point then truncation: 100/3 × 60 is 1999.99… in binary floating point.
         let odd = Limit::custom("odd", 100, 3, 60);
-        assert_eq!(ttl_horizon_seconds([&odd]), (100.0f64 / 3.0 * 60.0) as i64);
+        assert_eq!(ttl_horizon_seconds([&odd]), 100.0f64 / 3.0 * 60.0);
+        // The product is truncated, not the horizon: 10/3 × 7 = 23.3 s, not 3 × 7.
+        let third = Limit::custom("third", 10, 3, 1);
+        assert_eq!(
+            bucket_ttl(1_700_000_000_000, [&third], 7),
+            Some(1_700_000_023)
+        );
+    }
+
+    #[test]
+    fn a_schedule_window_that_refills_slower_lengthens_the_horizon() {
+        use crate::schedule::{Entry, Schedule, Zone};
+        // 60 a minute, but one token an hour at night: an hour to fill... 60 hours.
+        let night = Entry::absolute("* 0-6 * * *", None, Some(1), Some(3600)).unwrap();
+        let rpm = Limit::per_minute("rpm", 60)
+            .with_schedule(Schedule::new(Zone::utc(), vec![night]).unwrap());
+        assert_eq!(ttl_horizon_seconds([&rpm]), 60.0 * 3600.0);
+        // A scale keeps the time to fill.
+        let half = Entry::scaled("* 9-17 * * *", 0.5).unwrap();
+        let tpm = Limit::per_minute("tpm", 1000)
+            .with_schedule(Schedule::new(Zone::utc(), vec![half]).unwrap());
+        assert_eq!(ttl_horizon_seconds([&tpm]), 60.0);
     }
 
     #[test]

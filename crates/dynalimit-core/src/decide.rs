@@ -14,6 +14,7 @@ use crate::bucket::{
     WCU_REFILL_MILLI, available_tokens, doubled_shard_count, refill, retry_after_ms, try_consume,
 };
 use crate::limit::Limit;
+use crate::schedule::{self, Params, Schedule};
 
 /// One limit's stored fields on a bucket item (`b_{name}_{tk,cp,ra,rp,tc}`), millitokens and
 /// milliseconds.
@@ -32,12 +33,14 @@ pub struct LimitState {
 }
 
 impl LimitState {
-    /// A fresh limit on a shard of `shard_count`: the shard's share `cp // S`, nothing
-    /// consumed.
-    pub fn starting(limit: &Limit, shard_count: u32) -> Self {
+    /// A fresh limit on a shard of `shard_count` at `now`: the shard's share of the capacity
+    /// in force (`cp // S`, the schedule applied first), nothing consumed; `cp`, `ra` and `rp`
+    /// are the base.
+    pub fn starting(limit: &Limit, shard_count: u32, now: i64) -> Self {
         LimitState {
             tk: limit
-                .capacity_milli()
+                .params_at(now)
+                .capacity
                 .div_euclid(i64::from(shard_count.max(1))),
             cp: limit.capacity_milli(),
             ra: limit.refill_amount_milli(),
@@ -50,8 +53,8 @@ impl LimitState {
     /// shard) starts at its share `cp // S`; a shard a doubling brought into use starts empty
     /// and fills by refill, because the tokens of the split bucket are held by the shards
     /// that already exist (see [`plan_create`]).
-    pub fn created(limit: &Limit, shard_count: u32, shard: u32) -> Self {
-        let mut state = LimitState::starting(limit, shard_count);
+    pub fn created(limit: &Limit, shard_count: u32, shard: u32, now: i64) -> Self {
+        let mut state = LimitState::starting(limit, shard_count, now);
         if shard > 0 && shard_count > 1 {
             state.tk = 0;
         }
@@ -61,6 +64,28 @@ impl LimitState {
     /// This limit's parameters on a shard of an item with `shard_count` shards.
     pub fn params(&self, shard_count: u32) -> ShardParams {
         ShardParams::for_shard(self.cp, self.ra, self.rp, shard_count)
+    }
+
+    /// The stored base parameters (undivided).
+    pub fn base(&self) -> Params {
+        Params::new(self.cp, self.ra, self.rp)
+    }
+
+    /// This limit's parameters on a shard at `now`: those `schedule` puts in force over the
+    /// stored base, then divided by `shard_count` (reference §2.3).
+    pub fn params_at(
+        &self,
+        schedule: Option<&Schedule>,
+        shard_count: u32,
+        now: i64,
+    ) -> ShardParams {
+        match schedule {
+            None => self.params(shard_count),
+            Some(s) => {
+                let p = s.params(self.base(), now);
+                ShardParams::for_shard(p.capacity, p.refill_amount, p.refill_period, shard_count)
+            }
+        }
     }
 
     /// The configured (undivided) limit this state was written from, in whole units.
@@ -101,6 +126,9 @@ pub struct BucketImage {
     pub bypass: Option<i64>,
     /// The reserved `wcu` limit, if present.
     pub wcu: Option<LimitState>,
+    /// Parameter schedules stored on the item (reference §12.2), per limit that has one (the
+    /// item's default `sched` resolved against `b_{name}_sched` and its `"-"` marker).
+    pub schedules: BTreeMap<String, Schedule>,
     /// 0.15–0.17 features found on the item that the core profile cannot interpret
     /// (attribute names, as the table format's bucket codec reports them).
     pub unsupported: Vec<String>,
@@ -128,16 +156,30 @@ impl BucketImage {
         names.any(|name| self.soft.get(name).is_some_and(|&until| until <= now))
     }
 
-    /// Why the core profile must not materialise this item (reference §12.8), if it must not:
-    /// a scheduled/quota/windowed attribute, a real `vu` boundary, or a limit with no refill.
+    /// The parameter schedule stored on the item for limit `name`.
+    pub fn schedule(&self, name: &str) -> Option<&Schedule> {
+        self.schedules.get(name)
+    }
+
+    /// Limit `name`'s parameters on this shard at `now`, by the schedule stored on the item.
+    pub fn params_at(&self, name: &str, state: &LimitState, now: i64) -> ShardParams {
+        state.params_at(self.schedule(name), self.shards(), now)
+    }
+
+    /// Whether a `vu` stamp at or before `now` asks for a slow pass: always on an item with a
+    /// schedule; on one without, `vu = 0` only asks for a trim, which an ordinary exhausted
+    /// consume already implies.
+    fn boundary_passed(&self, now: i64) -> bool {
+        self.vu
+            .is_some_and(|vu| vu <= now && (vu != 0 || !self.schedules.is_empty()))
+    }
+
+    /// Why this item must not be materialised (reference §12.8), if it must not: a quota,
+    /// reset or window attribute, a stored schedule that does not decode, or a limit with no
+    /// refill.
     pub fn unsupported_reason(&self) -> Option<String> {
         if let Some(attr) = self.unsupported.first() {
             return Some(format!("bucket carries unsupported attribute {attr}"));
-        }
-        if let Some(vu) = self.vu
-            && vu > 0
-        {
-            return Some(format!("bucket carries a schedule boundary vu={vu}"));
         }
         self.limits
             .iter()
@@ -179,11 +221,7 @@ pub fn classify_fast_failure(
         return FastFailure::ScheduleBoundary;
     }
     let bypassed = img.bypass_at(now);
-    if let Some(vu) = img.vu
-        && vu <= now
-        && vu != 0
-        && !bypassed
-    {
+    if img.boundary_passed(now) && !bypassed {
         return FastFailure::ScheduleBoundary;
     }
     let limit_short = !bypassed
@@ -226,27 +264,66 @@ fn passed(mut st: LimitStatus) -> LimitStatus {
     st
 }
 
+/// A limit's status on one shard at `now`: the share in force (the schedule applied, then
+/// divided), the refilled balance, and the wait for a request that does not fit (walked across
+/// the schedule's windows, reference §2.5).
 fn status(
     name: &str,
     state: &LimitState,
+    schedule: Option<&Schedule>,
     shards: u32,
     after_refill: i64,
     want: i64,
+    now: i64,
 ) -> LimitStatus {
-    let p = state.params(shards);
     let exceeded = after_refill < want;
+    let retry_after_ms = match (exceeded, schedule) {
+        (false, _) => 0,
+        (true, None) => retry_after_ms(want - after_refill, state.params(shards)),
+        (true, Some(s)) => schedule::retry_after_ms(
+            want - after_refill,
+            state.base(),
+            Some(s),
+            None,
+            now,
+            shards,
+        ),
+    };
+    let limit = match schedule {
+        None => state.limit(name).shard_share(shards),
+        Some(s) => state
+            .limit(name)
+            .with_schedule(s.clone())
+            .shard_share_at(shards, now),
+    };
     LimitStatus {
-        limit: state.limit(name).shard_share(shards),
+        limit,
         available: available_tokens(after_refill),
         requested: want.div_euclid(crate::limit::MILLI),
         exceeded,
-        retry_after_ms: if exceeded {
-            retry_after_ms(want - after_refill, p)
-        } else {
-            0
-        },
+        retry_after_ms,
         overdrawn: false,
     }
+}
+
+/// Limit `name`'s status on an image, refilled to `now` by the schedule stored on the item.
+fn image_status(
+    img: &BucketImage,
+    name: &str,
+    state: &LimitState,
+    want: i64,
+    now: i64,
+) -> LimitStatus {
+    let (after, _) = refill(state.tk, img.rf, now, img.params_at(name, state, now));
+    status(
+        name,
+        state,
+        img.schedule(name),
+        img.shards(),
+        after,
+        want,
+        now,
+    )
 }
 
 /// Verdict of the fast-rejection gate (`would_refill_satisfy`, reference §3.5).
@@ -269,8 +346,7 @@ pub fn fast_rejection_gate(img: &BucketImage, demand: &BTreeMap<String, i64>, no
         let Some(state) = img.limits.get(name) else {
             return Gate::SlowPath;
         };
-        let (after, _) = refill(state.tk, img.rf, now, state.params(img.shards()));
-        let st = status(name, state, img.shards(), after, want);
+        let st = image_status(img, name, state, want, now);
         statuses.push(if img.soft_at(name, now) {
             passed(st)
         } else {
@@ -286,7 +362,7 @@ pub fn fast_rejection_gate(img: &BucketImage, demand: &BTreeMap<String, i64>, no
 
 /// What a remembered image of a shard says about `demand` at `now` (reference §3.3, the local
 /// rejection cache): the statuses when a declared limit is short even after refill, `None`
-/// when the image may not be used to refuse (it carries a `vu` stamp, is past its `ttl`, is
+/// when the image may not be used to refuse (its `vu` stamp has passed, is past its `ttl`, is
 /// disabled or carries what the core profile cannot interpret, lacks a declared limit, or
 /// holds a declared limit defined otherwise than in `limits`, the acquire's explicit limits,
 /// which its slow pass would write) or the limits would cover the request. Only declared
@@ -299,7 +375,7 @@ pub fn remembered_rejection(
 ) -> Option<Vec<LimitStatus>> {
     if img.disabled
         || !img.unsupported.is_empty()
-        || img.vu.is_some()
+        || img.vu.is_some_and(|vu| vu <= now)
         || img.bypass.is_some()
         || demand.keys().any(|name| img.soft.contains_key(name))
     {
@@ -386,7 +462,7 @@ pub enum TtlAction {
 /// A limit that the rf-locked write adds to the item because it is configured but missing
 /// (hard case 14), written with `SET` under `attribute_not_exists(b_cp) OR
 /// attribute_not_exists(b_tk)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seed {
     /// Starting tokens (the shard's share minus what this acquire consumes).
     pub tk: i64,
@@ -396,6 +472,27 @@ pub struct Seed {
     pub ra: i64,
     /// Refill period, ms.
     pub rp: i64,
+    /// The limit's parameter schedule: a seed spells its own (or `"-"`) rather than inherit
+    /// the item's default (reference §12.2).
+    pub schedule: Option<Schedule>,
+}
+
+/// How an rf-locked write leaves `vu` (reference §12.2): stamped with the earliest boundary of
+/// the scheduled limits it writes, or removed when none is scheduled; pinned on the value read
+/// (with the shard count, since the plan's ceilings depend on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VuWrite {
+    /// `vu` as read (`None`: absent).
+    pub read: Option<i64>,
+    /// `vu` to stamp (`None`: none, removed if read).
+    pub next: Option<i64>,
+}
+
+impl VuWrite {
+    /// Whether the write touches `vu`.
+    pub fn changes(&self) -> bool {
+        self.read != self.next
+    }
 }
 
 /// How long a soft or bypass stamp lasts at the most (reference §2.7: the default stamp
@@ -513,10 +610,8 @@ pub struct RefillPlan {
     pub writes: Vec<LimitWrite>,
     /// TTL handling.
     pub ttl: TtlAction,
-    /// `REMOVE vu` pinned on the value read (a `vu = 0` trim stamp), together with a pin on
-    /// the shard count read (the plan's ceilings use that count; after a doubling they would
-    /// be too large to lift the stamp).
-    pub remove_vu: Option<i64>,
+    /// The `vu` stamp: the next schedule boundary, or removed (a `vu = 0` trim stamp lifted).
+    pub vu: VuWrite,
     /// Shard count the plan's ceilings were computed with.
     pub shard_count: u32,
     /// Millitokens consumed per declared limit.
@@ -555,6 +650,8 @@ pub struct CreatePlan {
     pub overdrawn: Vec<String>,
     /// The bypass stamp to write, when the pair is bypassed.
     pub bypass: Option<i64>,
+    /// The earliest schedule boundary of the limits (`vu`), when one is scheduled.
+    pub vu: Option<i64>,
 }
 
 /// A plan, or a rejection carrying every declared limit's status.
@@ -591,15 +688,27 @@ pub fn plan_refill(
     names.extend(img.limits.keys().map(String::as_str));
     names.sort_unstable();
     names.dedup();
+    let mut vu_next: Option<i64> = None;
     for name in names {
         let want = demand.get(name).copied();
+        let configured = limits.iter().find(|l| l.name() == name);
+        // A configured limit's schedule is the configuration's; a carried one keeps the
+        // item's.
+        let sched = match configured {
+            Some(l) => l.schedule(),
+            None => img.schedule(name),
+        };
+        if let Some(s) = sched {
+            let b = s.next_change(now);
+            vu_next = Some(vu_next.map_or(b, |v| v.min(b)));
+        }
         match img.limits.get(name) {
             Some(state) => {
-                let p = state.params(shards);
+                let p = state.params_at(sched, shards, now);
                 let trusted = soft.has(name);
                 let a = try_consume(state.tk, img.rf, now, p, want.unwrap_or(0));
                 if let Some(w) = want {
-                    let st = status(name, state, shards, a.after_refill, w);
+                    let st = status(name, state, sched, shards, a.after_refill, w, now);
                     statuses.push(if trusted { passed(st) } else { st });
                 }
                 let c = if a.admitted || trusted {
@@ -625,13 +734,13 @@ pub fn plan_refill(
                 }
             }
             None => {
-                let Some(limit) = limits.iter().find(|l| l.name() == name) else {
+                let Some(limit) = configured else {
                     continue;
                 };
-                let state = LimitState::starting(limit, shards);
+                let state = LimitState::starting(limit, shards, now);
                 let w = want.unwrap_or(0);
                 let trusted = soft.has(name);
-                let mut st = status(name, &state, shards, state.tk, w);
+                let mut st = status(name, &state, sched, shards, state.tk, w, now);
                 if trusted {
                     st = passed(st);
                 }
@@ -654,6 +763,7 @@ pub fn plan_refill(
                         cp: state.cp,
                         ra: state.ra,
                         rp: state.rp,
+                        schedule: sched.cloned(),
                     }),
                     soft: soft.stamp(name, img.soft.get(name).copied()),
                 });
@@ -687,6 +797,10 @@ pub fn plan_refill(
             soft: None,
         },
     });
+    let vu = VuWrite {
+        read: img.vu,
+        next: vu_next,
+    };
     let ttl = match ttl {
         TtlAction::Remove if img.ttl.is_none() => TtlAction::Keep,
         other => other,
@@ -696,7 +810,7 @@ pub fn plan_refill(
         rf_new: now.max(img.rf),
         writes,
         ttl,
-        remove_vu: img.vu,
+        vu,
         shard_count: shards,
         consumed,
         statuses,
@@ -713,6 +827,7 @@ pub fn wcu_seed() -> Seed {
         cp: WCU_CAPACITY_MILLI,
         ra: WCU_REFILL_MILLI,
         rp: WCU_PERIOD_MS,
+        schedule: None,
     }
 }
 
@@ -745,15 +860,27 @@ pub fn plan_create(
     let mut consumed = BTreeMap::new();
     let mut stamps = BTreeMap::new();
     let mut overdrawn = Vec::new();
+    let vu = limits
+        .iter()
+        .filter_map(|l| l.schedule().map(|s| s.next_change(now)))
+        .min();
     for limit in limits {
-        let state = LimitState::created(limit, shards, shard);
+        let state = LimitState::created(limit, shards, shard, now);
         let trusted = soft.has(limit.name());
         if trusted {
             stamps.insert(limit.name().to_owned(), soft.until);
         }
         let c = match demand.get(limit.name()) {
             Some(&w) => {
-                let mut st = status(limit.name(), &state, shards, state.tk, w);
+                let mut st = status(
+                    limit.name(),
+                    &state,
+                    limit.schedule(),
+                    shards,
+                    state.tk,
+                    w,
+                    now,
+                );
                 if trusted {
                     st = passed(st);
                     if state.tk - w < 0 {
@@ -792,6 +919,7 @@ pub fn plan_create(
         soft: stamps,
         overdrawn,
         bypass: (soft.restamp && soft.bypass).then_some(soft.until),
+        vu,
     })
 }
 
@@ -827,12 +955,14 @@ impl DeltaPlan {
 }
 
 /// Plans a lease's net change: `net` holds millitokens per limit, positive = consume more
-/// (`ADD tk -d, tc +d`), negative = give back (a credit, guarded by the ceiling seen in
-/// `states`, the lease's view of the item).
+/// (`ADD tk -d, tc +d`), negative = give back (a credit, guarded by the ceiling in force at
+/// `now` by `states` and `schedules`, the lease's view of the item).
 pub fn plan_delta(
     net: &BTreeMap<String, i64>,
     states: &BTreeMap<String, LimitState>,
+    schedules: &BTreeMap<String, Schedule>,
     shard_count: u32,
+    now: i64,
 ) -> DeltaPlan {
     let shards = shard_count.max(1);
     let mut plan = DeltaPlan {
@@ -849,7 +979,7 @@ pub fn plan_delta(
         {
             plan.guards.push(CreditGuard {
                 name: name.clone(),
-                max_tk: state.params(shards).ceiling + d,
+                max_tk: state.params_at(schedules.get(name), shards, now).ceiling + d,
                 cp: state.cp,
             });
         }
@@ -896,11 +1026,18 @@ pub fn consumption_retry(consumed: &BTreeMap<String, i64>) -> Vec<(String, i64)>
         .collect()
 }
 
-/// The status of a declared limit after an admitted request (a lease's view): `available` is
-/// what `tk` (millitokens, after the debit) leaves on the shard, `requested` the `consumed`
-/// millitokens in whole tokens.
-pub fn admitted_status(name: &str, state: &LimitState, shards: u32, consumed: i64) -> LimitStatus {
-    let mut st = status(name, state, shards, state.tk, 0);
+/// The status of a declared limit after an admitted request (a lease's view at `now`):
+/// `available` is what `tk` (millitokens, after the debit) leaves on the shard, `requested`
+/// the `consumed` millitokens in whole tokens.
+pub fn admitted_status(
+    name: &str,
+    state: &LimitState,
+    schedule: Option<&Schedule>,
+    shards: u32,
+    consumed: i64,
+    now: i64,
+) -> LimitStatus {
+    let mut st = status(name, state, schedule, shards, state.tk, 0, now);
     st.requested = consumed.div_euclid(crate::limit::MILLI);
     st
 }
@@ -915,16 +1052,15 @@ pub fn statuses_from_image(
         .iter()
         .filter_map(|(name, &want)| {
             let state = img.limits.get(name)?;
-            let (after, _) = refill(state.tk, img.rf, now, state.params(img.shards()));
-            Some(status(name, state, img.shards(), after, want))
+            Some(image_status(img, name, state, want, now))
         })
         .collect()
 }
 
 /// Entity-wide availability of a resource (reference §3.12): per limit, the sum over shards of
-/// the projected balances, capped at the undivided capacity; a limit no shard holds counts as
-/// full. Statuses report the undivided limit, and `retry_after_ms` is computed against the
-/// undivided rate.
+/// the projected balances (each by the schedule stored on its item), capped at the undivided
+/// capacity in force; a limit no shard holds counts as full. Statuses report the undivided
+/// limit, and `retry_after_ms` is computed against the undivided rate.
 pub fn availability(
     shards: &[BucketImage],
     limits: &[Limit],
@@ -937,21 +1073,30 @@ pub fn availability(
             let mut total: Option<i64> = None;
             for img in shards {
                 if let Some(state) = img.limits.get(limit.name()) {
-                    let (after, _) = refill(state.tk, img.rf, now, state.params(img.shards()));
+                    let p = img.params_at(limit.name(), state, now);
+                    let (after, _) = refill(state.tk, img.rf, now, p);
                     total = Some(total.unwrap_or(0).saturating_add(after));
                 }
             }
-            let cp = limit.capacity_milli();
+            let cp = limit.params_at(now).capacity;
             let balance = total.unwrap_or(cp).min(cp);
             let state = LimitState {
                 tk: balance,
-                cp,
+                cp: limit.capacity_milli(),
                 ra: limit.refill_amount_milli(),
                 rp: limit.refill_period_millis(),
                 tc: 0,
             };
             let want = needed.get(limit.name()).copied().unwrap_or(0);
-            let mut st = status(limit.name(), &state, 1, balance, want);
+            let mut st = status(
+                limit.name(),
+                &state,
+                limit.schedule(),
+                1,
+                balance,
+                want,
+                now,
+            );
             st.limit = limit.clone();
             st
         })
@@ -1024,10 +1169,9 @@ pub fn plan_proactive_refill(
     if img.disabled || img.unsupported_reason().is_some() {
         return None;
     }
-    let shards = img.shards();
     let mut deltas = Vec::new();
     for (name, st) in &img.limits {
-        let (projected, _) = refill(st.tk, img.rf, now, st.params(shards));
+        let (projected, _) = refill(st.tk, img.rf, now, img.params_at(name, st, now));
         let delta = projected - st.tk;
         let busy = projected < consumed.get(name).copied().unwrap_or(0).max(0);
         if delta < 0 || (delta > 0 && busy) {

@@ -14,6 +14,7 @@ pub mod limit;
 pub mod operation;
 pub mod schedule;
 pub mod time;
+mod units;
 
 pub use error::CoreError;
 pub use limit::Limit;

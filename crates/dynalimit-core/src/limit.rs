@@ -17,25 +17,41 @@
 
 use crate::CoreError;
 use crate::ids::validate_limit_name;
+use crate::schedule::{Params, Schedule};
 
-/// Millitokens per token.
-pub const MILLI: i64 = 1000;
-/// Largest capacity or refill amount a limit may declare, in whole tokens (10^15).
-pub const MAX_TOKENS: i64 = 1_000_000_000_000_000;
-/// Largest refill period a limit may declare, in seconds (10^9).
-pub const MAX_PERIOD_SECONDS: i64 = 1_000_000_000;
+pub use crate::units::{MAX_PERIOD_SECONDS, MAX_TOKENS, MILLI};
 
 /// A dripping token-bucket limit.
 ///
 /// `capacity` tokens fit in the bucket; `refill_amount` tokens drip back every
 /// `refill_period_seconds`, continuously (a per-minute limit of 100 gives back one token every
 /// 0.6 s). Quotas (refill amount 0 with a reset schedule) are not part of this shape.
+///
+/// A limit may carry a parameter [`Schedule`]: while one of its entries matches, that entry's
+/// parameters are in force instead of the base (reference §12.2).
+///
+/// ```
+/// use dynalimit_core::Limit;
+/// use dynalimit_core::schedule::{Entry, Params, Schedule, Zone};
+///
+/// // 10 000 tokens a minute, half of it during office hours in Berlin.
+/// let office = Schedule::new(
+///     Zone::get("Europe/Berlin")?,
+///     vec![Entry::scaled("* 9-17 * * MON-FRI", 0.5)?],
+/// )?;
+/// let tpm = Limit::per_minute("tpm", 10_000).with_schedule(office);
+/// let wednesday_10_00_berlin = 1_784_102_400_000;
+/// assert_eq!(tpm.params_at(wednesday_10_00_berlin), Params::new(5_000_000, 5_000_000, 60_000));
+/// assert_eq!(tpm.capacity(), 10_000); // the base is unchanged
+/// # Ok::<(), dynalimit_core::CoreError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Limit {
     name: String,
     capacity: i64,
     refill_amount: i64,
     refill_period_seconds: i64,
+    schedule: Option<Schedule>,
 }
 
 impl Limit {
@@ -45,6 +61,7 @@ impl Limit {
             capacity: rate,
             refill_amount: rate,
             refill_period_seconds: period,
+            schedule: None,
         }
     }
 
@@ -88,6 +105,7 @@ impl Limit {
             capacity,
             refill_amount,
             refill_period_seconds,
+            schedule: None,
         }
     }
 
@@ -106,6 +124,43 @@ impl Limit {
             capacity: cp_milli.div_euclid(MILLI).max(1),
             refill_amount: ra_milli.div_euclid(MILLI).max(1),
             refill_period_seconds: rp_ms.div_euclid(1000).max(1),
+            schedule: None,
+        }
+    }
+
+    /// The same limit with a parameter schedule.
+    #[must_use]
+    pub fn with_schedule(mut self, schedule: Schedule) -> Self {
+        self.schedule = Some(schedule);
+        self
+    }
+
+    /// The same limit with a parameter schedule, or none.
+    #[must_use]
+    pub fn with_optional_schedule(mut self, schedule: Option<Schedule>) -> Self {
+        self.schedule = schedule;
+        self
+    }
+
+    /// The parameter schedule, if the limit has one.
+    pub fn schedule(&self) -> Option<&Schedule> {
+        self.schedule.as_ref()
+    }
+
+    /// The base parameters in millitokens and milliseconds, as stored on a bucket item.
+    pub fn base_params(&self) -> Params {
+        Params::new(
+            self.capacity_milli(),
+            self.refill_amount_milli(),
+            self.refill_period_millis(),
+        )
+    }
+
+    /// The parameters in force at `now_ms`: the base, or the matching schedule entry's.
+    pub fn params_at(&self, now_ms: i64) -> Params {
+        match &self.schedule {
+            Some(s) => s.params(self.base_params(), now_ms),
+            None => self.base_params(),
         }
     }
 
@@ -125,6 +180,25 @@ impl Limit {
             capacity: self.capacity.div_euclid(s).max(1),
             refill_amount: self.refill_amount.div_euclid(s).max(1),
             refill_period_seconds: self.refill_period_seconds,
+            schedule: None,
+        }
+    }
+
+    /// One shard's share of the parameters in force at `now_ms`, in whole units (the schedule
+    /// applied first, then the division; each at least 1): what a status reports.
+    #[must_use]
+    pub fn shard_share_at(&self, shards: u32, now_ms: i64) -> Self {
+        if self.schedule.is_none() {
+            return self.shard_share(shards);
+        }
+        let p = self.params_at(now_ms);
+        let s = i64::from(shards.max(1));
+        Limit {
+            name: self.name.clone(),
+            capacity: p.capacity.div_euclid(s).div_euclid(MILLI).max(1),
+            refill_amount: p.refill_amount.div_euclid(s).div_euclid(MILLI).max(1),
+            refill_period_seconds: p.refill_period.div_euclid(1000).max(1),
+            schedule: None,
         }
     }
 

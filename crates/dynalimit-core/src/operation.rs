@@ -23,7 +23,7 @@
 //!
 //! let rpm = Limit::per_minute("rpm", 100);
 //! let mut image = BucketImage { rf: 0, shard_count: 1, ..BucketImage::default() };
-//! image.limits.insert("rpm".into(), LimitState { tk: -5_000, ..LimitState::starting(&rpm, 1) });
+//! image.limits.insert("rpm".into(), LimitState { tk: -5_000, ..LimitState::starting(&rpm, 1, 0) });
 //! let shard = OperationShard { shard: 0, stored_count: Some(1), image };
 //! // 30 s later the refill has brought 50 tokens back (45 000 milli); the reset adds the rest.
 //! let plan = plan_reset(&[shard], &[rpm], 30_000, TtlAction::Keep);
@@ -376,7 +376,7 @@ mod tests {
             LimitState {
                 tk,
                 tc: 7_000,
-                ..LimitState::starting(&rpm(), count)
+                ..LimitState::starting(&rpm(), count, 0)
             },
         );
         OperationShard {
@@ -437,7 +437,7 @@ mod tests {
             "old".into(),
             LimitState {
                 tk: 0,
-                ..LimitState::starting(&Limit::per_minute("old", 60), 1)
+                ..LimitState::starting(&Limit::per_minute("old", 60), 1, 0)
             },
         );
         let plan = plan_reset(&[s], &[rpm(), tpm], T0 + 1_000, TtlAction::Keep);
@@ -548,7 +548,7 @@ mod tests {
                 let mut s = shard(i, count, tk, now - age);
                 let state = LimitState {
                     tk,
-                    ..LimitState::starting(&limit, count)
+                    ..LimitState::starting(&limit, count, 0)
                 };
                 s.image.limits.insert("rpm".into(), state);
                 s

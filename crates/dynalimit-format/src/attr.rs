@@ -387,6 +387,17 @@ pub fn bucket_soft(name: &str) -> String {
     format!("{BUCKET_LIMIT_PREFIX}{name}_soft")
 }
 
+/// `b_{name}_sched`: a limit's own parameter schedule on a bucket item, overriding the item's
+/// default `sched` (`"-"`: explicitly none).
+pub fn bucket_sched(name: &str) -> String {
+    format!("{BUCKET_LIMIT_PREFIX}{name}_{SCHED}")
+}
+
+/// `b_{name}_rsched`: a limit's own reset schedule on a bucket item (`"-"`: explicitly none).
+pub fn bucket_rsched(name: &str) -> String {
+    format!("{BUCKET_LIMIT_PREFIX}{name}_{RSCHED}")
+}
+
 /// The limit name and field of a `b_{name}_{field}` attribute of the core fields; `None` for
 /// any other attribute (a limit name may itself contain `_`: the field follows the last one).
 ///
@@ -419,20 +430,23 @@ pub fn parse_bucket_soft(attr: &str) -> Option<&str> {
         .filter(|name| !name.is_empty())
 }
 
-/// Whether an attribute of a bucket item belongs to a 0.15–0.17 feature the core profile does
-/// not implement (reference §12.8). `string_value` is the attribute's value when it is a
-/// string (per-limit schedule strings equal to `"-"` mean "explicitly unscheduled" and are
-/// harmless).
+/// Whether an attribute of a bucket item belongs to a 0.15–0.17 feature dynalimit does not
+/// implement yet (reference §12.8): quotas (reset schedules, grants, top-ups, reset counters)
+/// and session windows. `string_value` is the attribute's value when it is a string (a
+/// per-limit reset schedule equal to `"-"` means "explicitly none" and is harmless).
+/// Parameter schedules (`sched`, `sched_tz`, `b_{name}_sched`) are implemented.
 ///
 /// ```
 /// use dynalimit_format::attr::unsupported_bucket_attribute;
-/// assert!(unsupported_bucket_attribute("sched", Some("1|…")));
+/// assert!(unsupported_bucket_attribute("rsched", Some("1m0h0")));
 /// assert!(unsupported_bucket_attribute("b_rpm_gc", None));
-/// assert!(!unsupported_bucket_attribute("b_rpm_sched", Some("-")));
+/// assert!(!unsupported_bucket_attribute("b_rpm_rsched", Some("-")));
+/// assert!(!unsupported_bucket_attribute("sched", Some("1h9-17s500")));
+/// assert!(!unsupported_bucket_attribute("b_rpm_sched", Some("1h9-17s500")));
 /// assert!(!unsupported_bucket_attribute("b_rpm_tk", None));
 /// ```
 pub fn unsupported_bucket_attribute(name: &str, string_value: Option<&str>) -> bool {
-    if matches!(name, SCHED | RSCHED | SCHED_TZ) {
+    if name == RSCHED {
         return true;
     }
     let Some(rest) = name.strip_prefix(BUCKET_LIMIT_PREFIX) else {
@@ -442,7 +456,7 @@ pub fn unsupported_bucket_attribute(name: &str, string_value: Option<&str>) -> b
         return false;
     };
     match field {
-        "sched" | "rsched" => string_value != Some(UNSCHEDULED),
+        "rsched" => string_value != Some(UNSCHEDULED),
         "rsa" | "ws" | "wa" | "wtc" | "gc" | "tu" | "rn" => true,
         _ => false,
     }

@@ -6,12 +6,14 @@ use std::collections::BTreeMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::bucket::WCU;
 use dynalimit_core::decide::{BucketImage, CreatePlan, LimitState};
+use dynalimit_core::schedule::{Schedule, Zone};
 
 use crate::attr::{self, BucketField, bucket_limit, parse_bucket_limit};
 use crate::config::Access;
 use crate::expr::{Expr, num};
 use crate::item::{Item, get_i64, get_s as get_str, key as key_map, parse_number};
 use crate::keys;
+use crate::schedule::{self, UNSCHEDULED};
 
 /// One bucket item's identity: owner entity, resource and shard.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -126,6 +128,7 @@ pub fn image_from_item(item: &Item) -> BucketImage {
             limits.insert(name.to_owned(), state);
         }
     }
+    let schedules = stored_schedules(item, &limits, &mut unsupported);
     unsupported.sort();
     soft.retain(|name, _| limits.contains_key(name));
     BucketImage {
@@ -146,7 +149,48 @@ pub fn image_from_item(item: &Item) -> BucketImage {
         }),
         wcu,
         unsupported,
+        schedules,
     }
+}
+
+/// The parameter schedule of each limit on a bucket item (reference §12.2): its own
+/// `b_{name}_sched` (`"-"`: none), else the item's default `sched`, in the item's zone
+/// (`sched_tz`, UTC when absent). A schedule that does not decode is reported in
+/// `unsupported` (the item is then unavailable, as in the Python library).
+fn stored_schedules(
+    item: &Item,
+    limits: &BTreeMap<String, LimitState>,
+    unsupported: &mut Vec<String>,
+) -> BTreeMap<String, Schedule> {
+    let mut out = BTreeMap::new();
+    let default = get_str(item, attr::SCHED).unwrap_or("");
+    let mut decoded: BTreeMap<&str, Result<Schedule, String>> = BTreeMap::new();
+    let zone = || match get_str(item, attr::SCHED_TZ).filter(|z| !z.is_empty()) {
+        Some(name) => Zone::get(name).map_err(|e| e.to_string()),
+        None => Ok(Zone::utc()),
+    };
+    for name in limits.keys() {
+        let own_attr = attr::bucket_sched(name);
+        let own = get_str(item, &own_attr);
+        let (text, source) = match own {
+            Some(UNSCHEDULED) => continue,
+            Some(own) if !own.is_empty() => (own, own_attr),
+            _ => (default, attr::SCHED.to_owned()),
+        };
+        if text.is_empty() {
+            continue;
+        }
+        let result = decoded.entry(text).or_insert_with(|| {
+            zone().and_then(|z| schedule::decode(text, &z).map_err(|e| e.to_string()))
+        });
+        match result {
+            Ok(s) => {
+                out.insert(name.clone(), s.clone());
+            }
+            Err(e) => unsupported.push(format!("{source} (undecodable: {e})")),
+        }
+    }
+    out
 }
 
 /// The owner stamp written on a new bucket item (cascade policy, parent and, when the META
@@ -267,6 +311,20 @@ pub fn create_item(ns: &str, key: &BucketKey, plan: &CreatePlan, owner: &Owner) 
     for (name, until) in &plan.soft {
         put(&attr::bucket_soft(name), num(*until));
     }
+    let stored =
+        schedule::item_schedules(plan.limits.iter().map(|(l, _, _)| (l.name(), l.schedule())));
+    if let Some(zone) = stored.zone {
+        put(attr::SCHED_TZ, AttributeValue::S(zone));
+    }
+    if let Some(default) = stored.default {
+        put(attr::SCHED, AttributeValue::S(default));
+    }
+    for (name, own) in stored.overrides {
+        put(&attr::bucket_sched(&name), AttributeValue::S(own));
+    }
+    if let Some(vu) = plan.vu {
+        put(attr::VU, num(vu));
+    }
     if let Some(until) = plan.bypass {
         put(attr::BYPASS, num(until));
     }
@@ -340,14 +398,17 @@ impl Meta {
 
 /// Shard `shard` of the bucket whose shard 0 now holds `image` with `count` shards, as an
 /// aggregator pre-creates it (§7.3, path 2): a copy of the image with the shard's keys (`PK`,
-/// `GSI2SK`, `GSI3SK`, `GSI4SK`), `shard_count = count`, `tc = 0`, `rf = now`, no `vu`, the
-/// `wcu` block full (it is never divided) and every limit empty: the tokens of the split
+/// `GSI2SK`, `GSI3SK`, `GSI4SK`), `shard_count = count`, `tc = 0`, `rf = now`, no `vu`
+/// unless a limit is scheduled (its schedules and boundary are shard 0's), the `wcu` block full (it is never divided) and every limit empty: the tokens of the split
 /// bucket are held by the shards that existed before, so a new shard fills by refill, as
 /// `dynalimit_core::decide::plan_create` creates one.
 pub fn clone_for_shard(image: &Item, ns: &str, key: &BucketKey, count: u32, now: i64) -> Item {
     let (entity, resource, shard) = (&key.entity_id, &key.resource, key.shard);
     let mut item = image.clone();
-    item.remove(attr::VU);
+    let img = image_from_item(image);
+    if img.schedules.is_empty() {
+        item.remove(attr::VU);
+    }
     for (name, value) in [
         (attr::PK, keys::bucket_pk(ns, entity, resource, shard)),
         (attr::GSI2SK, keys::bucket_gsi2sk(entity, shard)),
@@ -358,7 +419,6 @@ pub fn clone_for_shard(image: &Item, ns: &str, key: &BucketKey, count: u32, now:
     }
     item.insert(attr::SHARD_COUNT.to_owned(), num(i64::from(count)));
     item.insert(attr::RF.to_owned(), num(now));
-    let img = image_from_item(image);
     let wcu = img.wcu.map(|w| (WCU.to_owned(), w.cp));
     let empty = img.limits.keys().map(|name| (name.clone(), 0));
     for (name, tk) in empty.chain(wcu) {

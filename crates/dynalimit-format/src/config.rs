@@ -15,11 +15,14 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
 use dynalimit_core::ids::DEFAULT_RESOURCE;
 
+use dynalimit_core::schedule::Zone;
+
 use crate::FormatError;
 use crate::attr::{self, ConfigField, ConfigPrefix, config_limit, config_limit_names};
 use crate::expr::Expr;
 use crate::item::{self, Item};
 use crate::keys;
+use crate::schedule;
 
 /// The level a configuration lives at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -261,8 +264,10 @@ fn whole(found: &Item, attr: &str) -> Result<i64, FormatError> {
 ///
 /// # Errors
 /// [`FormatError::ReservedLimitName`] for a limit named after an item attribute,
-/// [`FormatError::Corrupt`] for a corrupt item, [`FormatError::Unsupported`] for features
-/// outside dynalimit's core profile (session quotas, calendar quotas, schedules).
+/// [`FormatError::Corrupt`] for a corrupt item (a stored schedule that does not decode among
+/// them: the whole level is then unavailable, as in the Python library),
+/// [`FormatError::Unsupported`] for features dynalimit does not implement yet (session
+/// quotas, calendar quotas). Parameter schedules (`l_{name}_sched`, `sched_tz`) are read.
 pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
     let key = item::describe_key(found);
     let unsupported = |feature: String| FormatError::Unsupported {
@@ -298,24 +303,29 @@ pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
             "session-window limit {w:?} (w_ prefix)"
         )));
     }
-    if found.contains_key(attr::SCHED_TZ) {
-        return Err(unsupported(format!(
-            "a schedule time zone ({})",
-            attr::SCHED_TZ
-        )));
-    }
+    // One zone for every schedule of the level (UTC when absent or empty).
+    let zone = || match item::get_s(found, attr::SCHED_TZ).filter(|z| !z.is_empty()) {
+        Some(name) => Zone::get(name).map_err(|e| FormatError::corrupt(key.clone(), e.to_string())),
+        None => Ok(Zone::utc()),
+    };
     let mut limits = Vec::with_capacity(plain.len());
     let mut soft = std::collections::BTreeSet::new();
     for name in plain {
-        for (field, label) in [
-            (ConfigField::Sched, "sched"),
-            (ConfigField::Rsched, "rsched"),
-        ] {
-            if found.contains_key(&config_limit(ConfigPrefix::Plain, &name, field)) {
-                return Err(unsupported(format!("a {label} on limit {name:?}")));
-            }
-        }
         let field = |f| config_limit(ConfigPrefix::Plain, &name, f);
+        if item::get_s(found, &field(ConfigField::Rsched)).is_some_and(|r| !r.is_empty()) {
+            return Err(unsupported(format!(
+                "a reset schedule (quota) on limit {name:?}"
+            )));
+        }
+        let sched = match item::get_s(found, &field(ConfigField::Sched)).filter(|s| !s.is_empty()) {
+            Some(text) => Some(schedule::decode(text, &zone()?).map_err(|e| {
+                FormatError::corrupt(
+                    key.clone(),
+                    format!("the schedule of limit {name:?} does not decode: {e}"),
+                )
+            })?),
+            None => None,
+        };
         let cp = whole(found, &field(ConfigField::Cp))?;
         let ra = whole(found, &field(ConfigField::Ra))?;
         let rp = whole(found, &field(ConfigField::Rp))?;
@@ -330,7 +340,7 @@ pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
         ) {
             soft.insert(name.clone());
         }
-        let limit = Limit::custom(name, cp, ra, rp);
+        let limit = Limit::custom(name, cp, ra, rp).with_optional_schedule(sched);
         limit
             .validate()
             .map_err(|e| FormatError::corrupt(key.clone(), e.to_string()))?;
@@ -402,12 +412,21 @@ pub fn level_item(
             }
         }
     }
+    let mut zone = None;
     for l in limits {
         let n = l.name();
         let field = |f| config_limit(ConfigPrefix::Plain, n, f);
         it.insert(field(ConfigField::Cp), item::n(l.capacity()));
         it.insert(field(ConfigField::Ra), item::n(l.refill_amount()));
         it.insert(field(ConfigField::Rp), item::n(l.refill_period_seconds()));
+        if let Some(s) = l.schedule() {
+            it.insert(field(ConfigField::Sched), item::s(schedule::encode(s)));
+            zone.get_or_insert_with(|| s.zone().name().to_owned());
+        }
+    }
+    // Every schedule of the level shares this zone (checked before the write).
+    if let Some(zone) = zone {
+        it.insert(attr::SCHED_TZ.into(), item::s(zone));
     }
     it
 }
@@ -494,14 +513,63 @@ mod tests {
             ],
             vec![
                 ("l_r_cp", item::n(5)),
-                ("l_r_ra", item::n(5)),
+                ("l_r_ra", item::n(0)),
                 ("l_r_rp", item::n(1)),
-                ("l_r_sched", item::s("x")),
+                ("l_r_rsched", item::s("1m0h0")),
             ],
-            vec![("sched_tz", item::s("Europe/Paris"))],
         ] {
             let e = decode(&it(&extra)).unwrap_err();
             assert!(matches!(e, FormatError::Unsupported { .. }), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_scheduled_limit_is_read_in_the_level_zone_and_written_back_alike() {
+        let found = it(&[
+            ("l_tpm_cp", item::n(10_000)),
+            ("l_tpm_ra", item::n(10_000)),
+            ("l_tpm_rp", item::n(60)),
+            ("l_tpm_sched", item::s("1h9-17w1-5s500")),
+            ("l_rpm_cp", item::n(100)),
+            ("l_rpm_ra", item::n(100)),
+            ("l_rpm_rp", item::n(60)),
+            ("sched_tz", item::s("Europe/Paris")),
+        ]);
+        let c = decode(&found).unwrap();
+        let tpm = c.limits.iter().find(|l| l.name() == "tpm").unwrap();
+        let s = tpm.schedule().unwrap();
+        assert_eq!(s.zone().name(), "Europe/Paris");
+        assert_eq!(crate::schedule::encode(s), "1h9-17w1-5s500");
+        assert!(
+            c.limits
+                .iter()
+                .find(|l| l.name() == "rpm")
+                .unwrap()
+                .schedule()
+                .is_none()
+        );
+        let written = level_item("ns", &Slot::System, &c.limits, None, None);
+        for a in ["l_tpm_sched", "sched_tz"] {
+            assert_eq!(written.get(a), found.get(a), "{a}");
+        }
+        assert!(!written.contains_key("l_rpm_sched"));
+        // No schedule: no zone either.
+        let plain = level_item("ns", &Slot::System, &c.limits[..1], None, None);
+        assert!(!plain.contains_key("sched_tz"));
+    }
+
+    #[test]
+    fn an_undecodable_schedule_makes_the_level_unavailable() {
+        for (sched, tz) in [("x", "UTC"), ("2h9s500", "UTC"), ("1h9s500", "Mars/Base")] {
+            let e = decode(&it(&[
+                ("l_r_cp", item::n(5)),
+                ("l_r_ra", item::n(5)),
+                ("l_r_rp", item::n(1)),
+                ("l_r_sched", item::s(sched)),
+                ("sched_tz", item::s(tz)),
+            ]))
+            .unwrap_err();
+            assert!(matches!(e, FormatError::Corrupt { .. }), "{e}");
         }
     }
 

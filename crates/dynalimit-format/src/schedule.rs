@@ -179,6 +179,46 @@ pub fn encode_reset(reset: &ResetSchedule) -> Result<String, FormatError> {
     Ok(out)
 }
 
+/// How a bucket item stores the parameter schedules of its limits (reference §12.2): one zone
+/// (`sched_tz`), a default (`sched`, the first scheduled limit's), and the limits that differ
+/// from it (`b_{name}_sched`, `"-"` for an unscheduled limit beside a default).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ItemSchedules {
+    /// `sched_tz`, when a limit is scheduled.
+    pub zone: Option<String>,
+    /// `sched`, when a limit is scheduled.
+    pub default: Option<String>,
+    /// `(name, b_{name}_sched)` of every limit whose schedule is not the default.
+    pub overrides: Vec<(String, String)>,
+}
+
+/// The stored schedules of a bucket item's limits, in order (the first scheduled limit gives
+/// the default). The limits' zones must agree (checked before any write by
+/// [`dynalimit_core::schedule::one_zone`]); the first scheduled limit's zone is used.
+pub fn item_schedules<'a>(
+    limits: impl IntoIterator<Item = (&'a str, Option<&'a Schedule>)>,
+) -> ItemSchedules {
+    let limits: Vec<(&str, Option<String>, Option<&Zone>)> = limits
+        .into_iter()
+        .map(|(name, s)| (name, s.map(encode), s.map(Schedule::zone)))
+        .collect();
+    let Some((_, Some(default), zone)) = limits.iter().find(|(_, e, _)| e.is_some()) else {
+        return ItemSchedules::default();
+    };
+    let overrides = limits
+        .iter()
+        .filter_map(|(name, e, _)| {
+            let own = e.as_deref().unwrap_or(UNSCHEDULED);
+            (own != default).then(|| ((*name).to_owned(), own.to_owned()))
+        })
+        .collect();
+    ItemSchedules {
+        zone: zone.map(|z| z.name().to_owned()),
+        default: Some(default.clone()),
+        overrides,
+    }
+}
+
 /// Checks and removes the version marker.
 fn strip_version(encoded: &str) -> Result<&str, FormatError> {
     let digits = encoded.bytes().take_while(u8::is_ascii_digit).count();

@@ -340,8 +340,20 @@ impl Repository {
             }
             let store = self.buckets();
             let shards = store.operation_shards(entity_id, resource).await?;
+            if let Some(l) = limits.iter().find(|l| l.schedule().is_some()) {
+                return Err(RepositoryError::Unsupported {
+                    key: call.key(0).pk(&self.scope.id),
+                    feature: format!("a parameter schedule on limit {:?}", l.name()),
+                });
+            }
             for s in &shards {
-                if let Some(feature) = s.image.unsupported_reason() {
+                let scheduled = s
+                    .image
+                    .schedules
+                    .keys()
+                    .next()
+                    .map(|name| format!("a parameter schedule on limit {name:?}"));
+                if let Some(feature) = s.image.unsupported_reason().or(scheduled) {
                     return Err(RepositoryError::Unsupported {
                         key: call.key(s.shard).pk(&self.scope.id),
                         feature,

@@ -410,12 +410,15 @@ async fn stamp(repo: &Repository, entity: &str, attribute: &str, value: Attribut
 
 #[tokio::test]
 async fn dynalimit_fails_closed_on_buckets_carrying_newer_features() {
-    let cases: [(&str, AttributeValue); 5] = [
+    let cases: [(&str, AttributeValue); 6] = [
         ("b_rpm_rsa", AttributeValue::N("3600".into())),
+        // A schedule that does not decode: not the encoding, and a newer encoding version.
         ("sched", AttributeValue::S("1|0 9 * * 1-5|UTC|50".into())),
+        ("sched", AttributeValue::S("2h9s500".into())),
         ("b_rpm_gc", AttributeValue::N("1".into())),
         ("b_rpm_ws", AttributeValue::N("1700000000000".into())),
-        ("vu", AttributeValue::N("4102444800000".into())),
+        // A calendar quota's reset schedule.
+        ("rsched", AttributeValue::S("1m0h0".into())),
     ];
     let (table, py) = shared_table!();
     let repo = table.repository("default").await;

@@ -24,6 +24,7 @@ mod config;
 mod entities;
 mod namespaces;
 mod operations;
+mod schedules;
 mod snapshots;
 mod soft;
 

@@ -214,6 +214,19 @@ impl Rig {
         self.repo.invalidate_config_cache().await;
     }
 
+    /// Applies `update` to shard 0 of `entity`'s bucket on `resource`, as another writer of
+    /// the table would.
+    pub(crate) async fn update_bucket(
+        &self,
+        entity: &str,
+        resource: &str,
+        update: &str,
+        values: &[(&str, AttributeValue)],
+    ) {
+        let pk = format!("{}/BUCKET#{entity}#{resource}#0", self.repo.namespace_id());
+        self.update_raw(pk, "#STATE", update, values).await;
+    }
+
     /// Every bucket item of `entity` (all resources and shards), by scan.
     async fn buckets(&self, entity: &str) -> Vec<Item> {
         let prefix = format!("{}/BUCKET#{entity}#", self.repo.namespace_id());

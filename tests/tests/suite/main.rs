@@ -17,6 +17,7 @@ mod namespaces;
 mod operations;
 mod outcomes;
 mod rejections;
+mod schedules;
 mod schema;
 mod settings;
 mod sharding;

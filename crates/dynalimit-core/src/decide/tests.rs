@@ -91,7 +91,7 @@ fn fast_consume(img: &mut BucketImage, d: &BTreeMap<String, i64>, now: i64) -> b
 
 /// The rf-locked write's condition and update, as DynamoDB evaluates them.
 fn apply_refill(img: &mut BucketImage, plan: &RefillPlan) -> bool {
-    if img.rf != plan.rf_read || img.vu != plan.remove_vu {
+    if img.rf != plan.rf_read || (plan.vu.changes() && img.vu != plan.vu.read) {
         return false;
     }
     for w in &plan.writes {
@@ -117,7 +117,7 @@ fn apply_refill(img: &mut BucketImage, plan: &RefillPlan) -> bool {
         } else {
             img.limits.entry(w.name.clone()).or_default()
         };
-        match w.seed {
+        match &w.seed {
             Some(s) => {
                 *slot = LimitState {
                     tk: s.tk,
@@ -134,7 +134,9 @@ fn apply_refill(img: &mut BucketImage, plan: &RefillPlan) -> bool {
         }
     }
     img.rf = plan.rf_new;
-    img.vu = None;
+    if plan.vu.changes() {
+        img.vu = plan.vu.next;
+    }
     match plan.ttl {
         TtlAction::Set(t) => img.ttl = Some(t),
         TtlAction::Remove => img.ttl = None,
@@ -312,7 +314,13 @@ fn hard_case_04_refund_between_read_and_write_is_caught_by_the_pin() {
     );
     assert_eq!(plan.writes[0].pin_max, Some(0));
     // A rollback credits 3 tokens before the write lands.
-    let credit = plan_delta(&demand(&[("rpm", -3)]), &read.limits, read.shard_count);
+    let credit = plan_delta(
+        &demand(&[("rpm", -3)]),
+        &read.limits,
+        &BTreeMap::new(),
+        read.shard_count,
+        T0,
+    );
     assert!(apply_credit(&mut item, &credit));
     assert!(
         !apply_refill(&mut item, &plan),
@@ -327,7 +335,7 @@ fn hard_case_05_credit_above_the_ceiling_stamps_vu_zero() {
     let states = item.limits.clone();
     // The bucket refilled to full behind the lease's back; crediting 2 would exceed 10.
     item.limits.get_mut("rpm").unwrap().tk = 10_000;
-    let credit = plan_delta(&demand(&[("rpm", -2)]), &states, 1);
+    let credit = plan_delta(&demand(&[("rpm", -2)]), &states, &BTreeMap::new(), 1, T0);
     assert_eq!(credit.guards[0].max_tk, 8_000);
     assert!(!apply_credit(&mut item, &credit));
     assert_eq!(item.vu, Some(0));
@@ -344,7 +352,13 @@ fn hard_case_05_credit_above_the_ceiling_stamps_vu_zero() {
         T0,
         TtlAction::Keep,
     );
-    assert_eq!(plan.remove_vu, Some(0));
+    assert_eq!(
+        plan.vu,
+        VuWrite {
+            read: Some(0),
+            next: None
+        }
+    );
     assert!(apply_refill(&mut item, &plan));
     assert_eq!(item.limits["rpm"].tk, 9_000);
     assert_eq!(item.vu, None);
@@ -481,8 +495,9 @@ fn unsupported_items_are_recognised() {
     assert_eq!(item.unsupported_reason(), None);
     item.vu = Some(0);
     assert_eq!(item.unsupported_reason(), None);
+    // A real boundary is a schedule's, which is implemented.
     item.vu = Some(T0 + 5);
-    assert!(item.unsupported_reason().is_some());
+    assert_eq!(item.unsupported_reason(), None);
     item.vu = None;
     item.limits.get_mut("rpm").unwrap().ra = 0;
     assert!(item.unsupported_reason().is_some());
@@ -539,7 +554,7 @@ proptest! {
                 _ => {
                     if admitted >= n * MILLI && n > 0 {
                         let states = item.limits.clone();
-                        let credit = plan_delta(&demand(&[("rpm", -n)]), &states, 1);
+                        let credit = plan_delta(&demand(&[("rpm", -n)]), &states, &BTreeMap::new(), 1, T0);
                         apply_credit(&mut item, &credit);
                         admitted -= n * MILLI;
                     }
@@ -736,7 +751,7 @@ mod proactive {
     #[test]
     fn items_the_core_profile_cannot_read_are_left_alone() {
         let mut img = image(0, 0, 1);
-        img.vu = Some(2_000_000);
+        img.unsupported.push("rsched".into());
         let consumed = BTreeMap::from([("rpm".to_owned(), 30_000)]);
         assert!(plan_proactive_refill(&img, Some(1), &consumed, 1_006_000).is_none());
         assert!(plan_proactive_doubling(&img, 1_000_000).is_none());
@@ -847,7 +862,7 @@ mod soft_limits {
             shard_count: 1,
             ..BucketImage::default()
         };
-        let mut state = LimitState::starting(&limit, 1);
+        let mut state = LimitState::starting(&limit, 1, 0);
         state.tk = tk;
         img.limits.insert("rpm".into(), state);
         img.wcu = Some(LimitState {
@@ -1040,5 +1055,166 @@ mod soft_limits {
             prop_assert!(until >= at + STAMP_TTL_MS * 8 / 10);
             prop_assert!(until <= at + STAMP_TTL_MS);
         }
+    }
+}
+
+/// Scheduled limits (reference §12.2): the parameters in force at the pass's time, the next
+/// boundary stamped as `vu`, and a boundary that has passed sending the fast path's failure to
+/// a slow pass.
+mod scheduled {
+    use super::*;
+    use crate::schedule::{Entry, Schedule, Zone};
+
+    const MINUTE: i64 = 60_000;
+    /// 2023-11-14 22:13:20 UTC; the hour's first half is the window below.
+    const HOUR_START: i64 = T0 - 13 * MINUTE - 20_000;
+
+    /// 100 a minute, halved in the first half of every hour (UTC).
+    fn halved(n: i64) -> Limit {
+        let half = Entry::scaled("0-29 * * * *", 0.5).unwrap();
+        rpm(n).with_schedule(Schedule::new(Zone::utc(), vec![half]).unwrap())
+    }
+
+    fn scheduled_item(now: i64) -> BucketImage {
+        let plan = written(plan_create(
+            &[halved(100)],
+            &demand(&[("rpm", 10)]),
+            1,
+            0,
+            now,
+            None,
+            &Stamps::default(),
+        ));
+        let mut img = created(&plan);
+        img.vu = plan.vu;
+        img.schedules
+            .insert("rpm".into(), halved(100).schedule().unwrap().clone());
+        img
+    }
+
+    #[test]
+    fn a_create_starts_at_the_share_in_force_and_stamps_the_next_boundary() {
+        let plan = written(plan_create(
+            &[halved(100)],
+            &demand(&[("rpm", 10)]),
+            2,
+            0,
+            T0,
+            None,
+            &Stamps::default(),
+        ));
+        // Half of 100, divided by 2 shards, minus 10.
+        assert_eq!(plan.limits[0].1, 25_000 - 10_000);
+        assert_eq!(plan.vu, Some(HOUR_START + 30 * MINUTE));
+        // Unscheduled limits stamp no boundary.
+        let plain = written(plan_create(
+            &[rpm(100)],
+            &BTreeMap::new(),
+            1,
+            0,
+            T0,
+            None,
+            &Stamps::default(),
+        ));
+        assert_eq!(plain.vu, None);
+    }
+
+    #[test]
+    fn a_slow_pass_after_the_boundary_refills_to_the_base_and_moves_vu() {
+        let img = scheduled_item(T0);
+        let later = HOUR_START + 31 * MINUTE;
+        let plan = hard_pass(
+            &img,
+            &[halved(100)],
+            &demand(&[("rpm", 1)]),
+            later,
+            TtlAction::Keep,
+        );
+        assert_eq!(
+            plan.vu,
+            VuWrite {
+                read: Some(HOUR_START + 30 * MINUTE),
+                next: Some(HOUR_START + 60 * MINUTE)
+            }
+        );
+        let mut after = img.clone();
+        assert!(apply_refill(&mut after, &plan));
+        // 40 left, 18 minutes at 100 a minute fill to the base capacity 100, minus 1.
+        assert_eq!(after.limits["rpm"].tk, 99_000);
+        assert_eq!(after.vu, Some(HOUR_START + 60 * MINUTE));
+    }
+
+    #[test]
+    fn a_slow_pass_inside_the_window_trims_to_the_capacity_in_force() {
+        let mut img = scheduled_item(T0);
+        img.limits.get_mut("rpm").unwrap().tk = 90_000; // left by a pass before the window
+        let plan = hard_pass(&img, &[halved(100)], &BTreeMap::new(), T0, TtlAction::Keep);
+        let mut after = img.clone();
+        assert!(apply_refill(&mut after, &plan));
+        assert_eq!(after.limits["rpm"].tk, 50_000);
+    }
+
+    #[test]
+    fn a_limit_no_longer_scheduled_removes_the_boundary() {
+        let img = scheduled_item(T0);
+        let plan = hard_pass(&img, &[rpm(100)], &BTreeMap::new(), T0, TtlAction::Keep);
+        assert_eq!(plan.vu.next, None);
+        assert!(plan.vu.changes());
+    }
+
+    #[test]
+    fn a_passed_boundary_is_a_slow_pass_even_at_zero_and_a_trim_stamp_is_not() {
+        let mut img = scheduled_item(T0);
+        let d = demand(&[("rpm", 1)]);
+        img.vu = Some(0);
+        assert_eq!(
+            classify_fast_failure(Some(&img), &d, T0),
+            FastFailure::ScheduleBoundary
+        );
+        img.vu = Some(T0);
+        assert_eq!(
+            classify_fast_failure(Some(&img), &d, T0),
+            FastFailure::ScheduleBoundary
+        );
+        img.schedules.clear();
+        img.vu = Some(0);
+        assert_eq!(
+            classify_fast_failure(Some(&img), &d, T0),
+            FastFailure::AppLimitExhausted
+        );
+    }
+
+    #[test]
+    fn a_seed_spells_its_own_schedule_and_votes_for_vu() {
+        let img = fresh(&[rpm(10)], &BTreeMap::new(), 1, T0);
+        let tpm = {
+            let half = Entry::scaled("0-29 * * * *", 0.5).unwrap();
+            Limit::per_minute("tpm", 1000)
+                .with_schedule(Schedule::new(Zone::utc(), vec![half]).unwrap())
+        };
+        let plan = hard_pass(
+            &img,
+            &[rpm(10), tpm.clone()],
+            &BTreeMap::new(),
+            T0,
+            TtlAction::Keep,
+        );
+        let w = plan.writes.iter().find(|w| w.name == "tpm").unwrap();
+        let seed = w.seed.as_ref().expect("a seed");
+        assert_eq!(seed.tk, 500_000, "the capacity in force");
+        assert_eq!(seed.schedule.as_ref(), tpm.schedule());
+        assert_eq!(plan.vu.next, Some(HOUR_START + 30 * MINUTE));
+    }
+
+    #[test]
+    fn a_rejection_reports_the_share_in_force_and_the_walked_wait() {
+        let mut img = scheduled_item(T0);
+        img.limits.get_mut("rpm").unwrap().tk = 0;
+        let Gate::Reject(statuses) = fast_rejection_gate(&img, &demand(&[("rpm", 1)]), T0) else {
+            panic!("an empty bucket refuses");
+        };
+        assert_eq!(statuses[0].limit.capacity(), 50);
+        // One token at 50 a minute.
+        assert_eq!(statuses[0].retry_after_ms, 1201);
     }
 }

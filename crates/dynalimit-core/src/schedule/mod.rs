@@ -35,6 +35,8 @@ mod zone;
 mod tests;
 
 pub use cron::Cron;
-pub use model::{Entry, MAX_SCALE, Modifier, Params, ResetSchedule, Schedule, next_boundary};
+pub use model::{
+    Entry, MAX_SCALE, Modifier, Params, ResetSchedule, Schedule, next_boundary, one_zone,
+};
 pub use retry::retry_after_ms;
 pub use zone::Zone;

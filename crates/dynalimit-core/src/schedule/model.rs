@@ -4,7 +4,7 @@ use super::cron::Cron;
 use super::scan;
 use super::zone::Zone;
 use crate::CoreError;
-use crate::limit::{MAX_PERIOD_SECONDS, MAX_TOKENS, MILLI};
+use crate::units::{MAX_PERIOD_SECONDS, MAX_TOKENS, MILLI};
 
 /// Largest scale a schedule entry may apply.
 pub const MAX_SCALE: f64 = 1_000_000.0;
@@ -347,4 +347,26 @@ pub fn next_boundary(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// The one zone of a set of schedules (a bucket or configuration item stores one, reference
+/// §12.2), or an error naming the two that differ. `None` when none is scheduled.
+pub fn one_zone<'a>(
+    schedules: impl IntoIterator<Item = &'a Schedule>,
+) -> Result<Option<&'a Zone>, CoreError> {
+    let mut found: Option<&Zone> = None;
+    for s in schedules {
+        match found {
+            None => found = Some(s.zone()),
+            Some(z) if z != s.zone() => {
+                return Err(CoreError::invalid_value(
+                    "schedule zones",
+                    format!("{} and {}", z.name(), s.zone().name()),
+                    "every schedule of one configuration level or bucket shares one time zone",
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(found)
 }

@@ -7,9 +7,11 @@ use dynalimit_core::Limit;
 use dynalimit_core::bucket::{WCU, WCU_DEBIT_MILLI};
 use dynalimit_core::decide::{DeltaPlan, ProactiveRefill, RefillPlan, StampChange, TtlAction};
 use dynalimit_core::operation::ShardWrite;
+use dynalimit_core::schedule::Schedule;
 use dynalimit_format::attr::{self, BucketField, bucket_limit};
 use dynalimit_format::bucket::Owner;
 use dynalimit_format::expr::{Expr, num};
+use dynalimit_format::schedule::{self, UNSCHEDULED};
 
 use super::pause::not_paused;
 
@@ -104,20 +106,29 @@ pub(crate) fn refill_write(plan: &RefillPlan, owner: Option<&Owner>) -> Expr {
         TtlAction::Remove => e.remove(attr::TTL),
         TtlAction::Keep => {}
     }
-    if let Some(vu) = plan.remove_vu {
-        e.remove(attr::VU);
-        let c = e.cmp(attr::VU, "=", vu);
+    if plan.vu.changes() {
+        match plan.vu.next {
+            Some(next) => e.set(attr::VU, num(next)),
+            None => e.remove(attr::VU),
+        }
+        let c = match plan.vu.read {
+            Some(read) => e.cmp(attr::VU, "=", read),
+            None => e.not_exists(attr::VU),
+        };
         e.when(c);
         let c = shard_count_pin(&mut e, plan.shard_count);
         e.when(c);
     }
     for w in &plan.writes {
-        if let Some(seed) = w.seed {
+        if let Some(seed) = &w.seed {
             e.set(&tk(&w.name), num(seed.tk));
             e.set(&bucket_limit(&w.name, BucketField::Cp), num(seed.cp));
             e.set(&bucket_limit(&w.name, BucketField::Ra), num(seed.ra));
             e.set(&bucket_limit(&w.name, BucketField::Rp), num(seed.rp));
             e.add(&tc(&w.name), w.add_tc);
+            if w.name != WCU {
+                seed_schedules(&mut e, &w.name, seed.schedule.as_ref());
+            }
             let (no_cp, no_tk) = (
                 e.not_exists(&bucket_limit(&w.name, BucketField::Cp)),
                 e.not_exists(&tk(&w.name)),
@@ -151,6 +162,24 @@ pub(crate) fn refill_write(plan: &RefillPlan, owner: Option<&Owner>) -> Expr {
         stamp_change(&mut e, attr::BYPASS, stamp);
     }
     e
+}
+
+/// A seeded limit's schedules, spelled out rather than inherited from the item's default
+/// (reference §12.2): `b_{name}_sched` (its encoding or `"-"`), `b_{name}_rsched = "-"`, and
+/// the item's zone when it is scheduled.
+fn seed_schedules(e: &mut Expr, name: &str, schedule: Option<&Schedule>) {
+    let own = schedule.map_or_else(|| UNSCHEDULED.to_owned(), schedule::encode);
+    e.set(&attr::bucket_sched(name), AttributeValue::S(own));
+    e.set(
+        &attr::bucket_rsched(name),
+        AttributeValue::S(UNSCHEDULED.to_owned()),
+    );
+    if let Some(s) = schedule {
+        e.set(
+            attr::SCHED_TZ,
+            AttributeValue::S(s.zone().name().to_owned()),
+        );
+    }
 }
 
 /// The owner stamp of an rf-locked write (reference §3.7.2, §12.5): `cascade`, `parent_id`
@@ -275,9 +304,11 @@ fn shard_count_pin(e: &mut Expr, count: u32) -> String {
 }
 
 /// The parameter sync of a configuration change (reference §4.3): `SET vu = 0` (the next
-/// acquire takes one slow pass that materialises the new ceiling) and every limit's stored
-/// parameters, `REMOVE ttl` when the limits come from the entity level, on an existing item
-/// only. Every value is absolute, so the write may be applied twice.
+/// acquire takes one slow pass that materialises the new ceiling), every limit's stored
+/// parameters and schedules (the item's zone and default schedule, each limit's own where it
+/// differs, removed where none; reset schedules removed), `REMOVE ttl` when the limits come
+/// from the entity level, on an existing item only. Every value is absolute, so the write may
+/// be applied twice.
 pub(crate) fn sync_parameters(limits: &[Limit], remove_ttl: bool) -> Expr {
     let mut e = Expr::default();
     let c = e.exists(attr::PK);
@@ -291,6 +322,22 @@ pub(crate) fn sync_parameters(limits: &[Limit], remove_ttl: bool) -> Expr {
         ] {
             e.set(&bucket_limit(l.name(), field), num(value));
         }
+    }
+    let stored = schedule::item_schedules(limits.iter().map(|l| (l.name(), l.schedule())));
+    for (name, value) in [(attr::SCHED_TZ, stored.zone), (attr::SCHED, stored.default)] {
+        match value {
+            Some(v) => e.set(name, AttributeValue::S(v)),
+            None => e.remove(name),
+        }
+    }
+    e.remove(attr::RSCHED);
+    for l in limits {
+        let own = stored.overrides.iter().find(|(n, _)| n == l.name());
+        match own {
+            Some((_, v)) => e.set(&attr::bucket_sched(l.name()), AttributeValue::S(v.clone())),
+            None => e.remove(&attr::bucket_sched(l.name())),
+        }
+        e.remove(&attr::bucket_rsched(l.name()));
     }
     if remove_ttl {
         e.remove(attr::TTL);
@@ -567,14 +614,60 @@ mod tests {
         assert_eq!(
             text,
             "SET rf = 7000, b_tpm_tk = 95000, b_tpm_cp = 100000, b_tpm_ra = 100000, \
-             b_tpm_rp = 60000, b_wcu_tk = 1000000, b_wcu_cp = 1000000, b_wcu_ra = 1000000, \
-             b_wcu_rp = 1000 \
+             b_tpm_rp = 60000, b_tpm_sched = \"-\", b_tpm_rsched = \"-\", \
+             b_wcu_tk = 1000000, b_wcu_cp = 1000000, b_wcu_ra = 1000000, b_wcu_rp = 1000 \
              ADD b_rpm_tc 1000, b_tpm_tc 5000, b_wcu_tc 0 REMOVE vu IF (rf = 1000) AND \
              (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 7000) AND (vu = 0) AND (attribute_not_exists(shard_count) OR shard_count = 1) AND \
              (b_rpm_tk <= 0) AND \
              (attribute_not_exists(b_tpm_cp) OR attribute_not_exists(b_tpm_tk)) AND \
              (attribute_not_exists(b_wcu_cp) OR attribute_not_exists(b_wcu_tk))"
         );
+    }
+
+    #[test]
+    fn a_scheduled_seed_spells_its_schedule_and_the_write_stamps_the_next_boundary() {
+        use dynalimit_core::schedule::{Entry, Schedule, Zone};
+        let img = BucketImage {
+            rf: 1000,
+            shard_count: 1,
+            limits: BTreeMap::from([(
+                "rpm".to_owned(),
+                LimitState {
+                    tk: 10_000,
+                    cp: 10_000,
+                    ra: 10_000,
+                    rp: 60_000,
+                    tc: 0,
+                },
+            )]),
+            ..BucketImage::default()
+        };
+        let half = Entry::scaled("30-59 * * * *", 0.5).unwrap();
+        let zone = Zone::get("Asia/Kolkata").unwrap();
+        let tpm =
+            Limit::per_minute("tpm", 100).with_schedule(Schedule::new(zone, vec![half]).unwrap());
+        let limits = [Limit::per_minute("rpm", 10), tpm];
+        let Plan::Write(plan) = plan_refill(
+            &img,
+            &limits,
+            &BTreeMap::new(),
+            60_000,
+            TtlAction::Keep,
+            &Stamps::default(),
+        ) else {
+            panic!()
+        };
+        let text = render(&refill_write(&plan, None));
+        // 00:01:00 UTC is 05:31 in Kolkata: inside the window, which closes at 06:00 (00:30 UTC).
+        assert!(
+            text.starts_with(
+                "SET rf = 60000, vu = 1800000, b_tpm_tk = 50000, b_tpm_cp = 100000, \
+                 b_tpm_ra = 100000, b_tpm_rp = 60000, b_tpm_sched = \"1m30-59s500\", \
+                 b_tpm_rsched = \"-\", sched_tz = \"Asia/Kolkata\","
+            ),
+            "{text}"
+        );
+        assert!(text.contains("(attribute_not_exists(vu))"), "{text}");
     }
 
     #[test]
@@ -633,7 +726,13 @@ mod tests {
                 tc: 0,
             },
         )]);
-        let plan = plan_delta(&BTreeMap::from([("rpm".to_owned(), -2000)]), &states, 1);
+        let plan = plan_delta(
+            &BTreeMap::from([("rpm".to_owned(), -2000)]),
+            &states,
+            &BTreeMap::new(),
+            1,
+            0,
+        );
         assert_eq!(
             render(&delta(&plan, false)),
             "ADD b_rpm_tk 2000, b_rpm_tc -2000 IF (attribute_exists(PK)) AND \

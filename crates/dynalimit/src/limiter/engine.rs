@@ -11,6 +11,7 @@ use dynalimit_core::decide::{
     fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create, plan_delta, plan_refill,
     shard_in, split_from, stamp_deadline, statuses_from_image,
 };
+use dynalimit_core::schedule::Schedule;
 use dynalimit_format::config::{self, walk};
 use dynalimit_repository::bucket::{
     BucketKey, ConsumeOutcome, CreateOutcome, MetaCheck, RefillOutcome, SlowRead,
@@ -30,6 +31,8 @@ pub(crate) struct Entry {
     pub(crate) consumed: BTreeMap<String, i64>,
     /// The lease's view of the limits (capacity) for credit guards.
     pub(crate) states: BTreeMap<String, LimitState>,
+    /// The parameter schedules of those limits (their ceilings at a given time).
+    pub(crate) schedules: BTreeMap<String, Schedule>,
     pub(crate) shard_count: u32,
     /// Owner stamp of the item: cascade policy and parent.
     pub(crate) cascade: bool,
@@ -148,6 +151,7 @@ impl Inner {
             shard_count: img.shards(),
             cascade: img.cascade,
             states: img.limits,
+            schedules: img.schedules,
             parent_id: img.parent_id,
             overdrawn: if bypassed { Vec::new() } else { overdrawn },
             bypassed,
@@ -503,15 +507,24 @@ impl Inner {
                             .limits
                             .iter()
                             .map(|(l, tk, _)| {
-                                let mut state = LimitState::created(l, plan.shard_count, key.shard);
+                                let mut state =
+                                    LimitState::created(l, plan.shard_count, key.shard, now);
                                 state.tk = *tk;
                                 (l.name().to_owned(), state)
+                            })
+                            .collect();
+                        let schedules = plan
+                            .limits
+                            .iter()
+                            .filter_map(|(l, _, _)| {
+                                l.schedule().map(|s| (l.name().to_owned(), s.clone()))
                             })
                             .collect();
                         return Ok(Slow::Done(Entry {
                             key: key.clone(),
                             consumed: plan.consumed,
                             states,
+                            schedules,
                             shard_count: plan.shard_count,
                             cascade: owner.cascade,
                             parent_id: owner.parent_id,
@@ -596,7 +609,7 @@ impl Inner {
                             // The lease's view is the item after this write.
                             state.tk += w.add_tk;
                         }
-                        if let Some(seed) = w.seed {
+                        if let Some(seed) = &w.seed {
                             states.insert(
                                 w.name.clone(),
                                 LimitState {
@@ -609,10 +622,19 @@ impl Inner {
                             );
                         }
                     }
+                    // The configuration's schedules, as the write planned with them.
+                    let mut schedules = img.schedules.clone();
+                    for l in limits {
+                        match l.schedule() {
+                            Some(s) => schedules.insert(l.name().to_owned(), s.clone()),
+                            None => schedules.remove(l.name()),
+                        };
+                    }
                     Ok(Entry {
                         key: key.clone(),
                         consumed: plan.consumed,
                         states,
+                        schedules,
                         shard_count: img.shards(),
                         cascade: img.cascade,
                         parent_id: img.parent_id.clone(),
@@ -749,7 +771,8 @@ impl Inner {
         let plan: DeltaPlan = if entry.bypassed {
             plan_counted(net)
         } else {
-            plan_delta(net, &entry.states, entry.shard_count)
+            let now = self.clock.epoch_millis();
+            plan_delta(net, &entry.states, &entry.schedules, entry.shard_count, now)
         };
         self.store.apply_delta(&entry.key, &plan).await.map(|_| ())
     }

@@ -110,6 +110,7 @@ impl Lease {
         let Some(entry) = self.entries.first() else {
             return Vec::new();
         };
+        let now = self.inner.as_ref().map_or(0, |i| i.clock.epoch_millis());
         entry
             .consumed
             .iter()
@@ -117,7 +118,10 @@ impl Lease {
                 let adjusted = state.adjustments.get(name).copied().unwrap_or(0);
                 let mut after = *entry.states.get(name)?;
                 after.tk = after.tk.saturating_sub(adjusted);
-                let mut st = admitted_status(name, &after, entry.shard_count, consumed + adjusted);
+                let schedule = entry.schedules.get(name);
+                let shards = entry.shard_count;
+                let mut st =
+                    admitted_status(name, &after, schedule, shards, consumed + adjusted, now);
                 st.overdrawn = entry.overdrawn.contains(name);
                 Some(st)
             })

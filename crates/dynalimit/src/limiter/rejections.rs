@@ -336,7 +336,7 @@ mod tests {
             shard_count: shards,
             ..BucketImage::default()
         };
-        let mut state = LimitState::starting(&limits[0], shards);
+        let mut state = LimitState::starting(&limits[0], shards, 0);
         state.tk = tokens * 1000;
         img.limits.insert("rpm".into(), state);
         img
