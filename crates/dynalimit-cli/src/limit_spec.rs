@@ -1,12 +1,22 @@
 //! The text form of limits: `rpm=100/min,tpm=10000/min:burst=20000`, and the YAML file form.
 //!
-//! One limit is `NAME=RATE[/PERIOD][:burst=N]`. `PERIOD` is `sec`, `min` (the default), `hour`,
-//! `day`, or a number of seconds such as `10s`. Without a burst the capacity equals the rate.
-//! Names follow the library's rule: a name that is an attribute of the table's items (`ttl`,
-//! `window`, `total_events`, `PK`, …, see `dynalimit_format::attr::ALL`) is
-//! refused before anything is sent.
+//! One limit is `NAME=RATE[/PERIOD][:burst=N][@ZONE][[CRON=CHANGE]]...`. `PERIOD` is `sec`,
+//! `min` (the default), `hour`, `day`, or a number of seconds such as `10s`. Without a burst the
+//! capacity equals the rate. Names follow the library's rule: a name that is an attribute of
+//! the table's items (`ttl`, `window`, `total_events`, `PK`, …, see
+//! `dynalimit_format::attr::ALL`) is refused before anything is sent.
 //!
-//! The YAML file maps names to the same text, or to `{rate, per, burst}`:
+//! A schedule follows in brackets, one entry each, tried in order: a five-field cron pattern,
+//! `=`, and what changes while it matches: `scale X`, or any of `burst N` (capacity), `rate N`
+//! (refill amount) and `per PERIOD` (refill period). `@ZONE` names the IANA time zone of the
+//! patterns (UTC without it). Half rate during office hours in Berlin, and a capacity of 2000
+//! at night:
+//!
+//! ```text
+//! tpm=10000/min@Europe/Berlin[* 9-17 * * MON-FRI=scale 0.5][* 0-6 * * *=burst 2000]
+//! ```
+//!
+//! The YAML file maps names to the same text, or to `{rate, per, burst, tz, schedule}`:
 //!
 //! ```yaml
 //! rpm: 100/min
@@ -14,11 +24,17 @@
 //!   rate: 10000
 //!   per: min
 //!   burst: 20000
+//!   tz: Europe/Berlin
+//!   schedule:
+//!     - {cron: "* 9-17 * * MON-FRI", scale: 0.5}
+//!     - {cron: "* 0-6 * * *", burst: 2000}
 //! ```
 
 use anyhow::{Context, Result, anyhow, bail};
 use dynalimit_core::Limit;
+use dynalimit_core::schedule::{Entry, Modifier, Schedule, Zone};
 use dynalimit_format::attr;
+use dynalimit_format::schedule::named_cron;
 
 /// Seconds of a period name.
 fn period_seconds(period: &str) -> Result<i64> {
@@ -51,11 +67,110 @@ fn build(name: &str, rate: i64, period: i64, burst: Option<i64>) -> Result<Limit
     Ok(limit)
 }
 
-/// Parses one limit, `NAME=RATE[/PERIOD][:burst=N]`.
+/// Parses one limit, `NAME=RATE[/PERIOD][:burst=N][@ZONE][[CRON=CHANGE]]...`.
 ///
 /// # Errors
 /// A message naming what is wrong.
 pub(crate) fn parse_limit(text: &str) -> Result<Limit> {
+    let (head, entries) = match text.find('[') {
+        Some(at) => (&text[..at], Some(&text[at..])),
+        None => (text, None),
+    };
+    let (head, zone) = match head.split_once('@') {
+        Some((head, zone)) => (head, Some(zone.trim())),
+        None => (head, None),
+    };
+    let limit = parse_plain(head)?;
+    match (entries, zone) {
+        (None, None) => Ok(limit),
+        (None, Some(_)) => bail!(
+            "limit {:?}: a time zone (@ZONE) needs a schedule, e.g. \
+             @Europe/Berlin[* 9-17 * * MON-FRI=scale 0.5]",
+            limit.name()
+        ),
+        (Some(entries), zone) => {
+            let name = limit.name().to_owned();
+            let entries = parse_entries(&name, entries)?;
+            let zone =
+                Zone::get(zone.unwrap_or("UTC")).with_context(|| format!("limit {name:?}"))?;
+            let schedule =
+                Schedule::new(zone, entries).with_context(|| format!("limit {name:?}"))?;
+            Ok(limit.with_schedule(schedule))
+        }
+    }
+}
+
+/// The bracketed entries of a schedule: `[CRON=CHANGE][CRON=CHANGE]...`.
+fn parse_entries(name: &str, mut text: &str) -> Result<Vec<Entry>> {
+    let mut entries = Vec::new();
+    loop {
+        text = text.trim();
+        if text.is_empty() {
+            return Ok(entries);
+        }
+        let body = text
+            .strip_prefix('[')
+            .and_then(|t| t.split_once(']'))
+            .ok_or_else(|| {
+                anyhow!("limit {name:?}: each schedule entry is [CRON=CHANGE], got {text:?}")
+            })?;
+        let (entry, rest) = body;
+        let (cron, change) = entry.split_once('=').ok_or_else(|| {
+            anyhow!(
+                "limit {name:?}: schedule entry {entry:?} must be CRON=CHANGE, \
+                 e.g. [* 9-17 * * MON-FRI=scale 0.5]"
+            )
+        })?;
+        entries.push(entry_of(name, cron, &words(change)?)?);
+        text = rest;
+    }
+}
+
+/// `key value` pairs of a schedule entry's change.
+fn words(change: &str) -> Result<Vec<(String, String)>> {
+    let parts: Vec<&str> = change.split_whitespace().collect();
+    if parts.is_empty() || !parts.len().is_multiple_of(2) {
+        bail!("a change is `scale X` or any of `burst N`, `rate N`, `per PERIOD`, got {change:?}");
+    }
+    Ok(parts
+        .chunks(2)
+        .map(|p| (p[0].to_owned(), p[1].to_owned()))
+        .collect())
+}
+
+/// One schedule entry from its pattern and its change, as `(key, value)` pairs.
+fn entry_of(name: &str, cron: &str, change: &[(String, String)]) -> Result<Entry> {
+    let mut scale = None;
+    let (mut capacity, mut rate, mut per) = (None, None, None);
+    for (key, value) in change {
+        match key.as_str() {
+            "scale" => {
+                scale = Some(
+                    value
+                        .parse::<f64>()
+                        .map_err(|_| anyhow!("limit {name:?}: scale {value:?} is not a number"))?,
+                );
+            }
+            "burst" => capacity = Some(number("burst", value)?),
+            "rate" => rate = Some(number("rate", value)?),
+            "per" => per = Some(period_seconds(value)?),
+            other => {
+                bail!("limit {name:?}: unknown change {other:?} (use scale, or burst, rate, per)")
+            }
+        }
+    }
+    let entry = match scale {
+        Some(_) if capacity.is_some() || rate.is_some() || per.is_some() => bail!(
+            "limit {name:?}: an entry changes the scale or the values (burst, rate, per), not both"
+        ),
+        Some(scale) => Entry::scaled(cron, scale),
+        None => Entry::absolute(cron, capacity, rate, per),
+    };
+    entry.with_context(|| format!("limit {name:?}"))
+}
+
+/// Parses a limit without a schedule, `NAME=RATE[/PERIOD][:burst=N]`.
+fn parse_plain(text: &str) -> Result<Limit> {
     let (name, spec) = text.split_once('=').ok_or_else(|| {
         anyhow!("limit {text:?} must look like NAME=RATE[/PERIOD][:burst=N], e.g. rpm=100/min")
     })?;
@@ -81,12 +196,31 @@ pub(crate) fn parse_limit(text: &str) -> Result<Limit> {
 /// # Errors
 /// A message naming the first bad limit, or a repeated name.
 pub(crate) fn parse_limits(text: &str) -> Result<Vec<Limit>> {
-    let limits = text
-        .split(',')
+    let limits = split_top_level(text)
+        .into_iter()
         .filter(|s| !s.trim().is_empty())
         .map(parse_limit)
         .collect::<Result<Vec<_>>>()?;
     check(limits)
+}
+
+/// Splits on the commas outside brackets (a schedule's cron fields have commas of their own).
+fn split_top_level(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                out.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&text[start..]);
+    out
 }
 
 fn check(limits: Vec<Limit>) -> Result<Vec<Limit>> {
@@ -141,12 +275,19 @@ pub(crate) fn parse_limits_yaml(text: &str) -> Result<Vec<Limit>> {
                     Some(_) => bail!("limit {name:?}: per must be a period such as min"),
                 };
                 for key in m.keys() {
-                    let known = ["rate", "per", "burst"];
+                    let known = ["rate", "per", "burst", "tz", "schedule"];
                     if !key.as_str().is_some_and(|k| known.contains(&k)) {
-                        bail!("limit {name:?}: unknown field {key:?} (use rate, per, burst)");
+                        bail!(
+                            "limit {name:?}: unknown field {key:?} \
+                             (use rate, per, burst, tz, schedule)"
+                        );
                     }
                 }
-                build(name, rate, period, int("burst")?)?
+                let limit = build(name, rate, period, int("burst")?)?;
+                match yaml_schedule(name, field("tz"), field("schedule"))? {
+                    Some(schedule) => limit.with_schedule(schedule),
+                    None => limit,
+                }
             }
             _ => bail!(
                 "limit {name:?}: expected text like 100/min or a mapping with rate, per, burst"
@@ -157,18 +298,99 @@ pub(crate) fn parse_limits_yaml(text: &str) -> Result<Vec<Limit>> {
     check(limits)
 }
 
-/// The text form of a limit (inverse of [`parse_limit`]).
-pub(crate) fn format_limit(limit: &Limit) -> String {
-    let period = match limit.refill_period_seconds() {
+/// The `tz` and `schedule` fields of a limit in the YAML form.
+fn yaml_schedule(
+    name: &str,
+    tz: Option<&serde_yaml_ng::Value>,
+    schedule: Option<&serde_yaml_ng::Value>,
+) -> Result<Option<Schedule>> {
+    use serde_yaml_ng::Value;
+    let Some(schedule) = schedule else {
+        if tz.is_some() {
+            bail!("limit {name:?}: tz needs a schedule");
+        }
+        return Ok(None);
+    };
+    let list = schedule
+        .as_sequence()
+        .ok_or_else(|| anyhow!("limit {name:?}: schedule must be a list of entries"))?;
+    let mut entries = Vec::new();
+    for item in list {
+        let m = item.as_mapping().ok_or_else(|| {
+            anyhow!(
+                "limit {name:?}: a schedule entry is a mapping such as {{cron: ..., scale: 0.5}}"
+            )
+        })?;
+        let mut cron = None;
+        let mut change = Vec::new();
+        for (k, v) in m {
+            let key = k.as_str().unwrap_or_default();
+            let value = match v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                _ => bail!("limit {name:?}: {key} must be text or a number"),
+            };
+            if key == "cron" {
+                cron = Some(value);
+            } else {
+                change.push((key.to_owned(), value));
+            }
+        }
+        let cron = cron.ok_or_else(|| anyhow!("limit {name:?}: a schedule entry needs cron"))?;
+        entries.push(entry_of(name, &cron, &change)?);
+    }
+    let zone = match tz {
+        None => Zone::utc(),
+        Some(z) => {
+            Zone::get(z.as_str().unwrap_or_default()).with_context(|| format!("limit {name:?}"))?
+        }
+    };
+    Ok(Some(
+        Schedule::new(zone, entries).with_context(|| format!("limit {name:?}"))?,
+    ))
+}
+
+fn period_text(seconds: i64) -> String {
+    match seconds {
         1 => "sec".to_string(),
         60 => "min".to_string(),
         3600 => "hour".to_string(),
         86_400 => "day".to_string(),
         n => format!("{n}s"),
-    };
+    }
+}
+
+/// The text form of a limit (inverse of [`parse_limit`]).
+pub(crate) fn format_limit(limit: &Limit) -> String {
+    let period = period_text(limit.refill_period_seconds());
     let mut out = format!("{}={}/{period}", limit.name(), limit.refill_amount());
     if limit.capacity() != limit.refill_amount() {
         out.push_str(&format!(":burst={}", limit.capacity()));
+    }
+    if let Some(s) = limit.schedule() {
+        if s.zone().name() != "UTC" {
+            out.push('@');
+            out.push_str(s.zone().name());
+        }
+        for e in s.entries() {
+            let change = match e.modifier() {
+                Modifier::Scale { per_mille } => format!("scale {}", f64::from(per_mille) / 1000.0),
+                Modifier::Absolute {
+                    capacity,
+                    refill_amount,
+                    refill_period_seconds,
+                } => [
+                    capacity.map(|c| format!("burst {c}")),
+                    refill_amount.map(|a| format!("rate {a}")),
+                    refill_period_seconds.map(|p| format!("per {}", period_text(p))),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" "),
+            };
+            out.push_str(&format!("[{}={change}]", named_cron(e.cron())));
+        }
     }
     out
 }
@@ -215,6 +437,53 @@ mod tests {
         ] {
             assert_eq!(format_limit(&parse_limit(text).unwrap()), text);
         }
+    }
+
+    #[test]
+    fn schedules_parse_and_round_trip() {
+        for text in [
+            "tpm=10000/min@Europe/Berlin[* 9-17 * * MON-FRI=scale 0.5][* 0-6 * * *=burst 2000]",
+            "rpm=100/min[0,30 * * * *=rate 50 per hour]",
+        ] {
+            let limits = parse_limits(&format!("{text},other=1/sec")).unwrap();
+            assert_eq!(limits.len(), 2, "{text}");
+            assert_eq!(format_limit(&limits[0]), text);
+        }
+        let tpm = parse_limit("tpm=100/min@Asia/Kolkata[* 9-17 * * *=scale 0.25]").unwrap();
+        let s = tpm.schedule().unwrap();
+        assert_eq!(s.zone().name(), "Asia/Kolkata");
+        assert_eq!(
+            s.entries()[0].modifier(),
+            Modifier::Scale { per_mille: 250 }
+        );
+        for (text, needle) in [
+            ("rpm=1/min[* * * * *]", "CRON=CHANGE"),
+            ("rpm=1/min[* * * *=scale 2]", "5 fields"),
+            ("rpm=1/min[* * * * *=scale 2 burst 3]", "not both"),
+            ("rpm=1/min[* * * * *=cap 3]", "unknown change"),
+            ("rpm=1/min[* * * * *=scale]", "a change is"),
+            ("rpm=1/min@Nowhere/Town[* * * * *=scale 2]", "time zone"),
+            ("rpm=1/min@Europe/Berlin", "needs a schedule"),
+            ("rpm=1/min[0 0 L * *=scale 2]", "not supported"),
+            ("rpm=1/min[* * * * *=scale 0]", "positive"),
+        ] {
+            let err = parse_limits(text).unwrap_err();
+            assert!(format!("{err:#}").contains(needle), "{text}: {err:#}");
+        }
+    }
+
+    #[test]
+    fn yaml_takes_schedules() {
+        let limits = parse_limits_yaml(
+            "tpm:\n  rate: 10000\n  per: min\n  tz: Europe/Berlin\n  schedule:\n    - {cron: \"* 9-17 * * MON-FRI\", scale: 0.5}\n    - {cron: \"* 0-6 * * *\", burst: 2000, per: 30s}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            format_limit(&limits[0]),
+            "tpm=10000/min@Europe/Berlin[* 9-17 * * MON-FRI=scale 0.5][* 0-6 * * *=burst 2000 per 30s]"
+        );
+        assert!(parse_limits_yaml("a:\n  rate: 1\n  tz: UTC\n").is_err());
+        assert!(parse_limits_yaml("a:\n  rate: 1\n  schedule:\n    - {scale: 2}\n").is_err());
     }
 
     #[test]

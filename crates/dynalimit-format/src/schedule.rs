@@ -423,6 +423,14 @@ pub fn to_cron(encoded_entry: &str) -> Result<String, FormatError> {
     Ok(fields.join(" "))
 }
 
+/// A pattern as its stored form reads back, months and weekdays named, for display: what
+/// was written `* 9-17 * * 1-5` or `* 9-17 * * mon-fri` shows as `* 9-17 * * MON-FRI`.
+pub fn named_cron(cron: &Cron) -> String {
+    let mut body = ENCODING_VERSION.to_string();
+    encode_cron(cron, &mut body);
+    to_cron(&body).unwrap_or_else(|_| cron.to_string())
+}
+
 /// Names the numbers of each item's base (not of its step), keeping numbers with no name.
 fn render_named(spec: &str, name: impl Fn(usize) -> Option<&'static str>) -> String {
     spec.split(',')

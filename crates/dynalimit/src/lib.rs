@@ -64,6 +64,12 @@ pub mod time {
 }
 
 pub use dynalimit_core::Limit;
+
+/// Scheduled limits (reference §12.2): the parameters a limit has at a time of day, in an
+/// IANA time zone ([`Limit::with_schedule`]).
+pub mod schedule {
+    pub use dynalimit_core::schedule::{Cron, Entry, Modifier, Params, Schedule, Zone};
+}
 #[cfg(feature = "dynamodb")]
 pub use dynalimit_repository::{
     Access, AuditEvent, AuditPage, BucketOperation, CacheStats, ConfigLevel, DisabledFlag, Entity,

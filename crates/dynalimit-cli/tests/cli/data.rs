@@ -256,6 +256,35 @@ async fn limits_set_get_resolve_list_delete_at_every_level() {
 }
 
 #[tokio::test]
+async fn scheduled_limits_are_set_and_shown_in_the_text_form() {
+    let f = Fixture::new().await;
+    let spec = "tpm=10000/min@Europe/Berlin[* 9-17 * * MON-FRI=scale 0.5][* 0-6 * * *=burst 2000]";
+    let set = f
+        .run(&[
+            "limits",
+            "set",
+            "--resource",
+            "gpt-4",
+            &format!("{spec},rpm=100/min"),
+        ])
+        .json();
+    assert_eq!(set["limits"], json!(["rpm=100/min", spec]));
+    let got = f.run(&["limits", "get", "--resource", "gpt-4"]).json();
+    assert_eq!(got["limits"], json!(["rpm=100/min", spec]));
+    // Two zones on one level are refused before anything is written.
+    f.run(&[
+        "limits",
+        "set",
+        "--resource",
+        "gpt-4",
+        "a=1/min@Europe/Paris[* 0 * * *=scale 2],b=1/min@Asia/Tokyo[* 0 * * *=scale 2]",
+    ])
+    .fails(2, "one time zone");
+    let got = f.run(&["limits", "get", "--resource", "gpt-4"]).json();
+    assert_eq!(got["limits"], json!(["rpm=100/min", spec]), "unchanged");
+}
+
+#[tokio::test]
 async fn audit_lists_entity_resource_and_system_events() {
     let f = Fixture::new().await;
     f.run(&["entity", "create", "key-1"]).json();
