@@ -23,7 +23,7 @@ Lambda stream records it is given, against the same table.
 
 Limits travel as ``{"name", "capacity", "refill_amount", "refill_period_seconds"}`` (plus
 ``"schedule"``, a list of ``{"cron", "tz", and "scale" or any of the absolute fields}``, on a
-scheduled limit), entities
+scheduled limit, and ``"reset"``, a list of ``{"cron", "tz"}``, on a calendar quota), entities
 as their ``zae_limiter.Entity`` fields, buckets as their raw DynamoDB attribute values
 (``{"N": "..."}``, ``{"S": "..."}``, ...) so the caller compares stored values exactly.
 """
@@ -58,6 +58,8 @@ def limit_to_json(limit: Limit) -> dict[str, Any]:
         "refill_amount": limit.refill_amount,
         "refill_period_seconds": limit.refill_period_seconds,
     }
+    if limit.reset_schedule:
+        doc["reset"] = [{"cron": e.cron, "tz": e.tz} for e in limit.reset_schedule]
     if limit.schedule:
         doc["schedule"] = [
             {"cron": e.cron, "tz": e.tz}
@@ -68,6 +70,15 @@ def limit_to_json(limit: Limit) -> dict[str, Any]:
 
 
 def limit_from_json(doc: dict[str, Any]) -> Limit:
+    if doc.get("reset"):
+        return Limit(
+            name=doc["name"],
+            capacity=doc["capacity"],
+            refill_amount=0,
+            refill_period_seconds=doc["refill_period_seconds"],
+            reset_schedule=tuple(ScheduleEntry.reset(e["cron"], e["tz"]) for e in doc["reset"]),
+            soft=doc.get("soft", False),
+        )
     limit = Limit.custom(
         doc["name"],
         capacity=doc["capacity"],

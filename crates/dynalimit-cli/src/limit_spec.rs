@@ -16,6 +16,14 @@
 //! tpm=10000/min@Europe/Berlin[* 9-17 * * MON-FRI=scale 0.5][* 0-6 * * *=burst 2000]
 //! ```
 //!
+//! A calendar quota is `NAME=AMOUNT/quota` with its reset patterns in brackets: the allowance
+//! comes back whole at each one's first matching minute and never drips. Ten million tokens a
+//! month from the 1st, in New York:
+//!
+//! ```text
+//! tokens=10000000/quota@America/New_York[0 0 1 * *]
+//! ```
+//!
 //! The YAML file maps names to the same text, or to `{rate, per, burst, tz, schedule}`:
 //!
 //! ```yaml
@@ -28,11 +36,15 @@
 //!   schedule:
 //!     - {cron: "* 9-17 * * MON-FRI", scale: 0.5}
 //!     - {cron: "* 0-6 * * *", burst: 2000}
+//! tokens:
+//!   quota: 10000000
+//!   reset: "0 0 1 * *"
+//!   tz: America/New_York
 //! ```
 
 use anyhow::{Context, Result, anyhow, bail};
 use dynalimit_core::Limit;
-use dynalimit_core::schedule::{Entry, Modifier, Schedule, Zone};
+use dynalimit_core::schedule::{Cron, Entry, Modifier, ResetSchedule, Schedule, Zone};
 use dynalimit_format::attr;
 use dynalimit_format::schedule::named_cron;
 
@@ -80,48 +92,77 @@ pub(crate) fn parse_limit(text: &str) -> Result<Limit> {
         Some((head, zone)) => (head, Some(zone.trim())),
         None => (head, None),
     };
-    let limit = parse_plain(head)?;
-    match (entries, zone) {
-        (None, None) => Ok(limit),
-        (None, Some(_)) => bail!(
-            "limit {:?}: a time zone (@ZONE) needs a schedule, e.g. \
-             @Europe/Berlin[* 9-17 * * MON-FRI=scale 0.5]",
-            limit.name()
-        ),
-        (Some(entries), zone) => {
-            let name = limit.name().to_owned();
-            let entries = parse_entries(&name, entries)?;
-            let zone =
-                Zone::get(zone.unwrap_or("UTC")).with_context(|| format!("limit {name:?}"))?;
-            let schedule =
-                Schedule::new(zone, entries).with_context(|| format!("limit {name:?}"))?;
-            Ok(limit.with_schedule(schedule))
+    let quota = head.trim_end().strip_suffix("/quota");
+    let limit = match quota {
+        Some(head) => {
+            let (name, amount) = head.split_once('=').ok_or_else(|| {
+                anyhow!("quota {text:?} must look like NAME=AMOUNT/quota[CRON], e.g. q=1000/quota[0 0 * * *]")
+            })?;
+            Limit::custom(name.trim(), number("amount", amount)?, 0, 1)
         }
+        None => parse_plain(head)?,
+    };
+    let name = limit.name().to_owned();
+    let (entries, resets) = match entries {
+        Some(entries) => parse_entries(&name, entries)?,
+        None => (Vec::new(), Vec::new()),
+    };
+    if entries.is_empty() && resets.is_empty() && zone.is_some() {
+        bail!(
+            "limit {name:?}: a time zone (@ZONE) needs a schedule, e.g. \
+             @Europe/Berlin[* 9-17 * * MON-FRI=scale 0.5]"
+        );
     }
+    if quota.is_some() == resets.is_empty() {
+        bail!(
+            "limit {name:?}: a quota (NAME=AMOUNT/quota) has reset patterns in brackets and \
+             only a quota has them, e.g. q=1000/quota[0 0 * * *]"
+        );
+    }
+    let zone = Zone::get(zone.unwrap_or("UTC")).with_context(|| format!("limit {name:?}"))?;
+    let mut limit = limit;
+    if !entries.is_empty() {
+        let schedule =
+            Schedule::new(zone.clone(), entries).with_context(|| format!("limit {name:?}"))?;
+        limit = limit.with_schedule(schedule);
+    }
+    if !resets.is_empty() {
+        let reset = ResetSchedule::new(zone, resets).with_context(|| format!("limit {name:?}"))?;
+        limit = limit.with_reset(reset);
+    }
+    attr::validate_limit(&limit).with_context(|| format!("limit {name:?}"))?;
+    Ok(limit)
 }
 
-/// The bracketed entries of a schedule: `[CRON=CHANGE][CRON=CHANGE]...`.
-fn parse_entries(name: &str, mut text: &str) -> Result<Vec<Entry>> {
-    let mut entries = Vec::new();
+/// The bracketed entries after a limit: `[CRON=CHANGE]` entries of its schedule, and, for a
+/// quota, `[CRON]` reset patterns (a pattern that matches every minute is refused).
+fn parse_entries(name: &str, mut text: &str) -> Result<(Vec<Entry>, Vec<Cron>)> {
+    let (mut entries, mut resets) = (Vec::new(), Vec::new());
     loop {
         text = text.trim();
         if text.is_empty() {
-            return Ok(entries);
+            return Ok((entries, resets));
         }
-        let body = text
+        let (entry, rest) = text
             .strip_prefix('[')
             .and_then(|t| t.split_once(']'))
             .ok_or_else(|| {
-                anyhow!("limit {name:?}: each schedule entry is [CRON=CHANGE], got {text:?}")
+                anyhow!(
+                    "limit {name:?}: each schedule entry is [CRON=CHANGE] or [CRON], got {text:?}"
+                )
             })?;
-        let (entry, rest) = body;
-        let (cron, change) = entry.split_once('=').ok_or_else(|| {
-            anyhow!(
-                "limit {name:?}: schedule entry {entry:?} must be CRON=CHANGE, \
-                 e.g. [* 9-17 * * MON-FRI=scale 0.5]"
-            )
-        })?;
-        entries.push(entry_of(name, cron, &words(change)?)?);
+        match entry.split_once('=') {
+            Some((cron, change)) => entries.push(entry_of(name, cron, &words(change)?)?),
+            None => {
+                let cron = Cron::parse(entry).with_context(|| format!("limit {name:?}"))?;
+                if cron.matches_always() {
+                    bail!(
+                        "limit {name:?}: the reset pattern {entry:?} matches every minute, so it never resets"
+                    );
+                }
+                resets.push(cron);
+            }
+        }
         text = rest;
     }
 }
@@ -264,6 +305,19 @@ pub(crate) fn parse_limits_yaml(text: &str) -> Result<Vec<Limit>> {
                             .ok_or_else(|| anyhow!("limit {name:?}: {f} must be a whole number")),
                     }
                 };
+                for key in m.keys() {
+                    let known = ["rate", "per", "burst", "tz", "schedule", "quota", "reset"];
+                    if !key.as_str().is_some_and(|k| known.contains(&k)) {
+                        bail!(
+                            "limit {name:?}: unknown field {key:?} \
+                             (use rate, per, burst, tz, schedule; quota, reset)"
+                        );
+                    }
+                }
+                if let Some(amount) = int("quota")? {
+                    limits.push(yaml_quota(name, amount, m)?);
+                    continue;
+                }
                 let rate =
                     int("rate")?.ok_or_else(|| anyhow!("limit {name:?}: rate is missing"))?;
                 let period = match field("per") {
@@ -274,15 +328,6 @@ pub(crate) fn parse_limits_yaml(text: &str) -> Result<Vec<Limit>> {
                         .ok_or_else(|| anyhow!("limit {name:?}: per must be a period"))?,
                     Some(_) => bail!("limit {name:?}: per must be a period such as min"),
                 };
-                for key in m.keys() {
-                    let known = ["rate", "per", "burst", "tz", "schedule"];
-                    if !key.as_str().is_some_and(|k| known.contains(&k)) {
-                        bail!(
-                            "limit {name:?}: unknown field {key:?} \
-                             (use rate, per, burst, tz, schedule)"
-                        );
-                    }
-                }
                 let limit = build(name, rate, period, int("burst")?)?;
                 match yaml_schedule(name, field("tz"), field("schedule"))? {
                     Some(schedule) => limit.with_schedule(schedule),
@@ -296,6 +341,24 @@ pub(crate) fn parse_limits_yaml(text: &str) -> Result<Vec<Limit>> {
         limits.push(limit);
     }
     check(limits)
+}
+
+/// A quota in the YAML form: `{quota: N, reset: CRON or [CRON, ...], tz: ZONE}`.
+fn yaml_quota(name: &str, amount: i64, m: &serde_yaml_ng::Mapping) -> Result<Limit> {
+    use serde_yaml_ng::Value;
+    for key in ["rate", "per", "burst", "schedule"] {
+        if m.contains_key(key) {
+            bail!("limit {name:?}: a quota takes quota, reset and tz, not {key}");
+        }
+    }
+    let crons: Vec<&str> = match m.get("reset") {
+        Some(Value::String(c)) => vec![c.as_str()],
+        Some(Value::Sequence(list)) => list.iter().filter_map(Value::as_str).collect(),
+        _ => bail!("limit {name:?}: a quota needs reset, a cron pattern such as \"0 0 1 * *\""),
+    };
+    let zone = m.get("tz").and_then(Value::as_str).unwrap_or("UTC");
+    let text = crons.iter().map(|c| format!("[{c}]")).collect::<String>();
+    parse_limit(&format!("{name}={amount}/quota@{zone}{text}"))
 }
 
 /// The `tz` and `schedule` fields of a limit in the YAML form.
@@ -362,16 +425,25 @@ fn period_text(seconds: i64) -> String {
 
 /// The text form of a limit (inverse of [`parse_limit`]).
 pub(crate) fn format_limit(limit: &Limit) -> String {
-    let period = period_text(limit.refill_period_seconds());
-    let mut out = format!("{}={}/{period}", limit.name(), limit.refill_amount());
-    if limit.capacity() != limit.refill_amount() {
-        out.push_str(&format!(":burst={}", limit.capacity()));
+    let mut out = match limit.reset() {
+        Some(_) => format!("{}={}/quota", limit.name(), limit.capacity()),
+        None => {
+            let period = period_text(limit.refill_period_seconds());
+            let mut out = format!("{}={}/{period}", limit.name(), limit.refill_amount());
+            if limit.capacity() != limit.refill_amount() {
+                out.push_str(&format!(":burst={}", limit.capacity()));
+            }
+            out
+        }
+    };
+    if let Some(z) = limit.zones().next().filter(|z| z.name() != "UTC") {
+        out.push('@');
+        out.push_str(z.name());
+    }
+    for c in limit.reset().map(ResetSchedule::crons).unwrap_or_default() {
+        out.push_str(&format!("[{}]", named_cron(c)));
     }
     if let Some(s) = limit.schedule() {
-        if s.zone().name() != "UTC" {
-            out.push('@');
-            out.push_str(s.zone().name());
-        }
         for e in s.entries() {
             let change = match e.modifier() {
                 Modifier::Scale { per_mille } => format!("scale {}", f64::from(per_mille) / 1000.0),
@@ -457,7 +529,7 @@ mod tests {
             Modifier::Scale { per_mille: 250 }
         );
         for (text, needle) in [
-            ("rpm=1/min[* * * * *]", "CRON=CHANGE"),
+            ("rpm=1/min[0 * * * *]", "reset patterns"),
             ("rpm=1/min[* * * *=scale 2]", "5 fields"),
             ("rpm=1/min[* * * * *=scale 2 burst 3]", "not both"),
             ("rpm=1/min[* * * * *=cap 3]", "unknown change"),
@@ -470,6 +542,37 @@ mod tests {
             let err = parse_limits(text).unwrap_err();
             assert!(format!("{err:#}").contains(needle), "{text}: {err:#}");
         }
+    }
+
+    #[test]
+    fn quotas_parse_and_round_trip() {
+        for text in [
+            "tokens=10000000/quota@America/New_York[0 0 1 * *]",
+            "requests=100/quota[0 0 * * *][0 12 * * *]",
+        ] {
+            let limit = parse_limit(text).unwrap();
+            assert!(limit.is_quota(), "{text}");
+            assert_eq!(format_limit(&limit), text);
+        }
+        let yaml = parse_limits_yaml(
+            "tokens:\n  quota: 500\n  reset: \"0 0 1 * *\"\n  tz: Europe/Paris\n",
+        )
+        .unwrap();
+        assert_eq!(
+            format_limit(&yaml[0]),
+            "tokens=500/quota@Europe/Paris[0 0 1 * *]"
+        );
+        for (text, needle) in [
+            ("q=10/quota", "reset patterns"),
+            ("q=10/min[0 0 * * *]", "reset patterns"),
+            ("q=10/quota[* * * * *]", "every minute"),
+            ("q=ten/quota[0 0 * * *]", "whole number"),
+        ] {
+            let err = parse_limits(text).unwrap_err();
+            assert!(format!("{err:#}").contains(needle), "{text}: {err:#}");
+        }
+        assert!(parse_limits_yaml("q:\n  quota: 5\n").is_err());
+        assert!(parse_limits_yaml("q:\n  quota: 5\n  reset: \"0 0 * * *\"\n  rate: 3\n").is_err());
     }
 
     #[test]

@@ -140,9 +140,10 @@ pub fn retry_after_ms(deficit: i64, p: ShardParams) -> i64 {
     i64::try_from(wait).unwrap_or(i64::MAX)
 }
 
-/// The TTL horizon of a set of dripping limits in seconds: the largest time-to-fill
-/// `(capacity / refill_amount) × period_seconds` over each limit's base and every window of
-/// its schedule, in floating point, as the reference computes it (§2.6).
+/// The TTL horizon of a set of limits in seconds, in floating point, as the reference computes
+/// it (§2.6): for a dripping limit the largest time-to-fill `(capacity / refill_amount) ×
+/// period_seconds` over its base and every window of its schedule; for a quota the shortest
+/// cycle of its reset patterns.
 pub fn ttl_horizon_seconds<'a>(limits: impl IntoIterator<Item = &'a Limit>) -> f64 {
     #[allow(clippy::cast_precision_loss)]
     let fill = |p: Params| {
@@ -151,15 +152,29 @@ pub fn ttl_horizon_seconds<'a>(limits: impl IntoIterator<Item = &'a Limit>) -> f
         }
         (p.capacity as f64 / p.refill_amount as f64) * (p.refill_period as f64 / 1000.0)
     };
+    #[allow(clippy::cast_precision_loss)]
+    let cycle = |l: &Limit| {
+        l.reset()
+            .and_then(|r| {
+                r.crons()
+                    .iter()
+                    .map(crate::schedule::Cron::cycle_seconds)
+                    .min()
+            })
+            .map(|c| c as f64)
+    };
     limits
         .into_iter()
         .flat_map(|l| {
+            if let Some(c) = cycle(l) {
+                return vec![c];
+            }
             let base = l.base_params();
             let windows = l
                 .schedule()
                 .into_iter()
                 .flat_map(move |s| s.entries().iter().map(move |e| fill(e.params(base))));
-            std::iter::once(fill(base)).chain(windows)
+            std::iter::once(fill(base)).chain(windows).collect()
         })
         .fold(0.0, f64::max)
 }
@@ -278,6 +293,21 @@ mod tests {
             bucket_ttl(1_700_000_000_000, [&third], 7),
             Some(1_700_000_023)
         );
+    }
+
+    #[test]
+    fn a_quota_lives_for_its_reset_cycle() {
+        use crate::schedule::Zone;
+        // Hard case 29: a quota's horizon is its cycle, never a division by its zero refill.
+        let daily = Limit::quota_per_day("q", 10, Zone::utc());
+        assert_eq!(ttl_horizon_seconds([&daily]), 86_400.0);
+        assert_eq!(
+            bucket_ttl(1_700_000_000_000, [&daily], 7),
+            Some(1_700_000_000 + 604_800)
+        );
+        let monthly = Limit::quota_per_month("m", 10, Zone::utc());
+        let rpm = Limit::per_minute("rpm", 100);
+        assert_eq!(ttl_horizon_seconds([&rpm, &monthly]), 31.0 * 86_400.0);
     }
 
     #[test]

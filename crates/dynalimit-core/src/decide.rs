@@ -14,7 +14,7 @@ use crate::bucket::{
     WCU_REFILL_MILLI, available_tokens, doubled_shard_count, refill, retry_after_ms, try_consume,
 };
 use crate::limit::Limit;
-use crate::schedule::{self, Params, Schedule};
+use crate::schedule::{self, Params, ResetSchedule, Schedule};
 
 /// One limit's stored fields on a bucket item (`b_{name}_{tk,cp,ra,rp,tc}`), millitokens and
 /// milliseconds.
@@ -94,6 +94,68 @@ impl LimitState {
     }
 }
 
+/// A calendar quota's state on a shard beyond the common fields (reference §12.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QuotaState {
+    /// `b_{name}_gc`: the shard count the period's grant was sized at (absent: the item's).
+    pub gc: Option<i64>,
+    /// `b_{name}_tu`: operator top-ups of the period, millitokens (part of the ceiling).
+    pub tu: Option<i64>,
+    /// `b_{name}_rn`: how many operator resets the limit has had.
+    pub rn: Option<i64>,
+}
+
+/// What a credit to a quota is pinned on (reference §12.3): the grant and the period it was
+/// read in, so that a refund never lands in the next period or above the grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaPin {
+    /// The shard count the grant was sized at (`b_{name}_gc`, pinned; absent read as this).
+    pub gc: i64,
+    /// Whether `b_{name}_gc` was stored (else it is pinned absent).
+    pub gc_stored: bool,
+    /// Top-ups of the period, as read (pinned).
+    pub tu: Option<i64>,
+    /// Operator resets, as read (pinned).
+    pub rn: Option<i64>,
+    /// The first reset edge after the item's refill time: a credit lands only while `rf` is
+    /// still before it.
+    pub next_edge: Option<i64>,
+}
+
+impl QuotaPin {
+    /// The pin of a quota as an item holds it, with `rf` the item's refill time.
+    pub fn of(reset: &ResetSchedule, q: QuotaState, shard_count: u32, rf: i64) -> QuotaPin {
+        QuotaPin {
+            gc: q
+                .gc
+                .filter(|g| *g >= 1)
+                .unwrap_or(i64::from(shard_count.max(1))),
+            gc_stored: q.gc.is_some(),
+            tu: q.tu,
+            rn: q.rn,
+            next_edge: reset.next_edge(rf),
+        }
+    }
+}
+
+/// A quota's parameters on a shard at `now`: the ceiling is the grant, `cp // gc` (the
+/// capacity in force), plus the period's top-ups; nothing drips.
+fn quota_params(
+    state: &LimitState,
+    schedule: Option<&Schedule>,
+    gc: i64,
+    tu: i64,
+    now: i64,
+) -> ShardParams {
+    let cp = schedule.map_or(state.cp, |s| s.params(state.base(), now).capacity);
+    ShardParams {
+        ceiling: cp.div_euclid(gc.max(1)).saturating_add(tu),
+        rate: 0,
+        period: state.rp.max(1),
+        undivided_rate: 0,
+    }
+}
+
 /// A bucket item as read (reference §1.4.7), reduced to what the core profile uses.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct BucketImage {
@@ -129,6 +191,11 @@ pub struct BucketImage {
     /// Parameter schedules stored on the item (reference §12.2), per limit that has one (the
     /// item's default `sched` resolved against `b_{name}_sched` and its `"-"` marker).
     pub schedules: BTreeMap<String, Schedule>,
+    /// Reset schedules stored on the item (reference §12.3), per calendar quota (`rsched`
+    /// resolved against `b_{name}_rsched`).
+    pub resets: BTreeMap<String, ResetSchedule>,
+    /// Grant counts, top-ups and reset counters of the item's quotas.
+    pub quotas: BTreeMap<String, QuotaState>,
     /// 0.15–0.17 features found on the item that the core profile cannot interpret
     /// (attribute names, as the table format's bucket codec reports them).
     pub unsupported: Vec<String>,
@@ -161,17 +228,37 @@ impl BucketImage {
         self.schedules.get(name)
     }
 
-    /// Limit `name`'s parameters on this shard at `now`, by the schedule stored on the item.
+    /// Limit `name`'s parameters on this shard at `now`, by the schedules stored on the item
+    /// (a quota's ceiling is its grant plus the period's top-ups).
     pub fn params_at(&self, name: &str, state: &LimitState, now: i64) -> ShardParams {
+        if self.resets.contains_key(name) {
+            let (gc, tu) = self.grant(name);
+            return quota_params(state, self.schedule(name), gc, tu, now);
+        }
         state.params_at(self.schedule(name), self.shards(), now)
+    }
+
+    /// A quota's grant count (`gc`, the item's shard count when absent) and top-ups.
+    fn grant(&self, name: &str) -> (i64, i64) {
+        let q = self.quotas.get(name).copied().unwrap_or_default();
+        let gc = q.gc.filter(|g| *g >= 1).unwrap_or(i64::from(self.shards()));
+        (gc, q.tu.unwrap_or(0))
+    }
+
+    /// The credit pin of quota `name` on this item, if it is one.
+    pub fn quota_pin(&self, name: &str) -> Option<QuotaPin> {
+        let reset = self.resets.get(name)?;
+        let q = self.quotas.get(name).copied().unwrap_or_default();
+        Some(QuotaPin::of(reset, q, self.shards(), self.rf))
     }
 
     /// Whether a `vu` stamp at or before `now` asks for a slow pass: always on an item with a
     /// schedule; on one without, `vu = 0` only asks for a trim, which an ordinary exhausted
     /// consume already implies.
     fn boundary_passed(&self, now: i64) -> bool {
+        let scheduled = !self.schedules.is_empty() || !self.resets.is_empty();
         self.vu
-            .is_some_and(|vu| vu <= now && (vu != 0 || !self.schedules.is_empty()))
+            .is_some_and(|vu| vu <= now && (vu != 0 || scheduled))
     }
 
     /// Why this item must not be materialised (reference §12.8), if it must not: a quota,
@@ -181,10 +268,18 @@ impl BucketImage {
         if let Some(attr) = self.unsupported.first() {
             return Some(format!("bucket carries unsupported attribute {attr}"));
         }
+        if self.shards() > 1
+            && let Some(name) = self.resets.keys().next()
+        {
+            return Some(format!(
+                "quota {name} is sharded over {} shards (sharded quotas are not implemented)",
+                self.shards()
+            ));
+        }
         self.limits
             .iter()
-            .find(|(_, s)| s.ra <= 0)
-            .map(|(name, _)| format!("limit {name} has no refill (a quota)"))
+            .find(|(name, s)| s.ra <= 0 && !self.resets.contains_key(*name))
+            .map(|(name, _)| format!("limit {name} has no refill and no reset schedule"))
     }
 }
 
@@ -270,31 +365,37 @@ fn passed(mut st: LimitStatus) -> LimitStatus {
 fn status(
     name: &str,
     state: &LimitState,
-    schedule: Option<&Schedule>,
+    sched: Sched<'_>,
     shards: u32,
     after_refill: i64,
     want: i64,
     now: i64,
 ) -> LimitStatus {
     let exceeded = after_refill < want;
-    let retry_after_ms = match (exceeded, schedule) {
-        (false, _) => 0,
-        (true, None) => retry_after_ms(want - after_refill, state.params(shards)),
-        (true, Some(s)) => schedule::retry_after_ms(
-            want - after_refill,
-            state.base(),
-            Some(s),
-            None,
-            now,
-            shards,
-        ),
+    let (schedule, reset) = (sched.schedule, sched.reset);
+    let retry_after_ms = match (exceeded, schedule, reset) {
+        (false, _, _) => 0,
+        (true, None, None) => retry_after_ms(want - after_refill, state.params(shards)),
+        (true, _, _) => {
+            let base = if reset.is_some() {
+                Params::new(state.cp, 0, state.rp)
+            } else {
+                state.base()
+            };
+            schedule::retry_after_ms(want - after_refill, base, schedule, reset, now, shards)
+        }
     };
-    let limit = match schedule {
-        None => state.limit(name).shard_share(shards),
-        Some(s) => state
-            .limit(name)
-            .with_schedule(s.clone())
-            .shard_share_at(shards, now),
+    let stored = state.limit(name);
+    let limit = match (reset, schedule) {
+        (Some(r), _) => {
+            // A quota reports its grant in force, `cp // gc + tu` (reference §2.5).
+            let gc = sched.gc.unwrap_or(i64::from(shards.max(1)));
+            let p = quota_params(state, schedule, gc, sched.tu, now);
+            let capacity = p.ceiling.div_euclid(crate::limit::MILLI).max(1);
+            Limit::custom(name, capacity, 0, state.rp.div_euclid(1000).max(1)).with_reset(r.clone())
+        }
+        (None, None) => stored.shard_share(shards),
+        (None, Some(s)) => stored.with_schedule(s.clone()).shard_share_at(shards, now),
     };
     LimitStatus {
         limit,
@@ -303,6 +404,36 @@ fn status(
         exceeded,
         retry_after_ms,
         overdrawn: false,
+    }
+}
+
+/// The schedules a status is computed with: a parameter schedule, a quota's reset schedule
+/// and its grant (`gc`, `tu`).
+#[derive(Debug, Clone, Copy, Default)]
+struct Sched<'a> {
+    schedule: Option<&'a Schedule>,
+    reset: Option<&'a ResetSchedule>,
+    gc: Option<i64>,
+    tu: i64,
+}
+
+impl<'a> Sched<'a> {
+    fn of(schedule: Option<&'a Schedule>, reset: Option<&'a ResetSchedule>) -> Self {
+        Sched {
+            schedule,
+            reset,
+            ..Sched::default()
+        }
+    }
+
+    fn image(img: &'a BucketImage, name: &str) -> Self {
+        let (gc, tu) = img.grant(name);
+        Sched {
+            schedule: img.schedule(name),
+            reset: img.resets.get(name),
+            gc: Some(gc),
+            tu,
+        }
     }
 }
 
@@ -318,7 +449,7 @@ fn image_status(
     status(
         name,
         state,
-        img.schedule(name),
+        Sched::image(img, name),
         img.shards(),
         after,
         want,
@@ -436,7 +567,8 @@ pub fn decide_wcu_exhaustion(
     if let Gate::Reject(statuses) = fast_rejection_gate(img, demand, now) {
         return WcuDecision::Reject(statuses);
     }
-    if wcu_refill_restores(img, now) {
+    // A quota's grant is not split by a doubling here (sharded quotas are not implemented).
+    if wcu_refill_restores(img, now) || !img.resets.is_empty() {
         return WcuDecision::SlowPath;
     }
     match doubled_shard_count(img.shards()) {
@@ -475,6 +607,8 @@ pub struct Seed {
     /// The limit's parameter schedule: a seed spells its own (or `"-"`) rather than inherit
     /// the item's default (reference §12.2).
     pub schedule: Option<Schedule>,
+    /// A quota's reset schedule (reference §12.3), spelled likewise.
+    pub reset: Option<ResetSchedule>,
 }
 
 /// How an rf-locked write leaves `vu` (reference §12.2): stamped with the earliest boundary of
@@ -596,6 +730,11 @@ pub struct LimitWrite {
     pub seed: Option<Seed>,
     /// The soft stamp to write, when it changes.
     pub soft: Option<StampChange>,
+    /// A quota's new grant (reference §12.3): `SET b_{name}_gc` to this shard count, at a
+    /// reset or a seed.
+    pub grant: Option<u32>,
+    /// A quota reset drops the period's top-ups (`REMOVE b_{name}_tu`).
+    pub drop_top_up: bool,
 }
 
 /// An rf-locked materialising write (reference §3.7.2).
@@ -624,6 +763,13 @@ pub struct RefillPlan {
     pub overdrawn: Vec<String>,
     /// The change of the item's bypass stamp.
     pub bypass: Option<StampChange>,
+    /// A quota's grant is written (a reset or a seed): the write is pinned on
+    /// `shard_count <= ` this (the grant's size; a doubling since the read fails it).
+    pub grant_pin: Option<u32>,
+    /// A consumed quota gets its new period's grant in this write: after a lost lock the
+    /// consumption-only retry could debit the old period, so the pass is planned again
+    /// (hard case 32).
+    pub resets_applied: bool,
 }
 
 /// A create of a missing bucket (reference §3.7.3).
@@ -689,26 +835,58 @@ pub fn plan_refill(
     names.sort_unstable();
     names.dedup();
     let mut vu_next: Option<i64> = None;
+    let mut vote = |b: i64| vu_next = Some(vu_next.map_or(b, |v: i64| v.min(b)));
+    let mut resets_applied = false;
     for name in names {
         let want = demand.get(name).copied();
         let configured = limits.iter().find(|l| l.name() == name);
-        // A configured limit's schedule is the configuration's; a carried one keeps the
+        // A configured limit's schedules are the configuration's; a carried one keeps the
         // item's.
-        let sched = match configured {
-            Some(l) => l.schedule(),
-            None => img.schedule(name),
+        let (sched, reset) = match configured {
+            Some(l) => (l.schedule(), l.reset()),
+            None => (img.schedule(name), img.resets.get(name)),
         };
         if let Some(s) = sched {
-            let b = s.next_change(now);
-            vu_next = Some(vu_next.map_or(b, |v| v.min(b)));
+            vote(s.next_change(now));
+        }
+        if let Some(r) = reset {
+            vote(r.next_edge_or_horizon(now));
         }
         match img.limits.get(name) {
             Some(state) => {
-                let p = state.params_at(sched, shards, now);
+                let q = img.quotas.get(name).copied().unwrap_or_default();
+                // A quota whose reset edge passed since the item's refill gets the period's
+                // grant, the shard's share of the capacity in force (reference §12.3).
+                let reset_applied = reset
+                    .and_then(|r| r.prev_edge(now))
+                    .is_some_and(|edge| edge > img.rf);
+                let (p, from, view) = match reset {
+                    None => (
+                        state.params_at(sched, shards, now),
+                        state.tk,
+                        Sched::of(sched, None),
+                    ),
+                    Some(r) => {
+                        let (gc, tu) = if reset_applied {
+                            (i64::from(shards), 0)
+                        } else {
+                            img.grant(name)
+                        };
+                        let p = quota_params(state, sched, gc, tu, now);
+                        let from = if reset_applied { p.ceiling } else { state.tk };
+                        let view = Sched {
+                            schedule: sched,
+                            reset: Some(r),
+                            gc: Some(gc),
+                            tu,
+                        };
+                        (p, from, view)
+                    }
+                };
                 let trusted = soft.has(name);
-                let a = try_consume(state.tk, img.rf, now, p, want.unwrap_or(0));
+                let a = try_consume(from, img.rf, now, p, want.unwrap_or(0));
                 if let Some(w) = want {
-                    let st = status(name, state, sched, shards, a.after_refill, w, now);
+                    let st = status(name, state, view, shards, a.after_refill, w, now);
                     statuses.push(if trusted { passed(st) } else { st });
                 }
                 let c = if a.admitted || trusted {
@@ -716,6 +894,9 @@ pub fn plan_refill(
                 } else {
                     0
                 };
+                if reset_applied && c > 0 {
+                    resets_applied = true;
+                }
                 let delta = a.after_refill - state.tk;
                 if trusted && want.is_some() && a.after_refill - c < 0 {
                     overdrawn.push(name.to_owned());
@@ -728,6 +909,8 @@ pub fn plan_refill(
                     pin_max: (delta > 0).then_some(state.tk),
                     seed: None,
                     soft: soft.stamp(name, img.soft.get(name).copied()),
+                    grant: reset_applied.then_some(shards),
+                    drop_top_up: reset_applied && q.tu.is_some(),
                 });
                 if want.is_some() {
                     consumed.insert(name.to_owned(), c);
@@ -740,7 +923,13 @@ pub fn plan_refill(
                 let state = LimitState::starting(limit, shards, now);
                 let w = want.unwrap_or(0);
                 let trusted = soft.has(name);
-                let mut st = status(name, &state, sched, shards, state.tk, w, now);
+                let view = Sched {
+                    schedule: sched,
+                    reset,
+                    gc: reset.map(|_| i64::from(shards)),
+                    tu: 0,
+                };
+                let mut st = status(name, &state, view, shards, state.tk, w, now);
                 if trusted {
                     st = passed(st);
                 }
@@ -764,8 +953,11 @@ pub fn plan_refill(
                         ra: state.ra,
                         rp: state.rp,
                         schedule: sched.cloned(),
+                        reset: reset.cloned(),
                     }),
                     soft: soft.stamp(name, img.soft.get(name).copied()),
+                    grant: reset.map(|_| shards),
+                    drop_top_up: false,
                 });
             }
         }
@@ -785,6 +977,8 @@ pub fn plan_refill(
                 pin_max: (delta > 0).then_some(w.tk),
                 seed: None,
                 soft: None,
+                grant: None,
+                drop_top_up: false,
             }
         }
         None => LimitWrite {
@@ -795,6 +989,8 @@ pub fn plan_refill(
             pin_max: None,
             seed: Some(wcu_seed()),
             soft: None,
+            grant: None,
+            drop_top_up: false,
         },
     });
     let vu = VuWrite {
@@ -805,6 +1001,7 @@ pub fn plan_refill(
         TtlAction::Remove if img.ttl.is_none() => TtlAction::Keep,
         other => other,
     };
+    let grant_pin = writes.iter().any(|w| w.grant.is_some()).then_some(shards);
     Plan::Write(RefillPlan {
         rf_read: img.rf,
         rf_new: now.max(img.rf),
@@ -815,6 +1012,8 @@ pub fn plan_refill(
         consumed,
         statuses,
         now,
+        grant_pin,
+        resets_applied,
         overdrawn,
         bypass: soft.bypass_change(img.bypass),
     })
@@ -828,6 +1027,7 @@ pub fn wcu_seed() -> Seed {
         ra: WCU_REFILL_MILLI,
         rp: WCU_PERIOD_MS,
         schedule: None,
+        reset: None,
     }
 }
 
@@ -862,7 +1062,11 @@ pub fn plan_create(
     let mut overdrawn = Vec::new();
     let vu = limits
         .iter()
-        .filter_map(|l| l.schedule().map(|s| s.next_change(now)))
+        .flat_map(|l| {
+            let change = l.schedule().map(|s| s.next_change(now));
+            let edge = l.reset().map(|r| r.next_edge_or_horizon(now));
+            change.into_iter().chain(edge)
+        })
         .min();
     for limit in limits {
         let state = LimitState::created(limit, shards, shard, now);
@@ -872,15 +1076,8 @@ pub fn plan_create(
         }
         let c = match demand.get(limit.name()) {
             Some(&w) => {
-                let mut st = status(
-                    limit.name(),
-                    &state,
-                    limit.schedule(),
-                    shards,
-                    state.tk,
-                    w,
-                    now,
-                );
+                let view = Sched::of(limit.schedule(), limit.reset());
+                let mut st = status(limit.name(), &state, view, shards, state.tk, w, now);
                 if trusted {
                     st = passed(st);
                     if state.tk - w < 0 {
@@ -934,6 +1131,8 @@ pub struct CreditGuard {
     pub max_tk: i64,
     /// Capacity the ceiling was computed from.
     pub cp: i64,
+    /// A quota's grant and period, pinned (reference §12.3).
+    pub quota: Option<QuotaPin>,
 }
 
 /// A net change written by a lease (commit of adjustments, rollback, compensation).
@@ -956,11 +1155,13 @@ impl DeltaPlan {
 
 /// Plans a lease's net change: `net` holds millitokens per limit, positive = consume more
 /// (`ADD tk -d, tc +d`), negative = give back (a credit, guarded by the ceiling in force at
-/// `now` by `states` and `schedules`, the lease's view of the item).
+/// `now` by `states` and `schedules`, the lease's view of the item; a quota's credit by its
+/// grant, and pinned on its grant and period by `quotas`).
 pub fn plan_delta(
     net: &BTreeMap<String, i64>,
     states: &BTreeMap<String, LimitState>,
     schedules: &BTreeMap<String, Schedule>,
+    quotas: &BTreeMap<String, QuotaPin>,
     shard_count: u32,
     now: i64,
 ) -> DeltaPlan {
@@ -977,10 +1178,18 @@ pub fn plan_delta(
         if d < 0
             && let Some(state) = states.get(name)
         {
+            let quota = quotas.get(name).copied();
+            let ceiling = match quota {
+                Some(q) => {
+                    quota_params(state, schedules.get(name), q.gc, q.tu.unwrap_or(0), now).ceiling
+                }
+                None => state.params_at(schedules.get(name), shards, now).ceiling,
+            };
             plan.guards.push(CreditGuard {
                 name: name.clone(),
-                max_tk: state.params_at(schedules.get(name), shards, now).ceiling + d,
+                max_tk: ceiling + d,
                 cp: state.cp,
+                quota,
             });
         }
     }
@@ -1032,12 +1241,13 @@ pub fn consumption_retry(consumed: &BTreeMap<String, i64>) -> Vec<(String, i64)>
 pub fn admitted_status(
     name: &str,
     state: &LimitState,
-    schedule: Option<&Schedule>,
+    schedules: (Option<&Schedule>, Option<&ResetSchedule>),
     shards: u32,
     consumed: i64,
     now: i64,
 ) -> LimitStatus {
-    let mut st = status(name, state, schedule, shards, state.tk, 0, now);
+    let view = Sched::of(schedules.0, schedules.1);
+    let mut st = status(name, state, view, shards, state.tk, 0, now);
     st.requested = consumed.div_euclid(crate::limit::MILLI);
     st
 }
@@ -1074,7 +1284,20 @@ pub fn availability(
             for img in shards {
                 if let Some(state) = img.limits.get(limit.name()) {
                     let p = img.params_at(limit.name(), state, now);
-                    let (after, _) = refill(state.tk, img.rf, now, p);
+                    // A quota whose reset edge passed since the shard's refill holds its new
+                    // grant, the share of the capacity in force.
+                    let pending = limit
+                        .reset()
+                        .and_then(|r| r.prev_edge(now))
+                        .is_some_and(|edge| edge > img.rf);
+                    let after = if pending {
+                        limit
+                            .params_at(now)
+                            .capacity
+                            .div_euclid(i64::from(img.shards()))
+                    } else {
+                        refill(state.tk, img.rf, now, p).0
+                    };
                     total = Some(total.unwrap_or(0).saturating_add(after));
                 }
             }
@@ -1088,15 +1311,8 @@ pub fn availability(
                 tc: 0,
             };
             let want = needed.get(limit.name()).copied().unwrap_or(0);
-            let mut st = status(
-                limit.name(),
-                &state,
-                limit.schedule(),
-                1,
-                balance,
-                want,
-                now,
-            );
+            let view = Sched::of(limit.schedule(), limit.reset());
+            let mut st = status(limit.name(), &state, view, 1, balance, want, now);
             st.limit = limit.clone();
             st
         })
@@ -1170,7 +1386,12 @@ pub fn plan_proactive_refill(
         return None;
     }
     let mut deltas = Vec::new();
-    for (name, st) in &img.limits {
+    for (name, st) in img
+        .limits
+        .iter()
+        .filter(|(n, _)| !img.resets.contains_key(*n))
+    {
+        // A quota is neither refilled nor trimmed here; its slow pass gives the new grant.
         let (projected, _) = refill(st.tk, img.rf, now, img.params_at(name, st, now));
         let delta = projected - st.tk;
         let busy = projected < consumed.get(name).copied().unwrap_or(0).max(0);
@@ -1207,7 +1428,7 @@ pub fn plan_proactive_refill(
 /// Whether shard 0 should double proactively: its `wcu` projected to `now` is below 20 % of
 /// capacity and the count is below the cap. Returns `(from, to)`.
 pub fn plan_proactive_doubling(img: &BucketImage, now: i64) -> Option<(u32, u32)> {
-    if img.disabled || img.unsupported_reason().is_some() {
+    if img.disabled || img.unsupported_reason().is_some() || !img.resets.is_empty() {
         return None;
     }
     let w = img.wcu?;

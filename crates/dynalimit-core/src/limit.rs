@@ -17,7 +17,7 @@
 
 use crate::CoreError;
 use crate::ids::validate_limit_name;
-use crate::schedule::{Params, Schedule};
+use crate::schedule::{Params, ResetSchedule, Schedule, Zone};
 
 pub use crate::units::{MAX_PERIOD_SECONDS, MAX_TOKENS, MILLI};
 
@@ -52,6 +52,7 @@ pub struct Limit {
     refill_amount: i64,
     refill_period_seconds: i64,
     schedule: Option<Schedule>,
+    reset: Option<ResetSchedule>,
 }
 
 impl Limit {
@@ -62,6 +63,7 @@ impl Limit {
             refill_amount: rate,
             refill_period_seconds: period,
             schedule: None,
+            reset: None,
         }
     }
 
@@ -106,6 +108,7 @@ impl Limit {
             refill_amount,
             refill_period_seconds,
             schedule: None,
+            reset: None,
         }
     }
 
@@ -125,7 +128,73 @@ impl Limit {
             refill_amount: ra_milli.div_euclid(MILLI).max(1),
             refill_period_seconds: rp_ms.div_euclid(1000).max(1),
             schedule: None,
+            reset: None,
         }
+    }
+
+    /// A calendar quota (reference §12.3): `amount` tokens per period, given back whole at
+    /// every rising edge of `cron` in `zone` and never dripping (refill amount 0).
+    ///
+    /// ```
+    /// use dynalimit_core::Limit;
+    /// use dynalimit_core::schedule::Zone;
+    ///
+    /// // 10 million tokens a month, back on the 1st at midnight UTC.
+    /// let monthly = Limit::quota("tokens", 10_000_000, "0 0 1 * *", Zone::utc())?;
+    /// assert!(monthly.is_quota());
+    /// assert_eq!(monthly.refill_amount(), 0);
+    /// # Ok::<(), dynalimit_core::CoreError>(())
+    /// ```
+    pub fn quota(
+        name: impl Into<String>,
+        amount: i64,
+        cron: &str,
+        zone: Zone,
+    ) -> Result<Self, CoreError> {
+        let reset = ResetSchedule::parse(cron, zone)?;
+        Ok(Limit::custom(name, amount, 0, 1).with_reset(reset))
+    }
+
+    /// A calendar quota of `amount` tokens a day, back at midnight in `zone`.
+    pub fn quota_per_day(name: impl Into<String>, amount: i64, zone: Zone) -> Self {
+        Limit::quota(name, amount, "0 0 * * *", zone).expect("a valid pattern")
+    }
+
+    /// A calendar quota of `amount` tokens a month, back at midnight on the 1st in `zone`.
+    pub fn quota_per_month(name: impl Into<String>, amount: i64, zone: Zone) -> Self {
+        Limit::quota(name, amount, "0 0 1 * *", zone).expect("a valid pattern")
+    }
+
+    /// The same limit with a reset schedule (a quota's: its refill amount must be 0).
+    #[must_use]
+    pub fn with_reset(mut self, reset: ResetSchedule) -> Self {
+        self.reset = Some(reset);
+        self
+    }
+
+    /// The same limit with a reset schedule, or none.
+    #[must_use]
+    pub fn with_optional_reset(mut self, reset: Option<ResetSchedule>) -> Self {
+        self.reset = reset;
+        self
+    }
+
+    /// The reset schedule of a calendar quota.
+    pub fn reset(&self) -> Option<&ResetSchedule> {
+        self.reset.as_ref()
+    }
+
+    /// The zones of the limit's schedules (parameter and reset).
+    pub fn zones(&self) -> impl Iterator<Item = &Zone> {
+        self.schedule
+            .iter()
+            .map(Schedule::zone)
+            .chain(self.reset.iter().map(ResetSchedule::zone))
+    }
+
+    /// Whether this is a quota: no drip, given back whole at its reset edges.
+    pub fn is_quota(&self) -> bool {
+        self.reset.is_some()
     }
 
     /// The same limit with a parameter schedule.
@@ -178,9 +247,14 @@ impl Limit {
         Limit {
             name: self.name.clone(),
             capacity: self.capacity.div_euclid(s).max(1),
-            refill_amount: self.refill_amount.div_euclid(s).max(1),
+            refill_amount: if self.is_quota() {
+                0
+            } else {
+                self.refill_amount.div_euclid(s).max(1)
+            },
             refill_period_seconds: self.refill_period_seconds,
             schedule: None,
+            reset: self.reset.clone(),
         }
     }
 
@@ -191,14 +265,20 @@ impl Limit {
         if self.schedule.is_none() {
             return self.shard_share(shards);
         }
+        let quota = self.is_quota();
         let p = self.params_at(now_ms);
         let s = i64::from(shards.max(1));
         Limit {
             name: self.name.clone(),
             capacity: p.capacity.div_euclid(s).div_euclid(MILLI).max(1),
-            refill_amount: p.refill_amount.div_euclid(s).div_euclid(MILLI).max(1),
+            refill_amount: if quota {
+                0
+            } else {
+                p.refill_amount.div_euclid(s).div_euclid(MILLI).max(1)
+            },
             refill_period_seconds: p.refill_period.div_euclid(1000).max(1),
             schedule: None,
+            reset: None,
         }
     }
 
@@ -251,14 +331,25 @@ impl Limit {
     pub fn validate(&self) -> Result<(), CoreError> {
         validate_limit_name(&self.name)?;
         bounded("capacity", self.capacity, MAX_TOKENS)?;
-        if self.refill_amount == 0 {
-            return Err(CoreError::invalid_value(
-                "refill_amount",
-                0,
-                "a zero refill amount is a quota, which is not supported",
-            ));
+        match (self.refill_amount, &self.reset) {
+            (0, None) => {
+                return Err(CoreError::invalid_value(
+                    "refill_amount",
+                    0,
+                    "a limit that never refills needs a reset schedule (a quota, Limit::quota)",
+                ));
+            }
+            (0, Some(_)) => {}
+            (_, Some(_)) => {
+                return Err(CoreError::invalid_value(
+                    "refill_amount",
+                    self.refill_amount,
+                    "a quota (a limit with a reset schedule) does not refill: its refill amount is 0",
+                ));
+            }
+            (amount, None) => bounded("refill_amount", amount, MAX_TOKENS)?,
         }
-        bounded("refill_amount", self.refill_amount, MAX_TOKENS)?;
+        crate::schedule::one_zone(self.zones())?;
         bounded(
             "refill_period_seconds",
             self.refill_period_seconds,

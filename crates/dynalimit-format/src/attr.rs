@@ -398,6 +398,27 @@ pub fn bucket_rsched(name: &str) -> String {
     format!("{BUCKET_LIMIT_PREFIX}{name}_{RSCHED}")
 }
 
+/// A calendar quota's per-shard field on a bucket item (reference §12.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaField {
+    /// `gc`: the shard count the period's grant was sized at.
+    Gc,
+    /// `tu`: operator top-ups of the period, millitokens.
+    Tu,
+    /// `rn`: the operator reset counter.
+    Rn,
+}
+
+/// `b_{name}_gc`, `b_{name}_tu` or `b_{name}_rn`.
+pub fn bucket_quota(name: &str, field: QuotaField) -> String {
+    let f = match field {
+        QuotaField::Gc => "gc",
+        QuotaField::Tu => "tu",
+        QuotaField::Rn => "rn",
+    };
+    format!("{BUCKET_LIMIT_PREFIX}{name}_{f}")
+}
+
 /// The limit name and field of a `b_{name}_{field}` attribute of the core fields; `None` for
 /// any other attribute (a limit name may itself contain `_`: the field follows the last one).
 ///
@@ -431,39 +452,28 @@ pub fn parse_bucket_soft(attr: &str) -> Option<&str> {
 }
 
 /// Whether an attribute of a bucket item belongs to a 0.15–0.17 feature dynalimit does not
-/// implement yet (reference §12.8): quotas (reset schedules, grants, top-ups, reset counters)
-/// and session windows. `string_value` is the attribute's value when it is a string (a
-/// per-limit reset schedule equal to `"-"` means "explicitly none" and is harmless).
-/// Parameter schedules (`sched`, `sched_tz`, `b_{name}_sched`) are implemented.
+/// implement yet (reference §12.8): session windows (`b_{name}_rsa`, `ws`, `wa`, `wtc`).
+/// Parameter schedules and calendar quotas (`sched`, `rsched`, `sched_tz`, `b_{name}_sched`,
+/// `b_{name}_rsched`, `gc`, `tu`, `rn`) are implemented.
 ///
 /// ```
 /// use dynalimit_format::attr::unsupported_bucket_attribute;
-/// assert!(unsupported_bucket_attribute("rsched", Some("1m0h0")));
-/// assert!(unsupported_bucket_attribute("b_rpm_gc", None));
-/// assert!(!unsupported_bucket_attribute("b_rpm_rsched", Some("-")));
+/// assert!(unsupported_bucket_attribute("b_rpm_rsa", None));
+/// assert!(unsupported_bucket_attribute("b_rpm_ws", None));
+/// assert!(!unsupported_bucket_attribute("rsched", Some("1m0h0")));
+/// assert!(!unsupported_bucket_attribute("b_rpm_gc", None));
 /// assert!(!unsupported_bucket_attribute("sched", Some("1h9-17s500")));
-/// assert!(!unsupported_bucket_attribute("b_rpm_sched", Some("1h9-17s500")));
 /// assert!(!unsupported_bucket_attribute("b_rpm_tk", None));
 /// ```
-pub fn unsupported_bucket_attribute(name: &str, string_value: Option<&str>) -> bool {
-    if name == RSCHED {
-        return true;
-    }
+pub fn unsupported_bucket_attribute(name: &str, _string_value: Option<&str>) -> bool {
     let Some(rest) = name.strip_prefix(BUCKET_LIMIT_PREFIX) else {
         return false;
     };
     let Some((_, field)) = rest.rsplit_once('_') else {
         return false;
     };
-    match field {
-        "rsched" => string_value != Some(UNSCHEDULED),
-        "rsa" | "ws" | "wa" | "wtc" | "gc" | "tu" | "rn" => true,
-        _ => false,
-    }
+    matches!(field, "rsa" | "ws" | "wa" | "wtc")
 }
-
-/// The per-limit schedule value meaning "explicitly unscheduled".
-const UNSCHEDULED: &str = "-";
 
 /// The prefix of a config item's limit attributes: `l_` for plain limits, `w_` for limits
 /// with a duration window (§1.4.5).

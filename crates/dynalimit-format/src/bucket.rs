@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::bucket::WCU;
-use dynalimit_core::decide::{BucketImage, CreatePlan, LimitState};
-use dynalimit_core::schedule::{Schedule, Zone};
+use dynalimit_core::decide::{BucketImage, CreatePlan, LimitState, QuotaState};
+use dynalimit_core::schedule::{ResetSchedule, Schedule, Zone};
 
-use crate::attr::{self, BucketField, bucket_limit, parse_bucket_limit};
+use crate::attr::{self, BucketField, QuotaField, bucket_limit, parse_bucket_limit};
 use crate::config::Access;
 use crate::expr::{Expr, num};
 use crate::item::{Item, get_i64, get_s as get_str, key as key_map, parse_number};
@@ -129,6 +129,22 @@ pub fn image_from_item(item: &Item) -> BucketImage {
         }
     }
     let schedules = stored_schedules(item, &limits, &mut unsupported);
+    // A reset schedule makes a quota of a limit that does not drip; on one that drips it is
+    // still decoded (one that does not decode makes the item unavailable) but not used.
+    let mut resets = stored_resets(item, &limits, &mut unsupported);
+    resets.retain(|name, _| limits.get(name).is_some_and(|l| l.ra == 0));
+    let quotas = limits
+        .keys()
+        .filter_map(|name| {
+            let read = |f| get_i64(item, &attr::bucket_quota(name, f));
+            let q = QuotaState {
+                gc: read(QuotaField::Gc),
+                tu: read(QuotaField::Tu),
+                rn: read(QuotaField::Rn),
+            };
+            (q != QuotaState::default()).then(|| (name.clone(), q))
+        })
+        .collect();
     unsupported.sort();
     soft.retain(|name, _| limits.contains_key(name));
     BucketImage {
@@ -150,6 +166,8 @@ pub fn image_from_item(item: &Item) -> BucketImage {
         wcu,
         unsupported,
         schedules,
+        resets,
+        quotas,
     }
 }
 
@@ -162,27 +180,61 @@ fn stored_schedules(
     limits: &BTreeMap<String, LimitState>,
     unsupported: &mut Vec<String>,
 ) -> BTreeMap<String, Schedule> {
+    read_stored(
+        item,
+        limits,
+        unsupported,
+        attr::SCHED,
+        attr::bucket_sched,
+        schedule::decode,
+    )
+}
+
+/// The reset schedule of each calendar quota on a bucket item (reference §12.3), by the same
+/// rule as [`stored_schedules`] (`rsched`, `b_{name}_rsched`).
+fn stored_resets(
+    item: &Item,
+    limits: &BTreeMap<String, LimitState>,
+    unsupported: &mut Vec<String>,
+) -> BTreeMap<String, ResetSchedule> {
+    read_stored(
+        item,
+        limits,
+        unsupported,
+        attr::RSCHED,
+        attr::bucket_rsched,
+        schedule::decode_reset,
+    )
+}
+
+fn read_stored<T: Clone>(
+    item: &Item,
+    limits: &BTreeMap<String, LimitState>,
+    unsupported: &mut Vec<String>,
+    default_attr: &str,
+    own_attr: fn(&str) -> String,
+    decode: fn(&str, &Zone) -> Result<T, crate::FormatError>,
+) -> BTreeMap<String, T> {
     let mut out = BTreeMap::new();
-    let default = get_str(item, attr::SCHED).unwrap_or("");
-    let mut decoded: BTreeMap<&str, Result<Schedule, String>> = BTreeMap::new();
+    let default = get_str(item, default_attr).unwrap_or("");
+    let mut decoded: BTreeMap<&str, Result<T, String>> = BTreeMap::new();
     let zone = || match get_str(item, attr::SCHED_TZ).filter(|z| !z.is_empty()) {
         Some(name) => Zone::get(name).map_err(|e| e.to_string()),
         None => Ok(Zone::utc()),
     };
     for name in limits.keys() {
-        let own_attr = attr::bucket_sched(name);
-        let own = get_str(item, &own_attr);
-        let (text, source) = match own {
+        let own_name = own_attr(name);
+        let (text, source) = match get_str(item, &own_name) {
             Some(UNSCHEDULED) => continue,
-            Some(own) if !own.is_empty() => (own, own_attr),
-            _ => (default, attr::SCHED.to_owned()),
+            Some(own) if !own.is_empty() => (own, own_name),
+            _ => (default, default_attr.to_owned()),
         };
         if text.is_empty() {
             continue;
         }
-        let result = decoded.entry(text).or_insert_with(|| {
-            zone().and_then(|z| schedule::decode(text, &z).map_err(|e| e.to_string()))
-        });
+        let result = decoded
+            .entry(text)
+            .or_insert_with(|| zone().and_then(|z| decode(text, &z).map_err(|e| e.to_string())));
         match result {
             Ok(s) => {
                 out.insert(name.clone(), s.clone());
@@ -311,16 +363,33 @@ pub fn create_item(ns: &str, key: &BucketKey, plan: &CreatePlan, owner: &Owner) 
     for (name, until) in &plan.soft {
         put(&attr::bucket_soft(name), num(*until));
     }
-    let stored =
-        schedule::item_schedules(plan.limits.iter().map(|(l, _, _)| (l.name(), l.schedule())));
-    if let Some(zone) = stored.zone {
-        put(attr::SCHED_TZ, AttributeValue::S(zone));
+    let limits = || plan.limits.iter().map(|(l, _, _)| l);
+    let params = schedule::item_schedules(limits().map(|l| (l.name(), l.schedule())));
+    let resets = schedule::item_resets(limits().map(|l| (l.name(), l.reset())));
+    for (stored, default_attr, own_attr) in [
+        (
+            params,
+            attr::SCHED,
+            attr::bucket_sched as fn(&str) -> String,
+        ),
+        (resets, attr::RSCHED, attr::bucket_rsched),
+    ] {
+        if let Some(zone) = stored.zone {
+            put(attr::SCHED_TZ, AttributeValue::S(zone));
+        }
+        if let Some(default) = stored.default {
+            put(default_attr, AttributeValue::S(default));
+        }
+        for (name, own) in stored.overrides {
+            put(&own_attr(&name), AttributeValue::S(own));
+        }
     }
-    if let Some(default) = stored.default {
-        put(attr::SCHED, AttributeValue::S(default));
-    }
-    for (name, own) in stored.overrides {
-        put(&attr::bucket_sched(&name), AttributeValue::S(own));
+    // A quota's grant is sized at the item's shard count (reference §12.3).
+    for l in limits().filter(|l| l.is_quota()) {
+        put(
+            &attr::bucket_quota(l.name(), QuotaField::Gc),
+            num(i64::from(plan.shard_count)),
+        );
     }
     if let Some(vu) = plan.vu {
         put(attr::VU, num(vu));
@@ -539,7 +608,7 @@ mod tests {
             ("b_y_cp".to_owned(), num(2)),
             ("b_y_sched".to_owned(), AttributeValue::S("-".into())),
             ("b_y_soft".to_owned(), num(99)),
-            ("b_z_gc".to_owned(), num(4)),
+            ("b_z_ws".to_owned(), num(4)),
             ("disabled".to_owned(), AttributeValue::Bool(true)),
             ("vu".to_owned(), num(0)),
             ("parent_id".to_owned(), AttributeValue::Null(true)),
@@ -547,7 +616,7 @@ mod tests {
         let img = image_from_item(&item);
         assert!(!img.limits.contains_key("x"));
         assert_eq!(img.limits["y"].cp, 2);
-        assert_eq!(img.unsupported, vec!["b_z_gc".to_owned()]);
+        assert_eq!(img.unsupported, vec!["b_z_ws".to_owned()]);
         assert!(img.disabled);
         assert_eq!(img.vu, Some(0));
         assert_eq!(img.parent_id, None);

@@ -267,7 +267,8 @@ fn whole(found: &Item, attr: &str) -> Result<i64, FormatError> {
 /// [`FormatError::Corrupt`] for a corrupt item (a stored schedule that does not decode among
 /// them: the whole level is then unavailable, as in the Python library),
 /// [`FormatError::Unsupported`] for features dynalimit does not implement yet (session
-/// quotas, calendar quotas). Parameter schedules (`l_{name}_sched`, `sched_tz`) are read.
+/// quotas). Parameter schedules and calendar quotas (`l_{name}_sched`, `l_{name}_rsched`,
+/// `sched_tz`) are read.
 pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
     let key = item::describe_key(found);
     let unsupported = |feature: String| FormatError::Unsupported {
@@ -312,11 +313,16 @@ pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
     let mut soft = std::collections::BTreeSet::new();
     for name in plain {
         let field = |f| config_limit(ConfigPrefix::Plain, &name, f);
-        if item::get_s(found, &field(ConfigField::Rsched)).is_some_and(|r| !r.is_empty()) {
-            return Err(unsupported(format!(
-                "a reset schedule (quota) on limit {name:?}"
-            )));
-        }
+        let reset = match item::get_s(found, &field(ConfigField::Rsched)).filter(|r| !r.is_empty())
+        {
+            Some(text) => Some(schedule::decode_reset(text, &zone()?).map_err(|e| {
+                FormatError::corrupt(
+                    key.clone(),
+                    format!("the reset schedule of limit {name:?} does not decode: {e}"),
+                )
+            })?),
+            None => None,
+        };
         let sched = match item::get_s(found, &field(ConfigField::Sched)).filter(|s| !s.is_empty()) {
             Some(text) => Some(schedule::decode(text, &zone()?).map_err(|e| {
                 FormatError::corrupt(
@@ -329,18 +335,15 @@ pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
         let cp = whole(found, &field(ConfigField::Cp))?;
         let ra = whole(found, &field(ConfigField::Ra))?;
         let rp = whole(found, &field(ConfigField::Rp))?;
-        if ra == 0 {
-            return Err(unsupported(format!(
-                "quota limit {name:?} (refill amount 0)"
-            )));
-        }
         if matches!(
             found.get(&field(ConfigField::Soft)),
             Some(AttributeValue::Bool(true))
         ) {
             soft.insert(name.clone());
         }
-        let limit = Limit::custom(name, cp, ra, rp).with_optional_schedule(sched);
+        let limit = Limit::custom(name, cp, ra, rp)
+            .with_optional_schedule(sched)
+            .with_optional_reset(reset);
         limit
             .validate()
             .map_err(|e| FormatError::corrupt(key.clone(), e.to_string()))?;
@@ -423,6 +426,12 @@ pub fn level_item(
             it.insert(field(ConfigField::Sched), item::s(schedule::encode(s)));
             zone.get_or_insert_with(|| s.zone().name().to_owned());
         }
+        if let Some(r) = l.reset()
+            && let Ok(text) = schedule::encode_reset(r)
+        {
+            it.insert(field(ConfigField::Rsched), item::s(text));
+            zone.get_or_insert_with(|| r.zone().name().to_owned());
+        }
     }
     // Every schedule of the level shares this zone (checked before the write).
     if let Some(zone) = zone {
@@ -504,22 +513,34 @@ mod tests {
 
     #[test]
     fn newer_features_are_refused_not_misread() {
-        for extra in [
-            vec![("w_q_cp", item::n(5)), ("w_q_rsa", item::n(60))],
-            vec![
-                ("l_q_cp", item::n(5)),
-                ("l_q_ra", item::n(0)),
-                ("l_q_rp", item::n(1)),
-            ],
-            vec![
-                ("l_r_cp", item::n(5)),
-                ("l_r_ra", item::n(0)),
-                ("l_r_rp", item::n(1)),
-                ("l_r_rsched", item::s("1m0h0")),
-            ],
-        ] {
-            let e = decode(&it(&extra)).unwrap_err();
-            assert!(matches!(e, FormatError::Unsupported { .. }), "{e}");
+        let e = decode(&it(&[("w_q_cp", item::n(5)), ("w_q_rsa", item::n(60))])).unwrap_err();
+        assert!(matches!(e, FormatError::Unsupported { .. }), "{e}");
+        // No refill and no reset: unreadable, as in the Python library.
+        let e = decode(&it(&[
+            ("l_q_cp", item::n(5)),
+            ("l_q_ra", item::n(0)),
+            ("l_q_rp", item::n(1)),
+        ]))
+        .unwrap_err();
+        assert!(matches!(e, FormatError::Corrupt { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_calendar_quota_is_read_and_written_back_alike() {
+        let found = it(&[
+            ("l_q_cp", item::n(10_000)),
+            ("l_q_ra", item::n(0)),
+            ("l_q_rp", item::n(1)),
+            ("l_q_rsched", item::s("1m0h0D1")),
+            ("sched_tz", item::s("America/New_York")),
+        ]);
+        let c = decode(&found).unwrap();
+        let q = &c.limits[0];
+        assert!(q.is_quota());
+        assert_eq!(q.reset().unwrap().zone().name(), "America/New_York");
+        let written = level_item("ns", &Slot::System, &c.limits, None, None);
+        for a in ["l_q_cp", "l_q_ra", "l_q_rp", "l_q_rsched", "sched_tz"] {
+            assert_eq!(written.get(a), found.get(a), "{a}");
         }
     }
 

@@ -192,28 +192,48 @@ pub struct ItemSchedules {
     pub overrides: Vec<(String, String)>,
 }
 
-/// The stored schedules of a bucket item's limits, in order (the first scheduled limit gives
-/// the default). The limits' zones must agree (checked before any write by
+/// The stored parameter schedules of a bucket item's limits, in order (the first scheduled
+/// limit gives the default). The limits' zones must agree (checked before any write by
 /// [`dynalimit_core::schedule::one_zone`]); the first scheduled limit's zone is used.
 pub fn item_schedules<'a>(
     limits: impl IntoIterator<Item = (&'a str, Option<&'a Schedule>)>,
 ) -> ItemSchedules {
-    let limits: Vec<(&str, Option<String>, Option<&Zone>)> = limits
-        .into_iter()
-        .map(|(name, s)| (name, s.map(encode), s.map(Schedule::zone)))
-        .collect();
-    let Some((_, Some(default), zone)) = limits.iter().find(|(_, e, _)| e.is_some()) else {
+    stored(
+        limits
+            .into_iter()
+            .map(|(name, s)| (name, s.map(|s| (encode(s), s.zone())))),
+    )
+}
+
+/// The stored reset schedules of a bucket item's quotas, by the same rule as
+/// [`item_schedules`] (`rsched`, `b_{name}_rsched`).
+pub fn item_resets<'a>(
+    limits: impl IntoIterator<Item = (&'a str, Option<&'a ResetSchedule>)>,
+) -> ItemSchedules {
+    stored(limits.into_iter().map(|(name, r)| {
+        (
+            name,
+            r.map(|r| (encode_reset(r).unwrap_or_default(), r.zone())),
+        )
+    }))
+}
+
+fn stored<'a>(
+    limits: impl Iterator<Item = (&'a str, Option<(String, &'a Zone)>)>,
+) -> ItemSchedules {
+    let limits: Vec<(&str, Option<(String, &Zone)>)> = limits.collect();
+    let Some((_, Some((default, zone)))) = limits.iter().find(|(_, e)| e.is_some()) else {
         return ItemSchedules::default();
     };
     let overrides = limits
         .iter()
-        .filter_map(|(name, e, _)| {
-            let own = e.as_deref().unwrap_or(UNSCHEDULED);
+        .filter_map(|(name, e)| {
+            let own = e.as_ref().map_or(UNSCHEDULED, |(text, _)| text.as_str());
             (own != default).then(|| ((*name).to_owned(), own.to_owned()))
         })
         .collect();
     ItemSchedules {
-        zone: zone.map(|z| z.name().to_owned()),
+        zone: Some(zone.name().to_owned()),
         default: Some(default.clone()),
         overrides,
     }

@@ -340,10 +340,13 @@ impl Repository {
             }
             let store = self.buckets();
             let shards = store.operation_shards(entity_id, resource).await?;
-            if let Some(l) = limits.iter().find(|l| l.schedule().is_some()) {
+            if let Some(l) = limits
+                .iter()
+                .find(|l| l.schedule().is_some() || l.is_quota())
+            {
                 return Err(RepositoryError::Unsupported {
                     key: call.key(0).pk(&self.scope.id),
-                    feature: format!("a parameter schedule on limit {:?}", l.name()),
+                    feature: format!("a schedule or quota on limit {:?}", l.name()),
                 });
             }
             for s in &shards {
@@ -351,8 +354,9 @@ impl Repository {
                     .image
                     .schedules
                     .keys()
+                    .chain(s.image.resets.keys())
                     .next()
-                    .map(|name| format!("a parameter schedule on limit {name:?}"));
+                    .map(|name| format!("a schedule or quota on limit {name:?}"));
                 if let Some(feature) = s.image.unsupported_reason().or(scheduled) {
                     return Err(RepositoryError::Unsupported {
                         key: call.key(s.shard).pk(&self.scope.id),

@@ -24,9 +24,11 @@ mod config;
 mod entities;
 mod namespaces;
 mod operations;
+mod quotas;
 mod schedules;
 mod snapshots;
 mod soft;
+mod timed;
 
 use dynalimit_core::Limit;
 use serde_json::{Value, json};

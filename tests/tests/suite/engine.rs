@@ -227,6 +227,28 @@ impl Rig {
         self.update_raw(pk, "#STATE", update, values).await;
     }
 
+    /// `n` acquires of 1 `limit` by `k` on gpt-4, each committed: the number admitted and the
+    /// last rejection.
+    pub(crate) async fn spend(
+        &self,
+        limit: &str,
+        n: usize,
+    ) -> (usize, Option<dynalimit::Rejection>) {
+        let mut admitted = 0;
+        let mut last = None;
+        for _ in 0..n {
+            match self.limiter.acquire("k", "gpt-4", [(limit, 1)]).await {
+                Ok(lease) => {
+                    lease.commit().await.unwrap();
+                    admitted += 1;
+                }
+                Err(Error::Rejected(rejection)) => last = Some(rejection),
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+        }
+        (admitted, last)
+    }
+
     /// Every bucket item of `entity` (all resources and shards), by scan.
     async fn buckets(&self, entity: &str) -> Vec<Item> {
         let prefix = format!("{}/BUCKET#{entity}#", self.repo.namespace_id());

@@ -16,6 +16,7 @@ mod multi;
 mod namespaces;
 mod operations;
 mod outcomes;
+mod quotas;
 mod rejections;
 mod schedules;
 mod schema;

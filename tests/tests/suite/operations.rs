@@ -466,7 +466,7 @@ async fn bad_input_is_refused_before_any_request() {
 #[tokio::test]
 async fn quotas_schedules_and_windows_are_refused_before_any_write() {
     let (table, repo, ns) = with_defaults().await;
-    // A bucket carrying a quota grant count.
+    // A bucket carrying a session window's start.
     bucket(&table, &ns, "q1", 1, &[(0, 0)]).await;
     table
         .client()
@@ -474,7 +474,7 @@ async fn quotas_schedules_and_windows_are_refused_before_any_write() {
         .table_name(table.name())
         .key("PK", AttributeValue::S(pk(&ns, "q1", 0)))
         .key("SK", AttributeValue::S("#STATE".into()))
-        .update_expression("SET b_rpm_gc = :g")
+        .update_expression("SET b_rpm_ws = :g")
         .expression_attribute_values(":g", AttributeValue::N("1".into()))
         .send()
         .await

@@ -161,7 +161,14 @@ async fn write(shape: Shape, store: &BucketStore, entity: &str) -> Result<(), Re
         Shape::Credit | Shape::TrimCredit => {
             let img = store.read(&key).await?.expect("bucket");
             let net = [("rpm".to_string(), -1000)].into();
-            let plan = plan_delta(&net, &img.limits, &img.schedules, img.shards(), 0);
+            let plan = plan_delta(
+                &net,
+                &img.limits,
+                &img.schedules,
+                &BTreeMap::new(),
+                img.shards(),
+                0,
+            );
             store.apply_delta(&key, &plan).await.map(drop)
         }
         Shape::Doubling => store.double_shards(&key, 1, 2).await.map(drop),

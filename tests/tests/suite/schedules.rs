@@ -10,7 +10,7 @@ use dynalimit::{Error, Limit};
 use dynalimit_core::schedule::{Entry, Schedule, Zone};
 use dynalimit_format::item::{get_i64, get_s};
 
-use crate::engine::{Rig, rig};
+use crate::engine::rig;
 
 const MINUTE: i64 = 60_000;
 const HOUR: i64 = 60 * MINUTE;
@@ -28,23 +28,6 @@ fn office(rpm: i64) -> Limit {
     Limit::per_minute("rpm", rpm).with_schedule(Schedule::new(zone, vec![half]).unwrap())
 }
 
-/// Acquires 1 rpm `n` times, committing each; the number admitted and the last rejection.
-async fn spend(r: &Rig, n: usize) -> (usize, Option<dynalimit::Rejection>) {
-    let mut admitted = 0;
-    let mut last = None;
-    for _ in 0..n {
-        match r.limiter.acquire("k", "gpt-4", [("rpm", 1)]).await {
-            Ok(lease) => {
-                lease.commit().await.unwrap();
-                admitted += 1;
-            }
-            Err(Error::Rejected(rejection)) => last = Some(rejection),
-            Err(e) => panic!("unexpected error: {e}"),
-        }
-    }
-    (admitted, last)
-}
-
 #[tokio::test]
 async fn a_scheduled_limit_admits_its_window_then_the_base_after_the_boundary() {
     let r = rig().await;
@@ -54,7 +37,7 @@ async fn a_scheduled_limit_admits_its_window_then_the_base_after_the_boundary() 
         .await
         .unwrap();
 
-    let (admitted, rejection) = spend(&r, 60).await;
+    let (admitted, rejection) = r.spend("rpm", 60).await;
     assert_eq!(admitted, 50, "half of 100 during office hours");
     let rejection = rejection.expect("the 51st is refused");
     let status = rejection.status("rpm").unwrap();
@@ -79,7 +62,7 @@ async fn a_scheduled_limit_admits_its_window_then_the_base_after_the_boundary() 
     // At 18:00 the fast path refuses on `vu`; the slow pass refills to the base capacity and
     // stamps the next boundary, Thursday 09:00.
     r.clock.set_epoch_millis(WED_18_00);
-    let (admitted, rejection) = spend(&r, 101).await;
+    let (admitted, rejection) = r.spend("rpm", 101).await;
     assert_eq!(admitted, 100, "the base capacity after office hours");
     assert_eq!(
         rejection.unwrap().status("rpm").unwrap().limit.capacity(),

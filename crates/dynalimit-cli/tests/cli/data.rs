@@ -259,18 +259,19 @@ async fn limits_set_get_resolve_list_delete_at_every_level() {
 async fn scheduled_limits_are_set_and_shown_in_the_text_form() {
     let f = Fixture::new().await;
     let spec = "tpm=10000/min@Europe/Berlin[* 9-17 * * MON-FRI=scale 0.5][* 0-6 * * *=burst 2000]";
+    let quota = "day=5000/quota@Europe/Berlin[0 0 * * *]";
     let set = f
         .run(&[
             "limits",
             "set",
             "--resource",
             "gpt-4",
-            &format!("{spec},rpm=100/min"),
+            &format!("{spec},{quota},rpm=100/min"),
         ])
         .json();
-    assert_eq!(set["limits"], json!(["rpm=100/min", spec]));
+    assert_eq!(set["limits"], json!([quota, "rpm=100/min", spec]));
     let got = f.run(&["limits", "get", "--resource", "gpt-4"]).json();
-    assert_eq!(got["limits"], json!(["rpm=100/min", spec]));
+    assert_eq!(got["limits"], json!([quota, "rpm=100/min", spec]));
     // Two zones on one level are refused before anything is written.
     f.run(&[
         "limits",
@@ -281,7 +282,11 @@ async fn scheduled_limits_are_set_and_shown_in_the_text_form() {
     ])
     .fails(2, "one time zone");
     let got = f.run(&["limits", "get", "--resource", "gpt-4"]).json();
-    assert_eq!(got["limits"], json!(["rpm=100/min", spec]), "unchanged");
+    assert_eq!(
+        got["limits"],
+        json!([quota, "rpm=100/min", spec]),
+        "unchanged"
+    );
 }
 
 #[tokio::test]

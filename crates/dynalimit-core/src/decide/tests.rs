@@ -318,6 +318,7 @@ fn hard_case_04_refund_between_read_and_write_is_caught_by_the_pin() {
         &demand(&[("rpm", -3)]),
         &read.limits,
         &BTreeMap::new(),
+        &BTreeMap::new(),
         read.shard_count,
         T0,
     );
@@ -335,7 +336,14 @@ fn hard_case_05_credit_above_the_ceiling_stamps_vu_zero() {
     let states = item.limits.clone();
     // The bucket refilled to full behind the lease's back; crediting 2 would exceed 10.
     item.limits.get_mut("rpm").unwrap().tk = 10_000;
-    let credit = plan_delta(&demand(&[("rpm", -2)]), &states, &BTreeMap::new(), 1, T0);
+    let credit = plan_delta(
+        &demand(&[("rpm", -2)]),
+        &states,
+        &BTreeMap::new(),
+        &BTreeMap::new(),
+        1,
+        T0,
+    );
     assert_eq!(credit.guards[0].max_tk, 8_000);
     assert!(!apply_credit(&mut item, &credit));
     assert_eq!(item.vu, Some(0));
@@ -554,7 +562,7 @@ proptest! {
                 _ => {
                     if admitted >= n * MILLI && n > 0 {
                         let states = item.limits.clone();
-                        let credit = plan_delta(&demand(&[("rpm", -n)]), &states, &BTreeMap::new(), 1, T0);
+                        let credit = plan_delta(&demand(&[("rpm", -n)]), &states, &BTreeMap::new(), &BTreeMap::new(), 1, T0);
                         apply_credit(&mut item, &credit);
                         admitted -= n * MILLI;
                     }
@@ -1216,5 +1224,139 @@ mod scheduled {
         assert_eq!(statuses[0].limit.capacity(), 50);
         // One token at 50 a minute.
         assert_eq!(statuses[0].retry_after_ms, 1201);
+    }
+}
+
+/// Calendar quotas (reference §12.3): the period's grant, no drip, the new grant at the first
+/// pass after a reset edge, credits pinned on the period.
+mod quotas {
+    use super::*;
+    use crate::schedule::Zone;
+
+    /// 2023-11-14 22:13:20 UTC; the next midnight is 1 h 46 min 40 s later.
+    const NEXT_MIDNIGHT: i64 = T0 + 6_400_000;
+    const DAY: i64 = 86_400_000;
+
+    fn daily(n: i64) -> Limit {
+        Limit::quota_per_day("q", n, Zone::utc())
+    }
+
+    fn item(now: i64, spent: i64) -> BucketImage {
+        let plan = written(plan_create(
+            &[daily(10)],
+            &demand(&[("q", spent)]),
+            1,
+            0,
+            now,
+            None,
+            &Stamps::default(),
+        ));
+        let mut img = created(&plan);
+        img.vu = plan.vu;
+        img.resets
+            .insert("q".into(), daily(10).reset().unwrap().clone());
+        img.quotas.insert(
+            "q".into(),
+            QuotaState {
+                gc: Some(1),
+                ..QuotaState::default()
+            },
+        );
+        img
+    }
+
+    #[test]
+    fn a_quota_starts_at_its_allowance_and_waits_for_the_edge() {
+        let img = item(T0, 10);
+        assert_eq!(img.limits["q"].tk, 0);
+        assert_eq!(img.vu, Some(NEXT_MIDNIGHT));
+        // Hours later, before the edge: nothing came back; the wait is to the edge.
+        let later = NEXT_MIDNIGHT - 1;
+        let Plan::Reject(statuses) = plan_refill(
+            &img,
+            &[daily(10)],
+            &demand(&[("q", 1)]),
+            later,
+            TtlAction::Keep,
+            &Stamps::default(),
+        ) else {
+            panic!("a quota does not drip");
+        };
+        assert_eq!(statuses[0].retry_after_ms, 2);
+        assert_eq!(statuses[0].limit.capacity(), 10);
+        assert_eq!(statuses[0].limit.refill_amount(), 0);
+    }
+
+    #[test]
+    fn the_first_pass_after_the_edge_gives_the_new_grant() {
+        let img = item(T0, 10);
+        let after = NEXT_MIDNIGHT + 5;
+        let plan = hard_pass(
+            &img,
+            &[daily(10)],
+            &demand(&[("q", 3)]),
+            after,
+            TtlAction::Keep,
+        );
+        let w = plan.writes.iter().find(|w| w.name == "q").unwrap();
+        assert_eq!(w.grant, Some(1));
+        assert_eq!(plan.grant_pin, Some(1));
+        assert!(plan.resets_applied, "a lost lock must plan again");
+        assert_eq!(plan.vu.next, Some(NEXT_MIDNIGHT + DAY));
+        let mut item = img.clone();
+        assert!(apply_refill(&mut item, &plan));
+        assert_eq!(item.limits["q"].tk, 7_000);
+        // A second pass the same day gives nothing more.
+        item.vu = plan.vu.next;
+        let again = hard_pass(
+            &item,
+            &[daily(10)],
+            &BTreeMap::new(),
+            after + 1000,
+            TtlAction::Keep,
+        );
+        assert!(!again.resets_applied);
+        assert!(again.writes.iter().all(|w| w.grant.is_none()));
+    }
+
+    #[test]
+    fn a_passed_edge_sends_the_fast_path_to_a_slow_pass_and_never_doubles() {
+        let mut img = item(T0, 10);
+        let d = demand(&[("q", 1)]);
+        assert_eq!(
+            classify_fast_failure(Some(&img), &d, NEXT_MIDNIGHT),
+            FastFailure::ScheduleBoundary
+        );
+        img.vu = Some(0);
+        assert_eq!(
+            classify_fast_failure(Some(&img), &d, T0),
+            FastFailure::ScheduleBoundary
+        );
+        img.wcu.as_mut().unwrap().tk = 0;
+        assert_eq!(
+            decide_wcu_exhaustion(&img, &BTreeMap::new(), T0),
+            WcuDecision::SlowPath
+        );
+        img.shard_count = 2;
+        assert!(img.unsupported_reason().unwrap().contains("sharded"));
+    }
+
+    #[test]
+    fn a_credit_is_pinned_on_the_period_and_the_grant() {
+        let img = item(T0, 4);
+        let pin = img.quota_pin("q").unwrap();
+        assert_eq!(pin.next_edge, Some(NEXT_MIDNIGHT));
+        assert_eq!(pin.gc, 1);
+        let quotas = BTreeMap::from([("q".to_owned(), pin)]);
+        let plan = plan_delta(
+            &demand(&[("q", -4)]),
+            &img.limits,
+            &BTreeMap::new(),
+            &quotas,
+            1,
+            T0,
+        );
+        assert_eq!(plan.guards[0].max_tk, 10_000 - 4_000);
+        assert_eq!(plan.guards[0].quota, Some(pin));
     }
 }

@@ -371,6 +371,15 @@ impl Cron {
         self.day_and
     }
 
+    /// Whether the pattern matches every minute (`* * * * *` or an equivalent).
+    pub fn matches_always(&self) -> bool {
+        self.all_minutes()
+            && self.all_hours()
+            && self.days.count_ones() == 31
+            && self.months.count_ones() == 12
+            && self.weekdays.count_ones() == 7
+    }
+
     pub(crate) fn all_minutes(&self) -> bool {
         self.minutes.count_ones() == 60
     }

@@ -263,7 +263,9 @@ pub struct ResetSchedule {
 }
 
 impl ResetSchedule {
-    /// A reset schedule of these patterns in this zone (at least one).
+    /// A reset schedule of these patterns in this zone (at least one). A pattern that matches
+    /// every minute has no rising edge, so it never resets (it is accepted as the Python
+    /// library accepts it when reading; [`ResetSchedule::parse`] refuses it).
     pub fn new(zone: Zone, crons: Vec<Cron>) -> Result<ResetSchedule, CoreError> {
         if crons.is_empty() {
             return Err(at_least_one("reset schedule"));
@@ -271,9 +273,18 @@ impl ResetSchedule {
         Ok(ResetSchedule { zone, crons })
     }
 
-    /// A reset schedule of one pattern.
+    /// A reset schedule of one pattern; a pattern that matches every minute, which would
+    /// never reset, is refused.
     pub fn parse(cron: &str, zone: Zone) -> Result<ResetSchedule, CoreError> {
-        ResetSchedule::new(zone, vec![Cron::parse(cron)?])
+        let cron = Cron::parse(cron)?;
+        if cron.matches_always() {
+            return Err(CoreError::invalid_value(
+                "reset schedule",
+                cron.to_string(),
+                "a pattern that matches every minute never starts matching, so it never resets",
+            ));
+        }
+        ResetSchedule::new(zone, vec![cron])
     }
 
     /// The zone.
@@ -349,19 +360,19 @@ pub fn next_boundary(
     }
 }
 
-/// The one zone of a set of schedules (a bucket or configuration item stores one, reference
-/// §12.2), or an error naming the two that differ. `None` when none is scheduled.
+/// The one zone of a set of schedules' zones (a bucket or configuration item stores one,
+/// reference §12.2), or an error naming the two that differ. `None` when none is scheduled.
 pub fn one_zone<'a>(
-    schedules: impl IntoIterator<Item = &'a Schedule>,
+    zones: impl IntoIterator<Item = &'a Zone>,
 ) -> Result<Option<&'a Zone>, CoreError> {
     let mut found: Option<&Zone> = None;
-    for s in schedules {
+    for zone in zones {
         match found {
-            None => found = Some(s.zone()),
-            Some(z) if z != s.zone() => {
+            None => found = Some(zone),
+            Some(z) if z != zone => {
                 return Err(CoreError::invalid_value(
                     "schedule zones",
-                    format!("{} and {}", z.name(), s.zone().name()),
+                    format!("{} and {}", z.name(), zone.name()),
                     "every schedule of one configuration level or bucket shares one time zone",
                 ));
             }

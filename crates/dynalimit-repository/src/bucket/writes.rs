@@ -5,10 +5,12 @@ use std::collections::BTreeMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
 use dynalimit_core::bucket::{WCU, WCU_DEBIT_MILLI};
-use dynalimit_core::decide::{DeltaPlan, ProactiveRefill, RefillPlan, StampChange, TtlAction};
+use dynalimit_core::decide::{
+    DeltaPlan, ProactiveRefill, QuotaPin, RefillPlan, StampChange, TtlAction,
+};
 use dynalimit_core::operation::ShardWrite;
-use dynalimit_core::schedule::Schedule;
-use dynalimit_format::attr::{self, BucketField, bucket_limit};
+use dynalimit_core::schedule::{ResetSchedule, Schedule};
+use dynalimit_format::attr::{self, BucketField, QuotaField, bucket_limit};
 use dynalimit_format::bucket::Owner;
 use dynalimit_format::expr::{Expr, num};
 use dynalimit_format::schedule::{self, UNSCHEDULED};
@@ -127,7 +129,13 @@ pub(crate) fn refill_write(plan: &RefillPlan, owner: Option<&Owner>) -> Expr {
             e.set(&bucket_limit(&w.name, BucketField::Rp), num(seed.rp));
             e.add(&tc(&w.name), w.add_tc);
             if w.name != WCU {
-                seed_schedules(&mut e, &w.name, seed.schedule.as_ref());
+                seed_schedules(&mut e, &w.name, seed.schedule.as_ref(), seed.reset.as_ref());
+            }
+            if let Some(count) = w.grant {
+                e.set(
+                    &attr::bucket_quota(&w.name, QuotaField::Gc),
+                    num(i64::from(count)),
+                );
             }
             let (no_cp, no_tk) = (
                 e.not_exists(&bucket_limit(&w.name, BucketField::Cp)),
@@ -152,6 +160,23 @@ pub(crate) fn refill_write(plan: &RefillPlan, owner: Option<&Owner>) -> Expr {
             let c = e.cmp(&tk(&w.name), "<=", pin);
             e.when(c);
         }
+        // A quota's new period: the grant sized at the item's count, the top-ups dropped.
+        if let Some(count) = w.grant {
+            e.set(
+                &attr::bucket_quota(&w.name, QuotaField::Gc),
+                num(i64::from(count)),
+            );
+        }
+        if w.drop_top_up {
+            e.remove(&attr::bucket_quota(&w.name, QuotaField::Tu));
+        }
+    }
+    if let Some(count) = plan.grant_pin {
+        let (missing, at_most) = (
+            e.not_exists(attr::SHARD_COUNT),
+            e.cmp(attr::SHARD_COUNT, "<=", i64::from(count)),
+        );
+        e.when(format!("{missing} OR {at_most}"));
     }
     for w in &plan.writes {
         if let Some(stamp) = w.soft {
@@ -165,20 +190,25 @@ pub(crate) fn refill_write(plan: &RefillPlan, owner: Option<&Owner>) -> Expr {
 }
 
 /// A seeded limit's schedules, spelled out rather than inherited from the item's default
-/// (reference §12.2): `b_{name}_sched` (its encoding or `"-"`), `b_{name}_rsched = "-"`, and
-/// the item's zone when it is scheduled.
-fn seed_schedules(e: &mut Expr, name: &str, schedule: Option<&Schedule>) {
+/// (reference §12.2): `b_{name}_sched` and `b_{name}_rsched` (each its encoding or `"-"`),
+/// and the item's zone when one is set.
+fn seed_schedules(
+    e: &mut Expr,
+    name: &str,
+    schedule: Option<&Schedule>,
+    reset: Option<&ResetSchedule>,
+) {
     let own = schedule.map_or_else(|| UNSCHEDULED.to_owned(), schedule::encode);
     e.set(&attr::bucket_sched(name), AttributeValue::S(own));
-    e.set(
-        &attr::bucket_rsched(name),
-        AttributeValue::S(UNSCHEDULED.to_owned()),
-    );
-    if let Some(s) = schedule {
-        e.set(
-            attr::SCHED_TZ,
-            AttributeValue::S(s.zone().name().to_owned()),
-        );
+    let own = reset
+        .and_then(|r| schedule::encode_reset(r).ok())
+        .unwrap_or_else(|| UNSCHEDULED.to_owned());
+    e.set(&attr::bucket_rsched(name), AttributeValue::S(own));
+    let zone = schedule
+        .map(Schedule::zone)
+        .or_else(|| reset.map(ResetSchedule::zone));
+    if let Some(z) = zone {
+        e.set(attr::SCHED_TZ, AttributeValue::S(z.name().to_owned()));
     }
 }
 
@@ -275,6 +305,12 @@ pub(crate) fn delta(plan: &DeltaPlan, trim: bool) -> Expr {
             e.add(&tc(name), *add_tc);
         }
     }
+    // A quota's credit lands only in the period and grant it was read in, trimmed or not.
+    for g in &plan.guards {
+        if let Some(q) = g.quota {
+            quota_period_pins(&mut e, &g.name, q);
+        }
+    }
     if trim {
         e.set(attr::VU, num(0));
         return e;
@@ -292,6 +328,29 @@ pub(crate) fn delta(plan: &DeltaPlan, trim: bool) -> Expr {
     e
 }
 
+/// The pins of a credit to a quota (reference §12.3): the grant (`gc`), the top-ups (`tu`) and
+/// the operator resets (`rn`) as read, and the item's refill time still before the first
+/// reset edge after the one read.
+fn quota_period_pins(e: &mut Expr, name: &str, q: QuotaPin) {
+    let gc = q.gc_stored.then_some(q.gc);
+    for (field, read) in [
+        (QuotaField::Gc, gc),
+        (QuotaField::Tu, q.tu),
+        (QuotaField::Rn, q.rn),
+    ] {
+        let attr_name = attr::bucket_quota(name, field);
+        let c = match read {
+            Some(v) => e.cmp(&attr_name, "=", v),
+            None => e.not_exists(&attr_name),
+        };
+        e.when(c);
+    }
+    if let Some(edge) = q.next_edge {
+        let c = e.cmp(attr::RF, "<", edge);
+        e.when(c);
+    }
+}
+
 /// `shard_count = :n` (an absent count reads as 1).
 fn shard_count_pin(e: &mut Expr, count: u32) -> String {
     let pinned = e.cmp(attr::SHARD_COUNT, "=", i64::from(count));
@@ -305,9 +364,10 @@ fn shard_count_pin(e: &mut Expr, count: u32) -> String {
 
 /// The parameter sync of a configuration change (reference §4.3): `SET vu = 0` (the next
 /// acquire takes one slow pass that materialises the new ceiling), every limit's stored
-/// parameters and schedules (the item's zone and default schedule, each limit's own where it
-/// differs, removed where none; reset schedules removed), `REMOVE ttl` when the limits come
-/// from the entity level, on an existing item only. Every value is absolute, so the write may
+/// parameters and schedules (the item's zone and default parameter and reset schedules, each
+/// limit's own where it differs, removed where none; a quota's grant, top-ups and reset
+/// counter are left as they are), `REMOVE ttl` when the limits come from the entity level, on
+/// an existing item only. Every value is absolute, so the write may
 /// be applied twice.
 pub(crate) fn sync_parameters(limits: &[Limit], remove_ttl: bool) -> Expr {
     let mut e = Expr::default();
@@ -323,21 +383,30 @@ pub(crate) fn sync_parameters(limits: &[Limit], remove_ttl: bool) -> Expr {
             e.set(&bucket_limit(l.name(), field), num(value));
         }
     }
-    let stored = schedule::item_schedules(limits.iter().map(|l| (l.name(), l.schedule())));
-    for (name, value) in [(attr::SCHED_TZ, stored.zone), (attr::SCHED, stored.default)] {
-        match value {
-            Some(v) => e.set(name, AttributeValue::S(v)),
-            None => e.remove(name),
-        }
+    let params = schedule::item_schedules(limits.iter().map(|l| (l.name(), l.schedule())));
+    let resets = schedule::item_resets(limits.iter().map(|l| (l.name(), l.reset())));
+    match params.zone.clone().or_else(|| resets.zone.clone()) {
+        Some(zone) => e.set(attr::SCHED_TZ, AttributeValue::S(zone)),
+        None => e.remove(attr::SCHED_TZ),
     }
-    e.remove(attr::RSCHED);
-    for l in limits {
-        let own = stored.overrides.iter().find(|(n, _)| n == l.name());
-        match own {
-            Some((_, v)) => e.set(&attr::bucket_sched(l.name()), AttributeValue::S(v.clone())),
-            None => e.remove(&attr::bucket_sched(l.name())),
+    for (stored, default_attr, own_attr) in [
+        (
+            params,
+            attr::SCHED,
+            attr::bucket_sched as fn(&str) -> String,
+        ),
+        (resets, attr::RSCHED, attr::bucket_rsched),
+    ] {
+        match stored.default {
+            Some(v) => e.set(default_attr, AttributeValue::S(v)),
+            None => e.remove(default_attr),
         }
-        e.remove(&attr::bucket_rsched(l.name()));
+        for l in limits {
+            match stored.overrides.iter().find(|(n, _)| n == l.name()) {
+                Some((_, v)) => e.set(&own_attr(l.name()), AttributeValue::S(v.clone())),
+                None => e.remove(&own_attr(l.name())),
+            }
+        }
     }
     if remove_ttl {
         e.remove(attr::TTL);
@@ -729,6 +798,7 @@ mod tests {
         let plan = plan_delta(
             &BTreeMap::from([("rpm".to_owned(), -2000)]),
             &states,
+            &BTreeMap::new(),
             &BTreeMap::new(),
             1,
             0,

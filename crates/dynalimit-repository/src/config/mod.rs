@@ -69,6 +69,6 @@ pub(crate) fn validate_limits(limits: &[Limit]) -> Result<(), CoreError> {
         names.push(l.name());
     }
     // One zone per item: the schedules of a level (and of the buckets it makes) share it.
-    dynalimit_core::schedule::one_zone(limits.iter().filter_map(Limit::schedule))?;
+    dynalimit_core::schedule::one_zone(limits.iter().flat_map(Limit::zones))?;
     Ok(())
 }

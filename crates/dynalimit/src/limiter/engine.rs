@@ -11,7 +11,8 @@ use dynalimit_core::decide::{
     fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create, plan_delta, plan_refill,
     shard_in, split_from, stamp_deadline, statuses_from_image,
 };
-use dynalimit_core::schedule::Schedule;
+use dynalimit_core::decide::{QuotaPin, QuotaState};
+use dynalimit_core::schedule::{ResetSchedule, Schedule};
 use dynalimit_format::config::{self, walk};
 use dynalimit_repository::bucket::{
     BucketKey, ConsumeOutcome, CreateOutcome, MetaCheck, RefillOutcome, SlowRead,
@@ -33,6 +34,9 @@ pub(crate) struct Entry {
     pub(crate) states: BTreeMap<String, LimitState>,
     /// The parameter schedules of those limits (their ceilings at a given time).
     pub(crate) schedules: BTreeMap<String, Schedule>,
+    /// The quotas among them: their reset schedules and what a credit is pinned on.
+    pub(crate) resets: BTreeMap<String, ResetSchedule>,
+    pub(crate) quotas: BTreeMap<String, QuotaPin>,
     pub(crate) shard_count: u32,
     /// Owner stamp of the item: cascade policy and parent.
     pub(crate) cascade: bool,
@@ -102,13 +106,13 @@ pub(crate) enum Role {
 
 /// Where the slow path goes next.
 enum Next {
-    Done(Entry),
+    Done(Box<Entry>),
     Slow { shard: u32, shard_count: u32 },
 }
 
 /// What one slow pass produced.
 enum Slow {
-    Done(Entry),
+    Done(Box<Entry>),
     /// A shard other than 0 cannot take the request (statuses): it was missing and has been
     /// created empty, or it holds too little.
     Short(Vec<LimitStatus>),
@@ -145,6 +149,11 @@ impl Inner {
             .cloned()
             .collect();
         let bypassed = img.bypass_at(now);
+        let quotas = img
+            .resets
+            .keys()
+            .filter_map(|name| img.quota_pin(name).map(|p| (name.clone(), p)))
+            .collect();
         Entry {
             key: key.clone(),
             consumed: demand.clone(),
@@ -152,6 +161,8 @@ impl Inner {
             cascade: img.cascade,
             states: img.limits,
             schedules: img.schedules,
+            resets: img.resets,
+            quotas,
             parent_id: img.parent_id,
             overdrawn: if bypassed { Vec::new() } else { overdrawn },
             bypassed,
@@ -211,7 +222,7 @@ impl Inner {
         let next = match outcome {
             ConsumeOutcome::Consumed(img) => {
                 self.rejections.forget(&key);
-                Next::Done(self.entry_from_image(&key, img, demand, now))
+                Next::Done(Box::new(self.entry_from_image(&key, img, demand, now)))
             }
             ConsumeOutcome::Contended => Next::Slow {
                 shard,
@@ -224,7 +235,7 @@ impl Inner {
             }
         };
         let entry = match next {
-            Next::Done(entry) => entry,
+            Next::Done(entry) => *entry,
             Next::Slow { shard, shard_count } => {
                 self.slow_path(&key.with_shard(shard), shard_count, demand, limits, role)
                     .await?
@@ -369,9 +380,9 @@ impl Inner {
             let probe = key.with_shard(shard);
             match self.store.speculative_consume(&probe, demand, now).await? {
                 ConsumeOutcome::Consumed(got) => {
-                    return Ok(Some(Next::Done(
+                    return Ok(Some(Next::Done(Box::new(
                         self.entry_from_image(&probe, got, demand, now),
-                    )));
+                    ))));
                 }
                 ConsumeOutcome::Contended => {
                     return Ok(Some(Next::Slow {
@@ -415,7 +426,7 @@ impl Inner {
                 .slow_pass(&key, shard_count, demand, limits, role)
                 .await?
             {
-                Slow::Done(entry) => return Ok(entry),
+                Slow::Done(entry) => return Ok(*entry),
                 Slow::Short(statuses) if key.shard == 0 => return Err(reject(statuses)),
                 Slow::Short(_) => key = key.with_shard(split_from(key.shard)),
             }
@@ -442,6 +453,7 @@ impl Inner {
         role: Role,
     ) -> Result<Slow, Refusal> {
         let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
+        let mut replanned = false;
         // One owner-META re-plan after a changed owner.
         for _ in 0..2 {
             let now = self.clock.epoch_millis();
@@ -520,18 +532,38 @@ impl Inner {
                                 l.schedule().map(|s| (l.name().to_owned(), s.clone()))
                             })
                             .collect();
-                        return Ok(Slow::Done(Entry {
+                        let resets: BTreeMap<String, ResetSchedule> = plan
+                            .limits
+                            .iter()
+                            .filter_map(|(l, _, _)| {
+                                l.reset().map(|r| (l.name().to_owned(), r.clone()))
+                            })
+                            .collect();
+                        let quotas = resets
+                            .iter()
+                            .map(|(name, r)| {
+                                let grant = QuotaState {
+                                    gc: Some(i64::from(plan.shard_count)),
+                                    ..QuotaState::default()
+                                };
+                                let pin = QuotaPin::of(r, grant, plan.shard_count, plan.rf);
+                                (name.clone(), pin)
+                            })
+                            .collect();
+                        return Ok(Slow::Done(Box::new(Entry {
                             key: key.clone(),
                             consumed: plan.consumed,
                             states,
                             schedules,
+                            resets,
+                            quotas,
                             shard_count: plan.shard_count,
                             cascade: owner.cascade,
                             parent_id: owner.parent_id,
                             overdrawn: plan.overdrawn,
                             bypassed: false,
                             refund: false,
-                        }));
+                        })));
                     }
                     // Another writer created it first: an empty shard's plan consumed nothing,
                     // so the item as created is read and planned again.
@@ -540,7 +572,7 @@ impl Inner {
                         return self
                             .consume_only(key, &plan.consumed, &demand)
                             .await
-                            .map(Slow::Done);
+                            .map(|e| Slow::Done(Box::new(e)));
                     }
                     CreateOutcome::OwnerChanged => continue,
                     CreateOutcome::Contended => return Err(contended()),
@@ -561,7 +593,7 @@ impl Inner {
                         let mut entry = self.entry_from_image(key, img, &demand, now);
                         entry.bypassed = true;
                         entry.refund = false;
-                        return Ok(Slow::Done(entry));
+                        return Ok(Slow::Done(Box::new(entry)));
                     }
                     ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
                     ConsumeOutcome::Failed(_) => continue,
@@ -622,19 +654,39 @@ impl Inner {
                             );
                         }
                     }
-                    // The configuration's schedules, as the write planned with them.
-                    let mut schedules = img.schedules.clone();
+                    // The configuration's schedules, as the write planned with them, and the
+                    // item's grants and refill time after it.
+                    let mut after = img.clone();
                     for l in limits {
                         match l.schedule() {
-                            Some(s) => schedules.insert(l.name().to_owned(), s.clone()),
-                            None => schedules.remove(l.name()),
+                            Some(s) => after.schedules.insert(l.name().to_owned(), s.clone()),
+                            None => after.schedules.remove(l.name()),
+                        };
+                        match l.reset() {
+                            Some(r) => after.resets.insert(l.name().to_owned(), r.clone()),
+                            None => after.resets.remove(l.name()),
                         };
                     }
+                    for w in &plan.writes {
+                        if let Some(count) = w.grant {
+                            let q = after.quotas.entry(w.name.clone()).or_default();
+                            q.gc = Some(i64::from(count));
+                            q.tu = None;
+                        }
+                    }
+                    after.rf = plan.rf_new;
+                    let quotas = after
+                        .resets
+                        .keys()
+                        .filter_map(|name| after.quota_pin(name).map(|p| (name.clone(), p)))
+                        .collect();
                     Ok(Entry {
                         key: key.clone(),
                         consumed: plan.consumed,
                         states,
-                        schedules,
+                        schedules: after.schedules,
+                        resets: after.resets,
+                        quotas,
                         shard_count: img.shards(),
                         cascade: img.cascade,
                         parent_id: img.parent_id.clone(),
@@ -643,10 +695,20 @@ impl Inner {
                         refund: false,
                     })
                 }
+                // A consumed quota got its new period's grant in the lost write: the
+                // consumption-only retry could debit the old period (hard case 32), so the
+                // pass is planned again from a fresh read.
+                RefillOutcome::LostLock if plan.resets_applied => {
+                    if replanned {
+                        return Err(contended());
+                    }
+                    replanned = true;
+                    continue;
+                }
                 RefillOutcome::LostLock => self.consume_only(key, &plan.consumed, &demand).await,
                 RefillOutcome::Contended => Err(contended()),
             };
-            return entry.map(Slow::Done);
+            return entry.map(|e| Slow::Done(Box::new(e)));
         }
         Err(contended())
     }
@@ -772,7 +834,14 @@ impl Inner {
             plan_counted(net)
         } else {
             let now = self.clock.epoch_millis();
-            plan_delta(net, &entry.states, &entry.schedules, entry.shard_count, now)
+            plan_delta(
+                net,
+                &entry.states,
+                &entry.schedules,
+                &entry.quotas,
+                entry.shard_count,
+                now,
+            )
         };
         self.store.apply_delta(&entry.key, &plan).await.map(|_| ())
     }

@@ -271,7 +271,7 @@ impl RateLimiter {
                     .into());
                 }
             }
-            dynalimit_core::schedule::one_zone(limits.iter().filter_map(Limit::schedule))?;
+            dynalimit_core::schedule::one_zone(limits.iter().flat_map(Limit::zones))?;
             if let Some(name) = unknown_name(&demand, limits) {
                 return Err(Error::UnknownLimit { key: name.clone() });
             }

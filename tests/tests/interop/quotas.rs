@@ -1,0 +1,110 @@
+//! Calendar quotas (reference §12.3) on a table shared with zae-limiter 0.17: a quota written
+//! by either library is read by the other; both spend one period's allowance from one
+//! bucket and no more, quote the same wait (the next reset edge), both get the new period's
+//! grant after the edge, and a bucket either one creates is the same item to the attribute.
+//!
+//! Both clocks are fixed at the same instants (zae-limiter's through the driver's `now_ms`,
+//! dynalimit's through a `ManualClock`).
+
+use dynalimit::{Limit, RateLimiter};
+use dynalimit_core::ManualClock;
+use dynalimit_core::schedule::Zone;
+use serde_json::{Value, json};
+
+use crate::buckets::bucket_item;
+use crate::python::shared_table;
+use crate::timed::{alternate, both_create, clocked};
+
+const NS: &str = "default";
+const HOUR: i64 = 3_600_000;
+/// 2026-07-15 12:00 UTC.
+const NOON: i64 = 1_784_116_800_000;
+/// The next midnight in New York (04:00 UTC on the 16th).
+const NY_MIDNIGHT: i64 = NOON + 16 * HOUR;
+
+fn quota_json() -> Value {
+    json!({"name": "requests", "capacity": 10, "refill_amount": 0, "refill_period_seconds": 1,
+           "reset": [{"cron": "0 0 * * *", "tz": "America/New_York"}]})
+}
+
+fn quota() -> Limit {
+    Limit::quota_per_day("requests", 10, Zone::get("America/New_York").unwrap())
+}
+
+#[tokio::test]
+async fn a_quota_written_by_zae_limiter_is_spent_by_both_once_per_period() {
+    let (table, python) = shared_table!();
+    let clock = ManualClock::new(NOON);
+    let repo = clocked(&table, &clock).await;
+    python
+        .one(
+            NS,
+            json!({"op": "set_resource_defaults", "resource": "gpt-4",
+                   "limits": [quota_json()]}),
+        )
+        .await;
+    let read = repo.get_resource_defaults("gpt-4").await.unwrap();
+    assert_eq!(read.expect("resource defaults").limits, vec![quota()]);
+    let limiter = RateLimiter::new(repo.clone());
+
+    let ((rust, py), waits) =
+        alternate(&python, &limiter, &clock, ("k", "requests"), NOON, 3).await;
+    assert_eq!(rust + py, 10, "rust {rust} + python {py}");
+    let wait = NY_MIDNIGHT - NOON + 1;
+    assert_eq!(
+        waits,
+        (Some(wait), Some(wait)),
+        "both wait for midnight in New York"
+    );
+    let item = bucket_item(&repo, "k", 0).await;
+    assert_eq!(item["rsched"].as_s().unwrap(), "1m0h0");
+    assert_eq!(item["sched_tz"].as_s().unwrap(), "America/New_York");
+    assert_eq!(item["b_requests_gc"].as_n().unwrap(), "1");
+    assert_eq!(item["vu"].as_n().unwrap(), &NY_MIDNIGHT.to_string());
+
+    // The next day, both spend the new period's allowance once.
+    let ((rust, py), _) = alternate(
+        &python,
+        &limiter,
+        &clock,
+        ("k", "requests"),
+        NY_MIDNIGHT + HOUR,
+        4,
+    )
+    .await;
+    assert_eq!(rust + py, 10, "rust {rust} + python {py}");
+    let item = bucket_item(&repo, "k", 0).await;
+    assert_eq!(item["b_requests_tc"].as_n().unwrap(), "20000");
+}
+
+#[tokio::test]
+async fn a_quota_written_by_dynalimit_is_read_by_zae_limiter_and_both_create_the_same_bucket() {
+    let (table, python) = shared_table!();
+    let clock = ManualClock::new(NOON + 777);
+    let repo = clocked(&table, &clock).await;
+    repo.set_resource_defaults("gpt-4", &[quota(), Limit::per_minute("rpm", 100)])
+        .await
+        .unwrap();
+    let read = python
+        .one(
+            NS,
+            json!({"op": "get_resource_defaults", "resource": "gpt-4"}),
+        )
+        .await;
+    let rpm = json!({"name": "rpm", "capacity": 100, "refill_amount": 100,
+                     "refill_period_seconds": 60});
+    assert_eq!(read, json!([quota_json(), rpm]));
+
+    let (rust, py) = both_create(
+        &python,
+        &repo,
+        &clock,
+        NOON + 777,
+        &[("requests", 3), ("rpm", 1)],
+    )
+    .await;
+    assert_eq!(rust, py);
+    let rust = bucket_item(&repo, "rust", 0).await;
+    assert_eq!(rust["b_requests_tk"].as_n().unwrap(), "7000");
+    assert_eq!(rust["b_rpm_rsched"].as_s().unwrap(), "-");
+}

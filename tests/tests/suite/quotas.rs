@@ -1,0 +1,143 @@
+//! Calendar quotas (reference §12.3) against DynamoDB Local: a bucket admits the period's
+//! allowance and nothing more until the reset edge, the first acquire after the edge gives
+//! the new period's grant, a refund never lands in the next period, and the item carries what
+//! zae-limiter reads (`rsched`, `b_{name}_gc`, `vu` at the next edge).
+//!
+//! The client's clock is a `ManualClock` set to chosen instants; frozen between steps.
+
+use dynalimit::Limit;
+use dynalimit_core::schedule::Zone;
+use dynalimit_format::item::{get_i64, get_s};
+
+use crate::engine::rig;
+
+const HOUR: i64 = 3_600_000;
+/// 2026-07-15 12:00 UTC.
+const NOON: i64 = 1_784_116_800_000;
+/// The next midnight, 2026-07-16 00:00 UTC.
+const MIDNIGHT: i64 = NOON + 12 * HOUR;
+
+fn daily(amount: i64) -> Limit {
+    Limit::quota_per_day("requests", amount, Zone::utc())
+}
+
+#[tokio::test]
+async fn a_daily_quota_admits_its_allowance_until_midnight_then_again() {
+    let r = rig().await;
+    r.clock.set_epoch_millis(NOON);
+    r.repo
+        .set_resource_defaults("gpt-4", &[daily(10)])
+        .await
+        .unwrap();
+
+    let (admitted, rejection) = r.spend("requests", 12).await;
+    assert_eq!(admitted, 10);
+    let rejection = rejection.expect("the 11th is refused");
+    // The wait is until the reset edge, not a drip.
+    assert_eq!(
+        rejection.retry_after().unwrap().as_millis(),
+        u128::try_from(MIDNIGHT - NOON + 1).unwrap()
+    );
+    let status = rejection.status("requests").unwrap();
+    assert_eq!(status.limit.capacity(), 10);
+    assert_eq!(status.limit.refill_amount(), 0);
+
+    // Hours later, still the same day: nothing came back.
+    r.clock.set_epoch_millis(MIDNIGHT - 1);
+    let (admitted, _) = r.spend("requests", 1).await;
+    assert_eq!(admitted, 0, "a quota does not drip");
+
+    let item = r.first_shard("k", "gpt-4").await;
+    assert_eq!(get_s(&item, "rsched"), Some("1m0h0"));
+    assert_eq!(get_s(&item, "sched_tz"), Some("UTC"));
+    assert_eq!(get_i64(&item, "b_requests_gc"), Some(1));
+    assert_eq!(get_i64(&item, "b_requests_ra"), Some(0));
+    assert_eq!(get_i64(&item, "vu"), Some(MIDNIGHT));
+
+    // After midnight the fast path refuses on `vu`; the slow pass gives the new grant.
+    r.clock.set_epoch_millis(MIDNIGHT + 5_000);
+    let (admitted, _) = r.spend("requests", 12).await;
+    assert_eq!(admitted, 10, "the new day's allowance");
+    let item = r.first_shard("k", "gpt-4").await;
+    assert_eq!(
+        get_i64(&item, "b_requests_tc"),
+        Some(20_000),
+        "every debit counted"
+    );
+    assert_eq!(get_i64(&item, "vu"), Some(MIDNIGHT + 24 * HOUR));
+}
+
+#[tokio::test]
+async fn a_refund_never_lands_in_the_next_period() {
+    let r = rig().await;
+    r.clock.set_epoch_millis(MIDNIGHT - HOUR);
+    r.repo
+        .set_resource_defaults("gpt-4", &[daily(10)])
+        .await
+        .unwrap();
+    // A lease of 4 is held across midnight.
+    let held = r
+        .limiter
+        .acquire("k", "gpt-4", [("requests", 4)])
+        .await
+        .unwrap();
+    r.clock.set_epoch_millis(MIDNIGHT + HOUR);
+    // The first acquire of the new day gives the grant: 10, minus 1.
+    r.limiter
+        .acquire("k", "gpt-4", [("requests", 1)])
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+    // Rolling back yesterday's 4 must not lift today's balance to 13 of 10 (or to 10 with
+    // yesterday's tokens): the refund is dropped.
+    held.rollback().await.unwrap();
+    r.limiter.settle().await;
+    let item = r.first_shard("k", "gpt-4").await;
+    assert_eq!(get_i64(&item, "b_requests_tk"), Some(9_000));
+    let (admitted, _) = r.spend("requests", 12).await;
+    assert_eq!(admitted, 9, "today's allowance, less today's debit");
+}
+
+#[tokio::test]
+async fn a_refund_in_the_same_period_is_given_back() {
+    let r = rig().await;
+    r.clock.set_epoch_millis(NOON);
+    r.repo
+        .set_resource_defaults("gpt-4", &[daily(10)])
+        .await
+        .unwrap();
+    let held = r
+        .limiter
+        .acquire("k", "gpt-4", [("requests", 4)])
+        .await
+        .unwrap();
+    held.rollback().await.unwrap();
+    r.limiter.settle().await;
+    let (admitted, _) = r.spend("requests", 12).await;
+    assert_eq!(admitted, 10);
+}
+
+#[tokio::test]
+async fn quotas_and_a_reset_every_minute_are_checked_before_any_write() {
+    let r = rig().await;
+    assert!(Limit::quota("q", 10, "* * * * *", Zone::utc()).is_err());
+    assert!(Limit::quota("q", 10, "0 0 L * *", Zone::utc()).is_err());
+    let before = r.counter.total();
+    let dripping_with_reset =
+        Limit::per_minute("q", 10).with_reset(daily(10).reset().unwrap().clone());
+    let e = r
+        .repo
+        .set_resource_defaults("gpt-4", &[dripping_with_reset])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("does not refill"), "{e}");
+    let e = r
+        .repo
+        .set_resource_defaults("gpt-4", &[Limit::custom("q", 10, 0, 1)])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("reset schedule"), "{e}");
+    assert_eq!(r.counter.total(), before, "nothing was sent");
+}
