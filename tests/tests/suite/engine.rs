@@ -1122,7 +1122,7 @@ async fn core_profile_fails_closed_on_unsupported_features() {
         "q",
         "gpt-4",
         0,
-        "SET b_rpm_gc = :g, vu = :v",
+        "SET b_rpm_ws = :g, vu = :v",
         &[(":g", n(1)), (":v", n(r.clock.epoch_millis() - 1))],
     )
     .await;

@@ -141,3 +141,32 @@ async fn quotas_and_a_reset_every_minute_are_checked_before_any_write() {
     assert!(e.to_string().contains("reset schedule"), "{e}");
     assert_eq!(r.counter.total(), before, "nothing was sent");
 }
+
+#[tokio::test]
+async fn hard_case_33_an_override_pass_still_applies_a_configured_quotas_reset() {
+    let r = rig().await;
+    r.clock.set_epoch_millis(NOON);
+    r.repo
+        .set_resource_defaults("gpt-4", &[daily(10), Limit::per_minute("rpm", 100)])
+        .await
+        .unwrap();
+    let (admitted, _) = r.spend("requests", 10).await;
+    assert_eq!(admitted, 10);
+    // After midnight, an acquire with explicit limits naming only rpm takes the slow pass
+    // (the boundary passed): the quota on the item is carried through the same write and
+    // gets its new grant, and the boundary moves to the next midnight instead of vanishing.
+    r.clock.set_epoch_millis(MIDNIGHT + HOUR);
+    r.limiter
+        .acquire("k", "gpt-4", [("rpm", 1)])
+        .limits([Limit::per_minute("rpm", 100)])
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+    let item = r.first_shard("k", "gpt-4").await;
+    assert_eq!(get_i64(&item, "b_requests_tk"), Some(10_000));
+    assert_eq!(get_i64(&item, "vu"), Some(MIDNIGHT + 24 * HOUR));
+    let (admitted, _) = r.spend("requests", 12).await;
+    assert_eq!(admitted, 10, "the new day's allowance, once");
+}
