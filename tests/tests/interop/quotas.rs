@@ -108,3 +108,85 @@ async fn a_quota_written_by_dynalimit_is_read_by_zae_limiter_and_both_create_the
     assert_eq!(rust["b_requests_tk"].as_n().unwrap(), "7000");
     assert_eq!(rust["b_rpm_rsched"].as_s().unwrap(), "-");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn python_and_rust_contending_on_one_quota_never_admit_more_than_its_allowance() {
+    let (table, python) = shared_table!();
+    let clock = ManualClock::new(NOON);
+    let repo = clocked(&table, &clock).await;
+    let limiter = RateLimiter::new(repo.clone());
+    // Both sides start together and ask for about three times the allowance.
+    repo.set_resource_defaults(
+        "gpt-4",
+        &[Limit::quota_per_day(
+            "requests",
+            100,
+            Zone::get("America/New_York").unwrap(),
+        )],
+    )
+    .await
+    .unwrap();
+    // Both start at the same wall-clock second, once the Python process is up.
+    let start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        + 4.0;
+    let py = python.one(
+        NS,
+        json!({"op": "hammer", "entity": "k", "resource": "gpt-4",
+               "consume": {"requests": 1}, "count": 150, "concurrency": 4, "now_ms": NOON,
+               "start_at": start}),
+    );
+    let rust = async {
+        let wait = start
+            - std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs_f64();
+        tokio::time::sleep(std::time::Duration::from_secs_f64(wait.max(0.0))).await;
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let limiter = limiter.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0;
+                for _ in 0..20 {
+                    match limiter.acquire("k", "gpt-4", [("requests", 1)]).await {
+                        Ok(lease) => {
+                            lease.commit().await.unwrap();
+                            admitted += 1;
+                        }
+                        Err(dynalimit::Error::Rejected(_)) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                admitted
+            }));
+        }
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap();
+        }
+        total
+    };
+    let (py, rust) = tokio::join!(py, rust);
+    let py = py["admitted"].as_i64().unwrap();
+    assert!(
+        rust + py <= 100,
+        "rust {rust} + python {py} over the allowance"
+    );
+    assert!(
+        rust + py >= 99,
+        "rust {rust} + python {py}: under 99 % of a wanted allowance"
+    );
+    assert!(
+        rust > 0 && py > 0,
+        "both sides were admitted: rust {rust}, python {py}"
+    );
+    let item = bucket_item(&repo, "k", 0).await;
+    assert_eq!(
+        item["b_requests_tc"].as_n().unwrap(),
+        &((rust + py) * 1000).to_string(),
+        "every admission counted once"
+    );
+}

@@ -5,11 +5,11 @@
 //!
 //! The client's clock is a `ManualClock` set to chosen instants; frozen between steps.
 
-use dynalimit::Limit;
+use dynalimit::{Error, Limit};
 use dynalimit_core::schedule::Zone;
 use dynalimit_format::item::{get_i64, get_s};
 
-use crate::engine::rig;
+use crate::engine::{Rig, rig};
 
 const HOUR: i64 = 3_600_000;
 /// 2026-07-15 12:00 UTC.
@@ -169,4 +169,70 @@ async fn hard_case_33_an_override_pass_still_applies_a_configured_quotas_reset()
     assert_eq!(get_i64(&item, "vu"), Some(MIDNIGHT + 24 * HOUR));
     let (admitted, _) = r.spend("requests", 12).await;
     assert_eq!(admitted, 10, "the new day's allowance, once");
+}
+
+/// 32 tasks acquire 1 until `attempts` are spent; after `flip_after` attempts one of them
+/// moves the clock to `flip_to`. The number admitted.
+async fn contend(r: &Rig, attempts: i64, flip: Option<(i64, i64)>) -> i64 {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let left = Arc::new(AtomicI64::new(attempts));
+    let granted = Arc::new(AtomicI64::new(0));
+    let mut handles = Vec::new();
+    for _ in 0..32 {
+        let (limiter, left, granted) = (r.limiter.clone(), left.clone(), granted.clone());
+        let clock = r.clock.clone();
+        handles.push(tokio::spawn(async move {
+            loop {
+                let n = left.fetch_sub(1, Ordering::SeqCst);
+                if n <= 0 {
+                    break;
+                }
+                if let Some((after, to)) = flip
+                    && attempts - n == after
+                {
+                    clock.set_epoch_millis(to);
+                }
+                match limiter.acquire("k", "gpt-4", [("requests", 1)]).await {
+                    Ok(lease) => {
+                        lease.commit().await.expect("commit");
+                        granted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(Error::Rejected(_)) => {}
+                    Err(e) => panic!("unexpected error: {e}"),
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.expect("task");
+    }
+    granted.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_monthly_quota_under_32_tasks_admits_each_period_s_allowance_and_no_more() {
+    let r = rig().await;
+    // 2026-07-15 12:00 UTC; the month turns on 2026-08-01.
+    let august = NOON + 17 * 24 * HOUR - 12 * HOUR;
+    r.clock.set_epoch_millis(NOON);
+    r.repo
+        .set_resource_defaults(
+            "gpt-4",
+            &[Limit::quota_per_month("requests", 200, Zone::utc())],
+        )
+        .await
+        .unwrap();
+    // July: demand above the allowance, a frozen clock.
+    let july = contend(&r, 400, None).await;
+    assert_eq!(july, 200, "July's allowance, exactly");
+    // August begins while 32 tasks are at it: the new period's allowance, and no more.
+    let after = contend(&r, 400, Some((40, august + 1))).await;
+    assert!(after <= 200, "August admitted {after} of 200");
+    assert!(
+        after >= 198,
+        "August admitted {after}: at least 99 % of 200"
+    );
+    let item = r.first_shard("k", "gpt-4").await;
+    assert_eq!(get_i64(&item, "b_requests_tc"), Some((july + after) * 1000));
 }
