@@ -7,8 +7,8 @@
 //! dynalimit's through a `ManualClock`).
 
 use dynalimit::{Limit, RateLimiter};
-use dynalimit_core::ManualClock;
 use dynalimit_core::schedule::Zone;
+use dynalimit_core::{Clock, ManualClock, SystemClock};
 use serde_json::{Value, json};
 
 use crate::buckets::bucket_item;
@@ -127,11 +127,8 @@ async fn python_and_rust_contending_on_one_quota_never_admit_more_than_its_allow
     .await
     .unwrap();
     // Both start at the same wall-clock second, once the Python process is up.
-    let start = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-        + 4.0;
+    let wall = || SystemClock.epoch_millis() as f64 / 1000.0;
+    let start = wall() + 4.0;
     let py = python.one(
         NS,
         json!({"op": "hammer", "entity": "k", "resource": "gpt-4",
@@ -139,11 +136,7 @@ async fn python_and_rust_contending_on_one_quota_never_admit_more_than_its_allow
                "start_at": start}),
     );
     let rust = async {
-        let wait = start
-            - std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_secs_f64();
+        let wait = start - wall();
         tokio::time::sleep(std::time::Duration::from_secs_f64(wait.max(0.0))).await;
         let mut tasks = Vec::new();
         for _ in 0..8 {
