@@ -268,11 +268,16 @@ impl BucketImage {
         if let Some(attr) = self.unsupported.first() {
             return Some(format!("bucket carries unsupported attribute {attr}"));
         }
+        // A sharded quota's ceilings are its grants; one without a recorded grant count was
+        // sized by a client older than the grant counts (reference §12.3).
         if self.shards() > 1
-            && let Some(name) = self.resets.keys().next()
+            && let Some(name) = self
+                .resets
+                .keys()
+                .find(|name| self.quotas.get(*name).is_none_or(|q| q.gc.is_none()))
         {
             return Some(format!(
-                "quota {name} is sharded over {} shards (sharded quotas are not implemented)",
+                "quota {name} is sharded over {} shards without a grant count (gc)",
                 self.shards()
             ));
         }
@@ -567,8 +572,7 @@ pub fn decide_wcu_exhaustion(
     if let Gate::Reject(statuses) = fast_rejection_gate(img, demand, now) {
         return WcuDecision::Reject(statuses);
     }
-    // A quota's grant is not split by a doubling here (sharded quotas are not implemented).
-    if wcu_refill_restores(img, now) || !img.resets.is_empty() {
+    if wcu_refill_restores(img, now) {
         return WcuDecision::SlowPath;
     }
     match doubled_shard_count(img.shards()) {
@@ -1428,7 +1432,7 @@ pub fn plan_proactive_refill(
 /// Whether shard 0 should double proactively: its `wcu` projected to `now` is below 20 % of
 /// capacity and the count is below the cap. Returns `(from, to)`.
 pub fn plan_proactive_doubling(img: &BucketImage, now: i64) -> Option<(u32, u32)> {
-    if img.disabled || img.unsupported_reason().is_some() || !img.resets.is_empty() {
+    if img.disabled || img.unsupported_reason().is_some() {
         return None;
     }
     let w = img.wcu?;

@@ -468,15 +468,25 @@ impl Meta {
 /// Shard `shard` of the bucket whose shard 0 now holds `image` with `count` shards, as an
 /// aggregator pre-creates it (§7.3, path 2): a copy of the image with the shard's keys (`PK`,
 /// `GSI2SK`, `GSI3SK`, `GSI4SK`), `shard_count = count`, `tc = 0`, `rf = now`, no `vu`
-/// unless a limit is scheduled (its schedules and boundary are shard 0's), the `wcu` block full (it is never divided) and every limit empty: the tokens of the split
+/// unless a limit is scheduled or a quota (its schedules and boundary are shard 0's), a
+/// quota's grant count the new count and no top-ups, the `wcu` block full (it is never divided) and every limit empty: the tokens of the split
 /// bucket are held by the shards that existed before, so a new shard fills by refill, as
 /// `dynalimit_core::decide::plan_create` creates one.
 pub fn clone_for_shard(image: &Item, ns: &str, key: &BucketKey, count: u32, now: i64) -> Item {
     let (entity, resource, shard) = (&key.entity_id, &key.resource, key.shard);
     let mut item = image.clone();
     let img = image_from_item(image);
-    if img.schedules.is_empty() {
+    if img.schedules.is_empty() && img.resets.is_empty() {
         item.remove(attr::VU);
+    }
+    // A quota's grant on the new shard is sized at the new count, and empty; the period's
+    // top-ups stay with the shards that hold them.
+    for name in img.resets.keys() {
+        item.insert(
+            attr::bucket_quota(name, QuotaField::Gc),
+            num(i64::from(count)),
+        );
+        item.remove(&attr::bucket_quota(name, QuotaField::Tu));
     }
     for (name, value) in [
         (attr::PK, keys::bucket_pk(ns, entity, resource, shard)),

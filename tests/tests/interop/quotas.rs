@@ -12,7 +12,7 @@ use dynalimit_core::{Clock, ManualClock, SystemClock};
 use serde_json::{Value, json};
 
 use crate::buckets::bucket_item;
-use crate::python::shared_table;
+use crate::python::{Python, shared_table};
 use crate::timed::{alternate, both_create, clocked};
 
 const NS: &str = "default";
@@ -126,6 +126,32 @@ async fn python_and_rust_contending_on_one_quota_never_admit_more_than_its_allow
     )
     .await
     .unwrap();
+    let (rust, py) = hammer_both(&python, &limiter).await;
+
+    assert!(
+        rust + py <= 100,
+        "rust {rust} + python {py} over the allowance"
+    );
+    assert!(
+        rust + py >= 99,
+        "rust {rust} + python {py}: under 99 % of a wanted allowance"
+    );
+    assert!(
+        rust > 0 && py > 0,
+        "both sides were admitted: rust {rust}, python {py}"
+    );
+    let item = bucket_item(&repo, "k", 0).await;
+    assert_eq!(
+        item["b_requests_tc"].as_n().unwrap(),
+        &((rust + py) * 1000).to_string(),
+        "every admission counted once"
+    );
+}
+
+/// zae-limiter (4 workers, 150 attempts, its clock at `NOON`) and dynalimit (8 tasks of 20
+/// attempts) acquire 1 `requests` of `k` together, from the same wall-clock second:
+/// `(rust admitted, python admitted)`.
+async fn hammer_both(python: &Python, limiter: &RateLimiter) -> (i64, i64) {
     // Both start at the same wall-clock second, once the Python process is up.
     let wall = || SystemClock.epoch_millis() as f64 / 1000.0;
     let start = wall() + 4.0;
@@ -163,23 +189,50 @@ async fn python_and_rust_contending_on_one_quota_never_admit_more_than_its_allow
         total
     };
     let (py, rust) = tokio::join!(py, rust);
-    let py = py["admitted"].as_i64().unwrap();
+    (rust, py["admitted"].as_i64().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_quota_dynalimit_sharded_is_shared_with_zae_limiter_within_its_allowance() {
+    use dynalimit_format::bucket::BucketKey;
+    let (table, python) = shared_table!();
+    let clock = ManualClock::new(NOON);
+    let repo = clocked(&table, &clock).await;
+    repo.set_resource_defaults(
+        "gpt-4",
+        &[Limit::quota_per_day(
+            "requests",
+            100,
+            Zone::get("America/New_York").unwrap(),
+        )],
+    )
+    .await
+    .unwrap();
+    let limiter = RateLimiter::new(repo.clone());
+    limiter
+        .acquire("k", "gpt-4", [("requests", 1)])
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+    let key = BucketKey::new("k", "gpt-4", 0);
+    for (from, to) in [(1, 2), (2, 4)] {
+        repo.buckets().double_shards(&key, from, to).await.unwrap();
+    }
+    let (rust, py) = hammer_both(&python, &limiter).await;
+    let total = 1 + rust + py;
     assert!(
-        rust + py <= 100,
-        "rust {rust} + python {py} over the allowance"
+        total <= 100,
+        "rust {rust} + python {py} + 1 over the allowance"
     );
-    assert!(
-        rust + py >= 99,
-        "rust {rust} + python {py}: under 99 % of a wanted allowance"
-    );
-    assert!(
-        rust > 0 && py > 0,
-        "both sides were admitted: rust {rust}, python {py}"
-    );
-    let item = bucket_item(&repo, "k", 0).await;
-    assert_eq!(
-        item["b_requests_tc"].as_n().unwrap(),
-        &((rust + py) * 1000).to_string(),
-        "every admission counted once"
-    );
+    assert!(total >= 99, "rust {rust} + python {py} + 1: under 99 %");
+    let mut tc = 0;
+    for shard in 0..4 {
+        let item = bucket_item(&repo, "k", shard).await;
+        if let Some(n) = item.get("b_requests_tc") {
+            tc += n.as_n().unwrap().parse::<i64>().unwrap();
+        }
+    }
+    assert_eq!(tc, total * 1000, "every admission counted once");
 }

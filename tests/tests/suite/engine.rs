@@ -250,7 +250,7 @@ impl Rig {
     }
 
     /// Every bucket item of `entity` (all resources and shards), by scan.
-    async fn buckets(&self, entity: &str) -> Vec<Item> {
+    pub(crate) async fn buckets(&self, entity: &str) -> Vec<Item> {
         let prefix = format!("{}/BUCKET#{entity}#", self.repo.namespace_id());
         self.table
             .scan_all()
@@ -262,7 +262,7 @@ impl Rig {
     }
 
     /// Σ `b_{limit}_tc` over an entity's shards, in whole tokens.
-    async fn tc(&self, entity: &str, limit: &str) -> i64 {
+    pub(crate) async fn tc(&self, entity: &str, limit: &str) -> i64 {
         self.buckets(entity)
             .await
             .iter()

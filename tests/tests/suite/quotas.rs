@@ -236,3 +236,55 @@ async fn a_monthly_quota_under_32_tasks_admits_each_period_s_allowance_and_no_mo
     let item = r.first_shard("k", "gpt-4").await;
     assert_eq!(get_i64(&item, "b_requests_tc"), Some((july + after) * 1000));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_monthly_quota_sharded_to_8_conserves_each_period_s_allowance() {
+    use dynalimit_format::bucket::BucketKey;
+    let r = rig().await;
+    let august = NOON + 17 * 24 * HOUR - 12 * HOUR;
+    r.clock.set_epoch_millis(NOON);
+    r.repo
+        .set_resource_defaults(
+            "gpt-4",
+            &[Limit::quota_per_month("requests", 200, Zone::utc())],
+        )
+        .await
+        .unwrap();
+    let (first, _) = r.spend("requests", 1).await;
+    assert_eq!(first, 1);
+    // A hot bucket doubles to 8 shards: shard 0 keeps July's grant (its grant count stays
+    // 1); the shards the doublings bring into use start empty, sized at 8.
+    let key = BucketKey::new("k", "gpt-4", 0);
+    for (from, to) in [(1, 2), (2, 4), (4, 8)] {
+        r.repo
+            .buckets()
+            .double_shards(&key, from, to)
+            .await
+            .unwrap();
+    }
+    let july = 1 + contend(&r, 600, None).await;
+    assert_eq!(july, 200, "July's allowance across 8 shards, exactly");
+    let shards = r.buckets("k").await;
+    assert!(
+        shards.len() >= 6,
+        "the tasks spread over the shards: {}",
+        shards.len()
+    );
+    for item in &shards {
+        let zero = get_s(item, "PK").is_some_and(|pk| pk.ends_with("#0"));
+        let gc = get_i64(item, "b_requests_gc");
+        assert_eq!(gc, Some(if zero { 1 } else { 8 }), "grant counts");
+        assert_eq!(get_i64(item, "shard_count"), Some(8));
+    }
+    let after = contend(&r, 600, Some((60, august + 1))).await;
+    assert!(after <= 200, "August admitted {after} of 200");
+    assert!(
+        after >= 198,
+        "August admitted {after}: at least 99 % of 200"
+    );
+    assert_eq!(
+        r.tc("k", "requests").await,
+        july + after,
+        "every admission counted once"
+    );
+}

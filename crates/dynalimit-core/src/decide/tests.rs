@@ -1320,7 +1320,7 @@ mod quotas {
     }
 
     #[test]
-    fn a_passed_edge_sends_the_fast_path_to_a_slow_pass_and_never_doubles() {
+    fn a_passed_edge_sends_the_fast_path_to_a_slow_pass() {
         let mut img = item(T0, 10);
         let d = demand(&[("q", 1)]);
         assert_eq!(
@@ -1332,13 +1332,51 @@ mod quotas {
             classify_fast_failure(Some(&img), &d, T0),
             FastFailure::ScheduleBoundary
         );
-        img.wcu.as_mut().unwrap().tk = 0;
-        assert_eq!(
-            decide_wcu_exhaustion(&img, &BTreeMap::new(), T0),
-            WcuDecision::SlowPath
+    }
+
+    #[test]
+    fn a_sharded_quota_is_read_at_its_grant_and_regranted_at_the_new_count() {
+        // Shard 0 held the whole allowance (gc 1) when the bucket doubled to 4: its ceiling
+        // stays the whole allowance, and its next period's grant is a quarter.
+        let mut img = item(T0, 0);
+        img.shard_count = 4;
+        assert_eq!(img.unsupported_reason(), None);
+        let p = img.params_at("q", &img.limits["q"].clone(), T0);
+        assert_eq!(p.ceiling, 10_000);
+        let plan = hard_pass(
+            &img,
+            &[daily(10)],
+            &BTreeMap::new(),
+            NEXT_MIDNIGHT + 1,
+            TtlAction::Keep,
         );
-        img.shard_count = 2;
-        assert!(img.unsupported_reason().unwrap().contains("sharded"));
+        let w = plan.writes.iter().find(|w| w.name == "q").unwrap();
+        assert_eq!(w.grant, Some(4));
+        assert_eq!(plan.grant_pin, Some(4));
+        let mut after = img.clone();
+        assert!(apply_refill(&mut after, &plan));
+        assert_eq!(after.limits["q"].tk, 2_500, "10 000 millitokens // 4");
+        // A sharded quota without a grant count is not read.
+        img.quotas.clear();
+        assert!(img.unsupported_reason().unwrap().contains("grant count"));
+    }
+
+    #[test]
+    fn a_new_quota_shard_starts_empty_with_its_grant_count() {
+        let plan = written(plan_create(
+            &[daily(10)],
+            &BTreeMap::new(),
+            4,
+            3,
+            T0,
+            None,
+            &Stamps::default(),
+        ));
+        assert_eq!(
+            plan.limits[0].1, 0,
+            "the split's tokens stay with the older shards"
+        );
+        assert_eq!(plan.shard_count, 4);
     }
 
     #[test]
