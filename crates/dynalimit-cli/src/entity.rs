@@ -69,6 +69,16 @@ pub(crate) enum EntityCommand {
         /// Parent entity id.
         id: String,
     },
+    /// Show what an entity may spend on a resource now, per limit, across every shard: the
+    /// tokens available, the capacity in force (a schedule's window applied), and how the
+    /// limit comes back: its refill, or a quota's next reset.
+    #[command(after_help = "Example:\n  dynalimit entity available key-1 gpt-4 --output json")]
+    Available {
+        /// Entity id.
+        id: String,
+        /// Resource.
+        resource: String,
+    },
     /// Give an entity its whole allowance on one resource back, now: every limit of every
     /// shard back to its capacity (debt forgiven). Consumption counters, configuration and
     /// the parent's buckets are left alone; a bucket that does not exist yet is left alone
@@ -139,6 +149,34 @@ fn operation_json(done: &BucketOperation) -> Value {
         "amounts": done.amounts,
         "replayed": done.replayed,
     })
+}
+
+/// One limit's balance: available tokens, the capacity in force at `now`, and its refill or,
+/// for a quota, the next reset (RFC 3339, UTC).
+fn balance_json(status: &dynalimit::LimitStatus, now: i64) -> Value {
+    let limit = &status.limit;
+    let capacity = limit.params_at(now).capacity / 1000;
+    match limit.reset() {
+        Some(reset) => json!({
+            "name": limit.name(),
+            "available": status.available,
+            "capacity": capacity,
+            "kind": "quota",
+            "resets_at": reset.next_edge(now).map(rfc3339),
+        }),
+        None => json!({
+            "name": limit.name(),
+            "available": status.available,
+            "capacity": capacity,
+            "kind": "rate",
+            "refill": format!("{}/{}s", limit.params_at(now).refill_amount / 1000, limit.refill_period_seconds()),
+        }),
+    }
+}
+
+/// An epoch-millisecond instant in RFC 3339, UTC.
+fn rfc3339(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms).map_or_else(|_| ms.to_string(), |t| t.to_string())
 }
 
 fn entity_json(e: &Entity) -> Value {
@@ -214,6 +252,15 @@ pub(crate) async fn run(global: &Global, command: &EntityCommand) -> Result<()> 
             let repo = global.reader().await?;
             let children = repo.children(id).await?;
             global.print(&Value::Array(children.iter().map(entity_json).collect()));
+        }
+        EntityCommand::Available { id, resource } => {
+            let repo = global.reader().await?;
+            let now = dynalimit_core::Clock::epoch_millis(&dynalimit_core::SystemClock);
+            let statuses = dynalimit::RateLimiter::new(repo)
+                .balances(id, resource, &[])
+                .await?;
+            let limits: Vec<Value> = statuses.iter().map(|s| balance_json(s, now)).collect();
+            global.print(&json!({ "entity_id": id, "resource": resource, "limits": limits }));
         }
         EntityCommand::Reset {
             id,

@@ -290,6 +290,34 @@ async fn scheduled_limits_are_set_and_shown_in_the_text_form() {
 }
 
 #[tokio::test]
+async fn available_shows_each_limit_s_balance_capacity_and_refill_or_reset() {
+    let f = Fixture::new().await;
+    f.run(&[
+        "limits",
+        "set",
+        "--resource",
+        "gpt-4",
+        "day=50/quota[0 0 * * *],rpm=100/min",
+    ])
+    .json();
+    f.run(&["entity", "create", "key-1"]).json();
+    let shown = f.run(&["entity", "available", "key-1", "gpt-4"]).json();
+    assert_eq!(shown["entity_id"], "key-1");
+    let limits = shown["limits"].as_array().unwrap();
+    let day = limits.iter().find(|l| l["name"] == "day").unwrap();
+    assert_eq!(day["kind"], "quota");
+    assert_eq!(day["available"], 50, "no bucket yet: the whole allowance");
+    assert_eq!(day["capacity"], 50);
+    assert!(
+        day["resets_at"].as_str().unwrap().ends_with("T00:00:00Z"),
+        "{day}"
+    );
+    let rpm = limits.iter().find(|l| l["name"] == "rpm").unwrap();
+    assert_eq!(rpm["kind"], "rate");
+    assert_eq!(rpm["refill"], "100/60s");
+}
+
+#[tokio::test]
 async fn audit_lists_entity_resource_and_system_events() {
     let f = Fixture::new().await;
     f.run(&["entity", "create", "key-1"]).json();

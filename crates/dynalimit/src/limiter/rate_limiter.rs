@@ -115,6 +115,23 @@ impl RateLimiter {
         }
     }
 
+    /// Each limit of the entity's bucket for `resource`, across every shard: the configured
+    /// limit (with its schedules) and the whole tokens available now (capped at the capacity
+    /// in force; negative in debt), as [`LimitStatus`](crate::LimitStatus)es. `limits` empty:
+    /// the stored configuration's.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for bad input, [`Error::PermissionDenied`], [`Error::Unavailable`].
+    pub async fn balances(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        limits: &[Limit],
+    ) -> Result<Vec<crate::LimitStatus>, Error> {
+        self.availability(entity_id, resource, limits, &BTreeMap::new())
+            .await
+    }
+
     /// Whole tokens available per limit across every shard of the entity's bucket for
     /// `resource` (capped at capacity; negative in debt). Reads GSI3 and the items. `limits`
     /// empty: the stored configuration's.
