@@ -13,8 +13,13 @@
 //!   headroom, the room below the ceiling after the refill, summed over the shards; the
 //!   amount is split over the shards in proportion to their headroom ([`split_by_headroom`]).
 //!
-//! Only dripping limits are planned here; the caller refuses items and configurations that
-//! carry quotas, schedules or windows before planning ([`BucketImage::unsupported_reason`]).
+//! A limit's ceiling is the capacity in force (its schedule applied). A **quota** resets to
+//! its shard's share of the capacity in force with its grant count set to the shard count
+//! and its operator-reset counter (`rn`) raised; a quota whose reset edge passed since the
+//! item's refill gets the new period's grant whichever operation runs. A quota is never
+//! topped up here (its top-up stores `tu`, which raises the table's minimum client version).
+//! The caller refuses items that carry session windows before planning
+//! ([`BucketImage::unsupported_reason`]).
 //!
 //! ```
 //! use dynalimit_core::Limit;
@@ -77,6 +82,13 @@ pub struct ShardWrite {
     pub deltas: BTreeMap<String, i64>,
     /// What happens to `ttl`.
     pub ttl: TtlAction,
+    /// Quotas given a new grant (reference §12.3): `SET b_{name}_gc` to this count.
+    pub grants: Vec<(String, u32)>,
+    /// Quotas whose period's top-ups the new grant drops: `REMOVE b_{name}_tu`.
+    pub drop_top_ups: Vec<String>,
+    /// Quotas reset by the operator: `ADD b_{name}_rn 1` (a credit pinned on the count read
+    /// then never lands).
+    pub reset_counters: Vec<String>,
 }
 
 /// Every shard's write, and what the operation did per named limit.
@@ -133,35 +145,68 @@ pub fn lagging(shards: &[OperationShard]) -> Option<(u32, Vec<u32>)> {
 struct Working<'a> {
     shard: &'a OperationShard,
     tokens: BTreeMap<String, i64>,
+    /// Each limit's ceiling at `now`: the capacity in force divided by the shard count, or a
+    /// quota's grant plus its top-ups.
+    ceilings: BTreeMap<String, i64>,
+    /// Quotas given a new grant by this write: `SET b_{name}_gc`, `REMOVE b_{name}_tu`.
+    grants: Vec<String>,
+    /// Quotas reset by the operator: `ADD b_{name}_rn 1`.
+    resets: Vec<String>,
 }
 
 impl<'a> Working<'a> {
-    /// Every limit on the item (resolved or not) and `wcu`, refilled to `now`.
-    fn materialise(shard: &'a OperationShard, now: i64) -> Self {
+    /// Every limit on the item (resolved or not) and `wcu`, refilled to `now` by the
+    /// configuration's schedules (the item's for a limit no longer configured); a quota whose
+    /// reset edge passed since the item's refill gets the period's grant first.
+    fn materialise(shard: &'a OperationShard, limits: &[Limit], now: i64) -> Self {
         let img = &shard.image;
-        let mut tokens: BTreeMap<String, i64> = img
-            .limits
-            .iter()
-            .map(|(name, state)| {
-                let (after, _) = refill(state.tk, img.rf, now, state.params(img.shards()));
-                (name.clone(), after)
-            })
-            .collect();
-        if let Some(w) = img.wcu {
-            tokens.insert(
+        let mut w = Working {
+            shard,
+            tokens: BTreeMap::new(),
+            ceilings: BTreeMap::new(),
+            grants: Vec::new(),
+            resets: Vec::new(),
+        };
+        let count = i64::from(img.shards());
+        for (name, state) in &img.limits {
+            let configured = limits.iter().find(|l| l.name() == name);
+            let (sched, reset) = match configured {
+                Some(l) => (l.schedule(), l.reset()),
+                None => (img.schedule(name), img.resets.get(name)),
+            };
+            let (tokens, ceiling) = match reset {
+                None => {
+                    let p = state.params_at(sched, img.shards(), now);
+                    (refill(state.tk, img.rf, now, p).0, p.ceiling)
+                }
+                Some(r) => {
+                    let cp = sched.map_or(state.cp, |s| s.params(state.base(), now).capacity);
+                    let q = img.quotas.get(name).copied().unwrap_or_default();
+                    if r.prev_edge(now).is_some_and(|edge| edge > img.rf) {
+                        w.grants.push(name.clone());
+                        (cp.div_euclid(count), cp.div_euclid(count))
+                    } else {
+                        let gc = q.gc.filter(|g| *g >= 1).unwrap_or(count);
+                        let ceiling = cp.div_euclid(gc).saturating_add(q.tu.unwrap_or(0));
+                        (state.tk.min(ceiling), ceiling)
+                    }
+                }
+            };
+            w.tokens.insert(name.clone(), tokens);
+            w.ceilings.insert(name.clone(), ceiling);
+        }
+        if let Some(wcu) = img.wcu {
+            w.tokens.insert(
                 WCU.to_owned(),
-                refill(w.tk, img.rf, now, ShardParams::wcu()).0,
+                refill(wcu.tk, img.rf, now, ShardParams::wcu()).0,
             );
         }
-        Working { shard, tokens }
+        w
     }
 
     /// The ceiling of limit `name` on this shard, when the shard holds it.
     fn ceiling(&self, name: &str) -> Option<i64> {
-        let img = &self.shard.image;
-        img.limits
-            .get(name)
-            .map(|state| state.params(img.shards()).ceiling)
+        self.ceilings.get(name).copied()
     }
 
     /// Whole tokens of room below the ceiling of limit `name` (0 when the shard lacks it).
@@ -190,6 +235,14 @@ impl<'a> Working<'a> {
                 (delta != 0).then(|| (name.clone(), delta))
             })
             .collect();
+        let mut grants = self.grants;
+        grants.sort();
+        grants.dedup();
+        let drop_top_ups = grants
+            .iter()
+            .filter(|name| img.quotas.get(*name).is_some_and(|q| q.tu.is_some()))
+            .cloned()
+            .collect();
         ShardWrite {
             shard: self.shard.shard,
             rf_read: img.rf,
@@ -200,6 +253,12 @@ impl<'a> Working<'a> {
                 TtlAction::Remove if img.ttl.is_none() => TtlAction::Keep,
                 other => other,
             },
+            grants: grants
+                .into_iter()
+                .map(|name| (name, img.shards()))
+                .collect(),
+            drop_top_ups,
+            reset_counters: self.resets,
         }
     }
 }
@@ -232,16 +291,24 @@ pub fn plan_reset(
 ) -> OperationPlan {
     let mut working: Vec<Working<'_>> = shards
         .iter()
-        .map(|s| Working::materialise(s, now))
+        .map(|s| Working::materialise(s, limits, now))
         .collect();
     let mut amounts = BTreeMap::new();
     for limit in limits {
         let name = limit.name();
         let mut restored: i128 = 0;
         for w in &mut working {
-            let Some(ceiling) = w.ceiling(name) else {
+            let Some(mut ceiling) = w.ceiling(name) else {
                 continue;
             };
+            if limit.is_quota() {
+                // A quota goes back to the shard's share of the capacity in force, sized at
+                // the shard count, and counts the operator's reset.
+                let count = i64::from(w.shard.image.shards());
+                ceiling = limit.params_at(now).capacity.div_euclid(count);
+                w.grants.push(name.to_owned());
+                w.resets.push(name.to_owned());
+            }
             if let Some(tokens) = w.tokens.get_mut(name) {
                 restored += i128::from(ceiling) - i128::from(*tokens);
                 *tokens = ceiling;
@@ -283,9 +350,20 @@ pub fn plan_top_up(
             ),
         ));
     }
+    if let Some(q) = limits
+        .iter()
+        .find(|l| l.is_quota() && amounts.contains_key(l.name()))
+    {
+        return Err(CoreError::invalid_value(
+            "limit",
+            q.name(),
+            "a quota's top-up raises the table's minimum client version to 0.17.0, which \
+             dynalimit does not declare yet; reset the quota instead",
+        ));
+    }
     let mut working: Vec<Working<'_>> = shards
         .iter()
-        .map(|s| Working::materialise(s, now))
+        .map(|s| Working::materialise(s, limits, now))
         .collect();
     let mut granted = BTreeMap::new();
     for (name, &amount) in amounts {
@@ -612,5 +690,61 @@ mod tests {
                 prop_assert!(*p >= 0 && p <= r);
             }
         }
+    }
+
+    #[test]
+    fn a_quota_resets_to_its_share_at_the_count_and_counts_the_reset() {
+        use crate::decide::QuotaState;
+        use crate::schedule::Zone;
+        let q = Limit::quota_per_day("q", 10, Zone::utc());
+        let mut image = BucketImage {
+            rf: 1_000,
+            shard_count: 2,
+            ..BucketImage::default()
+        };
+        image.limits.insert(
+            "q".into(),
+            LimitState {
+                tk: 1_000,
+                ..LimitState::starting(&q, 2, 0)
+            },
+        );
+        image.resets.insert("q".into(), q.reset().unwrap().clone());
+        image.quotas.insert(
+            "q".into(),
+            QuotaState {
+                gc: Some(1),
+                tu: Some(4_000),
+                rn: None,
+            },
+        );
+        let shard = OperationShard {
+            shard: 0,
+            stored_count: Some(2),
+            image,
+        };
+        let plan = plan_reset(
+            std::slice::from_ref(&shard),
+            std::slice::from_ref(&q),
+            2_000,
+            TtlAction::Keep,
+        );
+        let w = &plan.writes[0];
+        assert_eq!(
+            w.deltas["q"],
+            5_000 - 1_000,
+            "the share at the shard count: 10 000 // 2"
+        );
+        assert_eq!(w.grants, vec![("q".to_owned(), 2)]);
+        assert_eq!(w.drop_top_ups, vec!["q".to_owned()]);
+        assert_eq!(w.reset_counters, vec!["q".to_owned()]);
+        let top = plan_top_up(
+            &[shard],
+            &[q],
+            &BTreeMap::from([("q".to_owned(), 3)]),
+            2_000,
+            TtlAction::Keep,
+        );
+        assert!(top.unwrap_err().to_string().contains("0.17.0"));
     }
 }

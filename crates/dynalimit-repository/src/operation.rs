@@ -196,8 +196,8 @@ impl Repository {
     /// # Errors
     /// [`RepositoryError::Validation`] for a bad id, resource, key or principal (nothing
     /// sent); [`RepositoryError::NotFound`] when no limits are configured for the pair;
-    /// [`RepositoryError::Unsupported`] when the configuration or a shard carries a quota, a
-    /// schedule or a window (nothing written); [`RepositoryError::IdempotencyKeyReused`]
+    /// [`RepositoryError::Unsupported`] when the configuration or a shard carries a session
+    /// window (nothing written); [`RepositoryError::IdempotencyKeyReused`]
     /// when the key names a top-up; [`RepositoryError::Contended`] when the bucket kept
     /// changing through every attempt; the classified failure.
     ///
@@ -340,24 +340,8 @@ impl Repository {
             }
             let store = self.buckets();
             let shards = store.operation_shards(entity_id, resource).await?;
-            if let Some(l) = limits
-                .iter()
-                .find(|l| l.schedule().is_some() || l.is_quota())
-            {
-                return Err(RepositoryError::Unsupported {
-                    key: call.key(0).pk(&self.scope.id),
-                    feature: format!("a schedule or quota on limit {:?}", l.name()),
-                });
-            }
             for s in &shards {
-                let scheduled = s
-                    .image
-                    .schedules
-                    .keys()
-                    .chain(s.image.resets.keys())
-                    .next()
-                    .map(|name| format!("a schedule or quota on limit {name:?}"));
-                if let Some(feature) = s.image.unsupported_reason().or(scheduled) {
+                if let Some(feature) = s.image.unsupported_reason() {
                     return Err(RepositoryError::Unsupported {
                         key: call.key(s.shard).pk(&self.scope.id),
                         feature,
@@ -566,8 +550,8 @@ impl Repository {
 const PERMANENT_REASONS: &[&str] = &["ValidationError", "ItemCollectionSizeLimitExceeded"];
 
 /// The limits of the first level that has any, and that level. Levels are decoded in turn
-/// until one has limits, so a level dynalimit cannot use (a quota, a schedule, a window)
-/// refuses the operation when it would answer.
+/// until one has limits, so a level dynalimit cannot use (a session window) refuses the
+/// operation when it would answer.
 fn resolve(
     levels: Vec<(ConfigLevel, Option<Item>)>,
 ) -> Result<(Vec<Limit>, Option<ConfigLevel>), RepositoryError> {

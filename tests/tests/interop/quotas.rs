@@ -236,3 +236,47 @@ async fn a_quota_dynalimit_sharded_is_shared_with_zae_limiter_within_its_allowan
     }
     assert_eq!(tc, total * 1000, "every admission counted once");
 }
+
+#[tokio::test]
+async fn a_quota_reset_by_either_library_leaves_the_same_bucket() {
+    let (table, python) = shared_table!();
+    let clock = ManualClock::new(NOON);
+    let repo = clocked(&table, &clock).await;
+    repo.set_resource_defaults("gpt-4", &[quota()])
+        .await
+        .unwrap();
+    let (rust, py) = both_create(&python, &repo, &clock, NOON, &[("requests", 7)]).await;
+    assert_eq!(rust, py);
+    clock.set_epoch_millis(NOON + 1000);
+    let reset = repo
+        .reset_bucket(
+            "rust",
+            "gpt-4",
+            &dynalimit_repository::OperationOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(reset.amounts["requests"], 7);
+    let answer = python
+        .one(
+            NS,
+            json!({"op": "reset_bucket", "entity": "python", "resource": "gpt-4",
+                   "now_ms": NOON + 1000}),
+        )
+        .await;
+    assert_eq!(answer["amounts"]["requests"], 7);
+    let rust = bucket_item(&repo, "rust", 0).await;
+    let py = bucket_item(&repo, "python", 0).await;
+    for attr in [
+        "b_requests_tk",
+        "b_requests_gc",
+        "b_requests_rn",
+        "b_requests_tc",
+        "rf",
+        "vu",
+    ] {
+        assert_eq!(rust.get(attr), py.get(attr), "{attr}");
+    }
+    assert_eq!(rust["b_requests_tk"].as_n().unwrap(), "10000");
+    assert_eq!(rust["b_requests_rn"].as_n().unwrap(), "1");
+}

@@ -197,7 +197,7 @@ impl Rig {
             .scan_all()
             .await
             .into_iter()
-            .find(|i| get_s(i, "PK") == Some(pk.as_str()))
+            .find(|i| get_s(i, "PK") == Some(pk.as_str()) && get_s(i, "SK") == Some("#STATE"))
             .expect("the bucket")
     }
 

@@ -288,3 +288,36 @@ async fn a_monthly_quota_sharded_to_8_conserves_each_period_s_allowance() {
         "every admission counted once"
     );
 }
+
+#[tokio::test]
+async fn an_operator_resets_a_quota_and_may_not_top_it_up() {
+    use dynalimit_repository::OperationOptions;
+    let r = rig().await;
+    r.clock.set_epoch_millis(NOON);
+    r.repo
+        .set_resource_defaults("gpt-4", &[daily(10)])
+        .await
+        .unwrap();
+    let (admitted, _) = r.spend("requests", 7).await;
+    assert_eq!(admitted, 7);
+    let before = r.first_shard("k", "gpt-4").await;
+    let e = r
+        .repo
+        .top_up("k", "gpt-4", [("requests", 3)], &OperationOptions::new())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("0.17.0"), "{e}");
+    assert_eq!(r.first_shard("k", "gpt-4").await, before, "nothing written");
+    let done = r
+        .repo
+        .reset_bucket("k", "gpt-4", &OperationOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(done.amounts["requests"], 7);
+    let item = r.first_shard("k", "gpt-4").await;
+    assert_eq!(get_i64(&item, "b_requests_tk"), Some(10_000));
+    assert_eq!(get_i64(&item, "b_requests_rn"), Some(1));
+    assert_eq!(get_i64(&item, "b_requests_gc"), Some(1));
+    let (admitted, _) = r.spend("requests", 12).await;
+    assert_eq!(admitted, 10, "the whole allowance again");
+}

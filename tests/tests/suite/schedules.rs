@@ -176,3 +176,27 @@ async fn a_stored_schedule_that_does_not_decode_makes_the_pair_unavailable() {
         .unwrap_err();
     assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
 }
+
+#[tokio::test]
+async fn a_reset_gives_back_the_capacity_in_force() {
+    let r = rig().await;
+    r.clock.set_epoch_millis(WED_10_00);
+    r.repo
+        .set_resource_defaults("gpt-4", &[office(100)])
+        .await
+        .unwrap();
+    let (admitted, _) = r.spend("rpm", 20).await;
+    assert_eq!(admitted, 20);
+    let done = r
+        .repo
+        .reset_bucket("k", "gpt-4", &dynalimit_repository::OperationOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(done.amounts["rpm"], 20);
+    let item = r.first_shard("k", "gpt-4").await;
+    assert_eq!(
+        get_i64(&item, "b_rpm_tk"),
+        Some(50_000),
+        "half of 100 in office hours"
+    );
+}

@@ -444,9 +444,10 @@ pub(crate) fn proactive_refill(plan: &ProactiveRefill) -> Expr {
 
 /// One shard's part of a reset or top-up (reference §12.6): `ADD` each limit's delta (never a
 /// new balance, so a debit landing since the read is kept), `SET rf = :new, vu = 0` (one
-/// materialising pass clamps whatever a credit lands meanwhile) and the `ttl` action, under
-/// `rf = :read` and the shard count read (or its absence). `tc`, the owner stamps and
-/// `disabled` are left alone.
+/// materialising pass clamps whatever a credit lands meanwhile) and the `ttl` action; a
+/// quota's new grant count, dropped top-ups and raised reset counter; under `rf = :read` and
+/// the shard count read (or its absence). `tc`, the owner stamps and `disabled` are left
+/// alone.
 pub(crate) fn operation_write(plan: &ShardWrite) -> Expr {
     let mut e = Expr::default();
     let c = e.cmp(attr::RF, "=", plan.rf_read);
@@ -465,6 +466,18 @@ pub(crate) fn operation_write(plan: &ShardWrite) -> Expr {
     }
     for (name, delta) in &plan.deltas {
         e.add(&tk(name), *delta);
+    }
+    for (name, count) in &plan.grants {
+        e.set(
+            &attr::bucket_quota(name, QuotaField::Gc),
+            num(i64::from(*count)),
+        );
+    }
+    for name in &plan.drop_top_ups {
+        e.remove(&attr::bucket_quota(name, QuotaField::Tu));
+    }
+    for name in &plan.reset_counters {
+        e.add(&attr::bucket_quota(name, QuotaField::Rn), 1);
     }
     e
 }
@@ -602,11 +615,27 @@ mod tests {
             count_pin: Some(2),
             deltas: BTreeMap::from([("rpm.v2".to_owned(), 5000), ("wcu".to_owned(), -7)]),
             ttl: TtlAction::Set(99),
+            grants: Vec::new(),
+            drop_top_ups: Vec::new(),
+            reset_counters: Vec::new(),
         };
         assert_eq!(
             render(&operation_write(&plan)),
             "SET rf = 1001, vu = 0, ttl = 99 ADD b_rpm.v2_tk 5000, b_wcu_tk -7 IF (rf = 1000) \
              AND (shard_count = 2)"
+        );
+        // A quota's reset: the grant sized at the count, top-ups dropped, the reset counted.
+        let quota = ShardWrite {
+            deltas: BTreeMap::from([("q".to_owned(), 7000)]),
+            grants: vec![("q".to_owned(), 2)],
+            drop_top_ups: vec!["q".to_owned()],
+            reset_counters: vec!["q".to_owned()],
+            ..plan.clone()
+        };
+        assert_eq!(
+            render(&operation_write(&quota)),
+            "SET rf = 1001, vu = 0, ttl = 99, b_q_gc = 2 ADD b_q_tk 7000, b_q_rn 1 \
+             REMOVE b_q_tu IF (rf = 1000) AND (shard_count = 2)"
         );
         let unstored = ShardWrite {
             count_pin: None,
