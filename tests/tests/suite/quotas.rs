@@ -321,3 +321,40 @@ async fn an_operator_resets_a_quota_and_may_not_top_it_up() {
     let (admitted, _) = r.spend("requests", 12).await;
     assert_eq!(admitted, 10, "the whole allowance again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hard_case_28_a_quota_doubled_from_1_to_32_mid_period_never_over_admits() {
+    use dynalimit_format::bucket::BucketKey;
+    let r = rig().await;
+    r.clock.set_epoch_millis(NOON);
+    r.repo
+        .set_resource_defaults("gpt-4", &[daily(300)])
+        .await
+        .unwrap();
+    let key = BucketKey::new("k", "gpt-4", 0);
+    let mut admitted = 0;
+    // A round of 32 tasks between each doubling, 1 → 2 → … → 32, then until the demand is
+    // spent: the shards a doubling brings into use hold nothing of the period's allowance.
+    admitted += contend(&r, 40, None).await;
+    let mut count = 1;
+    while count < 32 {
+        r.repo
+            .buckets()
+            .double_shards(&key, count, count * 2)
+            .await
+            .unwrap();
+        count *= 2;
+        admitted += contend(&r, 40, None).await;
+    }
+    admitted += contend(&r, 900, None).await;
+    assert!(
+        admitted <= 300,
+        "admitted {admitted} of 300 over a 1→32 walk"
+    );
+    assert!(admitted >= 297, "admitted {admitted}: at least 99 % of 300");
+    assert_eq!(
+        r.tc("k", "requests").await,
+        admitted,
+        "every admission counted once"
+    );
+}
