@@ -296,7 +296,7 @@ mod tests {
     }
 
     #[test]
-    fn a_quota_lives_for_its_reset_cycle() {
+    fn hard_case_29_a_quota_lives_for_its_reset_cycle() {
         use crate::schedule::Zone;
         // Hard case 29: a quota's horizon is its cycle, never a division by its zero refill.
         let daily = Limit::quota_per_day("q", 10, Zone::utc());

@@ -706,4 +706,30 @@ mod tests {
         assert_eq!(enforced.update_expression().unwrap(), "REMOVE #a0, #a1");
         assert!(enforced.values().is_none());
     }
+
+    #[test]
+    fn hard_case_30_a_limit_beside_a_schedule_is_marked_and_an_unversioned_schedule_refused() {
+        let mut item = HashMap::from([
+            ("rf".to_owned(), num(5)),
+            ("sched".to_owned(), AttributeValue::S("1h9-17s500".into())),
+            ("b_rpm_tk".to_owned(), num(1)),
+            ("b_rpm_cp".to_owned(), num(2)),
+            ("b_tpm_tk".to_owned(), num(1)),
+            ("b_tpm_cp".to_owned(), num(2)),
+            ("b_tpm_sched".to_owned(), AttributeValue::S("-".into())),
+        ]);
+        let img = image_from_item(&item);
+        assert!(img.schedules.contains_key("rpm"), "the default applies");
+        assert!(
+            !img.schedules.contains_key("tpm"),
+            "the marker keeps tpm unscheduled"
+        );
+        assert!(img.unsupported.is_empty());
+        item.insert("sched".to_owned(), AttributeValue::S("h9-17s500".into()));
+        let img = image_from_item(&item);
+        assert!(
+            img.unsupported_reason().is_some(),
+            "no version marker: unavailable"
+        );
+    }
 }

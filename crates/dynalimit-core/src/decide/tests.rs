@@ -1225,6 +1225,34 @@ mod scheduled {
         // One token at 50 a minute.
         assert_eq!(statuses[0].retry_after_ms, 1201);
     }
+
+    #[test]
+    fn hard_case_34_a_slow_pass_never_erases_a_param_sync_stamp_it_did_not_read() {
+        let mut img = scheduled_item(T0);
+        img.vu = Some(0); // a parameter sync asked for one materialising pass
+        let plan = hard_pass(&img, &[halved(100)], &BTreeMap::new(), T0, TtlAction::Keep);
+        // The write is pinned on the stamp it read: a pass that read before the sync fails.
+        assert_eq!(plan.vu.read, Some(0));
+        // A pass that read before the sync either leaves the stamp alone (its boundary is
+        // the one stored) or fails on its pin: the stamp survives it.
+        let mut stale = img.clone();
+        stale.vu = Some(HOUR_START + 30 * MINUTE);
+        let stale_plan = hard_pass(
+            &stale,
+            &[halved(100)],
+            &BTreeMap::new(),
+            T0,
+            TtlAction::Keep,
+        );
+        let mut synced = img.clone();
+        let _ = apply_refill(&mut synced, &stale_plan);
+        assert_eq!(
+            synced.vu,
+            Some(0),
+            "the sync's stamp survives the stale pass"
+        );
+        assert!(apply_refill(&mut img, &plan));
+    }
 }
 
 /// Calendar quotas (reference §12.3): the period's grant, no drip, the new grant at the first
@@ -1396,5 +1424,78 @@ mod quotas {
         );
         assert_eq!(plan.guards[0].max_tk, 10_000 - 4_000);
         assert_eq!(plan.guards[0].quota, Some(pin));
+    }
+
+    #[test]
+    fn hard_case_31_a_clock_behind_the_refill_time_never_applies_a_reset_again() {
+        let img = item(T0, 10);
+        let plan = hard_pass(
+            &img,
+            &[daily(10)],
+            &BTreeMap::new(),
+            NEXT_MIDNIGHT + 60_000,
+            TtlAction::Keep,
+        );
+        let mut after = img.clone();
+        assert!(apply_refill(&mut after, &plan));
+        assert_eq!(after.rf, NEXT_MIDNIGHT + 60_000);
+        after.limits.get_mut("q").unwrap().tk = 0; // spent again
+        // A process whose clock is 30 s behind: rf does not move back, no second grant.
+        let slow = hard_pass(
+            &after,
+            &[daily(10)],
+            &BTreeMap::new(),
+            NEXT_MIDNIGHT + 30_000,
+            TtlAction::Keep,
+        );
+        assert_eq!(slow.rf_new, NEXT_MIDNIGHT + 60_000);
+        assert!(slow.writes.iter().all(|w| w.grant.is_none()));
+        assert!(apply_refill(&mut after, &slow));
+        assert_eq!(after.limits["q"].tk, 0);
+    }
+
+    #[test]
+    fn hard_case_32_a_lost_lock_after_a_new_grant_plans_the_pass_again() {
+        let img = item(T0, 10);
+        let consuming = hard_pass(
+            &img,
+            &[daily(10)],
+            &demand(&[("q", 1)]),
+            NEXT_MIDNIGHT + 1,
+            TtlAction::Keep,
+        );
+        assert!(
+            consuming.resets_applied,
+            "the consumption-only retry could debit July"
+        );
+        let idle = hard_pass(
+            &img,
+            &[daily(10)],
+            &BTreeMap::new(),
+            NEXT_MIDNIGHT + 1,
+            TtlAction::Keep,
+        );
+        assert!(!idle.resets_applied, "nothing consumed, nothing to protect");
+    }
+
+    #[test]
+    fn hard_case_35_a_quota_grant_is_pinned_on_the_count_it_was_sized_at() {
+        // A seed of a quota added to an existing bucket of 2 shards.
+        let img = fresh(&[rpm(10)], &BTreeMap::new(), 2, T0);
+        let plan = hard_pass(
+            &img,
+            &[rpm(10), daily(10)],
+            &BTreeMap::new(),
+            T0,
+            TtlAction::Keep,
+        );
+        let seed = plan.writes.iter().find(|w| w.name == "q").unwrap();
+        assert_eq!(seed.grant, Some(2));
+        assert_eq!(seed.seed.as_ref().unwrap().tk, 5_000, "10 000 // 2");
+        assert_eq!(
+            plan.grant_pin,
+            Some(2),
+            "a doubling since the read fails the write"
+        );
     }
 }
