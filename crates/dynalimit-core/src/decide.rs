@@ -196,7 +196,7 @@ pub struct BucketImage {
     pub resets: BTreeMap<String, ResetSchedule>,
     /// Grant counts, top-ups and reset counters of the item's quotas.
     pub quotas: BTreeMap<String, QuotaState>,
-    /// 0.15–0.17 features found on the item that the core profile cannot interpret
+    /// 0.15–0.17 features found on the item that dynalimit cannot interpret
     /// (attribute names, as the table format's bucket codec reports them).
     pub unsupported: Vec<String>,
 }

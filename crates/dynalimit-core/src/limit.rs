@@ -21,11 +21,12 @@ use crate::schedule::{Params, ResetSchedule, Schedule, Zone};
 
 pub use crate::units::{MAX_PERIOD_SECONDS, MAX_TOKENS, MILLI};
 
-/// A dripping token-bucket limit.
+/// A token-bucket limit: dripping, or a calendar quota.
 ///
 /// `capacity` tokens fit in the bucket; `refill_amount` tokens drip back every
 /// `refill_period_seconds`, continuously (a per-minute limit of 100 gives back one token every
-/// 0.6 s). Quotas (refill amount 0 with a reset schedule) are not part of this shape.
+/// 0.6 s). A quota ([`Limit::quota`]) has a refill amount of 0 and a reset schedule: its
+/// capacity comes back whole at each reset edge.
 ///
 /// A limit may carry a parameter [`Schedule`]: while one of its entries matches, that entry's
 /// parameters are in force instead of the base (reference §12.2).

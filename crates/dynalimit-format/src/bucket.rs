@@ -63,7 +63,7 @@ impl BucketKey {
 }
 
 /// Decodes a bucket item into the core profile's image. Attributes of 0.15–0.17 features the
-/// core profile cannot interpret are listed in `unsupported`; soft and bypass stamps are
+/// dynalimit cannot interpret are listed in `unsupported`; soft and bypass stamps are
 /// read (a stamp that is not a number, such as a pre-release `bypass = true`, reads as
 /// expired).
 pub fn image_from_item(item: &Item) -> BucketImage {

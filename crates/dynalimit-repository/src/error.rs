@@ -146,8 +146,8 @@ pub enum RepositoryError {
         message: String,
     },
 
-    /// An item carries a feature of a newer zae-limiter that dynalimit's core profile does not
-    /// implement (session or calendar quotas, schedules). dynalimit refuses to act on it rather
+    /// An item carries a feature of a newer zae-limiter that dynalimit does not implement yet
+    /// (session quotas, a quota's top-up). dynalimit refuses to act on it rather
     /// than misread it; acquires treat this as unavailable (governed by `on_unavailable`).
     #[error("item {key} uses {feature}, which dynalimit does not implement")]
     Unsupported {

@@ -18,8 +18,10 @@
 //!   (`dynalimit_format::bucket::clone_for_shard`) under `attribute_not_exists(PK)`; a clone
 //!   that finds its shard already created is left to the client that created it.
 //!
-//! Items the core profile cannot interpret (schedules, quotas, a `vu` boundary) are left
-//! alone, as are disabled ones.
+//! Items dynalimit cannot interpret (session windows, a schedule that does not decode) are left
+//! alone, as are disabled ones. A scheduled limit is refilled at the parameters in force; a
+//! quota is neither refilled nor trimmed (its next slow pass gives the new period's grant),
+//! and the `vu` stamp is left for the slow pass to move.
 
 use std::collections::BTreeMap;
 
