@@ -62,7 +62,7 @@ impl BucketKey {
     }
 }
 
-/// Decodes a bucket item into the core profile's image. Attributes of 0.15–0.17 features the
+/// Decodes a bucket item into the image the core decides on. Attributes of 0.15–0.17 features
 /// dynalimit cannot interpret are listed in `unsupported`; soft and bypass stamps are
 /// read (a stamp that is not a number, such as a pre-release `bypass = true`, reads as
 /// expired).
