@@ -57,6 +57,10 @@ pub(crate) struct BenchArgs {
     /// Only these operations (comma-separated names, e.g. `raw-update,warm-acquire`).
     #[arg(long, value_delimiter = ',', value_parser = parse_op)]
     only: Vec<Op>,
+    /// Measure the aggregator's stream processor too when `--only` names operations (it is
+    /// measured by default).
+    #[arg(long)]
+    aggregator: bool,
 }
 
 impl BenchArgs {
@@ -219,6 +223,7 @@ pub(crate) async fn run(
     let outcome = measure(args, &target, stack).await;
     target.stop().await;
     let results = outcome?;
+    let processor = (args.only.is_empty() || args.aggregator).then(processor_throughput);
     if args.json {
         let doc = json!({
             "machine": machine(),
@@ -226,12 +231,56 @@ pub(crate) async fn run(
             "entities": args.entities,
             "results": results.iter().map(Figures::to_json).collect::<Vec<_>>(),
             "targets": targets(&results),
+            "aggregator": processor.map(|records_per_s| json!({
+                "batch": PROCESSOR_BATCH,
+                "records_per_s_one_core": records_per_s.round(),
+                "target": 100_000,
+            })),
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print_results(&results);
+        if let Some(records_per_s) = processor {
+            println!(
+                "\naggregator stream processor: {records_per_s:.0} records/s on one core \
+                 (extract and plan, batches of {PROCESSOR_BATCH}; target 100 000)"
+            );
+        }
     }
     Ok(())
+}
+
+/// Records per batch of the processor measurement.
+const PROCESSOR_BATCH: usize = 1000;
+
+/// Records per second on one core (this thread) of the aggregator's pure processor: `extract`
+/// then `plan` over batches of bucket modifications, for about two seconds after a warm-up.
+fn processor_throughput() -> f64 {
+    use dynalimit_aggregator::processor::{extract, plan};
+    let records = dynalimit_aggregator::sample::modifications(PROCESSOR_BATCH);
+    let windows = [
+        dynalimit_aggregator::Window::Hourly,
+        dynalimit_aggregator::Window::Daily,
+    ];
+    let run = || {
+        let extracted = extract(std::hint::black_box(&records));
+        std::hint::black_box(plan(
+            &extracted.usage,
+            &std::collections::HashMap::new(),
+            &windows,
+        ));
+    };
+    for _ in 0..20 {
+        run();
+    }
+    let started = SystemClock.monotonic();
+    let mut batches = 0u64;
+    while SystemClock.monotonic() - started < Duration::from_secs(2) {
+        run();
+        batches += 1;
+    }
+    let seconds = (SystemClock.monotonic() - started).as_secs_f64();
+    (batches as f64 * PROCESSOR_BATCH as f64) / seconds
 }
 
 async fn measure(args: &BenchArgs, target: &Target, stack: &str) -> anyhow::Result<Vec<Figures>> {

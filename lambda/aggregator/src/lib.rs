@@ -61,6 +61,7 @@ mod proactive;
 pub mod processor;
 pub mod record;
 pub mod runner;
+pub mod sample;
 pub mod writes;
 
 pub use aggregator::{Aggregator, BatchReport};
