@@ -22,6 +22,8 @@ use dynalimit_tests::raw::put_shard;
 
 /// One minute after the buckets' `rf`.
 const NOW: i64 = 1_700_000_060_000;
+/// Two hours later: the day of the buckets' refill time (`rf`) has turned.
+const AFTER_MIDNIGHT: i64 = NOW + 7_200_000;
 const RESOURCE: &str = "gpt-4";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +37,10 @@ enum Shape {
     Doubling,
     Propagation,
     PauseStamp,
+    /// The rf-locked write that gives a daily quota its new period's grant (`SET b_gc`).
+    QuotaGrant,
+    /// A credit to a quota, pinned on its period and grant.
+    QuotaCredit,
 }
 
 impl Shape {
@@ -183,7 +189,54 @@ async fn write(shape: Shape, store: &BucketStore, entity: &str) -> Result<(), Re
             .stamp_pause(entity, RESOURCE, NOW + 30_000)
             .await
             .map(drop),
+        Shape::QuotaGrant => {
+            let img = store.read(&key).await?.expect("bucket");
+            let limits = [daily_quota()];
+            let Plan::Write(plan) = plan_refill(
+                &img,
+                &limits,
+                &demand,
+                AFTER_MIDNIGHT,
+                TtlAction::Keep,
+                &Stamps::default(),
+            ) else {
+                panic!("the new day's grant is admitted");
+            };
+            assert!(plan.writes.iter().any(|w| w.grant.is_some()));
+            store.refill(&key, &plan, None).await.map(drop)
+        }
+        Shape::QuotaCredit => {
+            let img = store.read(&key).await?.expect("bucket");
+            let net = [("rpm".to_string(), -1000)].into();
+            let pin = img.quota_pin("rpm").expect("a quota");
+            let quotas = [("rpm".to_string(), pin)].into();
+            let plan = plan_delta(&net, &img.limits, &img.schedules, &quotas, 1, NOW);
+            store.apply_delta(&key, &plan).await.map(drop)
+        }
     }
+}
+
+/// The buckets' `rpm` read as a daily quota of 100 (UTC).
+fn daily_quota() -> Limit {
+    Limit::quota_per_day("rpm", 100, dynalimit_core::schedule::Zone::utc())
+}
+
+/// Makes `entity`'s bucket a daily quota's, as zae-limiter stores one: no refill, the reset
+/// schedule, the grant count.
+async fn make_quota(table: &TestTable, ns: &str, entity: &str) {
+    table
+        .client()
+        .update_item()
+        .table_name(table.name())
+        .key("PK", AttributeValue::S(pk(ns, entity, 0)))
+        .key("SK", AttributeValue::S("#STATE".into()))
+        .update_expression("SET b_rpm_ra = :z, rsched = :r, b_rpm_gc = :g")
+        .expression_attribute_values(":z", AttributeValue::N("0".into()))
+        .expression_attribute_values(":r", AttributeValue::S("1m0h0".into()))
+        .expression_attribute_values(":g", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .expect("stamp the quota");
 }
 
 async fn every_fault(shape: Shape) {
@@ -193,13 +246,23 @@ async fn every_fault(shape: Shape) {
     let ns = repo.namespace_id().to_owned();
     let store = repo.buckets();
     let shards = if shape == Shape::Propagation { 2 } else { 1 };
-    let debit = if shape == Shape::Credit { 5000 } else { 0 };
+    let debit = if matches!(
+        shape,
+        Shape::Credit | Shape::QuotaCredit | Shape::QuotaGrant
+    ) {
+        5000
+    } else {
+        0
+    };
     for (i, fault) in FAULTS.into_iter().enumerate() {
         let (faulted, clean) = (format!("f{i}"), format!("c{i}"));
         for entity in [&faulted, &clean] {
             bucket(&table, &ns, entity, shards, debit).await;
             if shape == Shape::BypassConsume {
                 stamp_bypass(&table, &ns, entity).await;
+            }
+            if matches!(shape, Shape::QuotaGrant | Shape::QuotaCredit) {
+                make_quota(&table, &ns, entity).await;
             }
         }
         let before = state(&table, &ns, &faulted, shards).await;
@@ -252,6 +315,20 @@ async fn consume_only_retry() {
 #[tokio::test]
 async fn rf_locked_refill() {
     every_fault(Shape::Refill).await;
+}
+
+/// A quota's new grant is the rf-locked write: never sent again (its lock would refuse it),
+/// applied once or not at all.
+#[tokio::test]
+async fn quota_grant() {
+    every_fault(Shape::QuotaGrant).await;
+}
+
+/// A refund to a quota is never sent again: credited once or not at all, and only in its
+/// period.
+#[tokio::test]
+async fn quota_credit() {
+    every_fault(Shape::QuotaCredit).await;
 }
 
 #[tokio::test]

@@ -380,7 +380,9 @@ impl BucketStore {
     /// the request left, a timeout, a 5xx) is [`RepositoryError::OutcomeUnknown`]; the debit
     /// is never sent again, so it counts once or not at all (test
     /// `suite::ambiguous::fast_path_a_consume_answered_5xx_after_it_landed_is_unknown_and_counted_once`
-    /// and its SDK-path twin).
+    /// and its SDK-path twin). A quota's credit carries its period and grant pins in both
+    /// shapes, so a credit whose answer was lost lands once, in its period, or not at all
+    /// (test `suite::outcomes::quota_credit`).
     ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
@@ -436,6 +438,9 @@ impl BucketStore {
     /// Never sent again after a lost answer: a second attempt would fail its own `rf` lock,
     /// read as a lost lock, and the caller would consume again. The caller gets
     /// [`RepositoryError::OutcomeUnknown`] instead (the write counted once or not at all).
+    /// The same holds for what the write stamps with it: the next schedule boundary (`vu`),
+    /// a quota's new grant (`b_{name}_gc`, dropped `tu`) and seeded schedules (tests
+    /// `suite::outcomes::rf_locked_refill`, `quota_grant`).
     ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
