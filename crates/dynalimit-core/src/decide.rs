@@ -138,6 +138,21 @@ impl QuotaPin {
     }
 }
 
+/// A quota on a shard at a given time ([`BucketImage::quota_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaAt {
+    /// The reset edge passed since the item's refill: the balance is the new grant.
+    pub granted: bool,
+    /// The balance before any refill clamp: the new grant, or the stored balance.
+    pub tokens: i64,
+    /// The quota's parameters on the shard (ceiling `cp // gc + tu`, no drip).
+    pub params: ShardParams,
+    /// The grant count in force.
+    pub gc: i64,
+    /// The top-ups in force.
+    pub tu: i64,
+}
+
 /// A quota's parameters on a shard at `now`: the ceiling is the grant, `cp // gc` (the
 /// capacity in force), plus the period's top-ups; nothing drips.
 fn quota_params(
@@ -243,6 +258,34 @@ impl BucketImage {
         let q = self.quotas.get(name).copied().unwrap_or_default();
         let gc = q.gc.filter(|g| *g >= 1).unwrap_or(i64::from(self.shards()));
         (gc, q.tu.unwrap_or(0))
+    }
+
+    /// Quota `name` on this shard at `now` by `schedule` and `reset` (reference §12.3): when
+    /// its reset edge passed since the item's refill, the new period's grant (the share of
+    /// the capacity in force at the item's shard count) replaces the balance; otherwise the
+    /// balance stands under the grant it was given (`cp // gc + tu`). Nothing drips.
+    pub fn quota_at(
+        &self,
+        name: &str,
+        state: &LimitState,
+        schedule: Option<&Schedule>,
+        reset: &ResetSchedule,
+        now: i64,
+    ) -> QuotaAt {
+        let granted = reset.prev_edge(now).is_some_and(|edge| edge > self.rf);
+        let (gc, tu) = if granted {
+            (i64::from(self.shards()), 0)
+        } else {
+            self.grant(name)
+        };
+        let params = quota_params(state, schedule, gc, tu, now);
+        QuotaAt {
+            granted,
+            tokens: if granted { params.ceiling } else { state.tk },
+            params,
+            gc,
+            tu,
+        }
     }
 
     /// The credit pin of quota `name` on this item, if it is one.
@@ -859,33 +902,23 @@ pub fn plan_refill(
         match img.limits.get(name) {
             Some(state) => {
                 let q = img.quotas.get(name).copied().unwrap_or_default();
-                // A quota whose reset edge passed since the item's refill gets the period's
-                // grant, the shard's share of the capacity in force (reference §12.3).
-                let reset_applied = reset
-                    .and_then(|r| r.prev_edge(now))
-                    .is_some_and(|edge| edge > img.rf);
-                let (p, from, view) = match reset {
+                let quota = reset.map(|r| (r, img.quota_at(name, state, sched, r, now)));
+                let reset_applied = quota.is_some_and(|(_, q)| q.granted);
+                let (p, from, view) = match quota {
+                    Some((r, quota)) => {
+                        let view = Sched {
+                            schedule: sched,
+                            reset: Some(r),
+                            gc: Some(quota.gc),
+                            tu: quota.tu,
+                        };
+                        (quota.params, quota.tokens, view)
+                    }
                     None => (
                         state.params_at(sched, shards, now),
                         state.tk,
                         Sched::of(sched, None),
                     ),
-                    Some(r) => {
-                        let (gc, tu) = if reset_applied {
-                            (i64::from(shards), 0)
-                        } else {
-                            img.grant(name)
-                        };
-                        let p = quota_params(state, sched, gc, tu, now);
-                        let from = if reset_applied { p.ceiling } else { state.tk };
-                        let view = Sched {
-                            schedule: sched,
-                            reset: Some(r),
-                            gc: Some(gc),
-                            tu,
-                        };
-                        (p, from, view)
-                    }
                 };
                 let trusted = soft.has(name);
                 let a = try_consume(from, img.rf, now, p, want.unwrap_or(0));

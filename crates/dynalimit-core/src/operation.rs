@@ -167,31 +167,23 @@ impl<'a> Working<'a> {
             grants: Vec::new(),
             resets: Vec::new(),
         };
-        let count = i64::from(img.shards());
         for (name, state) in &img.limits {
             let configured = limits.iter().find(|l| l.name() == name);
             let (sched, reset) = match configured {
                 Some(l) => (l.schedule(), l.reset()),
                 None => (img.schedule(name), img.resets.get(name)),
             };
-            let (tokens, ceiling) = match reset {
-                None => {
-                    let p = state.params_at(sched, img.shards(), now);
-                    (refill(state.tk, img.rf, now, p).0, p.ceiling)
-                }
+            let (from, p) = match reset {
+                None => (state.tk, state.params_at(sched, img.shards(), now)),
                 Some(r) => {
-                    let cp = sched.map_or(state.cp, |s| s.params(state.base(), now).capacity);
-                    let q = img.quotas.get(name).copied().unwrap_or_default();
-                    if r.prev_edge(now).is_some_and(|edge| edge > img.rf) {
+                    let q = img.quota_at(name, state, sched, r, now);
+                    if q.granted {
                         w.grants.push(name.clone());
-                        (cp.div_euclid(count), cp.div_euclid(count))
-                    } else {
-                        let gc = q.gc.filter(|g| *g >= 1).unwrap_or(count);
-                        let ceiling = cp.div_euclid(gc).saturating_add(q.tu.unwrap_or(0));
-                        (state.tk.min(ceiling), ceiling)
                     }
+                    (q.tokens, q.params)
                 }
             };
+            let (tokens, ceiling) = (refill(from, img.rf, now, p).0, p.ceiling);
             w.tokens.insert(name.clone(), tokens);
             w.ceilings.insert(name.clone(), ceiling);
         }

@@ -128,23 +128,29 @@ pub fn image_from_item(item: &Item) -> BucketImage {
             limits.insert(name.to_owned(), state);
         }
     }
-    let schedules = stored_schedules(item, &limits, &mut unsupported);
-    // A reset schedule makes a quota of a limit that does not drip; on one that drips it is
-    // still decoded (one that does not decode makes the item unavailable) but not used.
-    let mut resets = stored_resets(item, &limits, &mut unsupported);
-    resets.retain(|name, _| limits.get(name).is_some_and(|l| l.ra == 0));
-    let quotas = limits
-        .keys()
-        .filter_map(|name| {
-            let read = |f| get_i64(item, &attr::bucket_quota(name, f));
-            let q = QuotaState {
-                gc: read(QuotaField::Gc),
-                tu: read(QuotaField::Tu),
-                rn: read(QuotaField::Rn),
-            };
-            (q != QuotaState::default()).then(|| (name.clone(), q))
-        })
-        .collect();
+    // Most items carry no schedule and no quota: their decoding looks no attribute up.
+    let (schedules, resets, quotas) = if carries_schedules_or_quotas(item) {
+        let schedules = stored_schedules(item, &limits, &mut unsupported);
+        // A reset schedule makes a quota of a limit that does not drip; on one that drips it
+        // is still decoded (one that does not decode makes the item unavailable) but not used.
+        let mut resets = stored_resets(item, &limits, &mut unsupported);
+        resets.retain(|name, _| limits.get(name).is_some_and(|l| l.ra == 0));
+        let quotas = limits
+            .keys()
+            .filter_map(|name| {
+                let read = |f| get_i64(item, &attr::bucket_quota(name, f));
+                let q = QuotaState {
+                    gc: read(QuotaField::Gc),
+                    tu: read(QuotaField::Tu),
+                    rn: read(QuotaField::Rn),
+                };
+                (q != QuotaState::default()).then(|| (name.clone(), q))
+            })
+            .collect();
+        (schedules, resets, quotas)
+    } else {
+        Default::default()
+    };
     unsupported.sort();
     soft.retain(|name, _| limits.contains_key(name));
     BucketImage {
@@ -169,6 +175,19 @@ pub fn image_from_item(item: &Item) -> BucketImage {
         resets,
         quotas,
     }
+}
+
+/// Whether a bucket item carries a schedule (`sched`, `rsched`, a limit's own) or a quota's
+/// grant, top-ups or reset counter, by attribute names alone (no allocation).
+fn carries_schedules_or_quotas(item: &Item) -> bool {
+    item.keys().any(|k| {
+        k == attr::SCHED
+            || k == attr::RSCHED
+            || (k.starts_with("b_")
+                && ["_sched", "_rsched", "_gc", "_tu", "_rn"]
+                    .iter()
+                    .any(|suffix| k.ends_with(suffix)))
+    })
 }
 
 /// The parameter schedule of each limit on a bucket item (reference §12.2): its own
@@ -363,29 +382,14 @@ pub fn create_item(ns: &str, key: &BucketKey, plan: &CreatePlan, owner: &Owner) 
     for (name, until) in &plan.soft {
         put(&attr::bucket_soft(name), num(*until));
     }
-    let limits = || plan.limits.iter().map(|(l, _, _)| l);
-    let params = schedule::item_schedules(limits().map(|l| (l.name(), l.schedule())));
-    let resets = schedule::item_resets(limits().map(|l| (l.name(), l.reset())));
-    for (stored, default_attr, own_attr) in [
-        (
-            params,
-            attr::SCHED,
-            attr::bucket_sched as fn(&str) -> String,
-        ),
-        (resets, attr::RSCHED, attr::bucket_rsched),
-    ] {
-        if let Some(zone) = stored.zone {
-            put(attr::SCHED_TZ, AttributeValue::S(zone));
-        }
-        if let Some(default) = stored.default {
-            put(default_attr, AttributeValue::S(default));
-        }
-        for (name, own) in stored.overrides {
-            put(&own_attr(&name), AttributeValue::S(own));
+    let limits: Vec<&dynalimit_core::Limit> = plan.limits.iter().map(|(l, _, _)| l).collect();
+    for (name, value) in schedule::item_attributes(&limits) {
+        if let Some(v) = value {
+            put(&name, AttributeValue::S(v));
         }
     }
     // A quota's grant is sized at the item's shard count (reference §12.3).
-    for l in limits().filter(|l| l.is_quota()) {
+    for l in limits.iter().filter(|l| l.is_quota()) {
         put(
             &attr::bucket_quota(l.name(), QuotaField::Gc),
             num(i64::from(plan.shard_count)),

@@ -239,6 +239,31 @@ fn stored<'a>(
     }
 }
 
+/// Every schedule attribute of a bucket item holding `limits`, in order (reference §12.2,
+/// §12.3): `sched_tz`, `sched`, each limit's `b_{name}_sched`, `rsched`, each limit's
+/// `b_{name}_rsched`, with the value to store, or `None` where the item must have none.
+pub fn item_attributes(limits: &[&dynalimit_core::Limit]) -> Vec<(String, Option<String>)> {
+    let params = item_schedules(limits.iter().map(|l| (l.name(), l.schedule())));
+    let resets = item_resets(limits.iter().map(|l| (l.name(), l.reset())));
+    let zone = params.zone.clone().or_else(|| resets.zone.clone());
+    let mut out = vec![(crate::attr::SCHED_TZ.to_owned(), zone)];
+    for (stored, default_attr, own_attr) in [
+        (
+            params,
+            crate::attr::SCHED,
+            crate::attr::bucket_sched as fn(&str) -> String,
+        ),
+        (resets, crate::attr::RSCHED, crate::attr::bucket_rsched),
+    ] {
+        out.push((default_attr.to_owned(), stored.default));
+        for l in limits {
+            let own = stored.overrides.iter().find(|(n, _)| n == l.name());
+            out.push((own_attr(l.name()), own.map(|(_, v)| v.clone())));
+        }
+    }
+    out
+}
+
 /// Checks and removes the version marker.
 fn strip_version(encoded: &str) -> Result<&str, FormatError> {
     let digits = encoded.bytes().take_while(u8::is_ascii_digit).count();

@@ -383,29 +383,11 @@ pub(crate) fn sync_parameters(limits: &[Limit], remove_ttl: bool) -> Expr {
             e.set(&bucket_limit(l.name(), field), num(value));
         }
     }
-    let params = schedule::item_schedules(limits.iter().map(|l| (l.name(), l.schedule())));
-    let resets = schedule::item_resets(limits.iter().map(|l| (l.name(), l.reset())));
-    match params.zone.clone().or_else(|| resets.zone.clone()) {
-        Some(zone) => e.set(attr::SCHED_TZ, AttributeValue::S(zone)),
-        None => e.remove(attr::SCHED_TZ),
-    }
-    for (stored, default_attr, own_attr) in [
-        (
-            params,
-            attr::SCHED,
-            attr::bucket_sched as fn(&str) -> String,
-        ),
-        (resets, attr::RSCHED, attr::bucket_rsched),
-    ] {
-        match stored.default {
-            Some(v) => e.set(default_attr, AttributeValue::S(v)),
-            None => e.remove(default_attr),
-        }
-        for l in limits {
-            match stored.overrides.iter().find(|(n, _)| n == l.name()) {
-                Some((_, v)) => e.set(&own_attr(l.name()), AttributeValue::S(v.clone())),
-                None => e.remove(&own_attr(l.name())),
-            }
+    let limits: Vec<&Limit> = limits.iter().collect();
+    for (name, value) in schedule::item_attributes(&limits) {
+        match value {
+            Some(v) => e.set(&name, AttributeValue::S(v)),
+            None => e.remove(&name),
         }
     }
     if remove_ttl {
