@@ -23,7 +23,8 @@ Lambda stream records it is given, against the same table.
 
 Limits travel as ``{"name", "capacity", "refill_amount", "refill_period_seconds"}`` (plus
 ``"schedule"``, a list of ``{"cron", "tz", and "scale" or any of the absolute fields}``, on a
-scheduled limit, and ``"reset"``, a list of ``{"cron", "tz"}``, on a calendar quota), entities
+scheduled limit, ``"reset"``, a list of ``{"cron", "tz"}``, on a calendar quota, and
+``"reset_after_seconds"`` on a session quota), entities
 as their ``zae_limiter.Entity`` fields, buckets as their raw DynamoDB attribute values
 (``{"N": "..."}``, ``{"S": "..."}``, ...) so the caller compares stored values exactly.
 """
@@ -37,6 +38,7 @@ import os
 import sys
 import time
 import traceback
+from datetime import timedelta
 from typing import Any
 
 # Local emulators accept any credentials; a real endpoint uses the normal chain.
@@ -60,6 +62,8 @@ def limit_to_json(limit: Limit) -> dict[str, Any]:
     }
     if limit.reset_schedule:
         doc["reset"] = [{"cron": e.cron, "tz": e.tz} for e in limit.reset_schedule]
+    if limit.reset_after is not None:
+        doc["reset_after_seconds"] = int(limit.reset_after.total_seconds())
     if limit.schedule:
         doc["schedule"] = [
             {"cron": e.cron, "tz": e.tz}
@@ -70,6 +74,18 @@ def limit_to_json(limit: Limit) -> dict[str, Any]:
 
 
 def limit_from_json(doc: dict[str, Any]) -> Limit:
+    if doc.get("reset_after_seconds"):
+        limit = Limit(
+            name=doc["name"],
+            capacity=doc["capacity"],
+            refill_amount=0,
+            refill_period_seconds=doc["refill_period_seconds"],
+            reset_after=timedelta(seconds=doc["reset_after_seconds"]),
+            soft=doc.get("soft", False),
+        )
+        if doc.get("schedule"):
+            limit = limit.with_schedule(tuple(ScheduleEntry(**e) for e in doc["schedule"]))
+        return limit
     if doc.get("reset"):
         return Limit(
             name=doc["name"],

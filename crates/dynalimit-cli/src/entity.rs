@@ -57,12 +57,48 @@ pub(crate) enum EntityCommand {
     /// Enforce an entity's limits explicitly (re-admits it to a disabled resource).
     #[command(after_help = "Example:\n  dynalimit entity enable key-1 --resource gpt-4")]
     Enable(EntityTarget),
+    /// Admit every acquire of an entity without debiting its balances (each still counted),
+    /// on one resource or on all; raises the table's minimum client version to 0.17.0.
+    #[command(after_help = "Example:\n  dynalimit entity bypass key-1 --resource gpt-4")]
+    Bypass(EntityTarget),
     /// Remove an entity's disabled/enabled value (back to inherit).
     #[command(
         name = "clear-disabled",
         after_help = "Example:\n  dynalimit entity clear-disabled key-1"
     )]
     ClearDisabled(EntityTarget),
+    /// Move an entity under another parent (or, with --none, to no parent) and restamp its
+    /// buckets; raises the table's minimum client version to 0.17.0.
+    #[command(
+        name = "set-parent",
+        after_help = "Examples:\n  dynalimit entity set-parent key-1 proj-2\n  dynalimit entity set-parent key-1 --none"
+    )]
+    SetParent {
+        /// Entity id.
+        id: String,
+        /// The new parent.
+        #[arg(required_unless_present = "none", conflicts_with = "none")]
+        parent: Option<String>,
+        /// Detach the entity from its parent.
+        #[arg(long)]
+        none: bool,
+    },
+    /// Set whether an entity's acquires also debit its parent (on one resource, or on every
+    /// resource without a policy of its own); `inherit` clears it. Raises the table's
+    /// minimum client version to 0.16.0.
+    #[command(
+        name = "set-cascade",
+        after_help = "Examples:\n  dynalimit entity set-cascade key-1 on --resource gpt-4\n  dynalimit entity set-cascade key-1 inherit"
+    )]
+    SetCascade {
+        /// Entity id.
+        id: String,
+        /// `on`, `off` or `inherit`.
+        policy: crate::access::Policy,
+        /// Only this resource (default: every resource, the entity's `_default_` level).
+        #[arg(long, short = 'r')]
+        resource: Option<String>,
+    },
     /// List the children of an entity.
     #[command(after_help = "Example:\n  dynalimit entity children proj-1")]
     Children {
@@ -247,7 +283,29 @@ pub(crate) async fn run(global: &Global, command: &EntityCommand) -> Result<()> 
         EntityCommand::Enable(target) => {
             access::run_entity(global, target, Some(DisabledFlag::Enabled)).await?;
         }
+        EntityCommand::Bypass(target) => {
+            access::run_entity(global, target, Some(DisabledFlag::Bypass)).await?;
+        }
         EntityCommand::ClearDisabled(target) => access::run_entity(global, target, None).await?,
+        EntityCommand::SetParent { id, parent, .. } => {
+            let repo = global.writer().await?;
+            let stamped = repo.set_parent(id, parent.as_deref()).await?;
+            global.print(&json!({ "id": id, "parent_id": parent, "buckets_stamped": stamped }));
+        }
+        EntityCommand::SetCascade {
+            id,
+            policy,
+            resource,
+        } => {
+            let repo = global.writer().await?;
+            let value = policy.value();
+            let stamped = repo
+                .set_cascade_policy(id, resource.as_deref(), value)
+                .await?;
+            global.print(&json!({
+                "id": id, "resource": resource, "cascade": value, "buckets_stamped": stamped,
+            }));
+        }
         EntityCommand::Children { id } => {
             let repo = global.reader().await?;
             let children = repo.children(id).await?;

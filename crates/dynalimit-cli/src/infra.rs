@@ -229,7 +229,7 @@ pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
     eprintln!("deploying stack {} …", global.stack);
     let info = manager.deploy(&options, zip, &mut progress).await?;
     let repo = global.writer().await?;
-    repo.write_version_record(zip.map(|_| env!("CARGO_PKG_VERSION")))
+    repo.write_version_record(zip.map(|_| dynalimit_format::version::COMPATIBILITY_VERSION))
         .await?;
     if let Code::Missing(path) = &code
         && !info.outputs.contains_key("AggregatorFunctionName")

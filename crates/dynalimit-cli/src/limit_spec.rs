@@ -24,6 +24,14 @@
 //! tokens=10000000/quota@America/New_York[0 0 1 * *]
 //! ```
 //!
+//! A session quota is `NAME=AMOUNT/session:PERIOD`: the allowance for a window of `PERIOD`
+//! that opens at the first request after the previous window ended (so an idle key starts
+//! afresh when it comes back), never dripping. A hundred requests per 24 hours from first use:
+//!
+//! ```text
+//! requests=100/session:day
+//! ```
+//!
 //! The YAML file maps names to the same text, or to `{rate, per, burst, tz, schedule}`:
 //!
 //! ```yaml
@@ -40,6 +48,9 @@
 //!   quota: 10000000
 //!   reset: "0 0 1 * *"
 //!   tz: America/New_York
+//! requests:
+//!   quota: 100
+//!   session: day
 //! ```
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -93,14 +104,24 @@ pub(crate) fn parse_limit(text: &str) -> Result<Limit> {
         None => (head, None),
     };
     let quota = head.trim_end().strip_suffix("/quota");
-    let limit = match quota {
-        Some(head) => {
+    let session = match head.trim_end().rsplit_once("/session:") {
+        Some((head, period)) => Some((head, period_seconds(period)?)),
+        None => None,
+    };
+    let limit = match (quota, session) {
+        (_, Some((head, window))) => {
+            let (name, amount) = head.split_once('=').ok_or_else(|| {
+                anyhow!("session quota {text:?} must look like NAME=AMOUNT/session:PERIOD, e.g. q=100/session:day")
+            })?;
+            Limit::session_quota(name.trim(), number("amount", amount)?, window)
+        }
+        (Some(head), None) => {
             let (name, amount) = head.split_once('=').ok_or_else(|| {
                 anyhow!("quota {text:?} must look like NAME=AMOUNT/quota[CRON], e.g. q=1000/quota[0 0 * * *]")
             })?;
             Limit::custom(name.trim(), number("amount", amount)?, 0, 1)
         }
-        None => parse_plain(head)?,
+        (None, None) => parse_plain(head)?,
     };
     let name = limit.name().to_owned();
     let (entries, resets) = match entries {
@@ -306,11 +327,13 @@ pub(crate) fn parse_limits_yaml(text: &str) -> Result<Vec<Limit>> {
                     }
                 };
                 for key in m.keys() {
-                    let known = ["rate", "per", "burst", "tz", "schedule", "quota", "reset"];
+                    let known = [
+                        "rate", "per", "burst", "tz", "schedule", "quota", "reset", "session",
+                    ];
                     if !key.as_str().is_some_and(|k| known.contains(&k)) {
                         bail!(
                             "limit {name:?}: unknown field {key:?} \
-                             (use rate, per, burst, tz, schedule; quota, reset)"
+                             (use rate, per, burst, tz, schedule; quota, reset or session)"
                         );
                     }
                 }
@@ -350,6 +373,17 @@ fn yaml_quota(name: &str, amount: i64, m: &serde_yaml_ng::Mapping) -> Result<Lim
         if m.contains_key(key) {
             bail!("limit {name:?}: a quota takes quota, reset and tz, not {key}");
         }
+    }
+    if let Some(window) = m.get("session") {
+        if m.contains_key("reset") {
+            bail!("limit {name:?}: a quota resets on a calendar (reset) or per session, not both");
+        }
+        let period = match window {
+            Value::String(p) => p.clone(),
+            Value::Number(n) => format!("{n}s"),
+            _ => bail!("limit {name:?}: session must be a period such as day or 3600s"),
+        };
+        return parse_limit(&format!("{name}={amount}/session:{period}"));
     }
     let crons: Vec<&str> = match m.get("reset") {
         Some(Value::String(c)) => vec![c.as_str()],
@@ -425,9 +459,15 @@ fn period_text(seconds: i64) -> String {
 
 /// The text form of a limit (inverse of [`parse_limit`]).
 pub(crate) fn format_limit(limit: &Limit) -> String {
-    let mut out = match limit.reset() {
-        Some(_) => format!("{}={}/quota", limit.name(), limit.capacity()),
-        None => {
+    let mut out = match (limit.reset(), limit.window_seconds()) {
+        (Some(_), _) => format!("{}={}/quota", limit.name(), limit.capacity()),
+        (None, Some(window)) => format!(
+            "{}={}/session:{}",
+            limit.name(),
+            limit.capacity(),
+            period_text(window)
+        ),
+        (None, None) => {
             let period = period_text(limit.refill_period_seconds());
             let mut out = format!("{}={}/{period}", limit.name(), limit.refill_amount());
             if limit.capacity() != limit.refill_amount() {
@@ -499,6 +539,29 @@ mod tests {
     }
 
     #[test]
+    fn session_quotas_parse_from_text_and_yaml() {
+        let l = parse_limit("requests=100/session:day").unwrap();
+        assert_eq!(l, Limit::session_quota("requests", 100, 86_400));
+        let l = parse_limit("q=5/session:90s").unwrap();
+        assert_eq!(l.window_seconds(), Some(90));
+        let yaml =
+            parse_limits_yaml("requests: {quota: 100, session: hour}\nq: {quota: 5, session: 90}")
+                .unwrap();
+        assert_eq!(yaml[0].window_seconds(), Some(3600));
+        assert_eq!(yaml[1].window_seconds(), Some(90));
+        for bad in [
+            "q=5/session:",
+            "q=5/session:never",
+            "q=0/session:day",
+            "q=5/session:day[0 0 * * *]",
+        ] {
+            assert!(parse_limit(bad).is_err(), "{bad}");
+        }
+        let e = parse_limits_yaml("q: {quota: 5, session: day, reset: \"0 0 * * *\"}").unwrap_err();
+        assert!(e.to_string().contains("not both"), "{e}");
+    }
+
+    #[test]
     fn text_form_round_trips() {
         for text in [
             "rpm=100/min",
@@ -506,6 +569,8 @@ mod tests {
             "a=1/sec",
             "b=2/10s",
             "c=3/day",
+            "s=100/session:day",
+            "t=7/session:90s",
         ] {
             assert_eq!(format_limit(&parse_limit(text).unwrap()), text);
         }

@@ -142,8 +142,8 @@ pub fn retry_after_ms(deficit: i64, p: ShardParams) -> i64 {
 
 /// The TTL horizon of a set of limits in seconds, in floating point, as the reference computes
 /// it (§2.6): for a dripping limit the largest time-to-fill `(capacity / refill_amount) ×
-/// period_seconds` over its base and every window of its schedule; for a quota the shortest
-/// cycle of its reset patterns.
+/// period_seconds` over its base and every window of its schedule; for a calendar quota the
+/// shortest cycle of its reset patterns; for a session quota its window length.
 pub fn ttl_horizon_seconds<'a>(limits: impl IntoIterator<Item = &'a Limit>) -> f64 {
     #[allow(clippy::cast_precision_loss)]
     let fill = |p: Params| {
@@ -154,6 +154,9 @@ pub fn ttl_horizon_seconds<'a>(limits: impl IntoIterator<Item = &'a Limit>) -> f
     };
     #[allow(clippy::cast_precision_loss)]
     let cycle = |l: &Limit| {
+        if let Some(window) = l.window_seconds() {
+            return Some(window as f64);
+        }
         l.reset()
             .and_then(|r| {
                 r.crons()

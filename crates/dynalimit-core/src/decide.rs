@@ -120,6 +120,9 @@ pub struct QuotaPin {
     /// The first reset edge after the item's refill time: a credit lands only while `rf` is
     /// still before it.
     pub next_edge: Option<i64>,
+    /// A session quota's window as read, `(ws, wa)` (pinned, absent values pinned absent):
+    /// a credit never lands after a new window opened or was applied.
+    pub window: Option<(Option<i64>, Option<i64>)>,
 }
 
 impl QuotaPin {
@@ -134,6 +137,61 @@ impl QuotaPin {
             tu: q.tu,
             rn: q.rn,
             next_edge: reset.next_edge(rf),
+            window: None,
+        }
+    }
+
+    /// The pin of a session quota as an item holds it (reference §12.3): its grant and the
+    /// window it was read in.
+    pub fn of_window(w: WindowState, q: QuotaState, shard_count: u32) -> QuotaPin {
+        QuotaPin {
+            gc: q
+                .gc
+                .filter(|g| *g >= 1)
+                .unwrap_or(i64::from(shard_count.max(1))),
+            gc_stored: q.gc.is_some(),
+            tu: q.tu,
+            rn: None,
+            next_edge: None,
+            window: Some((w.ws, w.wa)),
+        }
+    }
+}
+
+/// A session quota's window on a shard (reference §12.3): `b_{name}_rsa`, `_ws`, `_wa`,
+/// `_wtc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WindowState {
+    /// The window length in seconds, as stored (the configuration's decides).
+    pub rsa: Option<i64>,
+    /// The start of the entity's current window, epoch ms (replicated to every shard).
+    pub ws: Option<i64>,
+    /// The window start this shard's balance reflects (`wa <= ws`).
+    pub wa: Option<i64>,
+    /// The shard's `tc` when a sibling's new window reached it: what it spent since is
+    /// charged to the new window when the shard applies it.
+    pub wtc: Option<i64>,
+}
+
+impl WindowState {
+    /// Whether a newer window reached this shard than its balance reflects (`ws > wa`, or
+    /// `ws > rf` on an item without `wa`).
+    pub fn rolled(&self, rf: i64) -> bool {
+        self.ws.is_some_and(|ws| ws > self.wa.unwrap_or(rf))
+    }
+
+    /// The end of the window of length `rsa` seconds, when one was opened.
+    pub fn end(&self, rsa: i64) -> Option<i64> {
+        self.ws
+            .map(|ws| ws.saturating_add(rsa.saturating_mul(1000)))
+    }
+
+    /// The balance of a shard applying a new window: its share, less what it spent after
+    /// the window reached it (`tc - wtc`, when a fan-out recorded `wtc`).
+    pub fn roll_target(&self, share: i64, tc: i64) -> i64 {
+        match self.wtc {
+            Some(wtc) => share - (tc - wtc).max(0),
+            None => share,
         }
     }
 }
@@ -151,11 +209,15 @@ pub struct QuotaAt {
     pub gc: i64,
     /// The top-ups in force.
     pub tu: i64,
+    /// A session quota's window start after the pass (opened now, or as read).
+    pub ws: Option<i64>,
+    /// A session quota's window was opened by this pass (its start is `now`).
+    pub opened: bool,
 }
 
 /// A quota's parameters on a shard at `now`: the ceiling is the grant, `cp // gc` (the
 /// capacity in force), plus the period's top-ups; nothing drips.
-fn quota_params(
+pub(crate) fn quota_params(
     state: &LimitState,
     schedule: Option<&Schedule>,
     gc: i64,
@@ -211,6 +273,9 @@ pub struct BucketImage {
     pub resets: BTreeMap<String, ResetSchedule>,
     /// Grant counts, top-ups and reset counters of the item's quotas.
     pub quotas: BTreeMap<String, QuotaState>,
+    /// Session windows of the item's session quotas (reference §12.3), per limit that
+    /// carries a window attribute.
+    pub windows: BTreeMap<String, WindowState>,
     /// 0.15–0.17 features found on the item that dynalimit cannot interpret
     /// (attribute names, as the table format's bucket codec reports them).
     pub unsupported: Vec<String>,
@@ -246,15 +311,92 @@ impl BucketImage {
     /// Limit `name`'s parameters on this shard at `now`, by the schedules stored on the item
     /// (a quota's ceiling is its grant plus the period's top-ups).
     pub fn params_at(&self, name: &str, state: &LimitState, now: i64) -> ShardParams {
-        if self.resets.contains_key(name) {
+        if self.resets.contains_key(name) || self.window_length(name).is_some() {
             let (gc, tu) = self.grant(name);
             return quota_params(state, self.schedule(name), gc, tu, now);
         }
         state.params_at(self.schedule(name), self.shards(), now)
     }
 
+    /// The window length (seconds) of limit `name` when the item holds it as a session
+    /// quota: a stored `rsa`, no drip, no reset schedule.
+    pub fn window_length(&self, name: &str) -> Option<i64> {
+        if self.resets.contains_key(name) || self.limits.get(name).is_none_or(|s| s.ra != 0) {
+            return None;
+        }
+        self.windows
+            .get(name)
+            .and_then(|w| w.rsa)
+            .filter(|r| *r > 0)
+    }
+
+    /// The share of limit `name` on this shard at `now`: the capacity in force divided by
+    /// the item's shard count (what a new grant gives).
+    fn share(state: &LimitState, schedule: Option<&Schedule>, shards: u32, now: i64) -> i64 {
+        let cp = schedule.map_or(state.cp, |s| s.params(state.base(), now).capacity);
+        cp.div_euclid(i64::from(shards.max(1)))
+    }
+
+    /// Session quota `name` on this shard at `now`, with a window of `rsa` seconds (the
+    /// configuration's) (reference §12.3): a window that ended (or was never opened) is
+    /// opened at `now` with the shard's whole share; a newer window a sibling opened is
+    /// applied (the share less what the shard spent since it arrived); otherwise the balance
+    /// stands under its grant. Nothing drips.
+    pub fn window_at(
+        &self,
+        name: &str,
+        state: &LimitState,
+        schedule: Option<&Schedule>,
+        rsa: i64,
+        now: i64,
+    ) -> QuotaAt {
+        let w = self.windows.get(name).copied().unwrap_or_default();
+        let share = BucketImage::share(state, schedule, self.shards(), now);
+        let opened = w.end(rsa).is_none_or(|end| end <= now);
+        let rolled = !opened && w.rolled(self.rf);
+        let granted = opened || rolled;
+        let (gc, tu) = if granted {
+            (i64::from(self.shards()), 0)
+        } else {
+            self.grant(name)
+        };
+        let tokens = if opened {
+            share
+        } else if rolled {
+            w.roll_target(share, state.tc)
+        } else {
+            state.tk
+        };
+        QuotaAt {
+            granted,
+            tokens,
+            params: quota_params(state, schedule, gc, tu, now),
+            gc,
+            tu,
+            ws: if opened { Some(now) } else { w.ws },
+            opened,
+        }
+    }
+
+    /// What a reader sees of session quota `name` at `now` without writing (reference §12.3,
+    /// the fast-rejection gate and availability): a window that ended holds the whole share
+    /// again, a newer window not yet applied its roll target, otherwise the balance.
+    fn window_view(&self, name: &str, state: &LimitState, now: i64) -> i64 {
+        let Some(rsa) = self.window_length(name) else {
+            return state.tk;
+        };
+        let w = self.windows.get(name).copied().unwrap_or_default();
+        let share = BucketImage::share(state, self.schedule(name), self.shards(), now);
+        match w.end(rsa) {
+            None => share,
+            Some(end) if end <= now => share,
+            Some(_) if w.rolled(self.rf) => w.roll_target(share, state.tc),
+            Some(_) => refill(state.tk, self.rf, now, self.params_at(name, state, now)).0,
+        }
+    }
+
     /// A quota's grant count (`gc`, the item's shard count when absent) and top-ups.
-    fn grant(&self, name: &str) -> (i64, i64) {
+    pub(crate) fn grant(&self, name: &str) -> (i64, i64) {
         let q = self.quotas.get(name).copied().unwrap_or_default();
         let gc = q.gc.filter(|g| *g >= 1).unwrap_or(i64::from(self.shards()));
         (gc, q.tu.unwrap_or(0))
@@ -285,21 +427,35 @@ impl BucketImage {
             params,
             gc,
             tu,
+            ws: None,
+            opened: false,
         }
     }
 
     /// The credit pin of quota `name` on this item, if it is one.
     pub fn quota_pin(&self, name: &str) -> Option<QuotaPin> {
-        let reset = self.resets.get(name)?;
         let q = self.quotas.get(name).copied().unwrap_or_default();
+        if self.window_length(name).is_some() {
+            let w = self.windows.get(name).copied().unwrap_or_default();
+            return Some(QuotaPin::of_window(w, q, self.shards()));
+        }
+        let reset = self.resets.get(name)?;
         Some(QuotaPin::of(reset, q, self.shards(), self.rf))
+    }
+
+    /// The names of the item's quotas (calendar and session).
+    pub fn quota_names(&self) -> impl Iterator<Item = &String> {
+        self.limits
+            .keys()
+            .filter(|name| self.resets.contains_key(*name) || self.window_length(name).is_some())
     }
 
     /// Whether a `vu` stamp at or before `now` asks for a slow pass: always on an item with a
     /// schedule; on one without, `vu = 0` only asks for a trim, which an ordinary exhausted
     /// consume already implies.
     fn boundary_passed(&self, now: i64) -> bool {
-        let scheduled = !self.schedules.is_empty() || !self.resets.is_empty();
+        let scheduled =
+            !self.schedules.is_empty() || !self.resets.is_empty() || !self.windows.is_empty();
         self.vu
             .is_some_and(|vu| vu <= now && (vu != 0 || scheduled))
     }
@@ -315,8 +471,7 @@ impl BucketImage {
         // sized by a client older than the grant counts (reference §12.3).
         if self.shards() > 1
             && let Some(name) = self
-                .resets
-                .keys()
+                .quota_names()
                 .find(|name| self.quotas.get(*name).is_none_or(|q| q.gc.is_none()))
         {
             return Some(format!(
@@ -326,8 +481,12 @@ impl BucketImage {
         }
         self.limits
             .iter()
-            .find(|(name, s)| s.ra <= 0 && !self.resets.contains_key(*name))
-            .map(|(name, _)| format!("limit {name} has no refill and no reset schedule"))
+            .find(|(name, s)| {
+                s.ra <= 0 && !self.resets.contains_key(*name) && self.window_length(name).is_none()
+            })
+            .map(|(name, _)| {
+                format!("limit {name} has no refill, no reset schedule and no session window")
+            })
     }
 }
 
@@ -423,6 +582,20 @@ fn status(
     let (schedule, reset) = (sched.schedule, sched.reset);
     let retry_after_ms = match (exceeded, schedule, reset) {
         (false, _, _) => 0,
+        // A session quota's balance comes back when its window ends (a half-open window: no
+        // extra millisecond); one that ended without a new one holds the share, so a request
+        // it does not cover waits a whole window.
+        (true, _, None) if sched.window.is_some() => {
+            let (rsa, ws) = sched.window.unwrap_or_default();
+            let w = WindowState {
+                ws,
+                ..WindowState::default()
+            };
+            match w.end(rsa) {
+                Some(end) if end > now => end - now,
+                _ => rsa.saturating_mul(1000),
+            }
+        }
         (true, None, None) => retry_after_ms(want - after_refill, state.params(shards)),
         (true, _, _) => {
             let base = if reset.is_some() {
@@ -434,16 +607,19 @@ fn status(
         }
     };
     let stored = state.limit(name);
-    let limit = match (reset, schedule) {
-        (Some(r), _) => {
-            // A quota reports its grant in force, `cp // gc + tu` (reference §2.5).
-            let gc = sched.gc.unwrap_or(i64::from(shards.max(1)));
-            let p = quota_params(state, schedule, gc, sched.tu, now);
-            let capacity = p.ceiling.div_euclid(crate::limit::MILLI).max(1);
-            Limit::custom(name, capacity, 0, state.rp.div_euclid(1000).max(1)).with_reset(r.clone())
+    let limit = if reset.is_some() || sched.window.is_some() {
+        // A quota reports its grant in force, `cp // gc + tu` (reference §2.5).
+        let gc = sched.gc.unwrap_or(i64::from(shards.max(1)));
+        let p = quota_params(state, schedule, gc, sched.tu, now);
+        let capacity = p.ceiling.div_euclid(crate::limit::MILLI).max(1);
+        Limit::custom(name, capacity, 0, state.rp.div_euclid(1000).max(1))
+            .with_optional_reset(reset.cloned())
+            .with_optional_window(sched.window.map(|(rsa, _)| rsa))
+    } else {
+        match schedule {
+            None => stored.shard_share(shards),
+            Some(s) => stored.with_schedule(s.clone()).shard_share_at(shards, now),
         }
-        (None, None) => stored.shard_share(shards),
-        (None, Some(s)) => stored.with_schedule(s.clone()).shard_share_at(shards, now),
     };
     LimitStatus {
         limit,
@@ -456,13 +632,14 @@ fn status(
 }
 
 /// The schedules a status is computed with: a parameter schedule, a quota's reset schedule
-/// and its grant (`gc`, `tu`).
+/// and its grant (`gc`, `tu`), a session quota's window (`rsa` seconds, `ws`).
 #[derive(Debug, Clone, Copy, Default)]
 struct Sched<'a> {
     schedule: Option<&'a Schedule>,
     reset: Option<&'a ResetSchedule>,
     gc: Option<i64>,
     tu: i64,
+    window: Option<(i64, Option<i64>)>,
 }
 
 impl<'a> Sched<'a> {
@@ -474,13 +651,31 @@ impl<'a> Sched<'a> {
         }
     }
 
-    fn image(img: &'a BucketImage, name: &str) -> Self {
-        let (gc, tu) = img.grant(name);
+    fn image(img: &'a BucketImage, name: &str, now: i64) -> Self {
+        let window = img.window_length(name).map(|rsa| {
+            let w = img.windows.get(name).copied().unwrap_or_default();
+            (
+                rsa,
+                w.ws.filter(|_| w.end(rsa).is_some_and(|end| end > now)),
+            )
+        });
+        // A window that ended or a newer one not yet applied is granted anew at the item's
+        // shard count.
+        let regranted = window.is_some() && {
+            let w = img.windows.get(name).copied().unwrap_or_default();
+            window.is_some_and(|(_, ws)| ws.is_none()) || w.rolled(img.rf)
+        };
+        let (gc, tu) = if regranted {
+            (i64::from(img.shards()), 0)
+        } else {
+            img.grant(name)
+        };
         Sched {
             schedule: img.schedule(name),
             reset: img.resets.get(name),
             gc: Some(gc),
             tu,
+            window,
         }
     }
 }
@@ -493,11 +688,15 @@ fn image_status(
     want: i64,
     now: i64,
 ) -> LimitStatus {
-    let (after, _) = refill(state.tk, img.rf, now, img.params_at(name, state, now));
+    let after = if img.window_length(name).is_some() {
+        img.window_view(name, state, now)
+    } else {
+        refill(state.tk, img.rf, now, img.params_at(name, state, now)).0
+    };
     status(
         name,
         state,
-        Sched::image(img, name),
+        Sched::image(img, name, now),
         img.shards(),
         after,
         want,
@@ -703,6 +902,10 @@ pub struct Stamps {
     /// Whether the pass writes the stamps (renewing the soft limits', removing the others'):
     /// only a pass whose configuration was read uncached; false for explicit limits.
     pub restamp: bool,
+    /// Live session windows read from shard 0 for a shard other than 0 that is created or
+    /// seeds a session quota (reference §12.3): the shard joins the entity's window instead
+    /// of opening its own. Start of the window, epoch ms, per limit.
+    pub joined: BTreeMap<String, i64>,
 }
 
 impl Stamps {
@@ -782,6 +985,22 @@ pub struct LimitWrite {
     pub grant: Option<u32>,
     /// A quota reset drops the period's top-ups (`REMOVE b_{name}_tu`).
     pub drop_top_up: bool,
+    /// A session quota's window attributes to write.
+    pub window: Option<WindowWrite>,
+}
+
+/// The window attributes an rf-locked write gives a session quota (reference §12.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowWrite {
+    /// The window length, seconds (`b_{name}_rsa`).
+    pub rsa: i64,
+    /// The window start the shard's balance now reflects (`SET b_{name}_wa`), when any.
+    pub ws: Option<i64>,
+    /// This write opens the window at `ws` (`SET b_{name}_ws`, `b_{name}_rsa`); unless it
+    /// joined a sibling's live window, a sharded bucket's other shards learn it by a fan-out.
+    pub opened: bool,
+    /// The stored length differs from the configuration's (`SET b_{name}_rsa`).
+    pub set_length: bool,
 }
 
 /// An rf-locked materialising write (reference §3.7.2).
@@ -819,6 +1038,20 @@ pub struct RefillPlan {
     pub resets_applied: bool,
 }
 
+impl RefillPlan {
+    /// The session windows this write opens, `(limit, start, length in seconds)`: after it
+    /// lands, a sharded bucket's other shards are told (reference §12.3).
+    pub fn opened_windows(&self) -> Vec<(String, i64, i64)> {
+        self.writes
+            .iter()
+            .filter_map(|w| {
+                let win = w.window?;
+                (win.opened).then_some((w.name.clone(), win.ws?, win.rsa))
+            })
+            .collect()
+    }
+}
+
 /// A create of a missing bucket (reference §3.7.3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreatePlan {
@@ -845,6 +1078,26 @@ pub struct CreatePlan {
     pub bypass: Option<i64>,
     /// The earliest schedule boundary of the limits (`vu`), when one is scheduled.
     pub vu: Option<i64>,
+    /// Session quotas' windows: `(start, opened)` per limit (`opened` false: a sibling's live
+    /// window joined).
+    pub windows: BTreeMap<String, (i64, bool)>,
+}
+
+impl CreatePlan {
+    /// The session windows this create opens on a shard other than 0 of a sharded bucket,
+    /// `(limit, start, length in seconds)`, which the other shards are told of.
+    pub fn opened_windows(&self, shard: u32) -> Vec<(String, i64, i64)> {
+        if shard == 0 || self.shard_count <= 1 {
+            return Vec::new();
+        }
+        self.limits
+            .iter()
+            .filter_map(|(l, _, _)| {
+                let (ws, opened) = self.windows.get(l.name())?;
+                (*opened).then_some((l.name().to_owned(), *ws, l.window_seconds()?))
+            })
+            .collect()
+    }
 }
 
 /// A plan, or a rejection carrying every declared limit's status.
@@ -889,9 +1142,13 @@ pub fn plan_refill(
         let configured = limits.iter().find(|l| l.name() == name);
         // A configured limit's schedules are the configuration's; a carried one keeps the
         // item's.
-        let (sched, reset) = match configured {
-            Some(l) => (l.schedule(), l.reset()),
-            None => (img.schedule(name), img.resets.get(name)),
+        let (sched, reset, window) = match configured {
+            Some(l) => (l.schedule(), l.reset(), l.window_seconds()),
+            None => (
+                img.schedule(name),
+                img.resets.get(name),
+                img.window_length(name),
+            ),
         };
         if let Some(s) = sched {
             vote(s.next_change(now));
@@ -902,15 +1159,20 @@ pub fn plan_refill(
         match img.limits.get(name) {
             Some(state) => {
                 let q = img.quotas.get(name).copied().unwrap_or_default();
-                let quota = reset.map(|r| (r, img.quota_at(name, state, sched, r, now)));
-                let reset_applied = quota.is_some_and(|(_, q)| q.granted);
+                let quota = match (reset, window) {
+                    (Some(r), _) => Some(img.quota_at(name, state, sched, r, now)),
+                    (None, Some(rsa)) => Some(img.window_at(name, state, sched, rsa, now)),
+                    (None, None) => None,
+                };
+                let reset_applied = quota.is_some_and(|q| q.granted);
                 let (p, from, view) = match quota {
-                    Some((r, quota)) => {
+                    Some(quota) => {
                         let view = Sched {
                             schedule: sched,
-                            reset: Some(r),
+                            reset,
                             gc: Some(quota.gc),
                             tu: quota.tu,
+                            window: window.map(|rsa| (rsa, quota.ws)),
                         };
                         (quota.params, quota.tokens, view)
                     }
@@ -920,6 +1182,17 @@ pub fn plan_refill(
                         Sched::of(sched, None),
                     ),
                 };
+                let window_write = window.zip(quota).map(|(rsa, q)| {
+                    if let Some(ws) = q.ws {
+                        vote(ws.saturating_add(rsa.saturating_mul(1000)));
+                    }
+                    WindowWrite {
+                        rsa,
+                        ws: q.ws,
+                        opened: q.opened,
+                        set_length: img.windows.get(name).and_then(|w| w.rsa) != Some(rsa),
+                    }
+                });
                 let trusted = soft.has(name);
                 let a = try_consume(from, img.rf, now, p, want.unwrap_or(0));
                 if let Some(w) = want {
@@ -948,6 +1221,7 @@ pub fn plan_refill(
                     soft: soft.stamp(name, img.soft.get(name).copied()),
                     grant: reset_applied.then_some(shards),
                     drop_top_up: reset_applied && q.tu.is_some(),
+                    window: window_write,
                 });
                 if want.is_some() {
                     consumed.insert(name.to_owned(), c);
@@ -960,11 +1234,25 @@ pub fn plan_refill(
                 let state = LimitState::starting(limit, shards, now);
                 let w = want.unwrap_or(0);
                 let trusted = soft.has(name);
+                // A seeded session quota joins the entity's live window (read from shard 0)
+                // or opens its own.
+                let seed_window = window.map(|rsa| {
+                    let joined = soft.joined.get(name).copied().filter(|_| shards > 1);
+                    let ws = joined.unwrap_or(now);
+                    vote(ws.saturating_add(rsa.saturating_mul(1000)));
+                    WindowWrite {
+                        rsa,
+                        ws: Some(ws),
+                        opened: joined.is_none(),
+                        set_length: true,
+                    }
+                });
                 let view = Sched {
                     schedule: sched,
                     reset,
-                    gc: reset.map(|_| i64::from(shards)),
+                    gc: (reset.is_some() || window.is_some()).then_some(i64::from(shards)),
                     tu: 0,
+                    window: seed_window.map(|w| (w.rsa, w.ws)),
                 };
                 let mut st = status(name, &state, view, shards, state.tk, w, now);
                 if trusted {
@@ -993,8 +1281,9 @@ pub fn plan_refill(
                         reset: reset.cloned(),
                     }),
                     soft: soft.stamp(name, img.soft.get(name).copied()),
-                    grant: reset.map(|_| shards),
+                    grant: (reset.is_some() || window.is_some()).then_some(shards),
                     drop_top_up: false,
+                    window: seed_window,
                 });
             }
         }
@@ -1016,6 +1305,7 @@ pub fn plan_refill(
                 soft: None,
                 grant: None,
                 drop_top_up: false,
+                window: None,
             }
         }
         None => LimitWrite {
@@ -1028,6 +1318,7 @@ pub fn plan_refill(
             soft: None,
             grant: None,
             drop_top_up: false,
+            window: None,
         },
     });
     let vu = VuWrite {
@@ -1039,9 +1330,15 @@ pub fn plan_refill(
         other => other,
     };
     let grant_pin = writes.iter().any(|w| w.grant.is_some()).then_some(shards);
+    // `rf` never moves below a window start (hard case 31): a lagging clock would otherwise
+    // read the window as newer than the balance and apply it again.
+    let rf_new = writes
+        .iter()
+        .filter_map(|w| w.window.and_then(|win| win.ws))
+        .fold(now.max(img.rf), i64::max);
     Plan::Write(RefillPlan {
         rf_read: img.rf,
-        rf_new: now.max(img.rf),
+        rf_new,
         writes,
         ttl,
         vu,
@@ -1097,23 +1394,52 @@ pub fn plan_create(
     let mut consumed = BTreeMap::new();
     let mut stamps = BTreeMap::new();
     let mut overdrawn = Vec::new();
+    // A session quota opens its window now, except on a shard other than 0 of a sharded
+    // bucket whose entity has a live window (read from shard 0), which it joins; a shard
+    // that opens a window holds its whole share.
+    let windows: BTreeMap<String, (i64, bool)> = limits
+        .iter()
+        .filter(|l| l.window_seconds().is_some())
+        .map(|l| {
+            let joined = (shard > 0 && shards > 1)
+                .then(|| soft.joined.get(l.name()).copied())
+                .flatten();
+            (
+                l.name().to_owned(),
+                (joined.unwrap_or(now), joined.is_none()),
+            )
+        })
+        .collect();
     let vu = limits
         .iter()
         .flat_map(|l| {
             let change = l.schedule().map(|s| s.next_change(now));
             let edge = l.reset().map(|r| r.next_edge_or_horizon(now));
-            change.into_iter().chain(edge)
+            let end = l
+                .window_millis()
+                .and_then(|w| windows.get(l.name()).map(|(ws, _)| ws.saturating_add(w)));
+            change.into_iter().chain(edge).chain(end)
         })
         .min();
     for limit in limits {
-        let state = LimitState::created(limit, shards, shard, now);
+        let mut state = LimitState::created(limit, shards, shard, now);
+        if windows.get(limit.name()).is_some_and(|(_, opened)| *opened) {
+            state.tk = LimitState::starting(limit, shards, now).tk;
+        }
+        let window = windows
+            .get(limit.name())
+            .zip(limit.window_seconds())
+            .map(|((ws, _), rsa)| (rsa, Some(*ws)));
         let trusted = soft.has(limit.name());
         if trusted {
             stamps.insert(limit.name().to_owned(), soft.until);
         }
         let c = match demand.get(limit.name()) {
             Some(&w) => {
-                let view = Sched::of(limit.schedule(), limit.reset());
+                let view = Sched {
+                    window,
+                    ..Sched::of(limit.schedule(), limit.reset())
+                };
                 let mut st = status(limit.name(), &state, view, shards, state.tk, w, now);
                 if trusted {
                     st = passed(st);
@@ -1154,6 +1480,7 @@ pub fn plan_create(
         overdrawn,
         bypass: (soft.restamp && soft.bypass).then_some(soft.until),
         vu,
+        windows,
     })
 }
 
@@ -1278,12 +1605,15 @@ pub fn consumption_retry(consumed: &BTreeMap<String, i64>) -> Vec<(String, i64)>
 pub fn admitted_status(
     name: &str,
     state: &LimitState,
-    schedules: (Option<&Schedule>, Option<&ResetSchedule>),
+    schedules: (Option<&Schedule>, Option<&ResetSchedule>, Option<i64>),
     shards: u32,
     consumed: i64,
     now: i64,
 ) -> LimitStatus {
-    let view = Sched::of(schedules.0, schedules.1);
+    let view = Sched {
+        window: schedules.2.map(|rsa| (rsa, None)),
+        ..Sched::of(schedules.0, schedules.1)
+    };
     let mut st = status(name, state, view, shards, state.tk, 0, now);
     st.requested = consumed.div_euclid(crate::limit::MILLI);
     st
@@ -1318,8 +1648,22 @@ pub fn availability(
         .iter()
         .map(|limit| {
             let mut total: Option<i64> = None;
+            let mut window_end: Option<i64> = None;
             for img in shards {
                 if let Some(state) = img.limits.get(limit.name()) {
+                    if let Some(rsa) = img.window_length(limit.name()) {
+                        // A session quota: the share again once its window ended, the roll
+                        // target of a newer window, else the balance; the latest live end.
+                        let w = img.windows.get(limit.name()).copied().unwrap_or_default();
+                        if let Some(end) = w.end(limit.window_seconds().unwrap_or(rsa).max(rsa))
+                            && end > now
+                        {
+                            window_end = Some(window_end.map_or(end, |e: i64| e.max(end)));
+                        }
+                        let after = img.window_view(limit.name(), state, now);
+                        total = Some(total.unwrap_or(0).saturating_add(after));
+                        continue;
+                    }
                     let p = img.params_at(limit.name(), state, now);
                     // A quota whose reset edge passed since the shard's refill holds its new
                     // grant, the share of the capacity in force.
@@ -1348,7 +1692,12 @@ pub fn availability(
                 tc: 0,
             };
             let want = needed.get(limit.name()).copied().unwrap_or(0);
-            let view = Sched::of(limit.schedule(), limit.reset());
+            let view = Sched {
+                window: limit
+                    .window_seconds()
+                    .map(|rsa| (rsa, window_end.map(|end| end - rsa.saturating_mul(1000)))),
+                ..Sched::of(limit.schedule(), limit.reset())
+            };
             let mut st = status(limit.name(), &state, view, 1, balance, want, now);
             st.limit = limit.clone();
             st

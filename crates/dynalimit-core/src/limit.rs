@@ -21,12 +21,14 @@ use crate::schedule::{Params, ResetSchedule, Schedule, Zone};
 
 pub use crate::units::{MAX_PERIOD_SECONDS, MAX_TOKENS, MILLI};
 
-/// A token-bucket limit: dripping, or a calendar quota.
+/// A token-bucket limit: dripping, a calendar quota or a session quota.
 ///
 /// `capacity` tokens fit in the bucket; `refill_amount` tokens drip back every
 /// `refill_period_seconds`, continuously (a per-minute limit of 100 gives back one token every
-/// 0.6 s). A quota ([`Limit::quota`]) has a refill amount of 0 and a reset schedule: its
-/// capacity comes back whole at each reset edge.
+/// 0.6 s). A calendar quota ([`Limit::quota`]) has a refill amount of 0 and a reset schedule:
+/// its capacity comes back whole at each reset edge. A session quota
+/// ([`Limit::session_quota`]) has a refill amount of 0 and a window length: the first request
+/// after a window ended opens the next one with the whole capacity.
 ///
 /// A limit may carry a parameter [`Schedule`]: while one of its entries matches, that entry's
 /// parameters are in force instead of the base (reference §12.2).
@@ -54,6 +56,8 @@ pub struct Limit {
     refill_period_seconds: i64,
     schedule: Option<Schedule>,
     reset: Option<ResetSchedule>,
+    window: Option<i64>,
+    soft: bool,
 }
 
 impl Limit {
@@ -65,6 +69,8 @@ impl Limit {
             refill_period_seconds: period,
             schedule: None,
             reset: None,
+            window: None,
+            soft: false,
         }
     }
 
@@ -110,6 +116,8 @@ impl Limit {
             refill_period_seconds,
             schedule: None,
             reset: None,
+            window: None,
+            soft: false,
         }
     }
 
@@ -130,6 +138,8 @@ impl Limit {
             refill_period_seconds: rp_ms.div_euclid(1000).max(1),
             schedule: None,
             reset: None,
+            window: None,
+            soft: false,
         }
     }
 
@@ -166,6 +176,76 @@ impl Limit {
         Limit::quota(name, amount, "0 0 1 * *", zone).expect("a valid pattern")
     }
 
+    /// A session quota (reference §12.3): `amount` tokens per window of `window_seconds`,
+    /// opened by the first admitted request after the previous window ended (so an idle key
+    /// starts its next window when it comes back, not on a calendar), never dripping.
+    ///
+    /// ```
+    /// use dynalimit_core::Limit;
+    ///
+    /// // 100 requests per 24 hours from first use.
+    /// let daily = Limit::session_quota("requests", 100, 86_400);
+    /// assert!(daily.is_quota());
+    /// assert_eq!(daily.window_seconds(), Some(86_400));
+    /// assert!(daily.validate().is_ok());
+    /// ```
+    pub fn session_quota(name: impl Into<String>, amount: i64, window_seconds: i64) -> Self {
+        Limit::custom(name, amount, 0, 1).with_window(window_seconds)
+    }
+
+    /// The same limit, soft (reference §12.4): debited like any other, into debt when it does
+    /// not cover a request, but never the reason for a refusal; a lease reports it overdrawn.
+    /// For a budget to watch rather than enforce.
+    ///
+    /// ```
+    /// use dynalimit_core::Limit;
+    /// let watched = Limit::per_minute("tpm", 10_000).soft();
+    /// assert!(watched.is_soft());
+    /// assert!(!Limit::per_minute("tpm", 10_000).is_soft());
+    /// ```
+    #[must_use]
+    pub fn soft(mut self) -> Self {
+        self.soft = true;
+        self
+    }
+
+    /// The same limit, soft or not.
+    #[must_use]
+    pub fn with_soft(mut self, soft: bool) -> Self {
+        self.soft = soft;
+        self
+    }
+
+    /// Whether the limit is soft: debited, never refusing.
+    pub fn is_soft(&self) -> bool {
+        self.soft
+    }
+
+    /// The same limit with a session window of `seconds` (a session quota's: its refill
+    /// amount must be 0 and it has no reset schedule).
+    #[must_use]
+    pub fn with_window(mut self, seconds: i64) -> Self {
+        self.window = Some(seconds);
+        self
+    }
+
+    /// The same limit with a session window, or none.
+    #[must_use]
+    pub fn with_optional_window(mut self, seconds: Option<i64>) -> Self {
+        self.window = seconds;
+        self
+    }
+
+    /// A session quota's window length in seconds (`reset_after`).
+    pub fn window_seconds(&self) -> Option<i64> {
+        self.window
+    }
+
+    /// A session quota's window length in milliseconds.
+    pub fn window_millis(&self) -> Option<i64> {
+        self.window.map(|s| s.saturating_mul(1000))
+    }
+
     /// The same limit with a reset schedule (a quota's: its refill amount must be 0).
     #[must_use]
     pub fn with_reset(mut self, reset: ResetSchedule) -> Self {
@@ -193,9 +273,10 @@ impl Limit {
             .chain(self.reset.iter().map(ResetSchedule::zone))
     }
 
-    /// Whether this is a quota: no drip, given back whole at its reset edges.
+    /// Whether this is a quota: no drip, given back whole at its reset edges or when a new
+    /// session window opens.
     pub fn is_quota(&self) -> bool {
-        self.reset.is_some()
+        self.reset.is_some() || self.window.is_some()
     }
 
     /// The same limit with a parameter schedule.
@@ -256,6 +337,8 @@ impl Limit {
             refill_period_seconds: self.refill_period_seconds,
             schedule: None,
             reset: self.reset.clone(),
+            window: self.window,
+            soft: self.soft,
         }
     }
 
@@ -280,6 +363,8 @@ impl Limit {
             refill_period_seconds: p.refill_period.div_euclid(1000).max(1),
             schedule: None,
             reset: None,
+            window: self.window,
+            soft: self.soft,
         }
     }
 
@@ -332,23 +417,35 @@ impl Limit {
     pub fn validate(&self) -> Result<(), CoreError> {
         validate_limit_name(&self.name)?;
         bounded("capacity", self.capacity, MAX_TOKENS)?;
-        match (self.refill_amount, &self.reset) {
-            (0, None) => {
+        if let Some(window) = self.window {
+            bounded("reset_after", window, MAX_PERIOD_SECONDS)?;
+            if self.reset.is_some() {
+                return Err(CoreError::invalid_value(
+                    "reset_after",
+                    window,
+                    "a quota has either a reset schedule or a session window, not both",
+                ));
+            }
+        }
+        match (self.refill_amount, self.is_quota()) {
+            (0, false) => {
                 return Err(CoreError::invalid_value(
                     "refill_amount",
                     0,
-                    "a limit that never refills needs a reset schedule (a quota, Limit::quota)",
+                    "a limit that never refills needs a reset schedule or a session window \
+                     (a quota, Limit::quota or Limit::session_quota)",
                 ));
             }
-            (0, Some(_)) => {}
-            (_, Some(_)) => {
+            (0, true) => {}
+            (_, true) => {
                 return Err(CoreError::invalid_value(
                     "refill_amount",
                     self.refill_amount,
-                    "a quota (a limit with a reset schedule) does not refill: its refill amount is 0",
+                    "a quota (a limit with a reset schedule or a session window) does not \
+                     refill: its refill amount is 0",
                 ));
             }
-            (amount, None) => bounded("refill_amount", amount, MAX_TOKENS)?,
+            (amount, false) => bounded("refill_amount", amount, MAX_TOKENS)?,
         }
         crate::schedule::one_zone(self.zones())?;
         bounded(
@@ -450,6 +547,26 @@ mod tests {
                 .is_err()
         );
         assert!(Limit::per_minute("wcu", 1).validate().is_err());
+        assert!(Limit::session_quota("s", 10, 1).validate().is_ok());
+        assert!(
+            Limit::session_quota("s", 10, MAX_PERIOD_SECONDS)
+                .validate()
+                .is_ok()
+        );
+        assert!(Limit::session_quota("s", 10, 0).validate().is_err());
+        assert!(
+            Limit::session_quota("s", 10, MAX_PERIOD_SECONDS + 1)
+                .validate()
+                .is_err()
+        );
+        assert!(
+            Limit::per_minute("s", 10)
+                .with_window(60)
+                .validate()
+                .is_err()
+        );
+        let both = Limit::quota_per_day("s", 10, crate::schedule::Zone::utc()).with_window(60);
+        assert!(both.validate().is_err());
         assert!(Limit::per_minute("9lives", 1).validate().is_err());
     }
 

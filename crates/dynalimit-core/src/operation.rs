@@ -18,8 +18,9 @@
 //! and its operator-reset counter (`rn`) raised; a quota whose reset edge passed since the
 //! item's refill gets the new period's grant whichever operation runs. A quota is never
 //! topped up here (its top-up stores `tu`, which raises the table's minimum client version).
-//! The caller refuses items that carry session windows before planning
-//! ([`BucketImage::unsupported_reason`]).
+//! A **session quota** applies a newer window a sibling opened whichever operation runs; its
+//! reset does not touch the balance but marks the window ended and applied
+//! (`ws = wa = now - window`), so the next acquire opens a new window with the whole share.
 //!
 //! ```
 //! use dynalimit_core::Limit;
@@ -89,6 +90,19 @@ pub struct ShardWrite {
     /// Quotas reset by the operator: `ADD b_{name}_rn 1` (a credit pinned on the count read
     /// then never lands).
     pub reset_counters: Vec<String>,
+    /// Session quotas' windows written (reference §12.6).
+    pub windows: BTreeMap<String, WindowOp>,
+}
+
+/// What an operation writes of a session quota's window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowOp {
+    /// The window start the balance reflects: `SET b_{name}_wa`.
+    pub wa: i64,
+    /// A reset's new (already ended) window: `SET b_{name}_ws` to it and `b_{name}_rsa`.
+    pub start: Option<(i64, i64)>,
+    /// `REMOVE b_{name}_wtc` (a reset: nothing spent is carried into the next window).
+    pub clear_wtc: bool,
 }
 
 /// Every shard's write, and what the operation did per named limit.
@@ -152,6 +166,8 @@ struct Working<'a> {
     grants: Vec<String>,
     /// Quotas reset by the operator: `ADD b_{name}_rn 1`.
     resets: Vec<String>,
+    /// Session windows written.
+    windows: BTreeMap<String, WindowOp>,
 }
 
 impl<'a> Working<'a> {
@@ -166,14 +182,46 @@ impl<'a> Working<'a> {
             ceilings: BTreeMap::new(),
             grants: Vec::new(),
             resets: Vec::new(),
+            windows: BTreeMap::new(),
         };
         for (name, state) in &img.limits {
             let configured = limits.iter().find(|l| l.name() == name);
-            let (sched, reset) = match configured {
-                Some(l) => (l.schedule(), l.reset()),
-                None => (img.schedule(name), img.resets.get(name)),
+            let (sched, reset, window) = match configured {
+                Some(l) => (l.schedule(), l.reset(), l.window_seconds()),
+                None => (
+                    img.schedule(name),
+                    img.resets.get(name),
+                    img.window_length(name),
+                ),
             };
             let (from, p) = match reset {
+                None if window.is_some() => {
+                    // A newer window a sibling opened is applied, even one that has ended
+                    // since; an operation never opens one.
+                    let ws = img.windows.get(name).copied().unwrap_or_default();
+                    let rolled = ws.rolled(img.rf);
+                    let (gc, tu) = if rolled {
+                        w.grants.push(name.clone());
+                        (i64::from(img.shards()), 0)
+                    } else {
+                        img.grant(name)
+                    };
+                    let p = crate::decide::quota_params(state, sched, gc, tu, now);
+                    match ws.ws {
+                        Some(start) if rolled => {
+                            w.windows.insert(
+                                name.clone(),
+                                WindowOp {
+                                    wa: start,
+                                    start: None,
+                                    clear_wtc: false,
+                                },
+                            );
+                            (ws.roll_target(p.ceiling, state.tc), p)
+                        }
+                        _ => (state.tk, p),
+                    }
+                }
                 None => (state.tk, state.params_at(sched, img.shards(), now)),
                 Some(r) => {
                     let q = img.quota_at(name, state, sched, r, now);
@@ -235,10 +283,11 @@ impl<'a> Working<'a> {
             .filter(|name| img.quotas.get(*name).is_some_and(|q| q.tu.is_some()))
             .cloned()
             .collect();
+        let applied = self.windows.values().map(|op| op.wa);
         ShardWrite {
             shard: self.shard.shard,
             rf_read: img.rf,
-            rf_new: now.max(img.rf.saturating_add(1)),
+            rf_new: applied.fold(now.max(img.rf.saturating_add(1)), i64::max),
             count_pin: self.shard.stored_count,
             deltas,
             ttl: match ttl {
@@ -251,6 +300,7 @@ impl<'a> Working<'a> {
                 .collect(),
             drop_top_ups,
             reset_counters: self.resets,
+            windows: self.windows,
         }
     }
 }
@@ -293,6 +343,28 @@ pub fn plan_reset(
             let Some(mut ceiling) = w.ceiling(name) else {
                 continue;
             };
+            if let Some(rsa) = limit.window_seconds() {
+                // A session quota: the window ends now and is applied; the balance stays, and
+                // the next acquire opens a new window with the whole share.
+                let ended = now - rsa.saturating_mul(1000);
+                let stored = w.shard.image.windows.get(name).copied().unwrap_or_default();
+                w.windows.insert(
+                    name.to_owned(),
+                    WindowOp {
+                        wa: ended,
+                        start: Some((ended, rsa)),
+                        clear_wtc: stored.wtc.is_some(),
+                    },
+                );
+                let share = limit
+                    .params_at(now)
+                    .capacity
+                    .div_euclid(i64::from(w.shard.image.shards()));
+                if let Some(tokens) = w.tokens.get(name) {
+                    restored += i128::from(share) - i128::from(*tokens);
+                }
+                continue;
+            }
             if limit.is_quota() {
                 // A quota goes back to the shard's share of the capacity in force, sized at
                 // the shard count, and counts the operator's reset.

@@ -407,14 +407,37 @@ pub enum QuotaField {
     Tu,
     /// `rn`: the operator reset counter.
     Rn,
+    /// `rsa`: a session quota's window length, seconds.
+    Rsa,
+    /// `ws`: the start of the entity's current session window, epoch ms.
+    Ws,
+    /// `wa`: the window start the shard's balance reflects.
+    Wa,
+    /// `wtc`: the shard's `tc` when a sibling's new window reached it.
+    Wtc,
 }
 
-/// `b_{name}_gc`, `b_{name}_tu` or `b_{name}_rn`.
+impl QuotaField {
+    /// A session quota's window fields.
+    pub const WINDOW: [QuotaField; 4] = [
+        QuotaField::Rsa,
+        QuotaField::Ws,
+        QuotaField::Wa,
+        QuotaField::Wtc,
+    ];
+}
+
+/// `b_{name}_gc`, `b_{name}_tu`, `b_{name}_rn` or a session window's `b_{name}_rsa`, `_ws`,
+/// `_wa`, `_wtc`.
 pub fn bucket_quota(name: &str, field: QuotaField) -> String {
     let f = match field {
         QuotaField::Gc => "gc",
         QuotaField::Tu => "tu",
         QuotaField::Rn => "rn",
+        QuotaField::Rsa => "rsa",
+        QuotaField::Ws => "ws",
+        QuotaField::Wa => "wa",
+        QuotaField::Wtc => "wtc",
     };
     format!("{BUCKET_LIMIT_PREFIX}{name}_{f}")
 }
@@ -449,30 +472,6 @@ pub fn parse_bucket_soft(attr: &str) -> Option<&str> {
     attr.strip_prefix(BUCKET_LIMIT_PREFIX)?
         .strip_suffix("_soft")
         .filter(|name| !name.is_empty())
-}
-
-/// Whether an attribute of a bucket item belongs to a 0.15–0.17 feature dynalimit does not
-/// implement yet (reference §12.8): session windows (`b_{name}_rsa`, `ws`, `wa`, `wtc`).
-/// Parameter schedules and calendar quotas (`sched`, `rsched`, `sched_tz`, `b_{name}_sched`,
-/// `b_{name}_rsched`, `gc`, `tu`, `rn`) are implemented.
-///
-/// ```
-/// use dynalimit_format::attr::unsupported_bucket_attribute;
-/// assert!(unsupported_bucket_attribute("b_rpm_rsa", None));
-/// assert!(unsupported_bucket_attribute("b_rpm_ws", None));
-/// assert!(!unsupported_bucket_attribute("rsched", Some("1m0h0")));
-/// assert!(!unsupported_bucket_attribute("b_rpm_gc", None));
-/// assert!(!unsupported_bucket_attribute("sched", Some("1h9-17s500")));
-/// assert!(!unsupported_bucket_attribute("b_rpm_tk", None));
-/// ```
-pub fn unsupported_bucket_attribute(name: &str, _string_value: Option<&str>) -> bool {
-    let Some(rest) = name.strip_prefix(BUCKET_LIMIT_PREFIX) else {
-        return false;
-    };
-    let Some((_, field)) = rest.rsplit_once('_') else {
-        return false;
-    };
-    matches!(field, "rsa" | "ws" | "wa" | "wtc")
 }
 
 /// The prefix of a config item's limit attributes: `l_` for plain limits, `w_` for limits

@@ -45,6 +45,8 @@ pub enum AuditAction {
     BucketReset,
     /// An operator added tokens to a bucket.
     BucketToppedUp,
+    /// An entity moved to another parent (or to none).
+    EntityParentChanged,
 }
 
 impl AuditAction {
@@ -57,6 +59,7 @@ impl AuditAction {
             AuditAction::LimitsDeleted => "limits_deleted",
             AuditAction::BucketReset => "bucket_reset",
             AuditAction::BucketToppedUp => "bucket_topped_up",
+            AuditAction::EntityParentChanged => "entity_parent_changed",
         }
     }
 }
@@ -166,6 +169,14 @@ pub const ON_UNAVAILABLE_DETAIL: &str = "on_unavailable";
 pub const DISABLED_DETAIL: &str = "disabled";
 /// Detail of a `limits_set` event that changed a flag: how many buckets were stamped.
 pub const BUCKETS_STAMPED_DETAIL: &str = "buckets_stamped";
+/// Detail key of a cascade-policy change: the policy (`true`, `false`, or null for a clear).
+pub const CASCADE_DETAIL: &str = "cascade";
+/// Detail key of a parent move: the parent before it (or null).
+pub const OLD_PARENT_DETAIL: &str = "old_parent_id";
+/// Detail key of a parent move: the parent after it (or null).
+pub const PARENT_DETAIL: &str = "parent_id";
+/// Detail key of a parent move: the entity's parent generation after it.
+pub const PGEN_DETAIL: &str = "pgen";
 /// The details key of a deletion: how many items were deleted.
 pub const RECORDS_DELETED_DETAIL: &str = "records_deleted";
 /// The details key of a deletion: whether it finished.

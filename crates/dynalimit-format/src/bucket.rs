@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::bucket::WCU;
-use dynalimit_core::decide::{BucketImage, CreatePlan, LimitState, QuotaState};
+use dynalimit_core::decide::{BucketImage, CreatePlan, LimitState, QuotaState, WindowState};
 use dynalimit_core::schedule::{ResetSchedule, Schedule, Zone};
 
 use crate::attr::{self, BucketField, QuotaField, bucket_limit, parse_bucket_limit};
@@ -71,14 +71,6 @@ pub fn image_from_item(item: &Item) -> BucketImage {
     let mut unsupported = Vec::new();
     let mut soft = BTreeMap::new();
     for (attr, value) in item {
-        let text = match value {
-            AttributeValue::S(s) => Some(s.as_str()),
-            _ => None,
-        };
-        if attr::unsupported_bucket_attribute(attr, text) {
-            unsupported.push(attr.clone());
-            continue;
-        }
         if let Some(name) = attr::parse_bucket_soft(attr) {
             let until = match value {
                 AttributeValue::N(n) => parse_number(n).unwrap_or(0),
@@ -129,7 +121,7 @@ pub fn image_from_item(item: &Item) -> BucketImage {
         }
     }
     // Most items carry no schedule and no quota: their decoding looks no attribute up.
-    let (schedules, resets, quotas) = if carries_schedules_or_quotas(item) {
+    let (schedules, resets, quotas, windows) = if carries_schedules_or_quotas(item) {
         let schedules = stored_schedules(item, &limits, &mut unsupported);
         // A reset schedule makes a quota of a limit that does not drip; on one that drips it
         // is still decoded (one that does not decode makes the item unavailable) but not used.
@@ -147,7 +139,8 @@ pub fn image_from_item(item: &Item) -> BucketImage {
                 (q != QuotaState::default()).then(|| (name.clone(), q))
             })
             .collect();
-        (schedules, resets, quotas)
+        let windows = stored_windows(item, &limits, &mut unsupported);
+        (schedules, resets, quotas, windows)
     } else {
         Default::default()
     };
@@ -174,7 +167,48 @@ pub fn image_from_item(item: &Item) -> BucketImage {
         schedules,
         resets,
         quotas,
+        windows,
     }
+}
+
+/// The session windows of the limits on a bucket item (reference §12.3): `b_{name}_rsa`,
+/// `_ws`, `_wa`, `_wtc`, per limit that carries any. A value that is not a whole number makes
+/// the item unavailable (reported in `unsupported`).
+fn stored_windows(
+    item: &Item,
+    limits: &BTreeMap<String, LimitState>,
+    unsupported: &mut Vec<String>,
+) -> BTreeMap<String, WindowState> {
+    let mut windows = BTreeMap::new();
+    for name in limits.keys() {
+        let mut w = WindowState::default();
+        let mut any = false;
+        for field in QuotaField::WINDOW {
+            let attr_name = attr::bucket_quota(name, field);
+            let Some(value) = item.get(&attr_name) else {
+                continue;
+            };
+            any = true;
+            let number = match value {
+                AttributeValue::N(n) => parse_number(n),
+                _ => None,
+            };
+            let Some(n) = number else {
+                unsupported.push(format!("{attr_name} (not a whole number)"));
+                continue;
+            };
+            match field {
+                QuotaField::Rsa => w.rsa = Some(n),
+                QuotaField::Ws => w.ws = Some(n),
+                QuotaField::Wa => w.wa = Some(n),
+                _ => w.wtc = Some(n),
+            }
+        }
+        if any {
+            windows.insert(name.clone(), w);
+        }
+    }
+    windows
 }
 
 /// Whether a bucket item carries a schedule (`sched`, `rsched`, a limit's own) or a quota's
@@ -184,9 +218,11 @@ fn carries_schedules_or_quotas(item: &Item) -> bool {
         k == attr::SCHED
             || k == attr::RSCHED
             || (k.starts_with("b_")
-                && ["_sched", "_rsched", "_gc", "_tu", "_rn"]
-                    .iter()
-                    .any(|suffix| k.ends_with(suffix)))
+                && [
+                    "_sched", "_rsched", "_gc", "_tu", "_rn", "_rsa", "_ws", "_wa", "_wtc",
+                ]
+                .iter()
+                .any(|suffix| k.ends_with(suffix)))
     })
 }
 
@@ -395,6 +431,14 @@ pub fn create_item(ns: &str, key: &BucketKey, plan: &CreatePlan, owner: &Owner) 
             num(i64::from(plan.shard_count)),
         );
     }
+    // A session quota's window: its length, its start, applied (reference §12.3).
+    for l in &limits {
+        if let (Some(rsa), Some((ws, _))) = (l.window_seconds(), plan.windows.get(l.name())) {
+            put(&attr::bucket_quota(l.name(), QuotaField::Rsa), num(rsa));
+            put(&attr::bucket_quota(l.name(), QuotaField::Ws), num(*ws));
+            put(&attr::bucket_quota(l.name(), QuotaField::Wa), num(*ws));
+        }
+    }
     if let Some(vu) = plan.vu {
         put(attr::VU, num(vu));
     }
@@ -480,17 +524,22 @@ pub fn clone_for_shard(image: &Item, ns: &str, key: &BucketKey, count: u32, now:
     let (entity, resource, shard) = (&key.entity_id, &key.resource, key.shard);
     let mut item = image.clone();
     let img = image_from_item(image);
-    if img.schedules.is_empty() && img.resets.is_empty() {
+    if img.schedules.is_empty() && img.resets.is_empty() && img.windows.is_empty() {
         item.remove(attr::VU);
     }
     // A quota's grant on the new shard is sized at the new count, and empty; the period's
-    // top-ups stay with the shards that hold them.
-    for name in img.resets.keys() {
+    // top-ups stay with the shards that hold them. A session quota keeps shard 0's window
+    // (its start, applied), and nothing spent on the new shard is charged to it (`wtc = 0`).
+    let quotas: Vec<String> = img.quota_names().cloned().collect();
+    for name in &quotas {
         item.insert(
             attr::bucket_quota(name, QuotaField::Gc),
             num(i64::from(count)),
         );
         item.remove(&attr::bucket_quota(name, QuotaField::Tu));
+        if item.contains_key(&attr::bucket_quota(name, QuotaField::Wtc)) {
+            item.insert(attr::bucket_quota(name, QuotaField::Wtc), num(0));
+        }
     }
     for (name, value) in [
         (attr::PK, keys::bucket_pk(ns, entity, resource, shard)),
@@ -622,7 +671,7 @@ mod tests {
             ("b_y_cp".to_owned(), num(2)),
             ("b_y_sched".to_owned(), AttributeValue::S("-".into())),
             ("b_y_soft".to_owned(), num(99)),
-            ("b_z_ws".to_owned(), num(4)),
+            ("b_y_ws".to_owned(), AttributeValue::S("soon".into())),
             ("disabled".to_owned(), AttributeValue::Bool(true)),
             ("vu".to_owned(), num(0)),
             ("parent_id".to_owned(), AttributeValue::Null(true)),
@@ -630,7 +679,10 @@ mod tests {
         let img = image_from_item(&item);
         assert!(!img.limits.contains_key("x"));
         assert_eq!(img.limits["y"].cp, 2);
-        assert_eq!(img.unsupported, vec!["b_z_ws".to_owned()]);
+        assert_eq!(
+            img.unsupported,
+            vec!["b_y_ws (not a whole number)".to_owned()]
+        );
         assert!(img.disabled);
         assert_eq!(img.vu, Some(0));
         assert_eq!(img.parent_id, None);

@@ -157,14 +157,25 @@ pub fn walk<'a>(
 /// still carry a flag), `None` removes it from an existing item (`attribute_exists(PK)`; a
 /// missing item already inherits). Writing it twice leaves the same item.
 pub fn flag_write(ns: &str, slot: &Slot, flag: Option<DisabledFlag>) -> Expr {
+    level_flag_write(ns, slot, attr::DISABLED, flag.map(DisabledFlag::encode))
+}
+
+/// The write of one level's cascade policy (reference §12.5), as [`flag_write`] writes the
+/// `disabled` flag: `cascade = true/false` upserted with the level's keys, or removed (back
+/// to inherit).
+pub fn cascade_write(ns: &str, slot: &Slot, policy: Option<bool>) -> Expr {
+    level_flag_write(ns, slot, attr::CASCADE, policy.map(AttributeValue::Bool))
+}
+
+fn level_flag_write(ns: &str, slot: &Slot, name: &str, value: Option<AttributeValue>) -> Expr {
     let mut e = Expr::default();
-    let Some(flag) = flag else {
-        e.remove(attr::DISABLED);
+    let Some(value) = value else {
+        e.remove(name);
         let c = e.exists(attr::PK);
         e.when(c);
         return e;
     };
-    e.set(attr::DISABLED, flag.encode());
+    e.set(name, value);
     let key = slot.key(ns);
     let pk = item::get_s(&key, attr::PK).unwrap_or_default().to_string();
     match slot {
@@ -265,16 +276,11 @@ fn whole(found: &Item, attr: &str) -> Result<i64, FormatError> {
 /// # Errors
 /// [`FormatError::ReservedLimitName`] for a limit named after an item attribute,
 /// [`FormatError::Corrupt`] for a corrupt item (a stored schedule that does not decode among
-/// them: the whole level is then unavailable, as in the Python library),
-/// [`FormatError::Unsupported`] for features dynalimit does not implement yet (session
-/// quotas). Parameter schedules and calendar quotas (`l_{name}_sched`, `l_{name}_rsched`,
-/// `sched_tz`) are read.
+/// them: the whole level is then unavailable, as in the Python library). Parameter
+/// schedules, calendar quotas (`l_{name}_sched`, `l_{name}_rsched`, `sched_tz`) and session
+/// quotas (every field under `w_`, with `w_{name}_rsa`) are read.
 pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
     let key = item::describe_key(found);
-    let unsupported = |feature: String| FormatError::Unsupported {
-        key: key.clone(),
-        feature,
-    };
     let (plain, windowed) = config_limit_names(found.keys());
     if let Some(name) = plain
         .iter()
@@ -292,17 +298,15 @@ pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
             format!("limit {both:?} is stored under both l_ and w_"),
         ));
     }
-    if let Some(w) = windowed.first() {
+    if let Some(w) = windowed
+        .iter()
+        .find(|w| !found.contains_key(&config_limit(ConfigPrefix::Windowed, w, ConfigField::Rsa)))
+    {
         let rsa = config_limit(ConfigPrefix::Windowed, w, ConfigField::Rsa);
-        if !found.contains_key(&rsa) {
-            return Err(FormatError::corrupt(
-                key,
-                format!("windowed limit {w:?} has no {rsa}"),
-            ));
-        }
-        return Err(unsupported(format!(
-            "session-window limit {w:?} (w_ prefix)"
-        )));
+        return Err(FormatError::corrupt(
+            key,
+            format!("windowed limit {w:?} has no {rsa}"),
+        ));
     }
     // One zone for every schedule of the level (UTC when absent or empty).
     let zone = || match item::get_s(found, attr::SCHED_TZ).filter(|z| !z.is_empty()) {
@@ -311,8 +315,12 @@ pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
     };
     let mut limits = Vec::with_capacity(plain.len());
     let mut soft = std::collections::BTreeSet::new();
-    for name in plain {
-        let field = |f| config_limit(ConfigPrefix::Plain, &name, f);
+    let named = plain
+        .into_iter()
+        .map(|n| (ConfigPrefix::Plain, n))
+        .chain(windowed.into_iter().map(|n| (ConfigPrefix::Windowed, n)));
+    for (prefix, name) in named {
+        let field = |f| config_limit(prefix, &name, f);
         let reset = match item::get_s(found, &field(ConfigField::Rsched)).filter(|r| !r.is_empty())
         {
             Some(text) => Some(schedule::decode_reset(text, &zone()?).map_err(|e| {
@@ -335,15 +343,23 @@ pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
         let cp = whole(found, &field(ConfigField::Cp))?;
         let ra = whole(found, &field(ConfigField::Ra))?;
         let rp = whole(found, &field(ConfigField::Rp))?;
-        if matches!(
+        let is_soft = matches!(
             found.get(&field(ConfigField::Soft)),
             Some(AttributeValue::Bool(true))
-        ) {
+        );
+        if is_soft {
             soft.insert(name.clone());
         }
+        // A session quota's window length (whole seconds) lives under the `w_` prefix.
+        let window = match prefix {
+            ConfigPrefix::Windowed => Some(whole(found, &field(ConfigField::Rsa))?),
+            ConfigPrefix::Plain => None,
+        };
         let limit = Limit::custom(name, cp, ra, rp)
             .with_optional_schedule(sched)
-            .with_optional_reset(reset);
+            .with_optional_reset(reset)
+            .with_optional_window(window)
+            .with_soft(is_soft);
         limit
             .validate()
             .map_err(|e| FormatError::corrupt(key.clone(), e.to_string()))?;
@@ -418,7 +434,19 @@ pub fn level_item(
     let mut zone = None;
     for l in limits {
         let n = l.name();
-        let field = |f| config_limit(ConfigPrefix::Plain, n, f);
+        // A session quota is stored under `w_`, which readers older than the session quotas
+        // do not scan (reference §12.3).
+        let prefix = match l.window_seconds() {
+            Some(_) => ConfigPrefix::Windowed,
+            None => ConfigPrefix::Plain,
+        };
+        let field = |f| config_limit(prefix, n, f);
+        if let Some(rsa) = l.window_seconds() {
+            it.insert(field(ConfigField::Rsa), item::n(rsa));
+        }
+        if l.is_soft() {
+            it.insert(field(ConfigField::Soft), AttributeValue::Bool(true));
+        }
         it.insert(field(ConfigField::Cp), item::n(l.capacity()));
         it.insert(field(ConfigField::Ra), item::n(l.refill_amount()));
         it.insert(field(ConfigField::Rp), item::n(l.refill_period_seconds()));
@@ -512,9 +540,37 @@ mod tests {
     }
 
     #[test]
-    fn newer_features_are_refused_not_misread() {
-        let e = decode(&it(&[("w_q_cp", item::n(5)), ("w_q_rsa", item::n(60))])).unwrap_err();
-        assert!(matches!(e, FormatError::Unsupported { .. }), "{e}");
+    fn a_session_quota_is_read_from_w_and_written_back_alike() {
+        let found = it(&[
+            ("w_q_cp", item::n(5)),
+            ("w_q_ra", item::n(0)),
+            ("w_q_rp", item::n(1)),
+            ("w_q_rsa", item::n(3600)),
+        ]);
+        let c = decode(&found).unwrap();
+        assert_eq!(c.limits, [Limit::session_quota("q", 5, 3600)]);
+        let back = level_item("ns", &Slot::System, &c.limits, None, None);
+        for (name, value) in found.iter().filter(|(k, _)| k.starts_with("w_")) {
+            assert_eq!(back.get(name), Some(value), "{name}");
+        }
+        assert!(!back.keys().any(|k| k.starts_with("l_q")));
+        // A length that is not a positive whole number of seconds is corrupt.
+        for bad in [item::n(0), item::s("1h")] {
+            let mut f = found.clone();
+            f.insert("w_q_rsa".into(), bad);
+            assert!(matches!(decode(&f), Err(FormatError::Corrupt { .. })));
+        }
+        // A window beside a drip is corrupt.
+        let mut f = found.clone();
+        f.insert("w_q_ra".into(), item::n(5));
+        assert!(matches!(decode(&f), Err(FormatError::Corrupt { .. })));
+        // A w_ limit without its length is corrupt.
+        let e = decode(&it(&[("w_q_cp", item::n(5)), ("w_q_ra", item::n(0))])).unwrap_err();
+        assert!(matches!(e, FormatError::Corrupt { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_limit_that_cannot_refill_is_refused_not_misread() {
         // No refill and no reset: unreadable, as in the Python library.
         let e = decode(&it(&[
             ("l_q_cp", item::n(5)),

@@ -10,6 +10,31 @@ use crate::attr;
 use crate::item::{self, Item};
 use crate::keys;
 
+/// The move of entity `entity_id` to `parent` (or to no parent) on its META item (reference
+/// §12.5): `parent_id` (NULL for none), the parent index keys (removed for none) and the
+/// parent generation raised by one; `cascade` is left as it is. Conditioned on the entity
+/// existing. Not idempotent (the generation rises each time): a move whose answer was lost
+/// is followed by a read of META, not sent again blindly.
+pub fn parent_move(ns: &str, entity_id: &str, parent: Option<&str>) -> crate::expr::Expr {
+    let mut e = crate::expr::Expr::default();
+    let c = e.exists(attr::PK);
+    e.when(c);
+    match parent {
+        Some(p) => {
+            e.set(attr::PARENT_ID, item::s(p));
+            e.set(attr::GSI1PK, item::s(keys::parent_gsi1pk(ns, p)));
+            e.set(attr::GSI1SK, item::s(keys::child_gsi1sk(entity_id)));
+        }
+        None => {
+            e.set(attr::PARENT_ID, AttributeValue::Null(true));
+            e.remove(attr::GSI1PK);
+            e.remove(attr::GSI1SK);
+        }
+    }
+    e.set_incremented(attr::PGEN, 1);
+    e
+}
+
 /// An entity: an API key, a project, a tenant — whatever owns buckets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entity {

@@ -135,6 +135,20 @@ impl Expr {
         self.set.push(format!("{a} = if_not_exists({a}, {v})"));
     }
 
+    /// `SET attr = if_not_exists(attr, 0) + by`: a counter raised by `by` (0 when absent).
+    pub fn set_incremented(&mut self, attr: &str, by: i64) {
+        let (a, zero, by) = (self.name(attr), self.num(0), self.num(by));
+        self.set
+            .push(format!("{a} = if_not_exists({a}, {zero}) + {by}"));
+    }
+
+    /// `SET attr = if_not_exists(source, value)`: `attr` takes `source`'s value, or `value`
+    /// when the item has no `source`.
+    pub fn set_from_if_absent(&mut self, attr: &str, source: &str, value: AttributeValue) {
+        let (a, s, v) = (self.name(attr), self.name(source), self.value(value));
+        self.set.push(format!("{a} = if_not_exists({s}, {v})"));
+    }
+
     /// `ADD attr value` for a value that is not a number (a set).
     pub fn add_value(&mut self, attr: &str, value: AttributeValue) {
         let (a, v) = (self.name(attr), self.value(value));

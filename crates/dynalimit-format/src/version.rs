@@ -12,10 +12,77 @@ use crate::keys;
 /// The schema version of the key layout this crate reads and writes.
 pub const SCHEMA_VERSION: &str = "0.10.0";
 
-/// The zae-limiter version whose feature set dynalimit implements (the core profile of
-/// reference §12.8: everything before the 0.15 session quotas). A table whose
-/// `client_min_version` is above this refuses dynalimit.
-pub const COMPATIBILITY_VERSION: &str = "0.14.0";
+/// The zae-limiter version whose feature set dynalimit reads and honours: every feature a
+/// 0.17 writer stores (reference §12.8, profile B). A table whose `client_min_version` is
+/// above this refuses dynalimit. It is also what dynalimit records as the stack's
+/// `lambda_version` when it deploys its aggregator, or creates a table that has none: the
+/// version of the reader that the other library's writers check before storing a feature.
+pub const COMPATIBILITY_VERSION: &str = "0.17.0";
+
+/// The minimum reader of a session quota (`reset_after`) in a configuration.
+pub const SESSION_QUOTAS: &str = "0.15.0";
+/// The minimum reader of a cascade policy stored on a configuration level.
+pub const CASCADE_POLICIES: &str = "0.16.0";
+/// The minimum reader of a soft limit, a bypass, a parent move or a quota top-up.
+pub const STAMPS_AND_MOVES: &str = "0.17.0";
+
+/// Whether the aggregator the version record names (`lambda_version`) reads a feature whose
+/// minimum reader is `minimum`: its release (a pre-release tag dropped) is at least
+/// `minimum`. A record that names none proves nothing.
+///
+/// ```
+/// use dynalimit_format::version::reads;
+/// assert!(reads(Some("0.17.0"), "0.15.0"));
+/// assert!(reads(Some("0.15.0rc2"), "0.15.0"));
+/// assert!(!reads(Some("0.14.2"), "0.15.0"));
+/// assert!(!reads(None, "0.15.0"));
+/// ```
+pub fn reads(lambda_version: Option<&str>, minimum: &str) -> bool {
+    let (Some(deployed), Some(minimum)) = (
+        lambda_version.and_then(Version::parse),
+        Version::parse(minimum),
+    ) else {
+        return false;
+    };
+    let release = Version {
+        release: deployed.release,
+        pre: None,
+    };
+    release >= minimum
+}
+
+/// The `client_min_version` a writer of a feature whose minimum reader is `minimum` leaves
+/// behind, when it must raise the stored one (`None`: the stored minimum is already as
+/// high; it is never lowered).
+///
+/// ```
+/// use dynalimit_format::version::ratcheted;
+/// assert_eq!(ratcheted(Some("0.0.0"), "0.15.0").as_deref(), Some("0.15.0"));
+/// assert_eq!(ratcheted(None, "0.17.0").as_deref(), Some("0.17.0"));
+/// assert_eq!(ratcheted(Some("0.17.0"), "0.15.0"), None);
+/// ```
+pub fn ratcheted(stored: Option<&str>, minimum: &str) -> Option<String> {
+    let current = stored.and_then(Version::parse).unwrap_or(Version {
+        release: vec![0, 0, 0],
+        pre: None,
+    });
+    (Version::parse(minimum)? > current).then(|| minimum.to_owned())
+}
+
+/// The conditional raise of `client_min_version` to `new` where it still reads `stored`
+/// (or is absent when `stored` is `None`), on an existing record.
+pub fn ratchet(stored: Option<&str>, new: &str) -> Expr {
+    let mut e = Expr::default();
+    let c = e.exists(attr::PK);
+    e.when(c);
+    let c = match stored {
+        Some(v) => e.eq(attr::CLIENT_MIN_VERSION, item::s(v)),
+        None => e.not_exists(attr::CLIENT_MIN_VERSION),
+    };
+    e.when(c);
+    e.set(attr::CLIENT_MIN_VERSION, item::s(new));
+    e
+}
 
 /// The features whose writers ratchet `client_min_version` (reference §10): the minimum
 /// reader each one sets, and what it is called.
@@ -63,7 +130,11 @@ pub fn ratchet_explanation(required: &str) -> String {
         .map(|(_, name)| *name)
         .collect();
     if features.is_empty() {
-        return "a newer client raised the table's minimum client version".into();
+        return format!(
+            "a client newer than zae-limiter {COMPATIBILITY_VERSION} (or a hand edit) raised the \
+             table's minimum client version to {required}; dynalimit implements the zae-limiter \
+             {COMPATIBILITY_VERSION} feature set"
+        );
     }
     let mut text = String::new();
     if !newest.is_empty() {
@@ -263,49 +334,27 @@ mod tests {
     }
 
     #[test]
-    fn a_refusal_names_what_ratcheted_the_table() {
-        assert_eq!(
-            unimplemented_features("0.17.0"),
-            [
-                "soft limits",
-                "bypass (disabled = \"bypass\")",
-                "parent moves (set_parent)",
-                "quota top-ups",
-                "cascade policies",
-                "session quotas (a limit with reset_after)"
-            ]
-        );
-        assert_eq!(
-            unimplemented_features("0.16.0"),
-            [
-                "cascade policies",
-                "session quotas (a limit with reset_after)"
-            ]
-        );
-        assert!(unimplemented_features(COMPATIBILITY_VERSION).is_empty());
-        let text = ratchet_explanation("0.17.0");
+    fn every_ratcheting_feature_is_implemented() {
+        for (min, name) in RATCHETING_FEATURES {
+            assert!(satisfies(COMPATIBILITY_VERSION, min), "{name}");
+        }
+        assert!(unimplemented_features("0.17.0").is_empty());
+        let text = ratchet_explanation("0.18.0");
+        assert!(text.contains("newer than zae-limiter 0.17.0"), "{text}");
+        assert!(text.contains("to 0.18.0"), "{text}");
         assert!(
-            text.contains("0.17.0 writer stored one of: soft limits"),
+            text.contains("implements the zae-limiter 0.17.0 feature set"),
             "{text}"
         );
-        assert!(text.contains("may also carry cascade policies"), "{text}");
-        let text = ratchet_explanation("0.15.0");
-        assert!(text.contains("stored one of: session quotas"), "{text}");
-        assert!(!text.contains("may also carry"), "{text}");
-        let text = ratchet_explanation("0.16.5");
-        assert!(
-            text.contains("raised by hand or by a newer writer"),
-            "{text}"
-        );
-        assert!(text.contains("may also carry cascade policies"), "{text}");
         assert!(ratchet_explanation("nonsense").contains("cannot be parsed"));
     }
 
     #[test]
     fn the_compatibility_gate() {
         assert!(satisfies(COMPATIBILITY_VERSION, "0.0.0"));
-        assert!(satisfies(COMPATIBILITY_VERSION, "0.14.0"));
-        assert!(!satisfies(COMPATIBILITY_VERSION, "0.15.0"));
+        assert!(satisfies(COMPATIBILITY_VERSION, "0.15.0"));
+        assert!(satisfies(COMPATIBILITY_VERSION, "0.17.0"));
+        assert!(!satisfies(COMPATIBILITY_VERSION, "0.18.0"));
         assert!(!satisfies(COMPATIBILITY_VERSION, "garbage"));
     }
 }

@@ -59,6 +59,22 @@ pub enum RepositoryError {
         message: String,
     },
 
+    /// A feature older readers would misread cannot be stored: the stack's aggregator is not
+    /// known to read it (reference §10).
+    #[error(
+        "storing {feature} needs an aggregator that reads it (zae-limiter {minimum} or later, \
+         or dynalimit); the table's version record says lambda_version = {lambda_version:?}: \
+         run `dynalimit deploy` to deploy dynalimit's aggregator and record its version"
+    )]
+    ReadersTooOld {
+        /// What was to be stored.
+        feature: String,
+        /// Its minimum reader.
+        minimum: String,
+        /// The aggregator version the table records, if any.
+        lambda_version: Option<String>,
+    },
+
     /// The table (the stack) does not exist.
     #[error("table {table:?} does not exist; deploy it with `dynalimit deploy`")]
     TableNotFound {

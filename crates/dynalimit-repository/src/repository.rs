@@ -292,6 +292,67 @@ impl Repository {
         Ok(())
     }
 
+    /// The reader gate of a writer of a feature that older readers would misread (reference
+    /// §10): reads the version record strongly consistently and refuses unless the stack's
+    /// aggregator (`lambda_version`) reads the feature (its minimum reader is `minimum`), then
+    /// raises `client_min_version` to `minimum` (never lowering it) with a conditional write
+    /// on the value read, read again after a concurrent raise (3 attempts). Called before
+    /// anything of the feature is written. The raise sets an absolute value under a pin on
+    /// the value read, so a raise whose answer was lost is read back on the next attempt and
+    /// found done.
+    ///
+    /// # Errors
+    /// [`RepositoryError::ReadersTooOld`]; [`RepositoryError::IncompatibleVersion`] when the
+    /// record is missing; the classified failure.
+    pub(crate) async fn require_readers(
+        &self,
+        minimum: &str,
+        feature: &str,
+    ) -> Result<(), RepositoryError> {
+        for _ in 0..3 {
+            let Some(record) = self.version_record().await? else {
+                return Err(RepositoryError::IncompatibleVersion {
+                    required: minimum.to_owned(),
+                    implemented: version::COMPATIBILITY_VERSION.to_owned(),
+                    message: "the table has no version record; open it with \
+                              `Repository::open` or deploy it with `dynalimit deploy`"
+                        .into(),
+                });
+            };
+            if !version::reads(record.lambda_version.as_deref(), minimum) {
+                return Err(RepositoryError::ReadersTooOld {
+                    feature: feature.to_owned(),
+                    minimum: minimum.to_owned(),
+                    lambda_version: record.lambda_version,
+                });
+            }
+            let stored = Some(record.client_min_version.as_str());
+            let Some(new) = version::ratcheted(stored, minimum) else {
+                return Ok(());
+            };
+            let raised = self
+                .shared
+                .client
+                .update_item()
+                .table_name(&self.shared.table)
+                .set_key(Some(version::record_key()))
+                .with_expr(&version::ratchet(stored, &new))
+                .send()
+                .await;
+            match raised {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|s| s.is_conditional_check_failed_exception()) => {}
+                Err(e) => return Err(classify("UpdateItem", e)),
+            }
+        }
+        Err(RepositoryError::Contended {
+            operation: "UpdateItem",
+            attempts: 3,
+        })
+    }
+
     /// Refuses to run when the table's `client_min_version` is above what dynalimit implements
     /// or the schema major differs.
     ///
@@ -577,7 +638,13 @@ impl RepositoryBuilder {
         }
         match repo.version_record().await? {
             Some(record) => Repository::check_compatibility(&record)?,
-            None => repo.write_version_record(None).await?,
+            // The first record of a table no client has opened yet: its aggregator, if any,
+            // is dynalimit's (`dynalimit deploy` records its own), which reads every feature
+            // dynalimit implements.
+            None => {
+                repo.write_version_record(Some(version::COMPATIBILITY_VERSION))
+                    .await?;
+            }
         }
         if namespace != DEFAULT_NAMESPACE {
             repo.ensure_namespace(DEFAULT_NAMESPACE).await?;

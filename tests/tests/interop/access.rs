@@ -1,8 +1,8 @@
 //! Disable and enable (reference §12.1) written by each library and honoured by the other:
 //! the flag items match field by field, the bucket stamps of one library's fan-out refuse
 //! the other's acquires, and an entity override carves one entity out. A bypass stored by
-//! zae-limiter ratchets the table past what dynalimit implements, and dynalimit's refusal
-//! names it. Multi-resource acquires (§3.11) of both libraries spend the same budgets.
+//! zae-limiter ratchets the table to 0.17.0, which dynalimit opens (it refuses a higher
+//! minimum and says what it implements). Multi-resource acquires (§3.11) of both libraries spend the same budgets.
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit::{Access, DisabledFlag, Error, Limit, RateLimiter};
@@ -195,22 +195,28 @@ async fn a_resource_disabled_by_either_library_is_refused_by_the_other() {
 }
 
 #[tokio::test]
-async fn a_table_ratcheted_by_a_zae_limiter_bypass_names_it_in_dynalimits_refusal() {
+async fn a_table_ratcheted_to_0_17_by_a_zae_limiter_bypass_opens_in_dynalimit() {
     let (table, python) = shared_table!();
     table.repository(NS).await;
-    // zae-limiter stores a bypass only when the deployed aggregator reads it (0.17.0).
-    table
-        .set_version_attribute("lambda_version", "0.17.0")
-        .await;
+    // A table dynalimit opened first records its reader version, which zae-limiter's gate
+    // accepts: it stores the bypass and ratchets the table to 0.17.0.
     python.one(NS, access("bypass_resource", &["gpt-4"])).await;
+    let repo = table.builder().namespace(NS).connect().await.unwrap();
+    let record = repo.version_record().await.unwrap().unwrap();
+    assert_eq!(record.client_min_version, "0.17.0");
+    assert_eq!(record.lambda_version.as_deref(), Some("0.17.0"));
+    // A minimum above what dynalimit implements still refuses, and says so.
+    table
+        .set_version_attribute("client_min_version", "0.18.0")
+        .await;
     match table.builder().namespace(NS).connect().await {
         Err(RepositoryError::IncompatibleVersion {
             required, message, ..
         }) => {
-            assert_eq!(required, "0.17.0");
-            assert!(message.contains("bypass"), "{message}");
+            assert_eq!(required, "0.18.0");
+            assert!(message.contains("0.17.0 feature set"), "{message}");
         }
-        other => panic!("expected a refusal naming the feature, got {other:?}"),
+        other => panic!("expected a refusal, got {other:?}"),
     }
 }
 

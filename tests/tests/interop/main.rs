@@ -26,6 +26,7 @@ mod namespaces;
 mod operations;
 mod quotas;
 mod schedules;
+mod sessions;
 mod snapshots;
 mod soft;
 mod timed;

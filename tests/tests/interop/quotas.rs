@@ -151,7 +151,7 @@ async fn python_and_rust_contending_on_one_quota_never_admit_more_than_its_allow
 /// zae-limiter (4 workers, 150 attempts, its clock at `NOON`) and dynalimit (8 tasks of 20
 /// attempts) acquire 1 `requests` of `k` together, from the same wall-clock second:
 /// `(rust admitted, python admitted)`.
-async fn hammer_both(python: &Python, limiter: &RateLimiter) -> (i64, i64) {
+pub(crate) async fn hammer_both(python: &Python, limiter: &RateLimiter) -> (i64, i64) {
     // Both start at the same wall-clock second, once the Python process is up.
     let wall = || SystemClock.epoch_millis() as f64 / 1000.0;
     let start = wall() + 4.0;

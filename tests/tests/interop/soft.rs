@@ -39,9 +39,6 @@ async fn alternate(python: &Python, limiter: &RateLimiter) -> Vec<(usize, bool)>
 async fn a_soft_limit_written_by_zae_limiter_is_debited_by_both_past_its_capacity() {
     let (table, python) = shared_table!();
     table.repository(NS).await;
-    table
-        .set_version_attribute("lambda_version", "0.17.0")
-        .await;
     let soft_rpm = json!({"name": "rpm", "capacity": 3, "refill_amount": 3,
                           "refill_period_seconds": 60, "soft": true});
     let hard_tpm = json!({"name": "tpm", "capacity": 100, "refill_amount": 100,
@@ -52,9 +49,6 @@ async fn a_soft_limit_written_by_zae_limiter_is_debited_by_both_past_its_capacit
             json!({"op": "set_resource_defaults", "resource": "gpt-4",
                    "limits": [soft_rpm, hard_tpm]}),
         )
-        .await;
-    table
-        .set_version_attribute("client_min_version", "0.14.0")
         .await;
     let repo = table.repository(NS).await;
     let limiter = RateLimiter::new(repo.clone());
@@ -95,17 +89,11 @@ async fn a_bypass_stored_by_zae_limiter_admits_both_and_counts_every_request() {
     repo.set_resource_defaults("gpt-4", &[dynalimit::Limit::per_minute("rpm", 3)])
         .await
         .unwrap();
-    table
-        .set_version_attribute("lambda_version", "0.17.0")
-        .await;
     python
         .one(
             NS,
             json!({"op": "access", "method": "bypass_resource", "args": ["gpt-4"]}),
         )
-        .await;
-    table
-        .set_version_attribute("client_min_version", "0.14.0")
         .await;
     let repo = table.repository(NS).await;
     let limiter = RateLimiter::new(repo.clone());

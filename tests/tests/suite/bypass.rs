@@ -113,3 +113,54 @@ async fn an_expired_bypass_is_renewed_and_removed_once_the_pair_is_enforced() {
     assert!(outcomes.contains(&Err(true)), "{outcomes:?}");
     assert_eq!(get_i64(&bucket(&r).await, "bypass"), None);
 }
+
+#[tokio::test]
+async fn a_bypass_stored_by_dynalimit_stamps_the_buckets_and_raises_the_minimum_version() {
+    use dynalimit_repository::{DisabledFlag, RepositoryError};
+    let r = rig().await;
+    r.repo
+        .set_resource_defaults("gpt-4", &[Limit::per_minute("rpm", 3)])
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        acquire(&r).await.unwrap();
+    }
+    assert!(matches!(acquire(&r).await, Err(Error::Rejected(_))));
+    // A stack whose aggregator does not read bypasses: refused, nothing stored.
+    r.table
+        .set_version_attribute("lambda_version", "0.16.0")
+        .await;
+    let e = r
+        .repo
+        .set_resource_disabled("gpt-4", Some(DisabledFlag::Bypass))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, RepositoryError::ReadersTooOld { .. }), "{e}");
+    assert!(!bucket(&r).await.contains_key("bypass"));
+    r.table
+        .set_version_attribute("lambda_version", "0.17.0")
+        .await;
+
+    let stamped = r
+        .repo
+        .set_resource_disabled("gpt-4", Some(DisabledFlag::Bypass))
+        .await
+        .unwrap();
+    assert_eq!(stamped, 1);
+    let record = r.repo.version_record().await.unwrap().unwrap();
+    assert_eq!(record.client_min_version, "0.17.0");
+    let now = r.clock.epoch_millis();
+    let until = get_i64(&bucket(&r).await, "bypass").expect("stamped");
+    assert!((now + 48_000..=now + 60_000).contains(&until), "{until}");
+    // Every request admitted, counted, nothing debited.
+    for _ in 0..5 {
+        assert!(acquire(&r).await.unwrap(), "admitted bypassed");
+    }
+    let item = bucket(&r).await;
+    assert_eq!(get_i64(&item, "b_rpm_tc"), Some(8_000));
+    assert_eq!(get_i64(&item, "b_rpm_tk"), Some(0));
+    // Back to inherit: the stamp goes and the limit refuses again.
+    r.repo.set_resource_disabled("gpt-4", None).await.unwrap();
+    assert!(!bucket(&r).await.contains_key("bypass"));
+    assert!(matches!(acquire(&r).await, Err(Error::Rejected(_))));
+}

@@ -276,7 +276,7 @@ async fn registries_and_listing_with_a_cursor() {
 }
 
 #[tokio::test]
-async fn items_of_newer_features_are_refused_not_misread() {
+async fn a_session_quota_stored_under_w_is_read_and_a_corrupt_one_refused() {
     let table = dynalimit_tests::table().await;
     let repo = table.repository("newer").await;
     let ns = repo.namespace_id().to_string();
@@ -297,8 +297,28 @@ async fn items_of_newer_features_are_refused_not_misread() {
         .send()
         .await
         .unwrap();
-    let err = repo.resolve_limits("k", "gpt-4").await.unwrap_err();
-    assert!(matches!(err, RepositoryError::Unsupported { .. }), "{err}");
+    assert_eq!(
+        repo.resolve_limits("k", "gpt-4").await.unwrap().limits,
+        [Limit::session_quota("tpd", 1000, 86_400)]
+    );
+    // Without its length the limit cannot be read: the level is unavailable.
+    table
+        .client()
+        .put_item()
+        .table_name(table.name())
+        .item("PK", s(&format!("{ns}/RESOURCE#gpt-4")))
+        .item("SK", s("#CONFIG"))
+        .item("resource", s("gpt-4"))
+        .item("w_tpd_cp", n(1000))
+        .item("w_tpd_ra", n(0))
+        .item("w_tpd_rp", n(1))
+        .send()
+        .await
+        .unwrap();
+    // (A repository of its own: the first one has the readable level cached.)
+    let fresh = table.repository("newer").await;
+    let err = fresh.resolve_limits("k", "gpt-4").await.unwrap_err();
+    assert!(err.to_string().contains("has no w_tpd_rsa"), "{err}");
     assert!(err.is_unavailable());
     // An entity-level config in front of it answers first and is fine.
     repo.set_limits("k", "gpt-4", &rpm(5)).await.unwrap();

@@ -1123,7 +1123,13 @@ async fn core_profile_fails_closed_on_unsupported_features() {
         "gpt-4",
         0,
         "SET b_rpm_ws = :g, vu = :v",
-        &[(":g", n(1)), (":v", n(r.clock.epoch_millis() - 1))],
+        &[
+            (
+                ":g",
+                aws_sdk_dynamodb::types::AttributeValue::S("soon".into()),
+            ),
+            (":v", n(r.clock.epoch_millis() - 1)),
+        ],
     )
     .await;
     let before = r.buckets("q").await;

@@ -106,7 +106,7 @@ async fn every_item_written_has_the_reference_attributes_and_types() {
             ("PK", "S"),
             ("SK", "S"),
             ("schema_version", "S"),
-            ("lambda_version", "NULL"),
+            ("lambda_version", "S"),
             ("client_min_version", "S"),
             ("updated_at", "S"),
             ("updated_by", "S"),
@@ -116,6 +116,8 @@ async fn every_item_written_has_the_reference_attributes_and_types() {
     );
     assert_eq!(s(version, "schema_version"), "0.10.0");
     assert_eq!(s(version, "client_min_version"), "0.0.0");
+    // The table's first record names the reader dynalimit implements as its aggregator.
+    assert_eq!(s(version, "lambda_version"), "0.17.0");
     assert_eq!(s(version, "GSI4PK"), "_");
     assert_eq!(s(version, "GSI4SK"), "_/SYSTEM#");
     assert!(is_iso_seconds(s(version, "updated_at")));

@@ -464,9 +464,9 @@ async fn bad_input_is_refused_before_any_request() {
 }
 
 #[tokio::test]
-async fn session_windows_are_refused_before_any_write() {
+async fn items_that_cannot_be_read_are_refused_before_any_write() {
     let (table, repo, ns) = with_defaults().await;
-    // A bucket carrying a session window's start.
+    // A bucket carrying a session window's start that is not a number.
     bucket(&table, &ns, "q1", 1, &[(0, 0)]).await;
     table
         .client()
@@ -475,7 +475,7 @@ async fn session_windows_are_refused_before_any_write() {
         .key("PK", AttributeValue::S(pk(&ns, "q1", 0)))
         .key("SK", AttributeValue::S("#STATE".into()))
         .update_expression("SET b_rpm_ws = :g")
-        .expression_attribute_values(":g", AttributeValue::N("1".into()))
+        .expression_attribute_values(":g", AttributeValue::S("soon".into()))
         .send()
         .await
         .unwrap();

@@ -173,7 +173,7 @@ async fn hard_case_33_an_override_pass_still_applies_a_configured_quotas_reset()
 
 /// 32 tasks acquire 1 until `attempts` are spent; after `flip_after` attempts one of them
 /// moves the clock to `flip_to`. The number admitted.
-async fn contend(r: &Rig, attempts: i64, flip: Option<(i64, i64)>) -> i64 {
+pub(crate) async fn contend(r: &Rig, attempts: i64, flip: Option<(i64, i64)>) -> i64 {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicI64, Ordering};
     let left = Arc::new(AtomicI64::new(attempts));

@@ -114,3 +114,83 @@ async fn an_expired_stamp_is_renewed_by_a_slow_pass_and_removed_once_the_limit_i
     let tk = get_i64(&bucket(&r).await, "b_rpm_tk").unwrap();
     assert!(tk >= 0, "no debt taken on while hard: {tk}");
 }
+
+#[tokio::test]
+async fn soft_limits_stored_by_dynalimit_are_stamped_at_once_and_raise_the_minimum_version() {
+    let r = rig().await;
+    let hard = [Limit::per_minute("rpm", 3), Limit::per_minute("tpm", 10)];
+    let soft = [
+        Limit::per_minute("rpm", 3).soft(),
+        Limit::per_minute("tpm", 10),
+    ];
+    r.repo.set_resource_defaults("gpt-4", &hard).await.unwrap();
+    for _ in 0..3 {
+        acquire(&r, None).await.unwrap();
+    }
+    assert!(matches!(acquire(&r, None).await, Err(Error::Rejected(_))));
+    // Made soft at the resource level: the bucket is stamped by the fan-out, so the very next
+    // acquire is admitted (a refusal from the image alone would otherwise stand).
+    r.repo.set_resource_defaults("gpt-4", &soft).await.unwrap();
+    let record = r.repo.version_record().await.unwrap().unwrap();
+    assert_eq!(record.client_min_version, "0.17.0");
+    let stored = r
+        .repo
+        .get_resource_defaults("gpt-4")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.limits, soft);
+    assert!(stored.soft.contains("rpm"));
+    let now = r.clock.epoch_millis();
+    let until = get_i64(&bucket(&r).await, "b_rpm_soft").expect("stamped by the fan-out");
+    assert!((now + 48_000..=now + 60_000).contains(&until), "{until}");
+    assert_eq!(
+        acquire(&r, None).await.unwrap(),
+        ["rpm"],
+        "admitted, overdrawn"
+    );
+    // Hard again: the stamp is removed at once and the limit refuses.
+    r.repo.set_resource_defaults("gpt-4", &hard).await.unwrap();
+    assert!(!bucket(&r).await.contains_key("b_rpm_soft"));
+    assert!(matches!(acquire(&r, None).await, Err(Error::Rejected(_))));
+    // At the entity level, the parameter sync stamps the entity's buckets.
+    r.repo.set_limits("k", "gpt-4", &soft).await.unwrap();
+    assert!(bucket(&r).await.contains_key("b_rpm_soft"));
+    assert_eq!(acquire(&r, None).await.unwrap(), ["rpm"]);
+    // An explicit soft limit is soft for that acquire.
+    let lease = r
+        .limiter
+        .acquire("other", "gpt-4", [("rpm", 5)])
+        .limits([Limit::per_minute("rpm", 3).soft()])
+        .await
+        .expect("an explicit soft limit never refuses");
+    assert_eq!(lease.overdrawn(), ["rpm"]);
+    lease.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_soft_limit_is_stored_only_where_the_aggregator_reads_it() {
+    let r = rig().await;
+    r.table
+        .set_version_attribute("lambda_version", "0.16.1")
+        .await;
+    let e = r
+        .repo
+        .set_resource_defaults("gpt-4", &[Limit::per_minute("rpm", 3).soft()])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, dynalimit::RepositoryError::ReadersTooOld { .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("soft limits"), "{e}");
+    assert!(
+        r.repo
+            .get_resource_defaults("gpt-4")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let record = r.repo.version_record().await.unwrap().unwrap();
+    assert_eq!(record.client_min_version, "0.0.0");
+}

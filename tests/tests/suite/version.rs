@@ -21,7 +21,7 @@ async fn open_writes_the_version_record_once_and_ping_answers() {
         .expect("written on open");
     assert_eq!(record.schema_version, "0.10.0");
     assert_eq!(record.client_min_version, "0.0.0");
-    assert_eq!(record.lambda_version, None);
+    assert_eq!(record.lambda_version.as_deref(), Some("0.17.0"));
     assert!(record.updated_by.unwrap().starts_with("dynalimit:"));
     // A later write never lowers a ratcheted minimum.
     set_client_min_version(&table, "0.12.0").await;
@@ -34,10 +34,15 @@ async fn open_writes_the_version_record_once_and_ping_answers() {
 }
 
 #[tokio::test]
-async fn a_table_ratcheted_past_the_core_profile_is_refused() {
+async fn a_table_ratcheted_to_0_17_opens_and_one_past_it_is_refused() {
     let table = dynalimit_tests::table().await;
     table.repository("v").await;
-    set_client_min_version(&table, "0.15.0").await;
+    for version in ["0.15.0", "0.16.0", "0.17.0"] {
+        set_client_min_version(&table, version).await;
+        table.builder().namespace("v").open().await.unwrap();
+        table.builder().namespace("v").connect().await.unwrap();
+    }
+    set_client_min_version(&table, "0.18.0").await;
     for result in [
         table.builder().namespace("v").open().await,
         table.builder().namespace("v").connect().await,
@@ -48,9 +53,12 @@ async fn a_table_ratcheted_past_the_core_profile_is_refused() {
                 implemented,
                 message,
             }) => {
-                assert_eq!(required, "0.15.0");
-                assert_eq!(implemented, "0.14.0");
-                assert!(message.contains("session quotas"), "{message}");
+                assert_eq!(required, "0.18.0");
+                assert_eq!(implemented, "0.17.0");
+                assert!(
+                    message.contains("newer than zae-limiter 0.17.0"),
+                    "{message}"
+                );
             }
             other => panic!("expected a refusal, got {other:?}"),
         }

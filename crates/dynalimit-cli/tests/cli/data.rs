@@ -622,3 +622,64 @@ async fn entity_reset_and_top_up() {
     f.run(&["entity", "reset", "key-1", "claude"])
         .fails(1, "limits");
 }
+
+#[tokio::test]
+async fn bypass_cascade_policies_parent_moves_and_session_quotas() {
+    let f = Fixture::new().await;
+    let bypassed = f.run(&["resource", "bypass", "gpt-4"]).json();
+    assert_eq!(
+        bypassed,
+        json!({ "resource": "gpt-4", "disabled": "bypass", "buckets_stamped": 0 })
+    );
+    let entity = f
+        .run(&["entity", "bypass", "key-1", "--resource", "gpt-4"])
+        .json();
+    assert_eq!(entity["disabled"], json!("bypass"));
+    f.run(&["entity", "create", "org-1"]).json();
+    f.run(&["entity", "create", "org-2"]).json();
+    f.run(&["entity", "create", "key-1", "--parent", "org-1"])
+        .json();
+    let policy = f
+        .run(&[
+            "entity",
+            "set-cascade",
+            "key-1",
+            "on",
+            "--resource",
+            "gpt-4",
+        ])
+        .json();
+    assert_eq!(
+        policy,
+        json!({ "id": "key-1", "resource": "gpt-4", "cascade": true, "buckets_stamped": 0 })
+    );
+    let resource = f
+        .run(&["resource", "set-cascade", "gpt-4", "inherit"])
+        .json();
+    assert_eq!(resource["cascade"], json!(null));
+    let moved = f.run(&["entity", "set-parent", "key-1", "org-2"]).json();
+    assert_eq!(moved["parent_id"], json!("org-2"));
+    let shown = f.run(&["entity", "get", "key-1"]).json();
+    assert_eq!(shown["parent_id"], json!("org-2"));
+    let detached = f.run(&["entity", "set-parent", "key-1", "--none"]).json();
+    assert_eq!(detached["parent_id"], json!(null));
+    f.run(&["entity", "set-parent", "key-1", "key-1"])
+        .fails(2, "own parent");
+    f.run(&["entity", "set-cascade", "key-1", "sometimes"])
+        .fails(2, "sometimes");
+    f.run(&[
+        "limits",
+        "set",
+        "--resource",
+        "gpt-4",
+        "requests=100/session:day,rpm=10/min",
+    ])
+    .json();
+    let shown = f.run(&["limits", "get", "--resource", "gpt-4"]).json();
+    assert!(
+        shown.to_string().contains("requests=100/session:day"),
+        "{shown}"
+    );
+    let record = f.table.repository("default").await.version_record().await;
+    assert_eq!(record.unwrap().unwrap().client_min_version, "0.17.0");
+}

@@ -55,7 +55,10 @@ async fn deploy_status_delete_cycle_on_moto() {
     let status = run(&["status"]).json();
     assert_eq!(status["status"], "UPDATE_COMPLETE");
     assert_eq!(status["table_status"], "ACTIVE");
-    assert_eq!(status["lambda_version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        status["lambda_version"],
+        dynalimit_format::version::COMPATIBILITY_VERSION
+    );
     let zip = std::fs::read(&binary).map(|b| code_key(&b)).unwrap();
     assert!(zip.starts_with("aggregator/"));
 
@@ -199,7 +202,10 @@ async fn deploy_finds_the_zip_of_build_lambda_or_says_what_to_run() {
     assert_eq!(second["status"], "UPDATE_COMPLETE", "switched to the code");
     assert!(second["AggregatorFunctionArn"].is_string(), "{second}");
     let status = run_json_on(moto.url(), stack, &["status"]).json();
-    assert_eq!(status["lambda_version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        status["lambda_version"],
+        dynalimit_format::version::COMPATIBILITY_VERSION
+    );
 
     // Nothing protected is left behind.
     run_json_on(moto.url(), stack, &["delete", "--yes", "--poll-ms", "100"]).json();

@@ -43,6 +43,7 @@ fn created(plan: &CreatePlan) -> BucketImage {
         rf: plan.rf,
         shard_count: plan.shard_count,
         ttl: plan.ttl,
+        vu: plan.vu,
         wcu: Some(LimitState {
             tk: WCU_CAPACITY_MILLI,
             cp: WCU_CAPACITY_MILLI,
@@ -63,6 +64,24 @@ fn created(plan: &CreatePlan) -> BucketImage {
                 tc: *tc,
             },
         );
+        if let (Some(rsa), Some((ws, _))) = (l.window_seconds(), plan.windows.get(l.name())) {
+            img.windows.insert(
+                l.name().to_owned(),
+                WindowState {
+                    rsa: Some(rsa),
+                    ws: Some(*ws),
+                    wa: Some(*ws),
+                    wtc: None,
+                },
+            );
+            img.quotas.insert(
+                l.name().to_owned(),
+                QuotaState {
+                    gc: Some(i64::from(plan.shard_count)),
+                    ..QuotaState::default()
+                },
+            );
+        }
     }
     img
 }
@@ -130,6 +149,23 @@ fn apply_refill(img: &mut BucketImage, plan: &RefillPlan) -> bool {
             None => {
                 slot.tk += w.add_tk;
                 slot.tc += w.add_tc;
+            }
+        }
+    }
+    for w in &plan.writes {
+        if let Some(count) = w.grant {
+            img.quotas.entry(w.name.clone()).or_default().gc = Some(i64::from(count));
+        }
+        if let Some(win) = w.window {
+            let stored = img.windows.entry(w.name.clone()).or_default();
+            if win.opened || w.seed.is_some() {
+                stored.ws = win.ws;
+            }
+            if win.opened || win.set_length || w.seed.is_some() {
+                stored.rsa = Some(win.rsa);
+            }
+            if win.ws.is_some() {
+                stored.wa = win.ws;
             }
         }
     }
@@ -889,6 +925,7 @@ mod soft_limits {
             until,
             restamp: true,
             bypass: false,
+            ..Stamps::default()
         }
     }
 
@@ -1497,5 +1534,283 @@ mod quotas {
             Some(2),
             "a doubling since the read fails the write"
         );
+    }
+}
+
+mod sessions {
+    use super::*;
+
+    const HOUR: i64 = 3_600_000;
+
+    /// 10 per window of an hour from first use.
+    fn session() -> Limit {
+        Limit::session_quota("s", 10, 3600)
+    }
+
+    fn pass(img: &BucketImage, tokens: i64, now: i64) -> Plan<RefillPlan> {
+        plan_refill(
+            img,
+            &[session()],
+            &demand(&[("s", tokens)]),
+            now,
+            TtlAction::Keep,
+            &Stamps::default(),
+        )
+    }
+
+    fn window(img: &BucketImage) -> WindowState {
+        img.windows["s"]
+    }
+
+    #[test]
+    fn the_first_use_opens_the_window_and_an_exhausted_one_waits_for_its_end() {
+        let img = fresh(&[session()], &demand(&[("s", 3)]), 1, T0);
+        assert_eq!(img.limits["s"].tk, 7_000);
+        assert_eq!(window(&img).ws, Some(T0));
+        assert_eq!(window(&img).wa, Some(T0));
+        assert_eq!(
+            img.vu,
+            Some(T0 + HOUR),
+            "the window's end is the item's boundary"
+        );
+        let mut img = img;
+        let plan = written(pass(&img, 7, T0 + 60_000));
+        assert!(apply_refill(&mut img, &plan));
+        // Spent: refused until the window ends, and a refusal opens nothing.
+        let Plan::Reject(statuses) = pass(&img, 1, T0 + 120_000) else {
+            panic!("exhausted inside its window");
+        };
+        assert_eq!(statuses[0].retry_after_ms, HOUR - 120_000);
+        assert_eq!(statuses[0].limit.window_seconds(), Some(3600));
+        assert_eq!(statuses[0].limit.refill_amount(), 0);
+        assert!(matches!(
+            fast_rejection_gate(&img, &demand(&[("s", 1)]), T0 + 120_000),
+            Gate::Reject(_)
+        ));
+        assert_eq!(window(&img).ws, Some(T0));
+    }
+
+    #[test]
+    fn a_window_that_ended_opens_at_the_next_use_not_at_its_end() {
+        let mut img = fresh(&[session()], &demand(&[("s", 10)]), 1, T0);
+        let idle = T0 + 5 * HOUR;
+        // A reader sees the share again; the gate sends the request to the slow pass.
+        assert!(matches!(
+            fast_rejection_gate(&img, &demand(&[("s", 1)]), idle),
+            Gate::SlowPath
+        ));
+        let plan = written(pass(&img, 1, idle));
+        let w = plan.writes.iter().find(|w| w.name == "s").unwrap();
+        let win = w.window.unwrap();
+        assert!(win.opened);
+        assert_eq!(win.ws, Some(idle));
+        assert_eq!(w.grant, Some(1));
+        assert_eq!(plan.vu.next, Some(idle + HOUR));
+        assert_eq!(plan.opened_windows(), [("s".to_owned(), idle, 3600)]);
+        assert!(apply_refill(&mut img, &plan));
+        assert_eq!(img.limits["s"].tk, 9_000);
+        assert_eq!(img.limits["s"].tc, 11_000);
+        assert_eq!((window(&img).ws, window(&img).wa), (Some(idle), Some(idle)));
+    }
+
+    #[test]
+    fn a_window_a_sibling_opened_is_applied_charging_what_was_spent_since() {
+        // Shard 1 of 2 in window T0; a sibling opened a new window at T1 and the fan-out
+        // recorded tc = 1 000 (wtc); a lease then spent 2 more there.
+        let t1 = T0 + HOUR + 1_000;
+        let mut img = BucketImage {
+            rf: T0 + 60_000,
+            shard_count: 2,
+            ..BucketImage::default()
+        };
+        img.limits.insert(
+            "s".into(),
+            LimitState {
+                tk: 2_000,
+                tc: 3_000,
+                ..LimitState::starting(&session(), 2, T0)
+            },
+        );
+        img.quotas.insert(
+            "s".into(),
+            QuotaState {
+                gc: Some(2),
+                ..QuotaState::default()
+            },
+        );
+        img.windows.insert(
+            "s".into(),
+            WindowState {
+                rsa: Some(3600),
+                ws: Some(t1),
+                wa: Some(T0),
+                wtc: Some(1_000),
+            },
+        );
+        img.vu = Some(0);
+        let now = t1 + 60_000;
+        assert_eq!(
+            classify_fast_failure(Some(&img), &demand(&[("s", 1)]), now),
+            FastFailure::ScheduleBoundary
+        );
+        let plan = written(pass(&img, 1, now));
+        let w = plan.writes.iter().find(|w| w.name == "s").unwrap();
+        assert!(
+            !w.window.unwrap().opened,
+            "a rolled window is not opened again"
+        );
+        assert_eq!(w.window.unwrap().ws, Some(t1));
+        assert!(
+            plan.opened_windows().is_empty(),
+            "no fan-out of an applied window"
+        );
+        assert!(apply_refill(&mut img, &plan));
+        // The share 5 less the 2 spent after the fan-out, less this request's 1.
+        assert_eq!(img.limits["s"].tk, 2_000);
+        assert_eq!(window(&img).wa, Some(t1));
+    }
+
+    #[test]
+    fn hard_case_31_a_lagging_clock_never_moves_rf_below_the_window() {
+        let img = fresh(&[session()], &demand(&[("s", 1)]), 1, T0);
+        // A writer whose clock is 5 s behind the one that opened the window.
+        let plan = written(pass(&img, 1, T0 - 5_000));
+        assert_eq!(plan.rf_new, T0);
+    }
+
+    #[test]
+    fn shards_join_a_live_window_or_open_their_own() {
+        let joined = Stamps {
+            joined: BTreeMap::from([("s".to_owned(), T0)]),
+            ..Stamps::default()
+        };
+        let now = T0 + 60_000;
+        let d = demand(&[("s", 1)]);
+        // Shard 1 of 2 joins the live window empty (its tokens are held by shard 0).
+        let plan = written(plan_create(&[session()], &d, 2, 1, now, None, &joined));
+        assert!(!plan.admitted);
+        assert_eq!(plan.windows["s"], (T0, false));
+        assert_eq!(plan.vu, Some(T0 + HOUR));
+        assert!(plan.opened_windows(1).is_empty());
+        // With no live window it opens one with its whole share, and tells the others.
+        let plan = written(plan_create(
+            &[session()],
+            &d,
+            2,
+            1,
+            now,
+            None,
+            &Stamps::default(),
+        ));
+        assert!(plan.admitted);
+        assert_eq!(plan.limits[0].1, 4_000);
+        assert_eq!(plan.opened_windows(1), [("s".to_owned(), now, 3600)]);
+        // Shard 0 never tells the others about its own window.
+        let plan = written(plan_create(
+            &[session()],
+            &d,
+            2,
+            0,
+            now,
+            None,
+            &Stamps::default(),
+        ));
+        assert!(plan.opened_windows(0).is_empty());
+    }
+
+    #[test]
+    fn a_credit_is_pinned_on_the_window_it_was_read_in() {
+        let img = fresh(&[session()], &demand(&[("s", 4)]), 1, T0);
+        let pin = img.quota_pin("s").unwrap();
+        assert_eq!(pin.window, Some((Some(T0), Some(T0))));
+        assert_eq!(pin.gc, 1);
+        let plan = plan_delta(
+            &demand(&[("s", -4)]),
+            &img.limits,
+            &BTreeMap::new(),
+            &BTreeMap::from([("s".to_owned(), pin)]),
+            1,
+            T0 + 1,
+        );
+        assert_eq!(plan.guards[0].quota, Some(pin));
+        assert_eq!(plan.guards[0].max_tk, 10_000 - 4_000);
+    }
+
+    #[test]
+    fn availability_sees_an_ended_window_whole_and_reports_the_live_end() {
+        let img = fresh(&[session()], &demand(&[("s", 4)]), 1, T0);
+        let d = demand(&[("s", 8)]);
+        let st = &availability(std::slice::from_ref(&img), &[session()], &d, T0 + 1_000)[0];
+        assert_eq!(st.available, 6);
+        assert!(st.exceeded);
+        assert_eq!(st.retry_after_ms, HOUR - 1_000);
+        let st = &availability(&[img], &[session()], &d, T0 + HOUR)[0];
+        assert_eq!(st.available, 10);
+        assert!(!st.exceeded);
+    }
+
+    #[test]
+    fn an_operator_reset_ends_the_window_and_leaves_the_balance() {
+        let img = fresh(&[session()], &demand(&[("s", 4)]), 1, T0);
+        let now = T0 + 60_000;
+        let shard = crate::operation::OperationShard {
+            shard: 0,
+            stored_count: Some(1),
+            image: img,
+        };
+        let plan = crate::operation::plan_reset(&[shard], &[session()], now, TtlAction::Keep);
+        let write = &plan.writes[0];
+        assert!(!write.deltas.contains_key("s"), "the balance is left");
+        let op = write.windows["s"];
+        assert_eq!(op.wa, now - HOUR);
+        assert_eq!(op.start, Some((now - HOUR, 3600)));
+        assert!(!op.clear_wtc);
+        assert_eq!(plan.amounts["s"], 4, "what the next window gives back");
+    }
+
+    proptest! {
+        /// Two shards, requests of 1–3 tokens on either at random times, windows opened,
+        /// fanned out (or the fan-out lost) and applied: within any one window of the
+        /// entity, no more than the capacity is admitted.
+        #[test]
+        fn no_window_admits_more_than_the_capacity(
+            steps in proptest::collection::vec((0u32..2, 1i64..4, 0i64..900_000, any::<bool>()), 1..80),
+        ) {
+            let limits = [session()];
+            let mut shards = [
+                fresh(&limits, &BTreeMap::new(), 2, T0),
+                {
+                    let p = written(plan_create(&limits, &BTreeMap::new(), 2, 1, T0, None, &Stamps {
+                        joined: BTreeMap::from([("s".to_owned(), T0)]),
+                        ..Stamps::default()
+                    }));
+                    created(&p)
+                },
+            ];
+            let mut now = T0;
+            // Admitted tokens per window start.
+            let mut admitted: BTreeMap<i64, i64> = BTreeMap::new();
+            for (shard, tokens, dt, fan_out) in steps {
+                now += dt;
+                let s = shard as usize;
+                let Plan::Write(plan) = pass(&shards[s], tokens, now) else { continue };
+                prop_assert!(apply_refill(&mut shards[s], &plan));
+                let ws = shards[s].windows["s"].ws.unwrap();
+                *admitted.entry(ws).or_default() += plan.consumed["s"];
+                for (name, start, rsa) in plan.opened_windows() {
+                    let other = &mut shards[1 - s];
+                    let w = other.windows.entry(name).or_default();
+                    let floor = start - rsa * 1000;
+                    if fan_out && w.ws.is_none_or(|ws| ws <= floor) {
+                        w.ws = Some(start);
+                        w.wtc = Some(other.limits["s"].tc);
+                        other.vu = Some(0);
+                    }
+                }
+            }
+            for (ws, total) in admitted {
+                prop_assert!(total <= 10_000, "window {ws}: {total}");
+            }
+        }
     }
 }

@@ -46,7 +46,7 @@ use dynalimit_format::bucket::{create_item, image_from_item, live_pause};
 use dynalimit_format::config::{self, Access, ConfigLevel, LimitConfig};
 use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::item::{self, Item, get_s as get_str};
-use dynalimit_format::schema::{GSI2, GSI3};
+use dynalimit_format::schema::{GSI2, GSI3, GSI4};
 use dynalimit_format::{attr, keys};
 
 use crate::RepositoryError;
@@ -657,7 +657,8 @@ impl BucketStore {
     }
 
     /// Stamps `limits` on one existing bucket item (the parameter sync of §4.3): their
-    /// stored parameters, `vu = 0`, and no `ttl` when `remove_ttl`. Returns false when the
+    /// stored parameters, `vu = 0`, no `ttl` when `remove_ttl`, and each soft limit's stamp
+    /// until `soft_until` (a hard limit's removed). Returns false when the
     /// item does not exist. The values are absolute, so a write whose answer was lost is sent
     /// again and lands the same.
     ///
@@ -669,8 +670,123 @@ impl BucketStore {
         key: &BucketKey,
         limits: &[Limit],
         remove_ttl: bool,
+        soft_until: i64,
     ) -> Result<bool, RepositoryError> {
-        let e = writes::sync_parameters(limits, remove_ttl);
+        let e = writes::sync_parameters(limits, remove_ttl, soft_until);
+        match self.update(key, &e, false, Resend::Harmless).await? {
+            Update::Done(_) => Ok(true),
+            Update::ConditionFailed(_) => Ok(false),
+            Update::Conflict => Err(contended()),
+        }
+    }
+
+    /// The session windows of shard 0 of `key`'s bucket, read strongly consistently
+    /// (reference §12.3): the start of each of `names`' windows that is still live at `now`
+    /// given its length in seconds. A shard other than 0 that is created or seeds a session
+    /// quota joins such a window; an eventually consistent read could miss one a sibling just
+    /// opened and hand out a second share in it.
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn live_windows(
+        &self,
+        key: &BucketKey,
+        names: &[(String, i64)],
+        now: i64,
+    ) -> Result<BTreeMap<String, i64>, RepositoryError> {
+        if names.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let shard0 = BucketKey {
+            shard: 0,
+            ..key.clone()
+        };
+        let Some(img) = self.get(&shard0, true).await? else {
+            return Ok(BTreeMap::new());
+        };
+        Ok(names
+            .iter()
+            .filter_map(|(name, rsa)| {
+                let w = img.windows.get(name)?;
+                let end = w.end(*rsa)?;
+                (end > now).then_some((name.clone(), w.ws?))
+            })
+            .collect())
+    }
+
+    /// Tells every other shard of a bucket of `shard_count` shards about the session windows
+    /// `opened` on shard `key.shard`, `(limit, start, length)`: one `UpdateItem` per (shard,
+    /// limit), sent together ([`writes::window_fanout`]). A sibling whose own window is
+    /// still live keeps it; a failed or lost write is not reported (the sibling opens its own
+    /// window at its next pass, or applies the next fan-out). Returns how many landed.
+    pub async fn fan_out_windows(
+        &self,
+        key: &BucketKey,
+        shard_count: u32,
+        opened: &[(String, i64, i64)],
+    ) -> usize {
+        if shard_count <= 1 || opened.is_empty() {
+            return 0;
+        }
+        let sends = (0..shard_count.min(dynalimit_core::bucket::MAX_SHARD_COUNT))
+            .filter(|s| *s != key.shard)
+            .flat_map(|shard| {
+                opened.iter().map(move |(name, start, rsa)| {
+                    let sibling = BucketKey {
+                        shard,
+                        ..key.clone()
+                    };
+                    let e = writes::window_fanout(name, *start, *rsa);
+                    async move {
+                        matches!(
+                            self.update(&sibling, &e, false, Resend::Harmless).await,
+                            Ok(Update::Done(_))
+                        )
+                    }
+                })
+            });
+        join_all(sends)
+            .await
+            .into_iter()
+            .filter(|landed| *landed)
+            .count()
+    }
+
+    /// Stamps one existing bucket item with its owner's cascade policy and parent (reference
+    /// §12.5, [`writes::owner_fanout`]). Returns false when the item does not exist or already
+    /// carries a newer stamp of the same incarnation.
+    ///
+    /// # Errors
+    /// [`RepositoryError::Contended`] when conflicts persist; [`RepositoryError`] when
+    /// DynamoDB cannot be reached or refuses the request.
+    pub async fn stamp_owner(
+        &self,
+        key: &BucketKey,
+        owner: &Owner,
+    ) -> Result<bool, RepositoryError> {
+        let e = writes::owner_fanout(owner);
+        match self.update(key, &e, false, Resend::Harmless).await? {
+            Update::Done(_) => Ok(true),
+            Update::ConditionFailed(_) => Ok(false),
+            Update::Conflict => Err(contended()),
+        }
+    }
+
+    /// Stamps one existing bucket item's soft limits (reference §12.4): `SET b_{name}_soft =
+    /// until` for each of `limits` that is soft, `REMOVE` it for the others. Returns false
+    /// when the item does not exist (it is never recreated). Absolute values: a write whose
+    /// answer was lost is sent again and lands the same.
+    ///
+    /// # Errors
+    /// [`RepositoryError::Contended`] when conflicts persist; [`RepositoryError`] when
+    /// DynamoDB cannot be reached or refuses the request.
+    pub async fn stamp_soft(
+        &self,
+        key: &BucketKey,
+        limits: &[Limit],
+        until: i64,
+    ) -> Result<bool, RepositoryError> {
+        let e = writes::soft_stamps(limits, until);
         match self.update(key, &e, false, Resend::Harmless).await? {
             Update::Done(_) => Ok(true),
             Update::ConditionFailed(_) => Ok(false),
@@ -1058,6 +1174,18 @@ impl BucketStore {
         Ok(out)
     }
 
+    /// The keys of every bucket item of the namespace (GSI4, every page).
+    pub(crate) async fn namespace_bucket_keys(&self) -> Result<Vec<BucketKey>, RepositoryError> {
+        let found = self
+            .query_bucket_index(
+                GSI4,
+                self.ns.clone(),
+                keys::BUCKET_INDEX_SK_PREFIX.to_owned(),
+            )
+            .await?;
+        Ok(self.keys_of(&found))
+    }
+
     fn keys_of(&self, found: &[Item]) -> Vec<BucketKey> {
         found
             .iter()
@@ -1065,7 +1193,7 @@ impl BucketStore {
             .collect()
     }
 
-    /// Every `#STATE` item of a bucket index partition (`GSI2` or `GSI3`), all pages: the
+    /// Every `#STATE` item of a bucket index partition (`GSI2`, `GSI3` or `GSI4`), all pages: the
     /// index's partition key equals `pk` and its sort key starts with `prefix` (`BUCKET#`, or
     /// narrower).
     async fn query_bucket_index(
@@ -1074,10 +1202,10 @@ impl BucketStore {
         pk: String,
         prefix: String,
     ) -> Result<Vec<Item>, RepositoryError> {
-        let (hash, range) = if index == GSI2 {
-            (attr::GSI2PK, attr::GSI2SK)
-        } else {
-            (attr::GSI3PK, attr::GSI3SK)
+        let (hash, range) = match index {
+            GSI2 => (attr::GSI2PK, attr::GSI2SK),
+            GSI3 => (attr::GSI3PK, attr::GSI3SK),
+            _ => (attr::GSI4PK, attr::GSI4SK),
         };
         let mut e = Expr::default();
         let c = e.eq(hash, AttributeValue::S(pk));

@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
 use dynalimit_core::bucket::{WCU, WCU_DEBIT_MILLI};
 use dynalimit_core::decide::{
-    DeltaPlan, ProactiveRefill, QuotaPin, RefillPlan, StampChange, TtlAction,
+    DeltaPlan, ProactiveRefill, QuotaPin, RefillPlan, StampChange, TtlAction, WindowWrite,
 };
 use dynalimit_core::operation::ShardWrite;
 use dynalimit_core::schedule::{ResetSchedule, Schedule};
@@ -137,6 +137,9 @@ pub(crate) fn refill_write(plan: &RefillPlan, owner: Option<&Owner>) -> Expr {
                     num(i64::from(count)),
                 );
             }
+            if let Some(win) = w.window {
+                window_write(&mut e, &w.name, win, true);
+            }
             let (no_cp, no_tk) = (
                 e.not_exists(&bucket_limit(&w.name, BucketField::Cp)),
                 e.not_exists(&tk(&w.name)),
@@ -170,6 +173,9 @@ pub(crate) fn refill_write(plan: &RefillPlan, owner: Option<&Owner>) -> Expr {
         if w.drop_top_up {
             e.remove(&attr::bucket_quota(&w.name, QuotaField::Tu));
         }
+        if let Some(win) = w.window {
+            window_write(&mut e, &w.name, win, false);
+        }
     }
     if let Some(count) = plan.grant_pin {
         let (missing, at_most) = (
@@ -186,6 +192,54 @@ pub(crate) fn refill_write(plan: &RefillPlan, owner: Option<&Owner>) -> Expr {
     if let Some(stamp) = plan.bypass {
         stamp_change(&mut e, attr::BYPASS, stamp);
     }
+    e
+}
+
+/// A session quota's window on an rf-locked write (reference §12.3): the start it opens (or
+/// a seed's, joined or opened) with its length, the length alone when the configuration
+/// changed it, and the start the balance now reflects (`wa`). No condition: the `rf` lock
+/// orders every writer of `wa`.
+fn window_write(e: &mut Expr, name: &str, win: WindowWrite, seed: bool) {
+    let field = |f| attr::bucket_quota(name, f);
+    if let Some(ws) = win.ws
+        && (win.opened || seed)
+    {
+        e.set(&field(QuotaField::Ws), num(ws));
+    }
+    if win.opened || win.set_length || seed {
+        e.set(&field(QuotaField::Rsa), num(win.rsa));
+    }
+    if let Some(ws) = win.ws {
+        e.set(&field(QuotaField::Wa), num(ws));
+    }
+}
+
+/// The fan-out of a session window a shard opened to one sibling shard (reference §12.3):
+/// `SET b_{name}_ws = start, b_{name}_rsa = length, vu = 0, b_{name}_wtc = b_{name}_tc` (what
+/// the sibling spent until now is not charged to the new window), only where the sibling's own
+/// window had ended by `start` and the sibling reads `wa` (or its refill time is before
+/// `start`). Absolute values: applied twice it leaves the same item, and a lost answer
+/// needs nothing (a sibling it missed applies the window at its own next opening).
+pub(crate) fn window_fanout(name: &str, start: i64, rsa: i64) -> Expr {
+    let field = |f| attr::bucket_quota(name, f);
+    let mut e = Expr::default();
+    let c = e.exists(attr::PK);
+    e.when(c);
+    let (marked, before) = (
+        e.exists(&field(QuotaField::Wa)),
+        e.cmp(attr::RF, "<", start),
+    );
+    e.when(format!("{marked} OR {before}"));
+    let floor = start - rsa.saturating_mul(1000);
+    let (none, ended) = (
+        e.not_exists(&field(QuotaField::Ws)),
+        e.cmp(&field(QuotaField::Ws), "<=", floor),
+    );
+    e.when(format!("{none} OR {ended}"));
+    e.set(&field(QuotaField::Ws), num(start));
+    e.set(&field(QuotaField::Rsa), num(rsa));
+    e.set(attr::VU, num(0));
+    e.set_from_if_absent(&field(QuotaField::Wtc), &tc(name), num(0));
     e
 }
 
@@ -217,25 +271,76 @@ fn seed_schedules(
 /// `attribute_not_exists(pinc) OR (pinc = :inc AND (attribute_not_exists(pgen) OR pgen <=
 /// :g))` (without an incarnation, only the generation part).
 fn owner_stamp(e: &mut Expr, owner: &Owner) {
+    if let Some(pin) = owner_sets(e, owner) {
+        let OwnerPin {
+            no_pgen,
+            lower,
+            pinc,
+        } = pin;
+        match pinc {
+            Some(pinc) => {
+                let no_pinc = e.not_exists(attr::PINC);
+                let same = e.eq(attr::PINC, AttributeValue::S(pinc));
+                e.when(format!("{no_pinc} OR ({same} AND ({no_pgen} OR {lower}))"));
+            }
+            None => e.when(format!("{no_pgen} OR {lower}")),
+        }
+    }
+}
+
+/// The terms of an owner stamp's generation pin.
+struct OwnerPin {
+    no_pgen: String,
+    lower: String,
+    pinc: Option<String>,
+}
+
+/// `SET cascade, parent_id (or REMOVE), pgen, pinc` of an owner stamp; the pin's terms when
+/// the stamp carries a generation.
+fn owner_sets(e: &mut Expr, owner: &Owner) -> Option<OwnerPin> {
     e.set(attr::CASCADE, AttributeValue::Bool(owner.cascade));
     match &owner.parent_id {
         Some(parent) => e.set(attr::PARENT_ID, AttributeValue::S(parent.clone())),
         None => e.remove(attr::PARENT_ID),
     }
-    let Some(pgen) = owner.pgen else {
-        return;
-    };
+    let pgen = owner.pgen?;
     e.set(attr::PGEN, num(pgen));
     let (no_pgen, lower) = (e.not_exists(attr::PGEN), e.cmp(attr::PGEN, "<=", pgen));
-    match &owner.pinc {
-        Some(pinc) => {
-            e.set(attr::PINC, AttributeValue::S(pinc.clone()));
-            let no_pinc = e.not_exists(attr::PINC);
-            let same = e.eq(attr::PINC, AttributeValue::S(pinc.clone()));
-            e.when(format!("{no_pinc} OR ({same} AND ({no_pgen} OR {lower}))"));
-        }
-        None => e.when(format!("{no_pgen} OR {lower}")),
+    if let Some(pinc) = &owner.pinc {
+        e.set(attr::PINC, AttributeValue::S(pinc.clone()));
     }
+    Some(OwnerPin {
+        no_pgen,
+        lower,
+        pinc: owner.pinc.clone(),
+    })
+}
+
+/// The owner stamp of a cascade-policy or parent-move fan-out (reference §12.5): the same
+/// `cascade`, `parent_id`, `pgen` and `pinc` an rf-locked write stamps, on an existing item
+/// only, never lowering the generation of a stamp of the same incarnation (a stamp of another
+/// incarnation, a predecessor's leftover, is overwritten). Absolute values: a write whose
+/// answer was lost is sent again and lands the same.
+pub(crate) fn owner_fanout(owner: &Owner) -> Expr {
+    let mut e = Expr::default();
+    let c = e.exists(attr::PK);
+    e.when(c);
+    if let Some(pin) = owner_sets(&mut e, owner) {
+        let OwnerPin {
+            no_pgen,
+            lower,
+            pinc,
+        } = pin;
+        match pinc {
+            Some(pinc) => {
+                let no_pinc = e.not_exists(attr::PINC);
+                let other = e.ne(attr::PINC, AttributeValue::S(pinc));
+                e.when(format!("{no_pinc} OR {other} OR {no_pgen} OR {lower}"));
+            }
+            None => e.when(format!("{no_pgen} OR {lower}")),
+        }
+    }
+    e
 }
 
 /// `b_{name}_soft > now`.
@@ -349,6 +454,17 @@ fn quota_period_pins(e: &mut Expr, name: &str, q: QuotaPin) {
         let c = e.cmp(attr::RF, "<", edge);
         e.when(c);
     }
+    // A session quota's credit lands only in the window it was read in, as applied then.
+    if let Some((ws, wa)) = q.window {
+        for (field, read) in [(QuotaField::Ws, ws), (QuotaField::Wa, wa)] {
+            let attr_name = attr::bucket_quota(name, field);
+            let c = match read {
+                Some(v) => e.cmp(&attr_name, "=", v),
+                None => e.not_exists(&attr_name),
+            };
+            e.when(c);
+        }
+    }
 }
 
 /// `shard_count = :n` (an absent count reads as 1).
@@ -366,13 +482,11 @@ fn shard_count_pin(e: &mut Expr, count: u32) -> String {
 /// acquire takes one slow pass that materialises the new ceiling), every limit's stored
 /// parameters and schedules (the item's zone and default parameter and reset schedules, each
 /// limit's own where it differs, removed where none; a quota's grant, top-ups and reset
-/// counter are left as they are), `REMOVE ttl` when the limits come from the entity level, on
-/// an existing item only. Every value is absolute, so the write may
-/// be applied twice.
-pub(crate) fn sync_parameters(limits: &[Limit], remove_ttl: bool) -> Expr {
-    let mut e = Expr::default();
-    let c = e.exists(attr::PK);
-    e.when(c);
+/// counter are left as they are; a session quota's length follows, its window is left), the
+/// soft stamps ([`soft_stamps`]), `REMOVE ttl` when the limits come from the entity level, on
+/// an existing item only. Every value is absolute, so the write may be applied twice.
+pub(crate) fn sync_parameters(limits: &[Limit], remove_ttl: bool, soft_until: i64) -> Expr {
+    let mut e = soft_stamps(limits, soft_until);
     e.set(attr::VU, num(0));
     for l in limits {
         for (field, value) in [
@@ -381,6 +495,14 @@ pub(crate) fn sync_parameters(limits: &[Limit], remove_ttl: bool) -> Expr {
             (BucketField::Rp, l.refill_period_millis()),
         ] {
             e.set(&bucket_limit(l.name(), field), num(value));
+        }
+    }
+    // A session quota's length follows the configuration; its window is left as it is.
+    for l in limits {
+        let rsa = attr::bucket_quota(l.name(), QuotaField::Rsa);
+        match l.window_seconds() {
+            Some(seconds) => e.set(&rsa, num(seconds)),
+            None => e.remove(&rsa),
         }
     }
     let limits: Vec<&Limit> = limits.iter().collect();
@@ -392,6 +514,23 @@ pub(crate) fn sync_parameters(limits: &[Limit], remove_ttl: bool) -> Expr {
     }
     if remove_ttl {
         e.remove(attr::TTL);
+    }
+    e
+}
+
+/// The soft stamps of `limits` on an existing item (reference §12.4): `SET b_{name}_soft =
+/// until` for a soft limit, `REMOVE` it for a hard one.
+pub(crate) fn soft_stamps(limits: &[Limit], until: i64) -> Expr {
+    let mut e = Expr::default();
+    let c = e.exists(attr::PK);
+    e.when(c);
+    for l in limits {
+        let stamp = attr::bucket_soft(l.name());
+        if l.is_soft() {
+            e.set(&stamp, num(until));
+        } else {
+            e.remove(&stamp);
+        }
     }
     e
 }
@@ -460,6 +599,16 @@ pub(crate) fn operation_write(plan: &ShardWrite) -> Expr {
     }
     for name in &plan.reset_counters {
         e.add(&attr::bucket_quota(name, QuotaField::Rn), 1);
+    }
+    for (name, op) in &plan.windows {
+        e.set(&attr::bucket_quota(name, QuotaField::Wa), num(op.wa));
+        if let Some((ws, rsa)) = op.start {
+            e.set(&attr::bucket_quota(name, QuotaField::Ws), num(ws));
+            e.set(&attr::bucket_quota(name, QuotaField::Rsa), num(rsa));
+        }
+        if op.clear_wtc {
+            e.remove(&attr::bucket_quota(name, QuotaField::Wtc));
+        }
     }
     e
 }
@@ -589,6 +738,42 @@ mod tests {
     }
 
     #[test]
+    fn a_window_fan_out_moves_only_a_sibling_whose_window_ended() {
+        assert_eq!(
+            render(&window_fanout("s", 10_000_000, 3600)),
+            "SET b_s_ws = 10000000, b_s_rsa = 3600, vu = 0, b_s_wtc = if_not_exists(b_s_tc, 0) \
+             IF (attribute_exists(PK)) AND (attribute_exists(b_s_wa) OR rf < 10000000) AND \
+             (attribute_not_exists(b_s_ws) OR b_s_ws <= 6400000)"
+        );
+    }
+
+    #[test]
+    fn an_owner_fan_out_never_lowers_a_generation_of_the_same_incarnation() {
+        let owner = Owner {
+            cascade: true,
+            parent_id: Some("org".into()),
+            pgen: Some(7),
+            pinc: Some("i1".into()),
+        };
+        assert_eq!(
+            render(&owner_fanout(&owner)),
+            "SET cascade = true, parent_id = \"org\", pgen = 7, pinc = \"i1\" IF (attribute_exists(PK)) \
+             AND (attribute_not_exists(pinc) OR pinc <> \"i1\" OR attribute_not_exists(pgen) OR \
+             pgen <= 7)"
+        );
+        let detached = Owner {
+            cascade: false,
+            parent_id: None,
+            pgen: None,
+            pinc: None,
+        };
+        assert_eq!(
+            render(&owner_fanout(&detached)),
+            "SET cascade = false REMOVE parent_id IF (attribute_exists(PK))"
+        );
+    }
+
+    #[test]
     fn an_operation_write_adds_deltas_under_the_lock_and_the_count_read() {
         let plan = ShardWrite {
             shard: 1,
@@ -600,6 +785,7 @@ mod tests {
             grants: Vec::new(),
             drop_top_ups: Vec::new(),
             reset_counters: Vec::new(),
+            windows: BTreeMap::new(),
         };
         assert_eq!(
             render(&operation_write(&plan)),
@@ -776,6 +962,7 @@ mod tests {
             until: 60_000,
             restamp: true,
             bypass: false,
+            ..Stamps::default()
         };
         let Plan::Write(plan) = plan_refill(&img, &limits, &demand, 1000, TtlAction::Keep, &soft)
         else {

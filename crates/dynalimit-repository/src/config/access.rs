@@ -18,7 +18,6 @@
 use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
-use dynalimit_core::CoreError;
 use dynalimit_core::decide::stamp_deadline;
 use dynalimit_core::ids::{self, DEFAULT_RESOURCE};
 use dynalimit_format::audit::{self, AuditAction, BUCKETS_STAMPED_DETAIL, DISABLED_DETAIL};
@@ -34,7 +33,7 @@ use crate::error::classify;
 use crate::{Repository, RepositoryError};
 
 /// Which buckets a change can decide.
-enum Scope<'a> {
+pub(crate) enum Scope<'a> {
     /// Every bucket of a resource, any entity (GSI2).
     Resource(&'a str),
     /// Every bucket of an entity, on one resource or on all (GSI3).
@@ -63,8 +62,9 @@ impl Repository {
     /// ```
     ///
     /// # Errors
-    /// [`RepositoryError::Validation`] before any request for a bad resource name, or for
-    /// [`DisabledFlag::Bypass`] (see [`Repository::set_entity_disabled`]);
+    /// [`RepositoryError::Validation`] before any request for a bad resource name;
+    /// [`RepositoryError::ReadersTooOld`] for [`DisabledFlag::Bypass`] on a stack whose
+    /// aggregator does not read it (see [`Repository::set_entity_disabled`]);
     /// [`RepositoryError::FanoutIncomplete`] when the flag was written but not every bucket
     /// stamped (run again to finish); the classified failure.
     pub async fn set_resource_disabled(
@@ -73,7 +73,7 @@ impl Repository {
         flag: Option<DisabledFlag>,
     ) -> Result<usize, RepositoryError> {
         ids::validate_resource(resource)?;
-        refuse_bypass(flag)?;
+        self.require_bypass_readers(flag).await?;
         let slot = Slot::Resource(resource.into());
         self.write_flag(&slot, flag).await?;
         if flag.is_some() {
@@ -95,10 +95,11 @@ impl Repository {
     /// of the entity in scope with the access it now resolves to, evicts the configuration
     /// cache and writes a `limits_set` audit event. Returns the number of buckets stamped.
     ///
-    /// [`DisabledFlag::Bypass`] is refused: storing it raises the table's minimum client
-    /// version to 0.17.0 (reference §10), above the version this dynalimit declares
-    /// ([`dynalimit_format::version::COMPATIBILITY_VERSION`]), so every dynalimit process
-    /// would then refuse the table.
+    /// [`DisabledFlag::Bypass`] admits every request and debits no balance (each is still
+    /// counted in `tc`): the buckets are stamped with a deadline a minute ahead, which slow
+    /// passes renew from the configuration. Storing it first checks that the stack's
+    /// aggregator reads it and raises the table's minimum client version to 0.17.0, so that
+    /// older clients, which would enforce the pair, stop (reference §10).
     ///
     /// # Errors
     /// As [`Repository::set_resource_disabled`], and for a bad entity id.
@@ -112,7 +113,7 @@ impl Repository {
         if let Some(r) = resource {
             ids::validate_resource(r)?;
         }
-        refuse_bypass(flag)?;
+        self.require_bypass_readers(flag).await?;
         let level = resource.unwrap_or(DEFAULT_RESOURCE);
         let slot = Slot::Entity(entity_id.into(), level.into());
         self.write_flag(&slot, flag).await?;
@@ -151,6 +152,17 @@ impl Repository {
         resource: &str,
         read: &mut HashMap<Slot, Option<LimitConfig>>,
     ) -> Result<Access, RepositoryError> {
+        Ok(self.walk_levels_both(entity_id, resource, read).await?.0)
+    }
+
+    /// The access and the cascade policy (reference §12.5) of `entity_id` on `resource`, as
+    /// [`Repository::walk_levels`] reads them.
+    pub(crate) async fn walk_levels_both(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        read: &mut HashMap<Slot, Option<LimitConfig>>,
+    ) -> Result<(Access, Option<bool>), RepositoryError> {
         let levels: Vec<(ConfigLevel, Slot)> = config::levels(entity_id, resource)
             .into_iter()
             .filter(|(level, _)| *level != ConfigLevel::System)
@@ -178,7 +190,7 @@ impl Repository {
         let decoded = levels
             .iter()
             .map(|(level, slot)| (*level, read[slot].as_ref()));
-        Ok(config::walk(decoded).0)
+        Ok(config::walk(decoded))
     }
 
     /// Writes one level's `disabled` flag. A new entity level is created in one transaction
@@ -189,8 +201,19 @@ impl Repository {
         slot: &Slot,
         flag: Option<DisabledFlag>,
     ) -> Result<(), RepositoryError> {
+        let e = config::flag_write(&self.scope.id, slot, flag);
+        self.write_level_flag(slot, e, flag.is_some()).await
+    }
+
+    /// Writes one level's flag (`disabled` or `cascade`) with `e`, setting it when `set`,
+    /// removing it otherwise.
+    pub(crate) async fn write_level_flag(
+        &self,
+        slot: &Slot,
+        e: dynalimit_format::expr::Expr,
+        set: bool,
+    ) -> Result<(), RepositoryError> {
         let ns = &self.scope.id;
-        let e = config::flag_write(ns, slot, flag);
         let update = || {
             self.shared
                 .client
@@ -202,10 +225,10 @@ impl Repository {
         // A clear removes the flag from an existing item (none there: already inherited); a
         // resource level is upserted; only a new entity level needs the registry count.
         let resource = match slot {
-            Slot::Entity(_, resource) if flag.is_some() => resource,
+            Slot::Entity(_, resource) if set => resource,
             _ => {
                 return match update().send().await {
-                    Err(err) if flag.is_none() && is_condition_failed(&err) => Ok(()),
+                    Err(err) if !set && is_condition_failed(&err) => Ok(()),
                     other => other.map(|_| ()).map_err(|err| classify("UpdateItem", err)),
                 };
             }
@@ -315,18 +338,20 @@ fn incomplete(stamped: usize, e: RepositoryError) -> RepositoryError {
     }
 }
 
-/// Refuses to store a bypass before any request (see [`Repository::set_entity_disabled`]).
-fn refuse_bypass(flag: Option<DisabledFlag>) -> Result<(), CoreError> {
-    if flag == Some(DisabledFlag::Bypass) {
-        return Err(CoreError::invalid_value(
-            "disabled",
-            DisabledFlag::Bypass.name(),
-            format!(
-                "storing a bypass raises the table's minimum client version to 0.17.0, and this \
-                 dynalimit implements {}: every dynalimit process would refuse the table",
-                version::COMPATIBILITY_VERSION
-            ),
-        ));
+impl Repository {
+    /// The reader gate of a bypass (reference §10): the aggregator must read it, and the
+    /// table's minimum client version is raised to 0.17.0.
+    async fn require_bypass_readers(
+        &self,
+        flag: Option<DisabledFlag>,
+    ) -> Result<(), RepositoryError> {
+        if flag == Some(DisabledFlag::Bypass) {
+            self.require_readers(
+                version::STAMPS_AND_MOVES,
+                "a bypass (disabled = \"bypass\")",
+            )
+            .await?;
+        }
+        Ok(())
     }
-    Ok(())
 }

@@ -24,6 +24,7 @@
 
 mod access;
 mod cache;
+mod cascade;
 mod registry;
 mod resolve;
 mod write;

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{Delete, Put, ReturnValue, TransactWriteItem, Update};
 use dynalimit_core::Limit;
+use dynalimit_core::decide::stamp_deadline;
 use dynalimit_core::ids::{self, DEFAULT_RESOURCE};
 use dynalimit_format::audit::{
     self, AuditAction, LIMITS_DETAIL, ON_UNAVAILABLE_DETAIL, SYSTEM_AUDIT_ID,
@@ -96,6 +97,7 @@ impl Repository {
         ids::validate_entity_id(entity_id)?;
         ids::validate_config_resource(resource)?;
         validate_limits(limits)?;
+        self.require_limit_readers(limits).await?;
         let slot = Slot::Entity(entity_id.into(), resource.into());
         let stored = self.read_level(&slot).await?;
         let it = config::level_item(&self.scope.id, &slot, limits, stored.as_ref(), None);
@@ -113,6 +115,23 @@ impl Repository {
         )
         .await?;
         self.stamp_entity_buckets(entity_id, resource).await
+    }
+
+    /// The reader gate of a configuration that stores a feature older readers would
+    /// mishandle (reference §10): the stack's aggregator must read it, and
+    /// `client_min_version` is raised to its minimum reader so that older clients stop: a
+    /// soft limit (0.17.0, older clients would enforce it) or a session quota (0.15.0, older
+    /// clients would not see the `w_` limits).
+    async fn require_limit_readers(&self, limits: &[Limit]) -> Result<(), RepositoryError> {
+        use dynalimit_format::version::{SESSION_QUOTAS, STAMPS_AND_MOVES};
+        if limits.iter().any(Limit::is_soft) {
+            self.require_readers(STAMPS_AND_MOVES, "soft limits")
+                .await?;
+        } else if limits.iter().any(|l| l.window_seconds().is_some()) {
+            self.require_readers(SESSION_QUOTAS, "session quotas (a limit with reset_after)")
+                .await?;
+        }
+        Ok(())
     }
 
     /// Creates an entity level's item and counts its resource in the registry of resources
@@ -290,8 +309,9 @@ impl Repository {
                 resolved.source,
                 Some(ConfigLevel::Entity | ConfigLevel::EntityDefault)
             );
+            let until = stamp_deadline(self.shared.clock.epoch_millis(), rand::random());
             match store
-                .sync_parameters(&bucket, &resolved.limits, remove_ttl)
+                .sync_parameters(&bucket, &resolved.limits, remove_ttl, until)
                 .await
             {
                 Ok(true) => stamped += 1,
@@ -320,6 +340,7 @@ impl Repository {
     ) -> Result<(), RepositoryError> {
         ids::validate_resource(resource)?;
         validate_limits(limits)?;
+        self.require_limit_readers(limits).await?;
         let slot = Slot::Resource(resource.into());
         let stored = self.read_level(&slot).await?;
         let it = config::level_item(&self.scope.id, &slot, limits, stored.as_ref(), None);
@@ -333,6 +354,10 @@ impl Repository {
             HashMap::from([(LIMITS_DETAIL.to_string(), audit::limits_details(limits))]),
         )
         .await?;
+        if soft_changed(stored.as_ref(), limits)? {
+            self.stamp_soft(Some(resource), ConfigLevel::Resource)
+                .await?;
+        }
         Ok(())
     }
 
@@ -381,6 +406,7 @@ impl Repository {
         on_unavailable: Option<OnUnavailable>,
     ) -> Result<(), RepositoryError> {
         validate_limits(limits)?;
+        self.require_limit_readers(limits).await?;
         let stored = self.read_level(&Slot::System).await?;
         let keep = stored.as_ref().and_then(config::stored_on_unavailable);
         let it = config::level_item(
@@ -399,6 +425,61 @@ impl Repository {
         }
         self.audit(SYSTEM_AUDIT_ID, AuditAction::LimitsSet, None, details)
             .await?;
+        if soft_changed(stored.as_ref(), limits)? {
+            self.stamp_soft(None, ConfigLevel::System).await?;
+        }
+        Ok(())
+    }
+
+    /// The change-only fan-out of a resource or system level whose soft limits changed
+    /// (reference §12.4): every bucket of `resource` (of the namespace for the system level)
+    /// whose pair resolves its limits from `level` gets the stamps of the limits it now
+    /// resolves (a soft limit's stamp set, a hard one's removed), so that a fast path and a
+    /// rejection from a remembered image see the change at once.
+    async fn stamp_soft(
+        &self,
+        resource: Option<&str>,
+        level: ConfigLevel,
+    ) -> Result<(), RepositoryError> {
+        let store = self.buckets();
+        let keys = match resource {
+            Some(r) => store.resource_bucket_keys(r).await?,
+            None => store.namespace_bucket_keys().await?,
+        };
+        let mut stamped = 0;
+        let mut resolved: HashMap<(String, String), Option<Vec<Limit>>> = HashMap::new();
+        for key in keys {
+            let pair = (key.entity_id.clone(), key.resource.clone());
+            let limits = match resolved.get(&pair) {
+                Some(known) => known.clone(),
+                None => {
+                    let r = self
+                        .resolve_limits(&key.entity_id, &key.resource)
+                        .await
+                        .map_err(|e| RepositoryError::FanoutIncomplete {
+                            stamped,
+                            message: e.to_string(),
+                        })?;
+                    let limits = (r.source == Some(level)).then_some(r.limits);
+                    resolved.insert(pair, limits.clone());
+                    limits
+                }
+            };
+            let Some(limits) = limits else {
+                continue;
+            };
+            let until = stamp_deadline(self.shared.clock.epoch_millis(), rand::random());
+            match store.stamp_soft(&key, &limits, until).await {
+                Ok(true) => stamped += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    return Err(RepositoryError::FanoutIncomplete {
+                        stamped,
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
         Ok(())
     }
 
@@ -428,4 +509,18 @@ impl Repository {
         }
         Ok(existed)
     }
+}
+
+/// Whether the soft limits of a level change from `stored` to `limits` (names and soft flags).
+fn soft_changed(stored: Option<&Item>, limits: &[Limit]) -> Result<bool, RepositoryError> {
+    let before = match stored {
+        Some(item) => config::decode(item)?.soft,
+        None => std::collections::BTreeSet::new(),
+    };
+    let after: std::collections::BTreeSet<String> = limits
+        .iter()
+        .filter(|l| l.is_soft())
+        .map(|l| l.name().to_owned())
+        .collect();
+    Ok(before != after)
 }

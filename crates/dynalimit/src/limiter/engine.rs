@@ -11,7 +11,7 @@ use dynalimit_core::decide::{
     fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create, plan_delta, plan_refill,
     shard_in, split_from, stamp_deadline, statuses_from_image,
 };
-use dynalimit_core::decide::{QuotaPin, QuotaState};
+use dynalimit_core::decide::{QuotaPin, QuotaState, WindowState};
 use dynalimit_core::schedule::{ResetSchedule, Schedule};
 use dynalimit_format::config::{self, walk};
 use dynalimit_repository::bucket::{
@@ -37,6 +37,8 @@ pub(crate) struct Entry {
     /// The quotas among them: their reset schedules and what a credit is pinned on.
     pub(crate) resets: BTreeMap<String, ResetSchedule>,
     pub(crate) quotas: BTreeMap<String, QuotaPin>,
+    /// Session quotas' window lengths, seconds.
+    pub(crate) windows: BTreeMap<String, i64>,
     pub(crate) shard_count: u32,
     /// Owner stamp of the item: cascade policy and parent.
     pub(crate) cascade: bool,
@@ -77,6 +79,14 @@ impl From<RepositoryError> for Refusal {
     fn from(e: RepositoryError) -> Self {
         Refusal::Repository(e)
     }
+}
+
+/// The window lengths (seconds) of an item's session quotas.
+fn window_lengths(img: &BucketImage) -> BTreeMap<String, i64> {
+    img.limits
+        .keys()
+        .filter_map(|name| Some((name.clone(), img.window_length(name)?)))
+        .collect()
 }
 
 fn reject(statuses: Vec<LimitStatus>) -> Refusal {
@@ -150,13 +160,14 @@ impl Inner {
             .collect();
         let bypassed = img.bypass_at(now);
         let quotas = img
-            .resets
-            .keys()
+            .quota_names()
             .filter_map(|name| img.quota_pin(name).map(|p| (name.clone(), p)))
             .collect();
+        let windows = window_lengths(&img);
         Entry {
             key: key.clone(),
             consumed: demand.clone(),
+            windows,
             shard_count: img.shards(),
             cascade: img.cascade,
             states: img.limits,
@@ -463,7 +474,7 @@ impl Inner {
                 pause,
                 levels,
             } = self.store.read_for_slow_path(key, now).await?;
-            let access = resolve_access(levels, limits, now);
+            let mut access = resolve_access(levels, limits, now);
             if access.disabled {
                 return Err(Refusal::Disabled);
             }
@@ -494,6 +505,21 @@ impl Inner {
                 Some(ConfigLevel::Entity | ConfigLevel::EntityDefault) => None,
                 _ => bucket_ttl(now, limits, self.ttl_multiplier),
             };
+            // A shard other than 0 that creates or seeds a session quota joins the entity's
+            // live window, read from shard 0 (reference §12.3).
+            let seeded: Vec<(String, i64)> = limits
+                .iter()
+                .filter(|l| {
+                    image
+                        .as_ref()
+                        .is_none_or(|img| !img.limits.contains_key(l.name()))
+                })
+                .filter_map(|l| Some((l.name().to_owned(), l.window_seconds()?)))
+                .collect();
+            let count = image.as_ref().map_or(shard_count, BucketImage::shards);
+            if key.shard > 0 && count > 1 && !seeded.is_empty() {
+                access.soft.joined = self.store.live_windows(key, &seeded, now).await?;
+            }
             let Some(img) = image else {
                 let plan = match plan_create(
                     limits,
@@ -511,6 +537,10 @@ impl Inner {
                 match self.store.create(key, &plan, &owner, &meta.check).await? {
                     CreateOutcome::Created => {
                         self.learn_count(entity, resource, plan.shard_count, &owner);
+                        let opened = plan.opened_windows(key.shard);
+                        self.store
+                            .fan_out_windows(key, plan.shard_count, &opened)
+                            .await;
                         if !plan.admitted {
                             // An empty new shard: created so that it starts refilling.
                             return Ok(Slow::Short(plan.statuses));
@@ -539,17 +569,33 @@ impl Inner {
                                 l.reset().map(|r| (l.name().to_owned(), r.clone()))
                             })
                             .collect();
-                        let quotas = resets
+                        let grant = QuotaState {
+                            gc: Some(i64::from(plan.shard_count)),
+                            ..QuotaState::default()
+                        };
+                        let mut quotas: BTreeMap<String, QuotaPin> = resets
                             .iter()
                             .map(|(name, r)| {
-                                let grant = QuotaState {
-                                    gc: Some(i64::from(plan.shard_count)),
-                                    ..QuotaState::default()
-                                };
                                 let pin = QuotaPin::of(r, grant, plan.shard_count, plan.rf);
                                 (name.clone(), pin)
                             })
                             .collect();
+                        let mut windows = BTreeMap::new();
+                        for (l, _, _) in &plan.limits {
+                            if let (Some(rsa), Some((ws, _))) =
+                                (l.window_seconds(), plan.windows.get(l.name()))
+                            {
+                                let w = WindowState {
+                                    rsa: Some(rsa),
+                                    ws: Some(*ws),
+                                    wa: Some(*ws),
+                                    wtc: None,
+                                };
+                                let pin = QuotaPin::of_window(w, grant, plan.shard_count);
+                                quotas.insert(l.name().to_owned(), pin);
+                                windows.insert(l.name().to_owned(), rsa);
+                            }
+                        }
                         return Ok(Slow::Done(Box::new(Entry {
                             key: key.clone(),
                             consumed: plan.consumed,
@@ -557,6 +603,7 @@ impl Inner {
                             schedules,
                             resets,
                             quotas,
+                            windows,
                             shard_count: plan.shard_count,
                             cascade: owner.cascade,
                             parent_id: owner.parent_id,
@@ -629,6 +676,9 @@ impl Inner {
             };
             let entry = match self.store.refill(key, &plan, owner.as_ref()).await? {
                 RefillOutcome::Applied => {
+                    self.store
+                        .fan_out_windows(key, img.shards(), &plan.opened_windows())
+                        .await;
                     let mut img = img;
                     if let Some(owner) = &owner {
                         img.cascade = owner.cascade;
@@ -673,13 +723,21 @@ impl Inner {
                             q.gc = Some(i64::from(count));
                             q.tu = None;
                         }
+                        if let Some(win) = w.window {
+                            let stored = after.windows.entry(w.name.clone()).or_default();
+                            stored.rsa = Some(win.rsa);
+                            if win.ws.is_some() {
+                                stored.ws = win.ws;
+                                stored.wa = win.ws;
+                            }
+                        }
                     }
                     after.rf = plan.rf_new;
                     let quotas = after
-                        .resets
-                        .keys()
+                        .quota_names()
                         .filter_map(|name| after.quota_pin(name).map(|p| (name.clone(), p)))
                         .collect();
+                    let windows = window_lengths(&after);
                     Ok(Entry {
                         key: key.clone(),
                         consumed: plan.consumed,
@@ -687,6 +745,7 @@ impl Inner {
                         schedules: after.schedules,
                         resets: after.resets,
                         quotas,
+                        windows,
                         shard_count: img.shards(),
                         cascade: img.cascade,
                         parent_id: img.parent_id.clone(),
@@ -777,6 +836,13 @@ fn resolve_access(
         soft: Stamps {
             bypass: walked == config::Access::Bypass,
             until: stamp_deadline(now, rand::random()),
+            // An explicit soft limit is debited, never refusing, like a configured one.
+            names: explicit
+                .unwrap_or_default()
+                .iter()
+                .filter(|l| l.is_soft())
+                .map(|l| l.name().to_owned())
+                .collect(),
             ..Stamps::default()
         },
     };

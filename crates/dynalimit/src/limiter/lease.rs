@@ -118,7 +118,11 @@ impl Lease {
                 let adjusted = state.adjustments.get(name).copied().unwrap_or(0);
                 let mut after = *entry.states.get(name)?;
                 after.tk = after.tk.saturating_sub(adjusted);
-                let schedule = (entry.schedules.get(name), entry.resets.get(name));
+                let schedule = (
+                    entry.schedules.get(name),
+                    entry.resets.get(name),
+                    entry.windows.get(name).copied(),
+                );
                 let shards = entry.shard_count;
                 let mut st =
                     admitted_status(name, &after, schedule, shards, consumed + adjusted, now);

@@ -1,0 +1,174 @@
+//! Cascade policies and parent moves written by dynalimit (reference §12.5): the policy is
+//! stored on its level and stamped on every bucket in scope at once, so the next acquire
+//! follows it; a move rewrites META (a new generation) and restamps the entity's buckets, so
+//! the next acquire debits the new parent; both raise the table's minimum client version
+//! after checking the stack's aggregator reads them.
+
+use dynalimit_format::item::{get_i64, get_s};
+use dynalimit_repository::{NewEntity, RepositoryError};
+
+use crate::engine::{Rig, rig};
+
+async fn acquire(r: &Rig, entity: &str) {
+    r.limiter
+        .acquire(entity, "gpt-4", [("rpm", 1)])
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+}
+
+fn cascade_of(item: &dynalimit_format::item::Item) -> Option<bool> {
+    item.get("cascade").and_then(|v| v.as_bool().ok()).copied()
+}
+
+#[tokio::test]
+async fn a_cascade_policy_is_stamped_at_once_and_decides_whether_the_parent_is_debited() {
+    let r = rig().await;
+    r.family(100, "org", "key", false).await;
+    acquire(&r, "key").await;
+    assert_eq!(r.tc("org", "rpm").await, 0, "no cascade yet");
+    assert_eq!(
+        cascade_of(&r.first_shard("key", "gpt-4").await),
+        Some(false)
+    );
+
+    let stamped = r
+        .repo
+        .set_cascade_policy("key", Some("gpt-4"), Some(true))
+        .await
+        .unwrap();
+    assert_eq!(stamped, 1);
+    let record = r.repo.version_record().await.unwrap().unwrap();
+    assert_eq!(record.client_min_version, "0.16.0");
+    assert_eq!(cascade_of(&r.first_shard("key", "gpt-4").await), Some(true));
+    acquire(&r, "key").await;
+    assert_eq!(r.tc("org", "rpm").await, 1, "the parent is debited now");
+
+    // A resource-level "off" does not outrank the entity's own policy...
+    r.repo
+        .set_resource_cascade_policy("gpt-4", Some(false))
+        .await
+        .unwrap();
+    assert_eq!(cascade_of(&r.first_shard("key", "gpt-4").await), Some(true));
+    // ...and once that is cleared, the resource's decides.
+    r.repo
+        .set_cascade_policy("key", Some("gpt-4"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        cascade_of(&r.first_shard("key", "gpt-4").await),
+        Some(false)
+    );
+    acquire(&r, "key").await;
+    assert_eq!(r.tc("org", "rpm").await, 1);
+    // Cleared everywhere: the entity's own flag (false) decides again.
+    r.repo
+        .set_resource_cascade_policy("gpt-4", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        cascade_of(&r.first_shard("key", "gpt-4").await),
+        Some(false)
+    );
+}
+
+#[tokio::test]
+async fn a_parent_move_restamps_the_buckets_and_the_next_acquire_debits_the_new_parent() {
+    let r = rig().await;
+    r.family(100, "org", "key", true).await;
+    r.repo.create_entity(NewEntity::new("org2")).await.unwrap();
+    acquire(&r, "key").await;
+    assert_eq!(r.tc("org", "rpm").await, 1);
+
+    let generation = r
+        .repo
+        .get_entity("key")
+        .await
+        .unwrap()
+        .unwrap()
+        .parent_generation;
+    let stamped = r.repo.set_parent("key", Some("org2")).await.unwrap();
+    assert_eq!(stamped, 1);
+    let record = r.repo.version_record().await.unwrap().unwrap();
+    assert_eq!(record.client_min_version, "0.17.0");
+    let moved = r.repo.get_entity("key").await.unwrap().unwrap();
+    assert_eq!(moved.parent_id.as_deref(), Some("org2"));
+    assert_eq!(moved.parent_generation, generation + 1);
+    assert!(moved.cascade, "the move keeps the entity's own flag");
+    let bucket = r.first_shard("key", "gpt-4").await;
+    assert_eq!(get_s(&bucket, "parent_id"), Some("org2"));
+    assert_eq!(get_i64(&bucket, "pgen"), Some(generation + 1));
+    assert_eq!(
+        r.repo.children("org2").await.unwrap()[0].id,
+        "key",
+        "the parent index follows"
+    );
+    assert!(r.repo.children("org").await.unwrap().is_empty());
+
+    // The limiter learned the old parent; the item's stamp wins and the old parent is
+    // given back what the warm path debited.
+    acquire(&r, "key").await;
+    r.limiter.settle().await;
+    assert_eq!(
+        r.tc("org", "rpm").await,
+        1,
+        "nothing more on the old parent"
+    );
+    assert_eq!(r.tc("org2", "rpm").await, 1, "the new parent is debited");
+
+    // To no parent: nothing cascades.
+    r.repo.set_parent("key", None).await.unwrap();
+    assert_eq!(
+        get_s(&r.first_shard("key", "gpt-4").await, "parent_id"),
+        None
+    );
+    acquire(&r, "key").await;
+    assert_eq!(r.tc("org2", "rpm").await, 1);
+    let events = r.repo.audit_events("key", 10, None).await.unwrap().events;
+    assert!(
+        events
+            .iter()
+            .filter(|e| e.action == "entity_parent_changed")
+            .count()
+            == 2,
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn moves_that_would_break_the_hierarchy_are_refused_and_write_nothing() {
+    let r = rig().await;
+    r.family(100, "org", "key", true).await;
+    r.counter.reset();
+    let e = r.repo.set_parent("key", Some("key")).await.unwrap_err();
+    assert!(matches!(e, RepositoryError::Validation(_)), "{e}");
+    let e = r.repo.set_parent("bad#id", Some("org")).await.unwrap_err();
+    assert!(matches!(e, RepositoryError::Validation(_)), "{e}");
+    assert_eq!(r.counter.total(), 0, "nothing sent");
+    let before = r.table.scan_all().await;
+    let e = r.repo.set_parent("org", Some("key")).await.unwrap_err();
+    assert!(e.to_string().contains("cycle"), "{e}");
+    let e = r.repo.set_parent("key", Some("nobody")).await.unwrap_err();
+    assert!(matches!(e, RepositoryError::NotFound { .. }), "{e}");
+    let e = r.repo.set_parent("nobody", Some("org")).await.unwrap_err();
+    assert!(matches!(e, RepositoryError::NotFound { .. }), "{e}");
+    let mut after = r.table.scan_all().await;
+    // The version record's ratchet is the only change.
+    after.retain(|i| get_s(i, "SK") != Some("#VERSION"));
+    let mut before = before;
+    before.retain(|i| get_s(i, "SK") != Some("#VERSION"));
+    assert_eq!(after, before);
+    // An aggregator older than moves: refused.
+    r.table
+        .set_version_attribute("lambda_version", "0.16.0")
+        .await;
+    let e = r.repo.set_parent("key", None).await.unwrap_err();
+    assert!(matches!(e, RepositoryError::ReadersTooOld { .. }), "{e}");
+    // It reads cascade policies (0.16).
+    r.repo
+        .set_cascade_policy("key", None, Some(false))
+        .await
+        .unwrap();
+}
