@@ -128,9 +128,16 @@ def entity_to_json(entity: Any) -> dict[str, Any] | None:
 
 ACCESS_METHODS = frozenset(
     f"{verb}_{level}{suffix}"
-    for verb, suffix in (("disable", ""), ("enable", ""), ("bypass", ""), ("clear", "_disabled"))
+    for verb, suffix in (
+        ("disable", ""),
+        ("enable", ""),
+        ("bypass", ""),
+        ("clear", "_disabled"),
+        ("set", "_cascade"),
+        ("clear", "_cascade"),
+    )
     for level in ("resource", "entity")
-)
+) | {"set_parent"}
 def operation_to_json(result: Any) -> dict[str, Any]:
     """A ``BucketOperationResult`` (reset or top-up)."""
     return {
@@ -232,7 +239,8 @@ class Driver:
             limits, _, source = await repo.resolve_limits(op["entity"], op["resource"])
             return {"limits": limits_to_json(limits), "source": source}
         if name == "access":
-            # The disable/enable/bypass setters; each answers the buckets it stamped.
+            # The disable/enable/bypass and cascade-policy setters and set_parent; each
+            # answers the buckets it stamped.
             if op["method"] not in ACCESS_METHODS:
                 raise ValueError(f"unknown access method {op['method']!r}")
             return await getattr(repo, op["method"])(*op["args"])

@@ -1775,9 +1775,10 @@ pub fn plan_proactive_refill(
     for (name, st) in img
         .limits
         .iter()
-        .filter(|(n, _)| !img.resets.contains_key(*n))
+        .filter(|(n, _)| !img.resets.contains_key(*n) && img.window_length(n).is_none())
     {
-        // A quota is neither refilled nor trimmed here; its slow pass gives the new grant.
+        // A quota (calendar or session) is neither refilled nor trimmed here; its slow pass
+        // gives the new grant or opens the new window.
         let (projected, _) = refill(st.tk, img.rf, now, img.params_at(name, st, now));
         let delta = projected - st.tk;
         let busy = projected < consumed.get(name).copied().unwrap_or(0).max(0);

@@ -16,8 +16,10 @@
 //! A limit's ceiling is the capacity in force (its schedule applied). A **quota** resets to
 //! its shard's share of the capacity in force with its grant count set to the shard count
 //! and its operator-reset counter (`rn`) raised; a quota whose reset edge passed since the
-//! item's refill gets the new period's grant whichever operation runs. A quota is never
-//! topped up here (its top-up stores `tu`, which raises the table's minimum client version).
+//! item's refill gets the new period's grant whichever operation runs. A quota's top-up adds
+//! exactly the amount, split over its shards by the part of the allowance each one's grant
+//! covers, to the balances and to the period's top-ups (`tu`), which raise the ceilings as
+//! much until the next period.
 //! A **session quota** applies a newer window a sibling opened whichever operation runs; its
 //! reset does not touch the balance but marks the window ended and applied
 //! (`ws = wa = now - window`), so the next acquire opens a new window with the whole share.
@@ -92,6 +94,8 @@ pub struct ShardWrite {
     pub reset_counters: Vec<String>,
     /// Session quotas' windows written (reference §12.6).
     pub windows: BTreeMap<String, WindowOp>,
+    /// Quotas topped up: `SET b_{name}_tu` to this (the period's top-ups, millitokens).
+    pub top_ups: BTreeMap<String, i64>,
 }
 
 /// What an operation writes of a session quota's window.
@@ -168,6 +172,8 @@ struct Working<'a> {
     resets: Vec<String>,
     /// Session windows written.
     windows: BTreeMap<String, WindowOp>,
+    /// Quotas topped up: their new `b_{name}_tu`.
+    top_ups: BTreeMap<String, i64>,
 }
 
 impl<'a> Working<'a> {
@@ -183,6 +189,7 @@ impl<'a> Working<'a> {
             grants: Vec::new(),
             resets: Vec::new(),
             windows: BTreeMap::new(),
+            top_ups: BTreeMap::new(),
         };
         for (name, state) in &img.limits {
             let configured = limits.iter().find(|l| l.name() == name);
@@ -278,9 +285,11 @@ impl<'a> Working<'a> {
         let mut grants = self.grants;
         grants.sort();
         grants.dedup();
+        // A new grant drops the period's top-ups, unless this operation sets new ones.
         let drop_top_ups = grants
             .iter()
             .filter(|name| img.quotas.get(*name).is_some_and(|q| q.tu.is_some()))
+            .filter(|name| !self.top_ups.contains_key(*name))
             .cloned()
             .collect();
         let applied = self.windows.values().map(|op| op.wa);
@@ -301,6 +310,7 @@ impl<'a> Working<'a> {
             drop_top_ups,
             reset_counters: self.resets,
             windows: self.windows,
+            top_ups: self.top_ups,
         }
     }
 }
@@ -414,17 +424,6 @@ pub fn plan_top_up(
             ),
         ));
     }
-    if let Some(q) = limits
-        .iter()
-        .find(|l| l.is_quota() && amounts.contains_key(l.name()))
-    {
-        return Err(CoreError::invalid_value(
-            "limit",
-            q.name(),
-            "a quota's top-up raises the table's minimum client version to 0.17.0, which \
-             dynalimit does not declare yet; reset the quota instead",
-        ));
-    }
     let mut working: Vec<Working<'_>> = shards
         .iter()
         .map(|s| Working::materialise(s, limits, now))
@@ -442,6 +441,22 @@ pub fn plan_top_up(
                  then top up",
             ));
         }
+        let quota = limits
+            .iter()
+            .find(|l| l.name() == name)
+            .filter(|l| l.is_quota());
+        if let Some(limit) = quota {
+            if holders.is_empty() {
+                return Err(CoreError::invalid_value(
+                    "amounts",
+                    name,
+                    "the quota has no bucket yet; acquire once to create it, then top up",
+                ));
+            }
+            let portions = top_up_quota(&mut working, &holders, limit, amount, now);
+            granted.insert(name.clone(), portions);
+            continue;
+        }
         let headroom: Vec<i64> = holders.iter().map(|&i| working[i].headroom(name)).collect();
         let portions = split_by_headroom(amount, &headroom);
         for (&i, &portion) in holders.iter().zip(&portions) {
@@ -452,6 +467,103 @@ pub fn plan_top_up(
         granted.insert(name.clone(), portions.iter().sum());
     }
     Ok(finish(working, granted, now, ttl))
+}
+
+/// A quota's top-up (reference §12.6): exactly `amount` whole tokens, split over the shards
+/// that hold it in proportion to the share of the period's allowance each one's grant covers
+/// (`max(1, S // gc)`), added to the balance and to the period's top-ups (`tu`), which raise
+/// the shard's ceiling by as much. A session quota whose window ended is given a new window
+/// first (the top-up belongs to it). Returns the amount.
+fn top_up_quota(
+    working: &mut [Working<'_>],
+    holders: &[usize],
+    limit: &Limit,
+    amount: i64,
+    now: i64,
+) -> i64 {
+    let name = limit.name();
+    for &i in holders {
+        let w = &mut working[i];
+        let img = &w.shard.image;
+        let Some(rsa) = limit.window_seconds() else {
+            continue;
+        };
+        let stored = img.windows.get(name).copied().unwrap_or_default();
+        if stored.end(rsa).is_some_and(|end| end > now) {
+            continue;
+        }
+        let share = limit
+            .params_at(now)
+            .capacity
+            .div_euclid(i64::from(img.shards()));
+        w.tokens.insert(name.to_owned(), share);
+        w.grants.push(name.to_owned());
+        w.windows.insert(
+            name.to_owned(),
+            WindowOp {
+                wa: now,
+                start: Some((now, rsa)),
+                clear_wtc: false,
+            },
+        );
+    }
+    let weights: Vec<i64> = holders
+        .iter()
+        .map(|&i| {
+            let img = &working[i].shard.image;
+            let regranted = working[i].grants.iter().any(|g| g == name);
+            let gc = if regranted {
+                i64::from(img.shards())
+            } else {
+                img.grant(name).0
+            };
+            (i64::from(img.shards()) / gc.max(1)).max(1)
+        })
+        .collect();
+    let portions = split_weighted(amount, &weights);
+    for (&i, &portion) in holders.iter().zip(&portions) {
+        let w = &mut working[i];
+        let img = &w.shard.image;
+        let regranted = w.grants.iter().any(|g| g == name);
+        let tu = if regranted { 0 } else { img.grant(name).1 };
+        if let Some(tokens) = w.tokens.get_mut(name) {
+            *tokens += portion * MILLI;
+        }
+        if portion > 0 {
+            w.top_ups.insert(name.to_owned(), tu + portion * MILLI);
+        }
+    }
+    amount
+}
+
+/// Splits `total` whole tokens over slots in proportion to `weights` (each at least 1):
+/// floors first, what they leave to the lowest slots, one each.
+///
+/// ```
+/// use dynalimit_core::operation::split_weighted;
+/// assert_eq!(split_weighted(10, &[1, 1, 2]), [3, 2, 5]);
+/// assert_eq!(split_weighted(7, &[1]), [7]);
+/// ```
+pub fn split_weighted(total: i64, weights: &[i64]) -> Vec<i64> {
+    let weights: Vec<i128> = weights.iter().map(|&w| i128::from(w.max(1))).collect();
+    let sum: i128 = weights.iter().sum();
+    if sum == 0 {
+        return Vec::new();
+    }
+    let total = i128::from(total.max(0));
+    let mut portions: Vec<i128> = weights.iter().map(|w| total * w / sum).collect();
+    let mut left = total - portions.iter().sum::<i128>();
+    for p in &mut portions {
+        if left == 0 {
+            break;
+        }
+        *p += 1;
+        left -= 1;
+    }
+    portions
+        .into_iter()
+        .map(|p| i64::try_from(p).unwrap_or(i64::MAX))
+        .collect()
 }
 
 /// Splits up to `total` whole tokens over slots in proportion to each slot's `headroom`,
@@ -802,13 +914,90 @@ mod tests {
         assert_eq!(w.grants, vec![("q".to_owned(), 2)]);
         assert_eq!(w.drop_top_ups, vec!["q".to_owned()]);
         assert_eq!(w.reset_counters, vec!["q".to_owned()]);
+        // A top-up of 3 on this shard alone: exactly 3, added to the balance and to the
+        // period's top-ups (its grant covers the whole allowance: weight 2 // 1).
         let top = plan_top_up(
-            &[shard],
-            &[q],
+            std::slice::from_ref(&shard),
+            std::slice::from_ref(&q),
             &BTreeMap::from([("q".to_owned(), 3)]),
             2_000,
             TtlAction::Keep,
+        )
+        .unwrap();
+        assert_eq!(top.amounts["q"], 3);
+        let w = &top.writes[0];
+        assert_eq!(w.deltas["q"], 3_000);
+        assert_eq!(w.top_ups["q"], 7_000, "4 000 already topped up, and 3 000");
+        assert!(w.drop_top_ups.is_empty());
+        // Two shards, grants of 2 each: split evenly, the odd token to the lower shard.
+        let mut other = shard.clone();
+        other.shard = 1;
+        let mut first = shard;
+        for s in [&mut first, &mut other] {
+            s.image.quotas.insert(
+                "q".into(),
+                QuotaState {
+                    gc: Some(2),
+                    ..QuotaState::default()
+                },
+            );
+        }
+        let top = plan_top_up(
+            &[first, other],
+            std::slice::from_ref(&q),
+            &BTreeMap::from([("q".to_owned(), 7)]),
+            2_000,
+            TtlAction::Keep,
+        )
+        .unwrap();
+        let portions: Vec<i64> = top.writes.iter().map(|w| w.deltas["q"]).collect();
+        assert_eq!(portions, [4_000, 3_000]);
+        assert_eq!(top.writes[1].top_ups["q"], 3_000);
+    }
+
+    #[test]
+    fn a_session_quota_s_top_up_opens_an_ended_window_first() {
+        use crate::decide::WindowState;
+        let s = Limit::session_quota("s", 10, 60);
+        let mut image = BucketImage {
+            rf: 1_000,
+            shard_count: 1,
+            ..BucketImage::default()
+        };
+        image.limits.insert(
+            "s".into(),
+            LimitState {
+                tk: 0,
+                ..LimitState::starting(&s, 1, 0)
+            },
         );
-        assert!(top.unwrap_err().to_string().contains("0.17.0"));
+        image.windows.insert(
+            "s".into(),
+            WindowState {
+                rsa: Some(60),
+                ws: Some(1_000),
+                wa: Some(1_000),
+                wtc: None,
+            },
+        );
+        let shard = OperationShard {
+            shard: 0,
+            stored_count: Some(1),
+            image,
+        };
+        let now = 1_000 + 60_000;
+        let top = plan_top_up(
+            &[shard],
+            &[s],
+            &BTreeMap::from([("s".to_owned(), 5)]),
+            now,
+            TtlAction::Keep,
+        )
+        .unwrap();
+        let w = &top.writes[0];
+        assert_eq!(w.deltas["s"], 15_000, "the new window's 10, and 5");
+        assert_eq!(w.windows["s"].start, Some((now, 60)));
+        assert_eq!(w.grants, vec![("s".to_owned(), 1)]);
+        assert_eq!(w.top_ups["s"], 5_000);
     }
 }

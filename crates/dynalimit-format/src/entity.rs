@@ -13,8 +13,8 @@ use crate::keys;
 /// The move of entity `entity_id` to `parent` (or to no parent) on its META item (reference
 /// §12.5): `parent_id` (NULL for none), the parent index keys (removed for none) and the
 /// parent generation raised by one; `cascade` is left as it is. Conditioned on the entity
-/// existing. Not idempotent (the generation rises each time): a move whose answer was lost
-/// is followed by a read of META, not sent again blindly.
+/// existing. Sent twice (a lost answer retried), it raises the generation twice: generations
+/// only order owner stamps, and the stamps that follow are read from META.
 pub fn parent_move(ns: &str, entity_id: &str, parent: Option<&str>) -> crate::expr::Expr {
     let mut e = crate::expr::Expr::default();
     let c = e.exists(attr::PK);

@@ -338,6 +338,15 @@ impl Repository {
                     what: format!("limits for entity {entity_id:?} on resource {resource:?}"),
                 });
             }
+            // A quota's top-up raises its ceiling (`tu`), which older readers ignore.
+            if kind == OperationKind::TopUp
+                && limits
+                    .iter()
+                    .any(|l| l.is_quota() && call.amounts.contains_key(l.name()))
+            {
+                self.require_readers(dynalimit_format::version::STAMPS_AND_MOVES, "quota top-ups")
+                    .await?;
+            }
             let store = self.buckets();
             let shards = store.operation_shards(entity_id, resource).await?;
             for s in &shards {

@@ -398,13 +398,14 @@ async fn stamp(repo: &Repository, entity: &str, attribute: &str, value: Attribut
 }
 
 #[tokio::test]
-async fn dynalimit_fails_closed_on_buckets_carrying_newer_features() {
+async fn dynalimit_fails_closed_on_buckets_it_cannot_read() {
     let cases: [(&str, AttributeValue); 5] = [
-        ("b_rpm_rsa", AttributeValue::N("3600".into())),
+        // A session window's length that is not a number.
+        ("b_rpm_rsa", AttributeValue::S("1h".into())),
         // A schedule that does not decode: not the encoding, and a newer encoding version.
         ("sched", AttributeValue::S("1|0 9 * * 1-5|UTC|50".into())),
         ("sched", AttributeValue::S("2h9s500".into())),
-        ("b_rpm_ws", AttributeValue::N("1700000000000".into())),
+        ("b_rpm_ws", AttributeValue::S("1700000000000".into())),
         // A reset schedule that does not decode (a modifier has no place in it).
         ("rsched", AttributeValue::S("1m0h0s500".into())),
     ];

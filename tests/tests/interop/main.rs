@@ -22,6 +22,7 @@ mod access;
 mod buckets;
 mod config;
 mod entities;
+mod moves;
 mod namespaces;
 mod operations;
 mod quotas;

@@ -613,3 +613,198 @@ async fn access_flag_writes() {
         assert_eq!(stored.get("disabled"), Some(&AttributeValue::Bool(true)));
     }
 }
+
+/// Entities `org` and `entity` (under `org`, not cascading) through `repo`.
+async fn child_of_org(repo: &Repository, entity: &str) {
+    use dynalimit_repository::NewEntity;
+    if repo.get_entity("org").await.unwrap().is_none() {
+        repo.create_entity(NewEntity::new("org")).await.unwrap();
+    }
+    repo.create_entity(NewEntity::new(entity).parent("org"))
+        .await
+        .unwrap();
+}
+
+/// The owner stamp of a bucket: `cascade`, `parent_id`.
+fn owner_of(item: &Item) -> (Option<AttributeValue>, Option<AttributeValue>) {
+    (item.get("cascade").cloned(), item.get("parent_id").cloned())
+}
+
+/// The owner stamps of a cascade policy's fan-out, and of a parent move's META write and
+/// fan-out, under every way of losing their answers: a stamp sets absolute values under a
+/// generation pin and is sent again, so the bucket ends stamped as its clean twin; the META
+/// write is sent again by the client (its generation raised once or twice, which only orders
+/// stamps) and the fan-out stamps the generation it then reads.
+#[tokio::test]
+async fn owner_stamps_and_parent_moves() {
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = through(&table, &proxy).await;
+    let ns = repo.namespace_id().to_owned();
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let (faulted, clean) = (format!("f{i}"), format!("c{i}"));
+        for entity in [&faulted, &clean] {
+            child_of_org(&repo, entity).await;
+            bucket(&table, &ns, entity, 1, 0).await;
+        }
+        let stamped = repo
+            .set_cascade_policy(&clean, Some(RESOURCE), Some(true))
+            .await
+            .unwrap();
+        assert_eq!(stamped, 1);
+        fault.plan(&proxy, "UpdateItem", Some("BUCKET#"));
+        let result = repo
+            .set_cascade_policy(&faulted, Some(RESOURCE), Some(true))
+            .await;
+        assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
+        assert!(matches!(result, Ok(0 | 1)), "{fault:?}: {result:?}");
+        let (got, want) = (
+            state_of_shard(&table, &ns, &faulted, 0).await,
+            state_of_shard(&table, &ns, &clean, 0).await,
+        );
+        assert_eq!(owner_of(&got), owner_of(&want), "{fault:?}");
+        assert_eq!(
+            got.get("cascade"),
+            Some(&AttributeValue::Bool(true)),
+            "{fault:?}"
+        );
+
+        // A move of the faulted entity whose META write loses its answer.
+        let before = repo.get_entity(&faulted).await.unwrap().unwrap();
+        fault.plan(&proxy, "UpdateItem", Some("#META"));
+        let result = repo.set_parent(&faulted, None).await;
+        assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
+        let after = repo.get_entity(&faulted).await.unwrap().unwrap();
+        assert_eq!(after.parent_id, None, "{fault:?}: moved ({result:?})");
+        let raised = after.parent_generation - before.parent_generation;
+        assert!((1..=2).contains(&raised), "{fault:?}: raised {raised}");
+        let item = state_of_shard(&table, &ns, &faulted, 0).await;
+        if result.is_ok() {
+            assert_eq!(item.get("parent_id"), None, "{fault:?}");
+            assert_eq!(
+                get_i64(&item, "pgen"),
+                Some(after.parent_generation),
+                "{fault:?}: the generation read after the write"
+            );
+        }
+    }
+}
+
+/// The soft stamps of a resource level's fan-out under every way of losing their answers:
+/// absolute values, sent again; the bucket ends stamped, as its clean twin.
+#[tokio::test]
+async fn soft_stamps() {
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = through(&table, &proxy).await;
+    let ns = repo.namespace_id().to_owned();
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let entity = format!("f{i}");
+        bucket(&table, &ns, &entity, 1, 0).await;
+        repo.set_resource_defaults(RESOURCE, &[Limit::per_minute("rpm", 100)])
+            .await
+            .unwrap();
+        assert!(
+            !state_of_shard(&table, &ns, &entity, 0)
+                .await
+                .contains_key("b_rpm_soft")
+        );
+        fault.plan(&proxy, "UpdateItem", Some("BUCKET#"));
+        let result = repo
+            .set_resource_defaults(RESOURCE, &[Limit::per_minute("rpm", 100).soft()])
+            .await;
+        assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
+        assert!(result.is_ok(), "{fault:?}: {result:?}");
+        // Every bucket of the resource (this one and the earlier cases') is stamped.
+        for j in 0..=i {
+            let item = state_of_shard(&table, &ns, &format!("f{j}"), 0).await;
+            assert!(item.contains_key("b_rpm_soft"), "{fault:?}: f{j}");
+        }
+    }
+}
+
+/// The fan-out of a session window opened on shard 1 to shard 0, under every way of losing
+/// its answer: absolute values, sent again, and the second application refused by the
+/// window floor; shard 0 ends with the new window, `wtc` taken once, as its clean twin.
+#[tokio::test]
+async fn window_fan_out() {
+    use dynalimit::RateLimiter;
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = through(&table, &proxy).await;
+    let ns = repo.namespace_id().to_owned();
+    repo.set_resource_defaults(RESOURCE, &[Limit::session_quota("s", 10, 1)])
+        .await
+        .unwrap();
+    let limiter = RateLimiter::new(repo.clone());
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let (faulted, clean) = (format!("f{i}"), format!("c{i}"));
+        for entity in [&faulted, &clean] {
+            // Shard 0 opens a window of 1 s; the bucket is doubled; the window ends.
+            limiter
+                .acquire(entity.as_str(), RESOURCE, [("s", 1)])
+                .await
+                .unwrap()
+                .commit()
+                .await
+                .unwrap();
+            repo.buckets()
+                .double_shards(&BucketKey::new(entity.as_str(), RESOURCE, 0), 1, 2)
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        // Shard 1 is created now: its window opens, and shard 0 is told.
+        let store = repo.buckets();
+        let open = |entity: String| {
+            let store = store.clone();
+            async move {
+                let key = BucketKey::new(entity.as_str(), RESOURCE, 1);
+                let limits = [Limit::session_quota("s", 10, 1)];
+                let now = dynalimit_core::Clock::epoch_millis(&dynalimit_core::SystemClock);
+                let Plan::Write(plan) = plan_create(
+                    &limits,
+                    &BTreeMap::from([("s".to_owned(), 1000)]),
+                    2,
+                    1,
+                    now,
+                    None,
+                    &Stamps::default(),
+                ) else {
+                    panic!("a fresh window admits");
+                };
+                let owner = Owner {
+                    cascade: false,
+                    parent_id: None,
+                    pgen: None,
+                    pinc: None,
+                };
+                store
+                    .create(&key, &plan, &owner, &MetaCheck::Absent)
+                    .await
+                    .unwrap();
+                store
+                    .fan_out_windows(&key, 2, &plan.opened_windows(1))
+                    .await
+            }
+        };
+        assert_eq!(open(clean.clone()).await, 1);
+        fault.plan(&proxy, "UpdateItem", Some("if_not_exists"));
+        let landed = open(faulted.clone()).await;
+        assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
+        assert!(landed <= 1, "{fault:?}");
+        let (got, want) = (
+            state_of_shard(&table, &ns, &faulted, 0).await,
+            state_of_shard(&table, &ns, &clean, 0).await,
+        );
+        let window = |item: &Item| {
+            (
+                get_i64(item, "b_s_wtc"),
+                get_i64(item, "vu"),
+                get_i64(item, "b_s_ws").is_some_and(|ws| ws > get_i64(item, "b_s_wa").unwrap()),
+            )
+        };
+        assert_eq!(window(&got), window(&want), "{fault:?}");
+        assert_eq!(window(&got), (Some(1000), Some(0), true), "{fault:?}");
+    }
+}

@@ -290,7 +290,7 @@ async fn a_monthly_quota_sharded_to_8_conserves_each_period_s_allowance() {
 }
 
 #[tokio::test]
-async fn an_operator_resets_a_quota_and_may_not_top_it_up() {
+async fn an_operator_tops_a_quota_up_for_the_period_and_resets_it() {
     use dynalimit_repository::OperationOptions;
     let r = rig().await;
     r.clock.set_epoch_millis(NOON);
@@ -300,20 +300,35 @@ async fn an_operator_resets_a_quota_and_may_not_top_it_up() {
         .unwrap();
     let (admitted, _) = r.spend("requests", 7).await;
     assert_eq!(admitted, 7);
-    let before = r.first_shard("k", "gpt-4").await;
-    let e = r
+    let topped = r
         .repo
         .top_up("k", "gpt-4", [("requests", 3)], &OperationOptions::new())
         .await
-        .unwrap_err();
-    assert!(e.to_string().contains("0.17.0"), "{e}");
-    assert_eq!(r.first_shard("k", "gpt-4").await, before, "nothing written");
+        .unwrap();
+    assert_eq!(topped.amounts["requests"], 3, "exactly the amount");
+    let record = r.repo.version_record().await.unwrap().unwrap();
+    assert_eq!(record.client_min_version, "0.17.0");
+    let item = r.first_shard("k", "gpt-4").await;
+    assert_eq!(get_i64(&item, "b_requests_tk"), Some(6_000));
+    assert_eq!(get_i64(&item, "b_requests_tu"), Some(3_000));
+    assert_eq!(
+        r.spend("requests", 12).await.0,
+        6,
+        "the rest and the top-up"
+    );
+    // The next period drops the top-up: the allowance alone.
+    r.clock.set_epoch_millis(MIDNIGHT + 1);
+    assert_eq!(r.spend("requests", 12).await.0, 10);
+    assert_eq!(
+        get_i64(&r.first_shard("k", "gpt-4").await, "b_requests_tu"),
+        None
+    );
     let done = r
         .repo
         .reset_bucket("k", "gpt-4", &OperationOptions::new())
         .await
         .unwrap();
-    assert_eq!(done.amounts["requests"], 7);
+    assert_eq!(done.amounts["requests"], 10);
     let item = r.first_shard("k", "gpt-4").await;
     assert_eq!(get_i64(&item, "b_requests_tk"), Some(10_000));
     assert_eq!(get_i64(&item, "b_requests_rn"), Some(1));

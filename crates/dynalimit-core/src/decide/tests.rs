@@ -1768,6 +1768,25 @@ mod sessions {
         assert_eq!(plan.amounts["s"], 4, "what the next window gives back");
     }
 
+    #[test]
+    fn the_aggregator_leaves_a_session_quota_to_the_slow_pass() {
+        let mut img = fresh(
+            &[session(), rpm(10)],
+            &demand(&[("s", 10), ("rpm", 10)]),
+            1,
+            T0,
+        );
+        img.windows.get_mut("s").unwrap().ws = Some(T0 - HOUR);
+        // Above its grant (a top-up the item no longer shows): a dripping limit would be
+        // trimmed here; a quota waits for its slow pass.
+        img.limits.get_mut("s").unwrap().tk = 12_000;
+        let consumed = demand(&[("s", 10), ("rpm", 10)]);
+        let plan = plan_proactive_refill(&img, Some(1), &consumed, T0 + 30_000).unwrap();
+        let limits: Vec<&str> = plan.deltas.iter().map(|d| d.limit.as_str()).collect();
+        assert!(!limits.contains(&"s"), "{limits:?}");
+        assert!(limits.contains(&"rpm"));
+    }
+
     proptest! {
         /// Two shards, requests of 1–3 tokens on either at random times, windows opened,
         /// fanned out (or the fan-out lost) and applied: within any one window of the

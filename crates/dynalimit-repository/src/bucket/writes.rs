@@ -600,6 +600,9 @@ pub(crate) fn operation_write(plan: &ShardWrite) -> Expr {
     for name in &plan.reset_counters {
         e.add(&attr::bucket_quota(name, QuotaField::Rn), 1);
     }
+    for (name, tu) in &plan.top_ups {
+        e.set(&attr::bucket_quota(name, QuotaField::Tu), num(*tu));
+    }
     for (name, op) in &plan.windows {
         e.set(&attr::bucket_quota(name, QuotaField::Wa), num(op.wa));
         if let Some((ws, rsa)) = op.start {
@@ -786,6 +789,7 @@ mod tests {
             drop_top_ups: Vec::new(),
             reset_counters: Vec::new(),
             windows: BTreeMap::new(),
+            top_ups: BTreeMap::new(),
         };
         assert_eq!(
             render(&operation_write(&plan)),

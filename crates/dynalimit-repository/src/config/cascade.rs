@@ -115,9 +115,9 @@ impl Repository {
     /// minimum client version to 0.17.0 first. Returns the number of buckets stamped; run
     /// again after [`RepositoryError::FanoutIncomplete`] to finish.
     ///
-    /// The META write raises the parent generation, so it is not sent again after a lost
-    /// answer: the call fails with the unknown outcome, and running it again (the usual
-    /// remedy) moves the entity to the same parent and restamps.
+    /// A META write whose answer was lost is sent again by the client's retries: the move
+    /// lands once, its generation raised once or twice (generations only order stamps), and
+    /// the fan-out stamps the generation it then reads from META, strongly consistent.
     ///
     /// # Errors
     /// [`RepositoryError::Validation`] before any request for bad ids or a move under
