@@ -192,6 +192,16 @@ fn operation_json(done: &BucketOperation) -> Value {
 fn balance_json(status: &dynalimit::LimitStatus, now: i64) -> Value {
     let limit = &status.limit;
     let capacity = limit.params_at(now).capacity / 1000;
+    if let Some(window) = limit.window_seconds() {
+        return json!({
+            "name": limit.name(),
+            "available": status.available,
+            "capacity": capacity,
+            "kind": "session quota",
+            "window_seconds": window,
+            "resets_at": status.resets_at_ms.map(rfc3339),
+        });
+    }
     match limit.reset() {
         Some(reset) => json!({
             "name": limit.name(),

@@ -556,6 +556,9 @@ pub struct LimitStatus {
     /// A soft limit (reference §12.4) that does not cover the request: admitted all the
     /// same, into debt. Never set for a hard limit.
     pub overdrawn: bool,
+    /// A session quota's live window's end, epoch ms: when its allowance comes back whole
+    /// (`None` for other limits, or when no window is live).
+    pub resets_at_ms: Option<i64>,
 }
 
 /// A soft limit's status: never exceeded, whatever its balance (reference §12.4).
@@ -621,6 +624,13 @@ fn status(
             Some(s) => stored.with_schedule(s.clone()).shard_share_at(shards, now),
         }
     };
+    let resets_at_ms = sched.window.and_then(|(rsa, ws)| {
+        let w = WindowState {
+            ws,
+            ..WindowState::default()
+        };
+        w.end(rsa).filter(|end| *end > now)
+    });
     LimitStatus {
         limit,
         available: available_tokens(after_refill),
@@ -628,6 +638,7 @@ fn status(
         exceeded,
         retry_after_ms,
         overdrawn: false,
+        resets_at_ms,
     }
 }
 

@@ -275,6 +275,7 @@ mod tests {
             exceeded,
             retry_after_ms: wait,
             overdrawn: false,
+            resets_at_ms: None,
         }
     }
 

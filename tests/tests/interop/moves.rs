@@ -199,3 +199,51 @@ async fn a_quota_topped_up_by_either_library_leaves_the_same_bucket() {
     assert_eq!(rust["b_requests_tk"].as_n().unwrap(), "8000");
     assert_eq!(rust["b_requests_tu"].as_n().unwrap(), "5000");
 }
+
+#[tokio::test]
+async fn both_libraries_spending_across_a_parent_move_admit_what_each_parent_allows() {
+    let (table, python) = shared_table!();
+    let repo = table.repository(NS).await;
+    // The parents allow 10 a minute; the key itself 100.
+    repo.set_resource_defaults("gpt-4", &[Limit::per_minute("rpm", 10)])
+        .await
+        .unwrap();
+    for org in ["org", "org2"] {
+        repo.create_entity(NewEntity::new(org)).await.unwrap();
+    }
+    repo.create_entity(NewEntity::new("key").parent("org").cascade(true))
+        .await
+        .unwrap();
+    repo.set_limits("key", "gpt-4", &[Limit::per_minute("rpm", 100)])
+        .await
+        .unwrap();
+    let limiter = RateLimiter::new(repo.clone());
+    // Alternating acquires of both libraries until both are refused: (rust, python).
+    let round = || async {
+        let (mut rust, mut py) = (0, 0);
+        for _ in 0..8 {
+            py += i32::from(python_acquire(&python, "key").await);
+            if let Ok(lease) = limiter.acquire("key", "gpt-4", [("rpm", 1)]).await {
+                lease.commit().await.unwrap();
+                rust += 1;
+            }
+        }
+        limiter.settle().await;
+        (rust, py)
+    };
+    let (rust, py) = round().await;
+    assert_eq!(rust + py, 10, "org's minute: rust {rust}, python {py}");
+    assert!(rust > 0 && py > 0);
+    repo.set_parent("key", Some("org2")).await.unwrap();
+    let (rust, py) = round().await;
+    assert_eq!(rust + py, 10, "org2's minute: rust {rust}, python {py}");
+    assert_eq!(
+        (
+            consumed(&repo, "org").await,
+            consumed(&repo, "org2").await,
+            consumed(&repo, "key").await
+        ),
+        (10, 10, 20),
+        "every refused acquire gave the key's debit back"
+    );
+}

@@ -172,3 +172,89 @@ async fn moves_that_would_break_the_hierarchy_are_refused_and_write_nothing() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn hard_case_42_the_fan_outs_read_the_levels_and_meta_strongly_consistently() {
+    use dynalimit::Limit;
+    use dynalimit_tests::fault::FaultProxy;
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = table
+        .builder()
+        .client(proxy.client(3, None).await)
+        .namespace("consistent")
+        .open()
+        .await
+        .unwrap();
+    repo.set_resource_defaults("gpt-4", &[Limit::per_minute("rpm", 10)])
+        .await
+        .unwrap();
+    repo.create_entity(NewEntity::new("org")).await.unwrap();
+    repo.create_entity(NewEntity::new("key").parent("org"))
+        .await
+        .unwrap();
+    let limiter = dynalimit::RateLimiter::new(repo.clone());
+    limiter
+        .acquire("key", "gpt-4", [("rpm", 1)])
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+    // Each fan-out, from the write of its level to its last stamp.
+    let reads = |proxy: &FaultProxy| {
+        proxy
+            .requests()
+            .into_iter()
+            .filter(|r| r.operation == "GetItem" || r.operation == "BatchGetItem")
+            .map(|r| r.body)
+            // The system level is read through the cache for the audit event's retention,
+            // which decides no stamp.
+            .filter(|body| {
+                let text = body.to_string();
+                text.contains("/ENTITY#") || text.contains("/RESOURCE#")
+            })
+            .collect::<Vec<_>>()
+    };
+    let consistent = |body: &serde_json::Value| match body.get("RequestItems") {
+        Some(items) => items
+            .as_object()
+            .unwrap()
+            .values()
+            .all(|t| t["ConsistentRead"] == serde_json::json!(true)),
+        None => body["ConsistentRead"] == serde_json::json!(true),
+    };
+    proxy.clear_requests();
+    assert_eq!(
+        repo.set_cascade_policy("key", None, Some(true))
+            .await
+            .unwrap(),
+        1
+    );
+    let seen = reads(&proxy);
+    assert!(seen.len() >= 2, "META and the levels: {seen:?}");
+    assert!(seen.iter().all(consistent), "{seen:?}");
+    proxy.clear_requests();
+    repo.set_resource_defaults("gpt-4", &[Limit::per_minute("rpm", 10).soft()])
+        .await
+        .unwrap();
+    let seen = reads(&proxy);
+    assert!(!seen.is_empty(), "the levels: {seen:?}");
+    assert!(seen.iter().all(consistent), "{seen:?}");
+    let bucket = r_first_shard(&table, &repo).await;
+    assert!(bucket.contains_key("b_rpm_soft"), "stamped by the fan-out");
+}
+
+/// Shard 0 of `key`'s gpt-4 bucket.
+async fn r_first_shard(
+    table: &dynalimit_tests::TestTable,
+    repo: &dynalimit_repository::Repository,
+) -> dynalimit_format::item::Item {
+    let pk = format!("{}/BUCKET#key#gpt-4#0", repo.namespace_id());
+    table
+        .scan_all()
+        .await
+        .into_iter()
+        .find(|i| get_s(i, "PK") == Some(pk.as_str()))
+        .unwrap()
+}

@@ -46,6 +46,12 @@ async fn the_first_request_opens_a_window_and_an_idle_key_starts_afresh() {
     let status = rejection.status("requests").unwrap();
     assert_eq!(status.limit.window_seconds(), Some(3600));
     assert_eq!(status.limit.refill_amount(), 0);
+    assert_eq!(status.resets_at_ms, Some(NOON + HOUR));
+    let balance = &r.limiter.balances("k", "gpt-4", &[]).await.unwrap()[0];
+    assert_eq!(
+        (balance.available, balance.resets_at_ms),
+        (0, Some(NOON + HOUR))
+    );
 
     let item = r.first_shard("k", "gpt-4").await;
     assert_eq!(get_i64(&item, "b_requests_rsa"), Some(3600));

@@ -680,6 +680,26 @@ async fn bypass_cascade_policies_parent_moves_and_session_quotas() {
         shown.to_string().contains("requests=100/session:day"),
         "{shown}"
     );
-    let record = f.table.repository("default").await.version_record().await;
+    let repo = f.table.repository("default").await;
+    let record = repo.version_record().await;
     assert_eq!(record.unwrap().unwrap().client_min_version, "0.17.0");
+    dynalimit::RateLimiter::new(repo)
+        .acquire("key-2", "gpt-4", [("requests", 1)])
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+    let shown = f.run(&["entity", "available", "key-2", "gpt-4"]).json();
+    let session = shown["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "requests")
+        .unwrap()
+        .clone();
+    assert_eq!(session["kind"], "session quota");
+    assert_eq!(session["available"], 99);
+    assert_eq!(session["window_seconds"], 86_400);
+    assert!(session["resets_at"].is_string(), "{session}");
 }

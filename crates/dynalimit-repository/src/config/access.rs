@@ -163,9 +163,45 @@ impl Repository {
         resource: &str,
         read: &mut HashMap<Slot, Option<LimitConfig>>,
     ) -> Result<(Access, Option<bool>), RepositoryError> {
+        let levels = self.read_levels(entity_id, resource, false, read).await?;
+        let decoded = levels
+            .iter()
+            .map(|(level, slot)| (*level, read[slot].as_ref()));
+        Ok(config::walk(decoded))
+    }
+
+    /// The limits of `entity_id` on `resource` and the level that supplies them (the first
+    /// of the four that has any), from strongly consistent reads: what a fan-out that just
+    /// wrote a level stamps (an eventually consistent read could return the level as it was,
+    /// hard case 42).
+    pub(crate) async fn resolve_consistent(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        read: &mut HashMap<Slot, Option<LimitConfig>>,
+    ) -> Result<(Vec<dynalimit_core::Limit>, Option<ConfigLevel>), RepositoryError> {
+        let levels = self.read_levels(entity_id, resource, true, read).await?;
+        Ok(levels
+            .iter()
+            .find_map(|(level, slot)| {
+                let config = read[slot].as_ref()?;
+                (!config.limits.is_empty()).then(|| (config.limits.clone(), Some(*level)))
+            })
+            .unwrap_or_default())
+    }
+
+    /// The levels of `entity_id` on `resource` (the system level too when `system`), each
+    /// read once into `read` by one strongly consistent `BatchGetItem` of those it lacks.
+    async fn read_levels(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        system: bool,
+        read: &mut HashMap<Slot, Option<LimitConfig>>,
+    ) -> Result<Vec<(ConfigLevel, Slot)>, RepositoryError> {
         let levels: Vec<(ConfigLevel, Slot)> = config::levels(entity_id, resource)
             .into_iter()
-            .filter(|(level, _)| *level != ConfigLevel::System)
+            .filter(|(level, _)| system || *level != ConfigLevel::System)
             .collect();
         let ns = &self.scope.id;
         let missing: Vec<&Slot> = levels
@@ -187,10 +223,7 @@ impl Repository {
                 read.insert(slot.clone(), stored);
             }
         }
-        let decoded = levels
-            .iter()
-            .map(|(level, slot)| (*level, read[slot].as_ref()));
-        Ok(config::walk(decoded))
+        Ok(levels)
     }
 
     /// Writes one level's `disabled` flag. A new entity level is created in one transaction

@@ -448,19 +448,20 @@ impl Repository {
         };
         let mut stamped = 0;
         let mut resolved: HashMap<(String, String), Option<Vec<Limit>>> = HashMap::new();
+        let mut levels = HashMap::new();
         for key in keys {
             let pair = (key.entity_id.clone(), key.resource.clone());
             let limits = match resolved.get(&pair) {
                 Some(known) => known.clone(),
                 None => {
-                    let r = self
-                        .resolve_limits(&key.entity_id, &key.resource)
+                    let (limits, source) = self
+                        .resolve_consistent(&key.entity_id, &key.resource, &mut levels)
                         .await
                         .map_err(|e| RepositoryError::FanoutIncomplete {
                             stamped,
                             message: e.to_string(),
                         })?;
-                    let limits = (r.source == Some(level)).then_some(r.limits);
+                    let limits = (source == Some(level)).then_some(limits);
                     resolved.insert(pair, limits.clone());
                     limits
                 }

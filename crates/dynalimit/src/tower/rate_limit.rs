@@ -341,6 +341,7 @@ mod tests {
             exceeded,
             retry_after_ms: 0,
             overdrawn: false,
+            resets_at_ms: None,
         }
     }
 
