@@ -13,7 +13,7 @@ use crate::bucket::{
     MAX_SHARD_COUNT, ShardParams, WCU, WCU_CAPACITY_MILLI, WCU_DEBIT_MILLI, WCU_PERIOD_MS,
     WCU_REFILL_MILLI, available_tokens, doubled_shard_count, refill, retry_after_ms, try_consume,
 };
-use crate::limit::Limit;
+use crate::limit::{Limit, MILLI};
 use crate::schedule::{self, Params, ResetSchedule, Schedule};
 
 /// One limit's stored fields on a bucket item (`b_{name}_{tk,cp,ra,rp,tc}`), millitokens and
@@ -917,6 +917,9 @@ pub struct Stamps {
     /// seeds a session quota (reference §12.3): the shard joins the entity's window instead
     /// of opening its own. Start of the window, epoch ms, per limit.
     pub joined: BTreeMap<String, i64>,
+    /// The balance of each quota on a shard other than 0 being created: the grant moved to
+    /// it from a sibling, or a fresh share ([`plan_grant_moves`]).
+    pub funded: BTreeMap<String, i64>,
 }
 
 impl Stamps {
@@ -1388,8 +1391,11 @@ pub fn wcu_seed() -> Seed {
 /// block full) and fills by refill at its share of the rate, and the existing shards keep
 /// what they hold, spent down and refilled to their smaller share. A split therefore never
 /// raises what can be spent (it may lower it for a while), where the reference's clients
-/// fund every new shard with a full share. The create is written even when the request does
-/// not fit, with nothing consumed (`admitted` false), so the shard starts refilling.
+/// fund every new shard with a full share. A quota, which does not refill, is the exception:
+/// the new shard starts with what `soft.funded` says, the part of a sibling's grant moved to
+/// it in the same transaction ([`plan_grant_moves`]). The create is written even when the
+/// request does not fit, with nothing consumed (`admitted` false), so the shard starts
+/// refilling.
 pub fn plan_create(
     limits: &[Limit],
     demand: &BTreeMap<String, i64>,
@@ -1436,6 +1442,9 @@ pub fn plan_create(
         let mut state = LimitState::created(limit, shards, shard, now);
         if windows.get(limit.name()).is_some_and(|(_, opened)| *opened) {
             state.tk = LimitState::starting(limit, shards, now).tk;
+        }
+        if let Some(&funded) = soft.funded.get(limit.name()).filter(|_| shard > 0) {
+            state.tk = funded;
         }
         let window = windows
             .get(limit.name())
@@ -1493,6 +1502,115 @@ pub fn plan_create(
         vu,
         windows,
     })
+}
+
+/// A move of part of a quota's grant from one shard to a shard being created (reference
+/// §12.3, ADR-145): the donor gives `amount` of what its grant holds, so that the period's
+/// allowance is never granted twice and the new shard can serve at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantMove {
+    /// The quota.
+    pub limit: String,
+    /// The donor shard.
+    pub donor: u32,
+    /// Millitokens moved: `min(cp_eff // S, the donor's balance)`, in whole tokens.
+    pub amount: i64,
+    /// The donor's grant count as read (`None`: absent, pinned absent with the donor's
+    /// `shard_count`).
+    pub donor_gc: Option<i64>,
+    /// The donor's `shard_count` as read.
+    pub donor_count: i64,
+    /// What pins the donor's period.
+    pub period: MovePeriod,
+}
+
+/// The period a grant move is pinned on: a calendar quota's donor must still be in the
+/// period (`rf` at or after its last reset edge), a session quota's donor in the window it
+/// applied (`wa` as read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MovePeriod {
+    /// `rf >= edge`.
+    Calendar {
+        /// The last reset edge at or before now.
+        edge: i64,
+    },
+    /// `b_{name}_wa = wa` (or absent).
+    Session {
+        /// `wa` as read.
+        wa: Option<i64>,
+    },
+}
+
+/// How a quota shard being created is funded (reference §12.3, ADR-145): for each quota of
+/// `limits`, the grant moved from the sibling whose grant covers slot `shard` at
+/// `shard_count` in the current period (`shard mod gc = donor mod gc`, the largest `gc`,
+/// then the lowest id), `min(cp_eff // S, donor balance)` in whole tokens (the reference
+/// moves the millitokens too; keeping the fraction on the donor leaves every shard's balance
+/// whole when the allowance is, so a 1→32 walk strands no fractions); with no covering sibling, a fresh
+/// share `cp_eff // S` (the slot's part of the allowance was never granted this period).
+/// Returns the new shard's balance per quota and the moves to write with its create. A
+/// session quota moves only inside a live window its donor applied; once the window ended
+/// the new shard opens its own with a fresh share.
+pub fn plan_grant_moves(
+    limits: &[Limit],
+    siblings: &[(u32, BucketImage)],
+    shard: u32,
+    shard_count: u32,
+    now: i64,
+) -> (BTreeMap<String, i64>, Vec<GrantMove>) {
+    let count = i64::from(shard_count.max(1));
+    let mut funding = BTreeMap::new();
+    let mut moves = Vec::new();
+    for limit in limits.iter().filter(|l| l.is_quota()) {
+        let name = limit.name();
+        let share = limit.params_at(now).capacity.div_euclid(count);
+        let donor = siblings
+            .iter()
+            .filter(|(id, _)| *id != shard)
+            .filter_map(|(id, img)| {
+                let state = img.limits.get(name)?;
+                let gc = img.grant(name).0;
+                let covers = i64::from(shard).rem_euclid(gc) == i64::from(*id).rem_euclid(gc);
+                let period = grant_period(limit, img, now)?;
+                covers.then_some((*id, img, state, gc, period))
+            })
+            .max_by_key(|(id, _, _, gc, _)| (*gc, std::cmp::Reverse(*id)));
+        match donor {
+            None => {
+                funding.insert(name.to_owned(), share);
+            }
+            Some((id, img, state, _, period)) => {
+                // Whole tokens: the fraction stays with the donor, so moves never leave
+                // shards holding parts of a token that no whole-token request can spend.
+                let amount = share.min(state.tk).max(0).div_euclid(MILLI) * MILLI;
+                funding.insert(name.to_owned(), amount);
+                if amount > 0 {
+                    moves.push(GrantMove {
+                        limit: name.to_owned(),
+                        donor: id,
+                        amount,
+                        donor_gc: img.quotas.get(name).and_then(|q| q.gc),
+                        donor_count: i64::from(img.shards()),
+                        period,
+                    });
+                }
+            }
+        }
+    }
+    (funding, moves)
+}
+
+/// The period pin of a donor's grant, when its grant is of the current period: a calendar
+/// quota's refilled since its last reset edge; a session quota's inside a live window it
+/// applied.
+fn grant_period(limit: &Limit, img: &BucketImage, now: i64) -> Option<MovePeriod> {
+    if let Some(rsa) = limit.window_seconds() {
+        let w = img.windows.get(limit.name()).copied().unwrap_or_default();
+        let live = w.end(rsa).is_some_and(|end| end > now);
+        return (live && !w.rolled(img.rf)).then_some(MovePeriod::Session { wa: w.wa });
+    }
+    let edge = limit.reset()?.prev_edge(now).unwrap_or(i64::MIN);
+    (img.rf >= edge).then_some(MovePeriod::Calendar { edge })
 }
 
 /// A per-limit guard of a credit (reference §3.9, hard case 5): the credit may land only while

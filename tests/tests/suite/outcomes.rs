@@ -391,7 +391,7 @@ async fn create_empty_shard(
     assert!(!plan.admitted);
     let key = BucketKey::new(entity, RESOURCE, 1);
     store
-        .create(&key, &plan, &Owner::default(), &MetaCheck::Absent)
+        .create(&key, &plan, &Owner::default(), &MetaCheck::Absent, &[])
         .await
 }
 
@@ -780,7 +780,7 @@ async fn window_fan_out() {
                     pinc: None,
                 };
                 store
-                    .create(&key, &plan, &owner, &MetaCheck::Absent)
+                    .create(&key, &plan, &owner, &MetaCheck::Absent, &[])
                     .await
                     .unwrap();
                 store
@@ -806,5 +806,73 @@ async fn window_fan_out() {
         };
         assert_eq!(window(&got), window(&want), "{fault:?}");
         assert_eq!(window(&got), (Some(1000), Some(0), true), "{fault:?}");
+    }
+}
+
+/// The create of a quota's new shard funded by a move from shard 0 (reference §12.3), under
+/// every way of losing its answer: the create and the donor's debit are one transaction,
+/// sent again with the same `ClientRequestToken`, so the new shard exists once with the
+/// moved grant and the donor is debited once, exactly as the clean twins.
+#[tokio::test]
+async fn create_with_a_grant_move() {
+    use dynalimit_core::decide::plan_grant_moves;
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = through(&table, &proxy).await;
+    let ns = repo.namespace_id().to_owned();
+    let store = repo.buckets();
+    let limits = [daily_quota()];
+    let create = |entity: String| {
+        let store = store.clone();
+        let limits = limits.clone();
+        async move {
+            let key = BucketKey::new(entity.as_str(), RESOURCE, 1);
+            let siblings = store.sibling_images(&key, 2).await.unwrap();
+            let (funded, moves) = plan_grant_moves(&limits, &siblings, 1, 2, NOW);
+            assert_eq!(moves.len(), 1, "shard 0's grant covers slot 1");
+            let soft = Stamps {
+                funded,
+                ..Stamps::default()
+            };
+            let demand: BTreeMap<String, i64> = [("rpm".to_string(), 1000)].into();
+            let Plan::Write(plan) = plan_create(&limits, &demand, 2, 1, NOW, None, &soft) else {
+                panic!("the moved grant admits");
+            };
+            store
+                .create(&key, &plan, &Owner::default(), &MetaCheck::Absent, &moves)
+                .await
+        }
+    };
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let (faulted, clean) = (format!("f{i}"), format!("c{i}"));
+        for entity in [&faulted, &clean] {
+            bucket(&table, &ns, entity, 2, 30_000).await;
+            make_quota(&table, &ns, entity).await;
+            table
+                .client()
+                .delete_item()
+                .table_name(table.name())
+                .key("PK", AttributeValue::S(pk(&ns, entity, 1)))
+                .key("SK", AttributeValue::S("#STATE".into()))
+                .send()
+                .await
+                .unwrap();
+        }
+        assert_eq!(create(clean.clone()).await.unwrap(), CreateOutcome::Created);
+        fault.plan(&proxy, "TransactWriteItems", None);
+        let result = create(faulted.clone()).await;
+        assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
+        assert_eq!(result.ok(), Some(CreateOutcome::Created), "{fault:?}");
+        assert_eq!(
+            state(&table, &ns, &faulted, 2).await,
+            state(&table, &ns, &clean, 2).await,
+            "{fault:?}: applied once"
+        );
+        let donor = state_of_shard(&table, &ns, &faulted, 0).await;
+        assert_eq!(
+            get_i64(&donor, "b_rpm_tk"),
+            Some(20_000),
+            "70 less the 50 moved"
+        );
     }
 }

@@ -373,3 +373,45 @@ async fn hard_case_28_a_quota_doubled_from_1_to_32_mid_period_never_over_admits(
         "every admission counted once"
     );
 }
+
+#[tokio::test]
+async fn a_new_quota_shard_is_funded_by_a_move_from_the_grant_that_covers_it() {
+    use dynalimit_format::bucket::BucketKey;
+    let r = rig().await;
+    r.clock.set_epoch_millis(NOON);
+    r.repo
+        .set_resource_defaults("gpt-4", &[daily(100)])
+        .await
+        .unwrap();
+    assert_eq!(r.spend("requests", 10).await.0, 10);
+    r.repo
+        .buckets()
+        .double_shards(&BucketKey::new("k", "gpt-4", 0), 1, 2)
+        .await
+        .unwrap();
+    // Acquire until the new shard exists (the limiter draws among the shards).
+    let mut admitted = 10;
+    while r.buckets("k").await.len() < 2 {
+        admitted += i64::try_from(r.spend("requests", 1).await.0).unwrap();
+    }
+    let (mut held, mut grants) = (0, Vec::new());
+    for item in r.buckets("k").await {
+        held += get_i64(&item, "b_requests_tk").unwrap();
+        grants.push((
+            get_s(&item, "PK").unwrap().ends_with("#1"),
+            get_i64(&item, "b_requests_gc").unwrap(),
+            get_i64(&item, "b_requests_tk").unwrap(),
+        ));
+    }
+    assert_eq!(
+        held + admitted * 1000,
+        100_000,
+        "nothing granted twice: {grants:?}"
+    );
+    grants.sort();
+    // Shard 1 took its share (50) from shard 0's grant, sized at 2; shard 0 keeps its
+    // grant of 1 and the rest.
+    assert_eq!(grants[0].1, 1);
+    assert_eq!(grants[1].1, 2);
+    assert!(grants[1].2 >= 49_000, "funded: {grants:?}");
+}

@@ -1833,3 +1833,139 @@ mod sessions {
         }
     }
 }
+
+mod grant_moves {
+    use super::*;
+    use crate::schedule::Zone;
+
+    /// 2023-11-14 22:13:20 UTC: the day's edge was at midnight, 22 h 13 min before.
+    const DAY: i64 = 86_400_000;
+
+    fn daily(n: i64) -> Limit {
+        Limit::quota_per_day("q", n, Zone::utc())
+    }
+
+    /// A quota shard of a bucket of `count` shards holding `tk`, granted at `gc`, refilled
+    /// at `rf`.
+    fn shard(tk: i64, gc: i64, count: u32, rf: i64) -> BucketImage {
+        let mut img = BucketImage {
+            rf,
+            shard_count: count,
+            ..BucketImage::default()
+        };
+        img.limits.insert(
+            "q".into(),
+            LimitState {
+                tk,
+                ..LimitState::starting(&daily(100), count, rf)
+            },
+        );
+        img.resets
+            .insert("q".into(), daily(100).reset().unwrap().clone());
+        img.quotas.insert(
+            "q".into(),
+            QuotaState {
+                gc: Some(gc),
+                ..QuotaState::default()
+            },
+        );
+        img
+    }
+
+    #[test]
+    fn a_new_shard_takes_its_share_from_the_sibling_whose_grant_covers_it() {
+        // Shard 0 holds 70 of the day's 100 at a grant of 1: shard 1 (of 2) gets 50 from it.
+        let siblings = [(0, shard(70_000, 1, 2, T0))];
+        let (funded, moves) = plan_grant_moves(&[daily(100)], &siblings, 1, 2, T0 + 1);
+        assert_eq!(funded["q"], 50_000);
+        assert_eq!(moves.len(), 1);
+        assert_eq!((moves[0].donor, moves[0].amount), (0, 50_000));
+        assert_eq!(moves[0].donor_gc, Some(1));
+        let edge = daily(100).reset().unwrap().prev_edge(T0 + 1).unwrap();
+        assert_eq!(moves[0].period, MovePeriod::Calendar { edge });
+        // What the donor has left is all it can give.
+        let siblings = [(0, shard(20_500, 1, 2, T0))];
+        let (funded, moves) = plan_grant_moves(&[daily(100)], &siblings, 1, 2, T0 + 1);
+        assert_eq!(
+            (funded["q"], moves[0].amount),
+            (20_000, 20_000),
+            "whole tokens: the fraction stays"
+        );
+        // An exhausted donor gives nothing, and nothing is moved.
+        let siblings = [(0, shard(0, 1, 2, T0))];
+        let (funded, moves) = plan_grant_moves(&[daily(100)], &siblings, 1, 2, T0 + 1);
+        assert_eq!(funded["q"], 0);
+        assert!(moves.is_empty());
+    }
+
+    #[test]
+    fn the_largest_covering_grant_donates_and_a_stale_one_does_not() {
+        // At 4 shards: shard 0 granted at 1 covers every slot, shard 1 granted at 2 covers
+        // the odd ones; slot 3 takes from shard 1, slot 2 from shard 0.
+        let siblings = [(0, shard(40_000, 1, 4, T0)), (1, shard(30_000, 2, 4, T0))];
+        let (_, moves) = plan_grant_moves(&[daily(100)], &siblings, 3, 4, T0 + 1);
+        assert_eq!(moves[0].donor, 1);
+        let (_, moves) = plan_grant_moves(&[daily(100)], &siblings, 2, 4, T0 + 1);
+        assert_eq!(moves[0].donor, 0);
+        // A day later the siblings' grants are of the past period: a fresh share.
+        let (funded, moves) = plan_grant_moves(&[daily(100)], &siblings, 3, 4, T0 + DAY);
+        assert_eq!(funded["q"], 25_000);
+        assert!(moves.is_empty());
+        // A slot no grant covers (siblings sized at the count) gets a fresh share too.
+        let siblings = [(0, shard(25_000, 4, 4, T0)), (1, shard(25_000, 4, 4, T0))];
+        let (funded, moves) = plan_grant_moves(&[daily(100)], &siblings, 3, 4, T0 + 1);
+        assert_eq!(funded["q"], 25_000);
+        assert!(moves.is_empty());
+        // Dripping limits are not funded.
+        let (funded, _) = plan_grant_moves(&[rpm(10)], &siblings, 3, 4, T0 + 1);
+        assert!(funded.is_empty());
+    }
+
+    proptest! {
+        /// Doublings from 1 to 32 shards with random spending between them, every new shard
+        /// funded by a move: what is held plus what was admitted is the day's allowance,
+        /// never more.
+        #[test]
+        fn moves_conserve_the_period_s_allowance(
+            spends in proptest::collection::vec((0u32..32, 0i64..40), 0..60),
+        ) {
+            let limit = daily(300);
+            let mut shards: BTreeMap<u32, BucketImage> = BTreeMap::new();
+            let mut first = shard(300_000, 1, 1, T0);
+            first.limits.get_mut("q").unwrap().cp = 300_000;
+            shards.insert(0, first);
+            let mut admitted = 0i64;
+            let mut count = 1u32;
+            let mut spends = spends.into_iter();
+            while count < 32 {
+                count *= 2;
+                for img in shards.values_mut() {
+                    img.shard_count = count;
+                }
+                for j in count / 2..count {
+                    let siblings: Vec<(u32, BucketImage)> =
+                        shards.iter().map(|(i, img)| (*i, img.clone())).collect();
+                    let (funded, moves) =
+                        plan_grant_moves(std::slice::from_ref(&limit), &siblings, j, count, T0 + 1);
+                    for m in &moves {
+                        let donor = shards.get_mut(&m.donor).unwrap();
+                        let tk = &mut donor.limits.get_mut("q").unwrap().tk;
+                        prop_assert!(*tk >= m.amount);
+                        *tk -= m.amount;
+                    }
+                    let mut img = shard(funded["q"], i64::from(count), count, T0 + 1);
+                    img.limits.get_mut("q").unwrap().cp = 300_000;
+                    shards.insert(j, img);
+                }
+                if let Some((at, n)) = spends.next() {
+                    let tk = &mut shards.get_mut(&(at % count)).unwrap().limits.get_mut("q").unwrap().tk;
+                    let spent = (n * 1000).min(*tk);
+                    *tk -= spent;
+                    admitted += spent;
+                }
+            }
+            let held: i64 = shards.values().map(|img| img.limits["q"].tk).sum();
+            prop_assert_eq!(held + admitted, 300_000);
+        }
+    }
+}

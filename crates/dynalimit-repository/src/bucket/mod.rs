@@ -37,7 +37,9 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_smithy_types::retry::RetryConfig;
 use dynalimit_core::Limit;
-use dynalimit_core::decide::{BucketImage, CreatePlan, DeltaPlan, ProactiveRefill, RefillPlan};
+use dynalimit_core::decide::{
+    BucketImage, CreatePlan, DeltaPlan, GrantMove, ProactiveRefill, RefillPlan,
+};
 use dynalimit_core::operation::{OperationShard, ShardWrite};
 use futures::future::join_all;
 
@@ -116,6 +118,9 @@ pub enum CreateOutcome {
     Lost,
     /// The owner's META changed since it was read (moved, recreated, created).
     OwnerChanged,
+    /// A grant a quota was to move from a sibling changed since it was read (spent, granted
+    /// anew, or the period turned): nothing was written; plan again.
+    MoveLost,
     /// Transaction conflicts persisted through the retries.
     Contended,
 }
@@ -531,6 +536,7 @@ impl BucketStore {
         plan: &CreatePlan,
         owner: &Owner,
         check: &MetaCheck,
+        moves: &[GrantMove],
     ) -> Result<CreateOutcome, RepositoryError> {
         let item = create_item(&self.ns, key, plan, owner);
         let put_cond = crate::namespace::absent();
@@ -547,17 +553,38 @@ impl BucketStore {
             .with_expr(&meta)
             .build()
             .map_err(|e| build_error("TransactWriteItems", &e))?;
+        // One update per donor (a transaction touches an item once), after the Put and the
+        // owner check.
+        let mut donors: BTreeMap<u32, Vec<&GrantMove>> = BTreeMap::new();
+        for m in moves {
+            donors.entry(m.donor).or_default().push(m);
+        }
+        let mut updates = Vec::with_capacity(donors.len());
+        for (donor, moved) in &donors {
+            let e = writes::grant_moves(moved);
+            let update = aws_sdk_dynamodb::types::Update::builder()
+                .table_name(&self.table)
+                .set_key(Some(key.with_shard(*donor).key_map(&self.ns)))
+                .with_expr(&e)
+                .build()
+                .map_err(|e| build_error("TransactWriteItems", &e))?;
+            updates.push(TransactWriteItem::builder().update(update).build());
+        }
         let mut attempt = 0;
         loop {
             let result = self
                 .client
                 .transact_write_items()
-                .transact_items(TransactWriteItem::builder().put(put.clone()).build())
-                .transact_items(
-                    TransactWriteItem::builder()
-                        .condition_check(check.clone())
-                        .build(),
-                )
+                .set_transact_items(Some({
+                    let mut all = vec![
+                        TransactWriteItem::builder().put(put.clone()).build(),
+                        TransactWriteItem::builder()
+                            .condition_check(check.clone())
+                            .build(),
+                    ];
+                    all.extend(updates.iter().cloned());
+                    all
+                }))
                 .send()
                 .await;
             let err = match result {
@@ -581,6 +608,13 @@ impl BucketStore {
             }
             if code(1) == Some("ConditionalCheckFailed") {
                 return Ok(CreateOutcome::OwnerChanged);
+            }
+            if reasons
+                .iter()
+                .skip(2)
+                .any(|r| r == "ConditionalCheckFailed")
+            {
+                return Ok(CreateOutcome::MoveLost);
             }
             if reasons.iter().any(|r| r == "TransactionConflict") {
                 if attempt + 1 >= CONFLICT_ATTEMPTS {
@@ -678,6 +712,35 @@ impl BucketStore {
             Update::ConditionFailed(_) => Ok(false),
             Update::Conflict => Err(contended()),
         }
+    }
+
+    /// The other shards of `key`'s bucket below `count`, strongly consistent: the donors a
+    /// new quota shard's grant may move from (reference §12.3). Sorted by shard.
+    ///
+    /// # Errors
+    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
+    pub async fn sibling_images(
+        &self,
+        key: &BucketKey,
+        count: u32,
+    ) -> Result<Vec<(u32, BucketImage)>, RepositoryError> {
+        let keys: Vec<(String, String)> = (0..count.min(dynalimit_core::bucket::MAX_SHARD_COUNT))
+            .filter(|s| *s != key.shard)
+            .map(|s| (key.with_shard(s).pk(&self.ns), keys::STATE_SK.to_owned()))
+            .collect();
+        let mut out: Vec<(u32, BucketImage)> = self
+            .batch_get(&keys, true)
+            .await?
+            .into_iter()
+            .filter_map(|((pk, _), found)| {
+                Some((
+                    BucketKey::parse(&self.ns, &pk)?.shard,
+                    image_from_item(&found),
+                ))
+            })
+            .collect();
+        out.sort_by_key(|(s, _)| *s);
+        Ok(out)
     }
 
     /// The session windows of shard 0 of `key`'s bucket, read strongly consistently

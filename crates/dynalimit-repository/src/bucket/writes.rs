@@ -6,7 +6,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
 use dynalimit_core::bucket::{WCU, WCU_DEBIT_MILLI};
 use dynalimit_core::decide::{
-    DeltaPlan, ProactiveRefill, QuotaPin, RefillPlan, StampChange, TtlAction, WindowWrite,
+    DeltaPlan, GrantMove, MovePeriod, ProactiveRefill, QuotaPin, RefillPlan, StampChange,
+    TtlAction, WindowWrite,
 };
 use dynalimit_core::operation::ShardWrite;
 use dynalimit_core::schedule::{ResetSchedule, Schedule};
@@ -240,6 +241,48 @@ pub(crate) fn window_fanout(name: &str, start: i64, rsa: i64) -> Expr {
     e.set(&field(QuotaField::Rsa), num(rsa));
     e.set(attr::VU, num(0));
     e.set_from_if_absent(&field(QuotaField::Wtc), &tc(name), num(0));
+    e
+}
+
+/// The donor's side of the grant moves of one create (reference §12.3, ADR-145), merged into
+/// one update of the donor item (one transaction may touch an item once): per quota, `ADD
+/// b_{name}_tk -amount` under `b_{name}_tk >= amount`, the grant count read (or its absence
+/// with the item's `shard_count`) and the period read (`rf >= edge` for a calendar quota,
+/// `b_{name}_wa` as read for a session quota). Sent in the create's transaction, so it
+/// lands with the new shard or not at all; the transaction is sent again after a lost answer
+/// with its client request token, and applies once.
+pub(crate) fn grant_moves(moves: &[&GrantMove]) -> Expr {
+    let mut e = Expr::default();
+    let c = e.exists(attr::PK);
+    e.when(c);
+    for m in moves {
+        e.add(&tk(&m.limit), -m.amount);
+        let c = e.cmp(&tk(&m.limit), ">=", m.amount);
+        e.when(c);
+        let gc = attr::bucket_quota(&m.limit, QuotaField::Gc);
+        let c = match m.donor_gc {
+            Some(g) => e.cmp(&gc, "=", g),
+            None => {
+                let (none, count) = (
+                    e.not_exists(&gc),
+                    e.cmp(attr::SHARD_COUNT, "=", m.donor_count),
+                );
+                format!("{none} AND {count}")
+            }
+        };
+        e.when(c);
+        let c = match m.period {
+            MovePeriod::Calendar { edge } => e.cmp(attr::RF, ">=", edge),
+            MovePeriod::Session { wa } => {
+                let wa_attr = attr::bucket_quota(&m.limit, QuotaField::Wa);
+                match wa {
+                    Some(v) => e.cmp(&wa_attr, "=", v),
+                    None => e.not_exists(&wa_attr),
+                }
+            }
+        };
+        e.when(c);
+    }
     e
 }
 

@@ -135,7 +135,7 @@ impl Repository {
             ids::validate_entity_id(p)?;
             if p == entity_id {
                 return Err(dynalimit_core::CoreError::invalid_value(
-                    "parent_id",
+                    "parent",
                     p,
                     "an entity cannot be its own parent",
                 )
@@ -190,7 +190,7 @@ impl Repository {
             };
             if ancestor == entity_id {
                 return Err(dynalimit_core::CoreError::invalid_value(
-                    "parent_id",
+                    "parent",
                     parent_id,
                     format!(
                         "{entity_id} is an ancestor of {parent_id}: the move would make a cycle"
@@ -201,7 +201,7 @@ impl Repository {
             cursor = self.read_meta(&ancestor).await?.and_then(|a| a.parent_id);
         }
         Err(dynalimit_core::CoreError::invalid_value(
-            "parent_id",
+            "parent",
             parent_id,
             format!("its ancestor chain is deeper than {MAX_ANCESTOR_HOPS} levels"),
         )

@@ -11,7 +11,7 @@ use dynalimit_core::decide::{
     fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create, plan_delta, plan_refill,
     shard_in, split_from, stamp_deadline, statuses_from_image,
 };
-use dynalimit_core::decide::{QuotaPin, QuotaState, WindowState};
+use dynalimit_core::decide::{QuotaPin, QuotaState, WindowState, plan_grant_moves};
 use dynalimit_core::schedule::{ResetSchedule, Schedule};
 use dynalimit_format::config::{self, walk};
 use dynalimit_repository::bucket::{
@@ -520,6 +520,20 @@ impl Inner {
             if key.shard > 0 && count > 1 && !seeded.is_empty() {
                 access.soft.joined = self.store.live_windows(key, &seeded, now).await?;
             }
+            // A quota shard other than 0 being created is funded by a move of part of a
+            // sibling's grant (reference §12.3, ADR-145), read strongly consistently.
+            let mut moves = Vec::new();
+            if image.is_none()
+                && key.shard > 0
+                && shard_count > 1
+                && limits.iter().any(Limit::is_quota)
+            {
+                let siblings = self.store.sibling_images(key, shard_count).await?;
+                let (funded, planned) =
+                    plan_grant_moves(limits, &siblings, key.shard, shard_count, now);
+                access.soft.funded = funded;
+                moves = planned;
+            }
             let Some(img) = image else {
                 let plan = match plan_create(
                     limits,
@@ -534,7 +548,11 @@ impl Inner {
                     Plan::Reject(statuses) => return Err(reject(statuses)),
                 };
                 let owner = meta.owner(access.cascade.unwrap_or(meta.cascade));
-                match self.store.create(key, &plan, &owner, &meta.check).await? {
+                match self
+                    .store
+                    .create(key, &plan, &owner, &meta.check, &moves)
+                    .await?
+                {
                     CreateOutcome::Created => {
                         self.learn_count(entity, resource, plan.shard_count, &owner);
                         let opened = plan.opened_windows(key.shard);
@@ -621,7 +639,7 @@ impl Inner {
                             .await
                             .map(|e| Slow::Done(Box::new(e)));
                     }
-                    CreateOutcome::OwnerChanged => continue,
+                    CreateOutcome::OwnerChanged | CreateOutcome::MoveLost => continue,
                     CreateOutcome::Contended => return Err(contended()),
                 }
             };
