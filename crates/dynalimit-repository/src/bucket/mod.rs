@@ -779,7 +779,7 @@ impl BucketStore {
 
     /// Tells every other shard of a bucket of `shard_count` shards about the session windows
     /// `opened` on shard `key.shard`, `(limit, start, length)`: one `UpdateItem` per (shard,
-    /// limit), sent together ([`writes::window_fanout`]). A sibling whose own window is
+    /// limit), sent together. A sibling whose own window is
     /// still live keeps it; a failed or lost write is not reported (the sibling opens its own
     /// window at its next pass, or applies the next fan-out). Returns how many landed.
     pub async fn fan_out_windows(
@@ -816,7 +816,8 @@ impl BucketStore {
     }
 
     /// Stamps one existing bucket item with its owner's cascade policy and parent (reference
-    /// §12.5, [`writes::owner_fanout`]). Returns false when the item does not exist or already
+    /// §12.5: the owner stamp of an rf-locked write, under a pin that never lowers a generation of
+    /// the same incarnation). Returns false when the item does not exist or already
     /// carries a newer stamp of the same incarnation.
     ///
     /// # Errors
