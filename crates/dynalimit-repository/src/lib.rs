@@ -63,7 +63,10 @@ pub use dynalimit_format::namespace::NamespaceInfo;
 pub use dynalimit_format::usage::UsageSnapshot;
 pub use dynalimit_format::version::VersionRecord;
 pub use error::RepositoryError;
-pub use metrics::{CONFIG_CACHE, RequestCounter};
+pub use metrics::{
+    CONFIG_CACHE, CONTENTION_RETRIES, DYNAMODB_REQUESTS, FAST_PATH, RequestCounter,
+    UNKNOWN_OUTCOMES, counting_requests,
+};
 pub use operation::{BucketOperation, OPERATION_ATTEMPTS, OperationOptions};
 pub use repository::{
     DEFAULT_BUCKET_TTL_MULTIPLIER, DEFAULT_CONFIG_CACHE_TTL, DEFAULT_NAMESPACE, DEFAULT_STACK,

@@ -23,6 +23,82 @@ use std::collections::BTreeMap;
 
 /// Counter: look-ups of the configuration cache, by `result` (`hit`, `miss`).
 pub const CONFIG_CACHE: &str = "dynalimit_config_cache_total";
+/// Counter: DynamoDB requests sent (every attempt), by `operation`.
+pub const DYNAMODB_REQUESTS: &str = "dynalimit_dynamodb_requests_total";
+/// Counter: writes sent again after losing to a transaction (contention), by `operation`.
+pub const CONTENTION_RETRIES: &str = "dynalimit_contention_retries_total";
+/// Counter: writes whose answer was lost and that were not sent again (their outcome is
+/// unknown: applied once or not at all), by `operation`.
+pub const UNKNOWN_OUTCOMES: &str = "dynalimit_unknown_outcomes_total";
+/// Gauge: 1 once the fast path carries a repository's bucket writes, 0 when they stay on
+/// the SDK.
+pub const FAST_PATH: &str = "dynalimit_fast_path";
+
+tokio::task_local! {
+    static REQUESTS: std::cell::Cell<u32>;
+}
+
+/// Runs `work` counting the DynamoDB requests it sends (every attempt, on the fast path and
+/// through the SDK): its output and the count.
+pub async fn counting_requests<F: std::future::Future>(work: F) -> (F::Output, u32) {
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let output = REQUESTS
+        .scope(std::cell::Cell::new(0), async {
+            let output = work.await;
+            let sent = REQUESTS.with(std::cell::Cell::get);
+            count.store(sent, Ordering::Relaxed);
+            output
+        })
+        .await;
+    (output, count.load(Ordering::Relaxed))
+}
+
+/// Records one request sent.
+pub(crate) fn request_sent(operation: &str) {
+    metrics::counter!(DYNAMODB_REQUESTS, "operation" => operation.to_owned()).increment(1);
+    let _ = REQUESTS.try_with(|c| c.set(c.get() + 1));
+}
+
+/// Records a write sent again after losing to a transaction.
+pub(crate) fn contention_retry(operation: &'static str) {
+    metrics::counter!(CONTENTION_RETRIES, "operation" => operation).increment(1);
+}
+
+/// Records a write whose outcome is unknown.
+pub(crate) fn unknown_outcome(operation: &'static str) {
+    metrics::counter!(UNKNOWN_OUTCOMES, "operation" => operation).increment(1);
+}
+
+/// The SDK interceptor every repository client carries: it records each request sent
+/// ([`DYNAMODB_REQUESTS`], and the count of [`counting_requests`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RequestMetrics;
+
+impl RequestMetrics {
+    pub(crate) const NAME: &'static str = "dynalimit::RequestMetrics";
+}
+
+impl Intercept for RequestMetrics {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let operation = context
+            .request()
+            .headers()
+            .get("x-amz-target")
+            .and_then(|t| t.rsplit('.').next())
+            .unwrap_or("unknown");
+        request_sent(operation);
+        Ok(())
+    }
+}
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 

@@ -234,11 +234,15 @@ impl Repository {
             Ok(wire) => {
                 tracing::debug!(uri = %wire.uri(), "UpdateItem takes the fast path");
                 let _ = shared.wire.set(Arc::new(wire));
+                metrics::gauge!(crate::metrics::FAST_PATH).set(1.0);
             }
-            Err(why) => tracing::info!(
-                ?why,
-                "bucket writes stay on the SDK: the fast path would bypass the client's setting"
-            ),
+            Err(why) => {
+                tracing::info!(
+                    ?why,
+                    "bucket writes stay on the SDK: the fast path would bypass the client's setting"
+                );
+                metrics::gauge!(crate::metrics::FAST_PATH).set(0.0);
+            }
         }
     }
 
@@ -555,7 +559,11 @@ impl RepositoryBuilder {
         &mut self,
     ) -> Result<(Client, Option<SdkConfig>, Option<String>), RepositoryError> {
         if let Some(client) = self.client.take() {
-            return Ok((client, None, None));
+            let config = client
+                .config()
+                .to_builder()
+                .interceptor(crate::metrics::RequestMetrics);
+            return Ok((Client::from_conf(config.build()), None, None));
         }
         let given = self.sdk_config.take();
         let from_caller = given.is_some();
@@ -590,6 +598,7 @@ impl RepositoryBuilder {
         if let Some(counter) = &self.counter {
             config = config.interceptor(counter.clone());
         }
+        config = config.interceptor(crate::metrics::RequestMetrics);
         // Settings the caller loaded are taken as they are: only `endpoint_url` marks an
         // emulator then.
         let endpoint = if from_caller {

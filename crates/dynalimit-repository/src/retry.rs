@@ -184,6 +184,7 @@ impl Budget {
 
 /// The error of a write whose outcome is unknown.
 pub(crate) fn unknown(operation: &'static str, message: impl Into<String>) -> RepositoryError {
+    crate::metrics::unknown_outcome(operation);
     RepositoryError::OutcomeUnknown {
         operation,
         message: message.into(),

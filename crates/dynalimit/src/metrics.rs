@@ -9,6 +9,11 @@
 //! | `dynalimit_acquire_seconds` | histogram | `outcome` | the time an acquire took, as seen by its caller |
 //! | `dynalimit_lease_writes_total` | counter | `kind`, `outcome` | lease commits and rollbacks (`kind`: `commit`, `rollback`; `outcome`: `ok`, `error`) |
 //! | `dynalimit_config_cache_total` | counter | `result` | configuration cache look-ups (`hit`, `miss`) |
+//! | `dynalimit_acquire_requests` | histogram | `outcome` | DynamoDB requests one acquire sent (every attempt; 1 for a warm acquire) |
+//! | `dynalimit_dynamodb_requests_total` | counter | `operation` | every DynamoDB request a repository sends, on the fast path and through the SDK (`UpdateItem`, `BatchGetItem`, …) |
+//! | `dynalimit_contention_retries_total` | counter | `operation` | writes sent again after losing to a transaction on the same item |
+//! | `dynalimit_unknown_outcomes_total` | counter | `operation` | writes whose answer was lost and that were not sent again: applied once or not at all |
+//! | `dynalimit_fast_path` | gauge | | 1 once a repository's bucket writes take the fast path, 0 when they stay on the SDK |
 //!
 //! Each acquire also runs in a `tracing` span `dynalimit.acquire` (fields `entity_id`,
 //! `resource`, `outcome`), and commits and rollbacks in `dynalimit.lease` (`kind`).
@@ -27,8 +32,12 @@ pub const REJECTED_LIMITS: &str = "dynalimit_rejected_limits_total";
 pub const ACQUIRE_SECONDS: &str = "dynalimit_acquire_seconds";
 /// Counter: lease writes by `kind` and `outcome`.
 pub const LEASE_WRITES: &str = "dynalimit_lease_writes_total";
+/// Histogram: DynamoDB requests per acquire, by `outcome`.
+pub const ACQUIRE_REQUESTS: &str = "dynalimit_acquire_requests";
 #[cfg(feature = "dynamodb")]
-pub use dynalimit_repository::CONFIG_CACHE;
+pub use dynalimit_repository::{
+    CONFIG_CACHE, CONTENTION_RETRIES, DYNAMODB_REQUESTS, FAST_PATH, UNKNOWN_OUTCOMES,
+};
 
 /// The `outcome` label of an acquire's result (`Ok(degraded)` for an admission).
 #[cfg(feature = "dynamodb")]
@@ -73,6 +82,12 @@ pub(crate) fn record_acquire(result: Result<bool, &Error>, took: Duration) -> &'
         }
     }
     outcome
+}
+
+/// Records the DynamoDB requests one acquire sent.
+#[cfg(feature = "dynamodb")]
+pub(crate) fn record_requests(outcome: &'static str, requests: u32) {
+    metrics::histogram!(ACQUIRE_REQUESTS, "outcome" => outcome).record(f64::from(requests));
 }
 
 /// Records one lease write.

@@ -25,6 +25,17 @@ const GROUP_CONCURRENCY: usize = 8;
 /// Attempts per group when a watermark moved or a transaction conflicted.
 const GROUP_ATTEMPTS: u32 = 4;
 
+/// Counter: stream records processed, by `result` (`counted`, `duplicate`: counted by an
+/// earlier delivery, `failed`: to be delivered again).
+pub const RECORDS: &str = "dynalimit_aggregator_records_total";
+/// Counter: snapshot item writes committed.
+pub const SNAPSHOT_WRITES: &str = "dynalimit_aggregator_snapshot_writes_total";
+/// Counter: proactive writes that landed, by `kind` (`refill`, `shard_counts`,
+/// `shard_created`).
+pub const PROACTIVE_WRITES: &str = "dynalimit_aggregator_proactive_writes_total";
+/// Counter: errors of a batch (a group that could not commit, a proactive write that failed).
+pub const ERRORS: &str = "dynalimit_aggregator_errors_total";
+
 /// What one batch did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BatchReport {
@@ -48,6 +59,30 @@ pub struct BatchReport {
     pub shards_created: usize,
     /// What went wrong, one line each.
     pub errors: Vec<String>,
+}
+
+impl BatchReport {
+    /// Records the batch through the `metrics` facade ([`RECORDS`], [`SNAPSHOT_WRITES`],
+    /// [`PROACTIVE_WRITES`], [`ERRORS`]); [`Aggregator::process`] does after every batch.
+    pub fn record_metrics(&self) {
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        for (result, n) in [
+            ("counted", self.counted),
+            ("duplicate", self.duplicates),
+            ("failed", self.failed.len()),
+        ] {
+            metrics::counter!(RECORDS, "result" => result).increment(count(n));
+        }
+        metrics::counter!(SNAPSHOT_WRITES).increment(count(self.snapshots_written));
+        for (kind, n) in [
+            ("refill", self.refills_written),
+            ("shard_counts", self.shards_stamped),
+            ("shard_created", self.shards_created),
+        ] {
+            metrics::counter!(PROACTIVE_WRITES, "kind" => kind).increment(count(n));
+        }
+        metrics::counter!(ERRORS).increment(count(self.errors.len()));
+    }
 }
 
 /// Outcome of one committed group.
@@ -164,6 +199,7 @@ impl Aggregator {
         for e in &report.errors {
             tracing::warn!(error = %e, "aggregator");
         }
+        report.record_metrics();
         report
     }
 
@@ -309,5 +345,55 @@ impl Aggregator {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    #[test]
+    fn a_batch_is_recorded_through_the_metrics_facade() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let report = BatchReport {
+            records: 6,
+            counted: 3,
+            duplicates: 2,
+            failed: vec![SequenceNumber::parse("9").unwrap()],
+            snapshots_written: 4,
+            refills_written: 1,
+            errors: vec!["a group could not commit".into()],
+            ..BatchReport::default()
+        };
+        metrics::with_local_recorder(&recorder, || report.record_metrics());
+        let mut seen: Vec<(String, Vec<String>, u64)> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter_map(|(key, _, _, value)| match value {
+                DebugValue::Counter(n) => Some((
+                    key.key().name().to_owned(),
+                    key.key().labels().map(|l| l.value().to_owned()).collect(),
+                    n,
+                )),
+                _ => None,
+            })
+            .collect();
+        seen.sort();
+        let get = |name: &str, label: &[&str]| {
+            seen.iter()
+                .find(|(n, l, _)| {
+                    n == name && l.iter().map(String::as_str).eq(label.iter().copied())
+                })
+                .map(|(_, _, v)| *v)
+        };
+        assert_eq!(get(RECORDS, &["counted"]), Some(3));
+        assert_eq!(get(RECORDS, &["duplicate"]), Some(2));
+        assert_eq!(get(RECORDS, &["failed"]), Some(1));
+        assert_eq!(get(SNAPSHOT_WRITES, &[]), Some(4));
+        assert_eq!(get(PROACTIVE_WRITES, &["refill"]), Some(1));
+        assert_eq!(get(ERRORS, &[]), Some(1));
     }
 }

@@ -65,6 +65,19 @@ pub mod sample;
 pub mod writes;
 
 pub use aggregator::{Aggregator, BatchReport};
+
+/// The metrics the aggregator records after every batch, through the `metrics` facade (the
+/// library's, `dynalimit::metrics`, come from the same facade):
+///
+/// | name | kind | labels | what |
+/// |---|---|---|---|
+/// | `dynalimit_aggregator_records_total` | counter | `result` | stream records: `counted`, `duplicate` (counted by an earlier delivery), `failed` (to be delivered again) |
+/// | `dynalimit_aggregator_snapshot_writes_total` | counter | | usage snapshot writes committed |
+/// | `dynalimit_aggregator_proactive_writes_total` | counter | `kind` | proactive writes that landed: `refill`, `shard_counts` (doubled or propagated), `shard_created` |
+/// | `dynalimit_aggregator_errors_total` | counter | | a group that could not commit, a proactive write that failed |
+pub mod metrics {
+    pub use crate::aggregator::{ERRORS, PROACTIVE_WRITES, RECORDS, SNAPSHOT_WRITES};
+}
 pub use config::Settings;
 pub use dynalimit_format::usage::Window;
 pub use error::AggregatorError;

@@ -55,6 +55,7 @@ fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn acquires_rejections_lease_writes_and_cache_look_ups_are_recorded() {
+    let _one = SERIAL.lock().await;
     snapshotter();
     let table = dynalimit_tests::table().await;
     let repo = table.repository("metrics").await;
@@ -122,5 +123,132 @@ async fn acquires_rejections_lease_writes_and_cache_look_ups_are_recorded() {
     assert!(
         grew(CONFIG_CACHE, &[("result", "hit")]) >= 4,
         "the second, four slots"
+    );
+}
+
+/// The tests of this binary read one global recorder, whose reads drain it: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// One metric read: its name, sorted labels and value.
+type Read = (String, Vec<(String, String)>, DebugValue);
+
+/// Everything recorded since the previous read, by name and sorted labels.
+fn snap() -> Vec<Read> {
+    snapshotter()
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value): (CompositeKey, _, _, DebugValue)| {
+            let mut l: Vec<(String, String)> = key
+                .key()
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            l.sort();
+            (key.key().name().to_owned(), l, value)
+        })
+        .collect()
+}
+
+/// A counter's increments in `snapshot`.
+fn count(snapshot: &[Read], name: &str, pairs: &[(&str, &str)]) -> u64 {
+    let wanted = labels(pairs);
+    snapshot
+        .iter()
+        .filter(|(n, l, _)| n == name && *l == wanted)
+        .map(|(_, _, v)| match v {
+            DebugValue::Counter(c) => *c,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// A histogram's values in `snapshot`.
+fn values(snapshot: &[Read], name: &str, pairs: &[(&str, &str)]) -> Vec<f64> {
+    let wanted = labels(pairs);
+    snapshot
+        .iter()
+        .filter(|(n, l, _)| n == name && *l == wanted)
+        .flat_map(|(_, _, v)| match v {
+            DebugValue::Histogram(samples) => samples.iter().map(|s| s.into_inner()).collect(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn requests_per_acquire_contention_retries_unknown_outcomes_and_the_fast_path_are_recorded() {
+    use dynalimit::metrics::*;
+    use dynalimit_tests::fault::{FaultProxy, Lost};
+    let _one = SERIAL.lock().await;
+    snapshotter();
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    snap();
+    let repo = table
+        .builder()
+        .client(
+            proxy
+                .client(3, Some(std::time::Duration::from_secs(1)))
+                .await,
+        )
+        .namespace("requests")
+        .open()
+        .await
+        .unwrap();
+    assert!(
+        repo.fast_path().is_some(),
+        "the metrics interceptor keeps it"
+    );
+    repo.set_resource_defaults("gpt-4", &[Limit::per_hour("rph", 100)])
+        .await
+        .unwrap();
+    let limiter = RateLimiter::new(repo.clone());
+    let acquire = || async {
+        let lease = limiter.acquire("requests-k", "gpt-4", [("rph", 1)]).await?;
+        lease.commit().await
+    };
+    // Cold: the fast path, then the slow path's read and create; warm: one request.
+    acquire().await.unwrap();
+    acquire().await.unwrap();
+    let seen = snap();
+    let per_acquire = values(&seen, ACQUIRE_REQUESTS, &[("outcome", "admitted")]);
+    assert!(
+        per_acquire.contains(&1.0),
+        "a warm acquire is one request: {per_acquire:?}"
+    );
+    assert!(
+        per_acquire.iter().any(|v| *v >= 3.0),
+        "a cold one: {per_acquire:?}"
+    );
+    assert!(count(&seen, DYNAMODB_REQUESTS, &[("operation", "UpdateItem")]) >= 2);
+    assert!(
+        count(
+            &seen,
+            DYNAMODB_REQUESTS,
+            &[("operation", "TransactWriteItems")]
+        ) >= 1
+    );
+    let fast = seen
+        .iter()
+        .find(|(n, _, _)| n == FAST_PATH)
+        .map(|(_, _, v)| v);
+    assert_eq!(fast, Some(&DebugValue::Gauge(1.0.into())));
+
+    // A write that loses to a transaction is sent again.
+    proxy.fail_next("UpdateItem", "TransactionConflictException", 1);
+    acquire().await.unwrap();
+    let seen = snap();
+    assert_eq!(
+        count(&seen, CONTENTION_RETRIES, &[("operation", "UpdateItem")]),
+        1
+    );
+    // A write whose answer is lost after it was applied is not sent again.
+    proxy.lose_after_applying("UpdateItem", None, Lost::Reset, 1);
+    assert!(matches!(acquire().await, Err(Error::Unavailable { .. })));
+    let seen = snap();
+    assert_eq!(
+        count(&seen, UNKNOWN_OUTCOMES, &[("operation", "UpdateItem")]),
+        1
     );
 }

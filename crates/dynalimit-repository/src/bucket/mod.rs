@@ -221,6 +221,7 @@ impl BucketStore {
             };
             match sent {
                 Update::Conflict if attempt < CONFLICT_ATTEMPTS => {
+                    crate::metrics::contention_retry("UpdateItem");
                     Backoff::CONFLICT.pause(attempt).await;
                     attempt += 1;
                 }
@@ -620,6 +621,7 @@ impl BucketStore {
                 if attempt + 1 >= CONFLICT_ATTEMPTS {
                     return Ok(CreateOutcome::Contended);
                 }
+                crate::metrics::contention_retry("TransactWriteItems");
                 Backoff::CONFLICT.pause(attempt + 1).await;
                 attempt += 1;
                 continue;

@@ -336,6 +336,8 @@ impl FastPath {
                 if counter.is_none() {
                     return Err(Ineligible::UncountedCounter);
                 }
+            } else if name == crate::metrics::RequestMetrics::NAME {
+                // The fast path records its requests itself.
             } else {
                 return Err(Ineligible::Interceptor(name.to_string()));
             }
@@ -712,6 +714,7 @@ impl FastPath {
             let now = SystemClock.epoch_millis() + self.skew_ms.load(Ordering::Relaxed);
             let stamp = sigv4::Stamp::at(now);
             let signing = self.signing(&stamp).await?;
+            crate::metrics::request_sent(OPERATION);
             let _on_the_wire = self.counter.as_ref().map(|c| {
                 c.started(OPERATION);
                 Finished(c)

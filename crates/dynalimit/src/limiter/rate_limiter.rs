@@ -257,9 +257,13 @@ impl RateLimiter {
             outcome = tracing::field::Empty,
         );
         let started = self.inner.clock.monotonic();
-        let result = tracing::Instrument::instrument(self.decide(request), span.clone()).await;
+        let (result, requests) = dynalimit_repository::counting_requests(
+            tracing::Instrument::instrument(self.decide(request), span.clone()),
+        )
+        .await;
         let took = self.inner.clock.monotonic().saturating_sub(started);
         let outcome = crate::metrics::record_acquire(result.as_ref().map(Lease::is_degraded), took);
+        crate::metrics::record_requests(outcome, requests);
         span.record("outcome", outcome);
         result
     }
