@@ -89,12 +89,7 @@ impl Intercept for RequestMetrics {
         _runtime_components: &RuntimeComponents,
         _cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let operation = context
-            .request()
-            .headers()
-            .get("x-amz-target")
-            .and_then(|t| t.rsplit('.').next())
-            .unwrap_or("unknown");
+        let operation = operation_of(context);
         request_sent(operation);
         Ok(())
     }
@@ -179,6 +174,16 @@ impl RequestCounter {
     }
 }
 
+/// The DynamoDB operation of a request (`UpdateItem`, …), from its `X-Amz-Target`.
+fn operation_of<'a>(context: &'a BeforeTransmitInterceptorContextRef<'_>) -> &'a str {
+    context
+        .request()
+        .headers()
+        .get("x-amz-target")
+        .and_then(|t| t.rsplit('.').next())
+        .unwrap_or("unknown")
+}
+
 /// Marks an attempt whose request went on the wire.
 #[derive(Debug, Clone)]
 struct OnTheWire;
@@ -198,12 +203,7 @@ impl Intercept for RequestCounter {
         _runtime_components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let operation = context
-            .request()
-            .headers()
-            .get("x-amz-target")
-            .and_then(|t| t.rsplit('.').next())
-            .unwrap_or("unknown");
+        let operation = operation_of(context);
         self.started(operation);
         cfg.interceptor_state().store_put(OnTheWire);
         Ok(())
