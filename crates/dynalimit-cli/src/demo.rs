@@ -11,7 +11,6 @@
 //! same as the test kit) and stops it at the end.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
@@ -24,6 +23,7 @@ use dynalimit_core::{Clock as _, SystemClock};
 use dynalimit_local::DynamoDbLocal;
 use dynalimit_repository::aws::{self, AwsSettings};
 use dynalimit_repository::{NewEntity, Repository, RepositoryError, RequestCounter};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::Rng as _;
 
 /// Options of `dynalimit demo`.
@@ -273,27 +273,23 @@ async fn client_task(
     Ok(())
 }
 
-/// Redraws one status line on the terminal until the deadline.
+/// A progress bar of the run on the terminal (`indicatif`), updated until the deadline;
+/// nothing is drawn when standard output is not a terminal (a log, a pipe).
 async fn show_progress(tally: Arc<Tally>, deadline: i64, seconds: u64) {
-    let total_ms = i64::try_from(seconds * 1000).unwrap_or(i64::MAX);
-    let mut out = std::io::stdout();
+    let total_ms = seconds.saturating_mul(1000);
+    let bar = ProgressBar::with_draw_target(Some(total_ms), ProgressDrawTarget::stdout());
+    if let Ok(style) = ProgressStyle::with_template(
+        "[{bar:30}] {elapsed_precise}  admitted {prefix}  rejected {msg}",
+    ) {
+        bar.set_style(style.progress_chars("#."));
+    }
     loop {
         let left = (deadline - SystemClock.epoch_millis()).max(0);
-        let done = total_ms - left;
-        let width = 30;
-        let filled = usize::try_from(done * width / total_ms.max(1)).unwrap_or(0);
-        let _ = write!(
-            out,
-            "\r[{}{}] {:>4.1}s  admitted {:>5}  rejected {:>5}",
-            "#".repeat(filled),
-            ".".repeat(usize::try_from(width).unwrap_or(0) - filled.min(30)),
-            done as f64 / 1000.0,
-            tally.admitted.load(Ordering::Relaxed),
-            tally.rejected.load(Ordering::Relaxed),
-        );
-        let _ = out.flush();
+        bar.set_position(total_ms.saturating_sub(u64::try_from(left).unwrap_or(0)));
+        bar.set_prefix(tally.admitted.load(Ordering::Relaxed).to_string());
+        bar.set_message(tally.rejected.load(Ordering::Relaxed).to_string());
         if left == 0 {
-            let _ = writeln!(out);
+            bar.finish();
             return;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -168,6 +168,13 @@ async fn the_demo_runs_on_the_endpoint_of_aws_endpoint_url() {
         "{}",
         out.stdout
     );
+    // Standard output is a pipe here: the progress bar draws nothing into it.
+    assert!(!out.stdout.contains('\r'), "{:?}", out.stdout);
+    assert!(
+        out.stdout.contains("admitted"),
+        "the summary: {}",
+        out.stdout
+    );
     assert!(
         on_the_kits_endpoint(&stack).await,
         "the demo's table is there"
