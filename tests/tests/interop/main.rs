@@ -31,6 +31,7 @@ mod sessions;
 mod snapshots;
 mod soft;
 mod timed;
+mod walkthrough;
 
 use dynalimit_core::Limit;
 use serde_json::{Value, json};
