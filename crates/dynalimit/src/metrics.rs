@@ -16,7 +16,11 @@
 //! | `dynalimit_fast_path` | gauge | | 1 once a repository's bucket writes take the fast path, 0 when they stay on the SDK |
 //!
 //! Each acquire also runs in a `tracing` span `dynalimit.acquire` (fields `entity_id`,
-//! `resource`, `outcome`), and commits and rollbacks in `dynalimit.lease` (`kind`).
+//! `resource`, `outcome`), commits and rollbacks in `dynalimit.lease` (`kind`), every
+//! DynamoDB request on a bucket in `dynalimit.dynamodb` (`operation`, `entity_id`,
+//! `resource`, `shard`, `attempts`, `outcome`: `done`, `condition_failed`, `conflict`,
+//! `error`) and every configuration resolution in `dynalimit.config` (`entity_id`,
+//! `resource`, `source`: the level that answered). All are at `DEBUG`.
 
 #[cfg(feature = "dynamodb")]
 use std::time::Duration;

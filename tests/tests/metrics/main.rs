@@ -252,3 +252,144 @@ async fn requests_per_acquire_contention_retries_unknown_outcomes_and_the_fast_p
         1
     );
 }
+
+/// Every span opened while it is the default subscriber: its name and fields (as recorded by
+/// the time it closed).
+#[derive(Clone, Default)]
+struct Spans(std::sync::Arc<std::sync::Mutex<Vec<SpanSeen>>>);
+
+/// A span's name and fields.
+type SpanSeen = (String, HashMap<String, String>);
+
+struct Fields<'a>(&'a mut HashMap<String, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(
+            field.name().to_owned(),
+            format!("{value:?}").trim_matches('"').to_owned(),
+        );
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for Spans
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = HashMap::new();
+        attrs.record(&mut Fields(&mut fields));
+        fields.insert("#id".to_owned(), id.into_u64().to_string());
+        let mut spans = self.0.lock().unwrap();
+        spans.push((attrs.metadata().name().to_owned(), fields));
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut spans = self.0.lock().unwrap();
+        let wanted = id.into_u64().to_string();
+        if let Some((_, fields)) = spans.iter_mut().rev().find(|(_, f)| f["#id"] == wanted) {
+            values.record(&mut Fields(fields));
+        }
+    }
+}
+
+/// The spans collector, the process's subscriber (an acquire runs on a task of its own, on
+/// whichever thread: a thread-local default would miss it).
+fn spans() -> &'static Spans {
+    static SPANS: OnceLock<Spans> = OnceLock::new();
+    SPANS.get_or_init(|| {
+        use tracing_subscriber::layer::SubscriberExt;
+        let spans = Spans::default();
+        let subscriber = tracing_subscriber::registry()
+            .with(spans.clone())
+            .with(tracing_subscriber::filter::LevelFilter::DEBUG);
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        spans
+    })
+}
+
+#[tokio::test]
+async fn each_acquire_its_dynamodb_requests_and_its_configuration_have_spans() {
+    let _one = SERIAL.lock().await;
+    let spans = spans();
+    let table = dynalimit_tests::table().await;
+    let repo = table.repository("spans").await;
+    repo.set_resource_defaults("gpt-4", &[Limit::per_hour("rph", 10)])
+        .await
+        .unwrap();
+    let limiter = RateLimiter::new(repo.clone());
+    for _ in 0..2 {
+        limiter
+            .acquire("span-k", "gpt-4", [("rph", 1)])
+            .await
+            .unwrap()
+            .commit()
+            .await
+            .unwrap();
+    }
+    repo.resolve_limits("span-k", "gpt-4").await.unwrap();
+    let seen: Vec<SpanSeen> = spans
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, f)| f.get("entity_id").map(String::as_str) == Some("span-k"))
+        .cloned()
+        .collect();
+    let named = |name: &str| -> Vec<&HashMap<String, String>> {
+        seen.iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, f)| f)
+            .collect()
+    };
+    let acquires = named("dynalimit.acquire");
+    assert_eq!(acquires.len(), 2, "{seen:?}");
+    assert!(
+        acquires
+            .iter()
+            .all(|f| f["outcome"] == "admitted" && f["entity_id"] == "span-k")
+    );
+    let requests = named("dynalimit.dynamodb");
+    let of = |operation: &str| {
+        requests
+            .iter()
+            .filter(|f| f["operation"] == operation)
+            .count()
+    };
+    // The cold acquire: a fast-path update that finds no bucket, the slow path's read and the
+    // create; the warm one: one update.
+    assert!(of("UpdateItem") >= 2, "{requests:?}");
+    assert_eq!(of("BatchGetItem"), 1, "{requests:?}");
+    assert_eq!(of("TransactWriteItems"), 1, "{requests:?}");
+    assert!(
+        requests
+            .iter()
+            .all(|f| f["resource"] == "gpt-4" && f.contains_key("outcome"))
+    );
+    assert!(
+        requests
+            .iter()
+            .any(|f| f["operation"] == "UpdateItem" && f["outcome"] == "done")
+    );
+    let configs = named("dynalimit.config");
+    assert!(
+        configs
+            .iter()
+            .any(|f| f.get("source").map(String::as_str) == Some("resource")),
+        "{configs:?}"
+    );
+}

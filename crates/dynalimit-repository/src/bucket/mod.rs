@@ -213,8 +213,40 @@ impl BucketStore {
         return_new: bool,
         resend: Resend,
     ) -> Result<Update, RepositoryError> {
+        let span = request_span("UpdateItem", key);
+        let attempts = std::sync::atomic::AtomicU32::new(0);
+        let result = tracing::Instrument::instrument(
+            self.update_attempts(key, e, return_new, resend, &attempts),
+            span.clone(),
+        )
+        .await;
+        span.record(
+            "attempts",
+            attempts.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        span.record(
+            "outcome",
+            match &result {
+                Ok(Update::Done(_)) => "done",
+                Ok(Update::ConditionFailed(_)) => "condition_failed",
+                Ok(Update::Conflict) => "conflict",
+                Err(_) => "error",
+            },
+        );
+        result
+    }
+
+    async fn update_attempts(
+        &self,
+        key: &BucketKey,
+        e: &Expr,
+        return_new: bool,
+        resend: Resend,
+        attempts: &std::sync::atomic::AtomicU32,
+    ) -> Result<Update, RepositoryError> {
         let mut attempt = 1;
         loop {
+            attempts.store(attempt, std::sync::atomic::Ordering::Relaxed);
             let sent = match &self.wire {
                 Some(wire) => self.update_fast(wire, key, e, return_new, resend).await?,
                 None => self.update_sdk(key, e, return_new, resend).await?,
@@ -571,6 +603,31 @@ impl BucketStore {
                 .map_err(|e| build_error("TransactWriteItems", &e))?;
             updates.push(TransactWriteItem::builder().update(update).build());
         }
+        let span = request_span("TransactWriteItems", key);
+        let sent = tracing::Instrument::instrument(
+            self.create_attempts(put, check, updates),
+            span.clone(),
+        )
+        .await;
+        span.record(
+            "outcome",
+            match &sent {
+                Ok(CreateOutcome::Created) => "done",
+                Ok(CreateOutcome::Contended) => "conflict",
+                Ok(_) => "condition_failed",
+                Err(_) => "error",
+            },
+        );
+        sent
+    }
+
+    /// The create's transaction, sent again while it loses to other transactions.
+    async fn create_attempts(
+        &self,
+        put: Put,
+        check: ConditionCheck,
+        updates: Vec<TransactWriteItem>,
+    ) -> Result<CreateOutcome, RepositoryError> {
         let mut attempt = 0;
         loop {
             let result = self
@@ -1010,7 +1067,11 @@ impl BucketStore {
             .flatten()
             .cloned()
             .collect();
-        let items = self.batch_get(&wanted, false).await?;
+        let span = request_span("BatchGetItem", key);
+        let items =
+            tracing::Instrument::instrument(self.batch_get(&wanted, false), span.clone()).await;
+        span.record("outcome", if items.is_ok() { "done" } else { "error" });
+        let items = items?;
         let found = |k: &Option<(String, String)>| k.as_ref().and_then(|k| items.get(k));
         let mut levels = Vec::with_capacity(slots.len());
         for ((level, _), k) in slots.into_iter().zip(&level_keys) {
@@ -1290,6 +1351,22 @@ impl BucketStore {
             .filter(|found| get_str(found, attr::SK) == Some(keys::STATE_SK))
             .collect())
     }
+}
+
+/// The span of one DynamoDB request (or a write's attempts) on a bucket:
+/// `dynalimit.dynamodb` with the operation, the bucket's entity, resource and shard, and,
+/// recorded when it ends, the attempts and the outcome (`done`, `condition_failed`,
+/// `conflict`, `error`).
+fn request_span(operation: &'static str, key: &BucketKey) -> tracing::Span {
+    tracing::debug_span!(
+        "dynalimit.dynamodb",
+        operation,
+        entity_id = %key.entity_id,
+        resource = %key.resource,
+        shard = key.shard,
+        attempts = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    )
 }
 
 /// The owner check of a create: the META must still be what was read.

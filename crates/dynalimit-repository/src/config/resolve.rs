@@ -103,6 +103,27 @@ impl Repository {
         entity_id: &str,
         resource: &str,
     ) -> Result<ResolvedLimits, RepositoryError> {
+        let span = tracing::debug_span!(
+            "dynalimit.config",
+            entity_id,
+            resource,
+            source = tracing::field::Empty,
+        );
+        let resolved =
+            tracing::Instrument::instrument(self.resolve_levels(entity_id, resource), span.clone())
+                .await;
+        if let Ok(r) = &resolved {
+            span.record("source", r.source.map_or("none", ConfigLevel::as_str));
+        }
+        resolved
+    }
+
+    /// [`Repository::resolve_limits`], in its span.
+    async fn resolve_levels(
+        &self,
+        entity_id: &str,
+        resource: &str,
+    ) -> Result<ResolvedLimits, RepositoryError> {
         ids::validate_entity_id(entity_id)?;
         ids::validate_config_resource(resource)?;
         let (levels, slots): (Vec<ConfigLevel>, Vec<Slot>) =
