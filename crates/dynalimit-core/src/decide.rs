@@ -129,15 +129,8 @@ impl QuotaPin {
     /// The pin of a quota as an item holds it, with `rf` the item's refill time.
     pub fn of(reset: &ResetSchedule, q: QuotaState, shard_count: u32, rf: i64) -> QuotaPin {
         QuotaPin {
-            gc: q
-                .gc
-                .filter(|g| *g >= 1)
-                .unwrap_or(i64::from(shard_count.max(1))),
-            gc_stored: q.gc.is_some(),
-            tu: q.tu,
-            rn: q.rn,
             next_edge: reset.next_edge(rf),
-            window: None,
+            ..QuotaPin::grant(q, shard_count)
         }
     }
 
@@ -145,15 +138,24 @@ impl QuotaPin {
     /// window it was read in.
     pub fn of_window(w: WindowState, q: QuotaState, shard_count: u32) -> QuotaPin {
         QuotaPin {
+            rn: None,
+            window: Some((w.ws, w.wa)),
+            ..QuotaPin::grant(q, shard_count)
+        }
+    }
+
+    /// The pin of a quota's grant alone (`gc`, `tu`, `rn` as read), with no period.
+    fn grant(q: QuotaState, shard_count: u32) -> QuotaPin {
+        QuotaPin {
             gc: q
                 .gc
                 .filter(|g| *g >= 1)
                 .unwrap_or(i64::from(shard_count.max(1))),
             gc_stored: q.gc.is_some(),
             tu: q.tu,
-            rn: None,
+            rn: q.rn,
             next_edge: None,
-            window: Some((w.ws, w.wa)),
+            window: None,
         }
     }
 }
@@ -321,13 +323,11 @@ impl BucketImage {
     /// The window length (seconds) of limit `name` when the item holds it as a session
     /// quota: a stored `rsa`, no drip, no reset schedule.
     pub fn window_length(&self, name: &str) -> Option<i64> {
-        if self.resets.contains_key(name) || self.limits.get(name).is_none_or(|s| s.ra != 0) {
-            return None;
-        }
-        self.windows
-            .get(name)
-            .and_then(|w| w.rsa)
-            .filter(|r| *r > 0)
+        // Most items carry no window: one look-up answers for them.
+        let rsa = self.windows.get(name)?.rsa.filter(|r| *r > 0)?;
+        let quota =
+            !self.resets.contains_key(name) && self.limits.get(name).is_some_and(|s| s.ra == 0);
+        quota.then_some(rsa)
     }
 
     /// The share of limit `name` on this shard at `now`: the capacity in force divided by

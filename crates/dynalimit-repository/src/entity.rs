@@ -61,8 +61,17 @@ impl Repository {
     /// [`RepositoryError::Validation`] for a bad id; the classified failure.
     pub async fn get_entity(&self, entity_id: &str) -> Result<Option<Entity>, RepositoryError> {
         ids::validate_entity_id(entity_id)?;
+        self.read_entity(entity_id, false).await
+    }
+
+    /// An entity's META item, strongly consistent when `consistent`.
+    pub(crate) async fn read_entity(
+        &self,
+        entity_id: &str,
+        consistent: bool,
+    ) -> Result<Option<Entity>, RepositoryError> {
         let key = meta_key(&self.scope.id, entity_id);
-        let found = get_item(&self.shared.client, &self.shared.table, key, false).await?;
+        let found = get_item(&self.shared.client, &self.shared.table, key, consistent).await?;
         Ok(found.as_ref().map(Entity::from_item).transpose()?)
     }
 

@@ -194,7 +194,6 @@ pub(crate) async fn hammer_both(python: &Python, limiter: &RateLimiter) -> (i64,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_quota_dynalimit_sharded_is_shared_with_zae_limiter_within_its_allowance() {
-    use dynalimit_format::bucket::BucketKey;
     let (table, python) = shared_table!();
     let clock = ManualClock::new(NOON);
     let repo = clocked(&table, &clock).await;
@@ -208,6 +207,18 @@ async fn a_quota_dynalimit_sharded_is_shared_with_zae_limiter_within_its_allowan
     )
     .await
     .unwrap();
+    sharded_and_hammered_by_both(&python, &repo).await;
+}
+
+/// Entity `k` of `repo` acquires 1 `requests` (shard 0 created), its bucket is doubled to 4
+/// shards, then both libraries hammer it ([`hammer_both`]): at most the allowance of 100 is
+/// admitted, at least 99, and every admission is counted once over the shards. The 4 shard
+/// items, for more assertions.
+pub(crate) async fn sharded_and_hammered_by_both(
+    python: &Python,
+    repo: &dynalimit_repository::Repository,
+) -> Vec<std::collections::BTreeMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+    use dynalimit_format::bucket::BucketKey;
     let limiter = RateLimiter::new(repo.clone());
     limiter
         .acquire("k", "gpt-4", [("requests", 1)])
@@ -220,21 +231,24 @@ async fn a_quota_dynalimit_sharded_is_shared_with_zae_limiter_within_its_allowan
     for (from, to) in [(1, 2), (2, 4)] {
         repo.buckets().double_shards(&key, from, to).await.unwrap();
     }
-    let (rust, py) = hammer_both(&python, &limiter).await;
+    let (rust, py) = hammer_both(python, &limiter).await;
     let total = 1 + rust + py;
     assert!(
         total <= 100,
         "rust {rust} + python {py} + 1 over the allowance"
     );
     assert!(total >= 99, "rust {rust} + python {py} + 1: under 99 %");
+    let mut items = Vec::new();
     let mut tc = 0;
     for shard in 0..4 {
-        let item = bucket_item(&repo, "k", shard).await;
+        let item = bucket_item(repo, "k", shard).await;
         if let Some(n) = item.get("b_requests_tc") {
             tc += n.as_n().unwrap().parse::<i64>().unwrap();
         }
+        items.push(item);
     }
     assert_eq!(tc, total * 1000, "every admission counted once");
+    items
 }
 
 #[tokio::test]

@@ -819,21 +819,8 @@ impl BucketStore {
         if names.is_empty() {
             return Ok(BTreeMap::new());
         }
-        let shard0 = BucketKey {
-            shard: 0,
-            ..key.clone()
-        };
-        let Some(img) = self.get(&shard0, true).await? else {
-            return Ok(BTreeMap::new());
-        };
-        Ok(names
-            .iter()
-            .filter_map(|(name, rsa)| {
-                let w = img.windows.get(name)?;
-                let end = w.end(*rsa)?;
-                (end > now).then_some((name.clone(), w.ws?))
-            })
-            .collect())
+        let shard0 = self.get(&key.with_shard(0), true).await?;
+        Ok(live_windows_of(shard0.as_ref(), names, now))
     }
 
     /// Tells every other shard of a bucket of `shard_count` shards about the session windows
@@ -1351,6 +1338,26 @@ impl BucketStore {
             .filter(|found| get_str(found, attr::SK) == Some(keys::STATE_SK))
             .collect())
     }
+}
+
+/// The starts of `names`' session windows (each with its length in seconds) that shard 0's
+/// image holds live at `now`.
+pub fn live_windows_of(
+    shard0: Option<&BucketImage>,
+    names: &[(String, i64)],
+    now: i64,
+) -> BTreeMap<String, i64> {
+    let Some(img) = shard0 else {
+        return BTreeMap::new();
+    };
+    names
+        .iter()
+        .filter_map(|(name, rsa)| {
+            let w = img.windows.get(name)?;
+            let end = w.end(*rsa)?;
+            (end > now).then_some((name.clone(), w.ws?))
+        })
+        .collect()
 }
 
 /// The span of one DynamoDB request (or a write's attempts) on a bucket:

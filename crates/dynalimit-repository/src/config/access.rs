@@ -40,6 +40,19 @@ pub(crate) enum Scope<'a> {
     Entity(&'a str, Option<&'a str>),
 }
 
+impl Scope<'_> {
+    /// The keys of the buckets in scope, as the index lists them now (one discovery pass).
+    pub(crate) async fn keys(
+        &self,
+        store: &crate::bucket::BucketStore,
+    ) -> Result<Vec<BucketKey>, RepositoryError> {
+        match *self {
+            Scope::Resource(resource) => store.resource_bucket_keys(resource).await,
+            Scope::Entity(entity, resource) => store.entity_bucket_keys(entity, resource).await,
+        }
+    }
+}
+
 impl Repository {
     /// Sets (`Some`) or clears (`None`, back to inherit) the `disabled` flag of `resource`
     /// for every entity without its own value: [`DisabledFlag::Disabled`] refuses every
@@ -295,12 +308,7 @@ impl Repository {
         let mut levels_read = HashMap::new();
         let mut stamped = 0;
         for _pass in 0..2 {
-            let found = match scope {
-                Scope::Resource(resource) => store.resource_bucket_keys(resource).await?,
-                Scope::Entity(entity, resource) => {
-                    store.entity_bucket_keys(entity, resource).await?
-                }
-            };
+            let found = scope.keys(&store).await?;
             for key in found {
                 if !seen.insert(key.clone()) {
                     continue;

@@ -21,7 +21,6 @@ use dynalimit_format::item;
 use dynalimit_format::version;
 
 use super::access::Scope;
-use crate::batch::get_item;
 use crate::error::classify;
 use crate::retry::Backoff;
 use crate::{Repository, RepositoryError};
@@ -259,9 +258,7 @@ impl Repository {
 
     /// An entity's META, strongly consistent.
     async fn read_meta(&self, entity_id: &str) -> Result<Option<Entity>, RepositoryError> {
-        let key = meta_key(&self.scope.id, entity_id);
-        let found = get_item(&self.shared.client, &self.shared.table, key, true).await?;
-        Ok(found.as_ref().map(Entity::from_item).transpose()?)
+        self.read_entity(entity_id, true).await
     }
 
     /// Stamps every bucket in `scope` with the owner stamp its entity and resource resolve
@@ -281,11 +278,10 @@ impl Repository {
             message: e.to_string(),
         };
         for _pass in 0..2 {
-            let found = match scope {
-                Scope::Resource(resource) => store.resource_bucket_keys(resource).await,
-                Scope::Entity(entity, resource) => store.entity_bucket_keys(entity, resource).await,
-            }
-            .map_err(|e| incomplete(stamped, e))?;
+            let found = scope
+                .keys(&store)
+                .await
+                .map_err(|e| incomplete(stamped, e))?;
             for key in found {
                 if !seen.insert(key.clone()) {
                     continue;

@@ -15,7 +15,7 @@ use dynalimit_core::decide::{QuotaPin, QuotaState, WindowState, plan_grant_moves
 use dynalimit_core::schedule::{ResetSchedule, Schedule};
 use dynalimit_format::config::{self, walk};
 use dynalimit_repository::bucket::{
-    BucketKey, ConsumeOutcome, CreateOutcome, MetaCheck, RefillOutcome, SlowRead,
+    BucketKey, ConsumeOutcome, CreateOutcome, MetaCheck, RefillOutcome, SlowRead, live_windows_of,
 };
 use dynalimit_repository::{ConfigLevel, LimitConfig, RepositoryError};
 use rand::Rng;
@@ -517,11 +517,9 @@ impl Inner {
                 .filter_map(|l| Some((l.name().to_owned(), l.window_seconds()?)))
                 .collect();
             let count = image.as_ref().map_or(shard_count, BucketImage::shards);
-            if key.shard > 0 && count > 1 && !seeded.is_empty() {
-                access.soft.joined = self.store.live_windows(key, &seeded, now).await?;
-            }
             // A quota shard other than 0 being created is funded by a move of part of a
-            // sibling's grant (reference §12.3, ADR-145), read strongly consistently.
+            // sibling's grant (reference §12.3, ADR-145): one strongly consistent read of the
+            // siblings, shard 0 among them, which also gives the live windows to join.
             let mut moves = Vec::new();
             if image.is_none()
                 && key.shard > 0
@@ -529,10 +527,14 @@ impl Inner {
                 && limits.iter().any(Limit::is_quota)
             {
                 let siblings = self.store.sibling_images(key, shard_count).await?;
+                let shard0 = siblings.iter().find(|(s, _)| *s == 0).map(|(_, img)| img);
+                access.soft.joined = live_windows_of(shard0, &seeded, now);
                 let (funded, planned) =
                     plan_grant_moves(limits, &siblings, key.shard, shard_count, now);
                 access.soft.funded = funded;
                 moves = planned;
+            } else if key.shard > 0 && count > 1 && !seeded.is_empty() {
+                access.soft.joined = self.store.live_windows(key, &seeded, now).await?;
             }
             let Some(img) = image else {
                 let plan = match plan_create(
