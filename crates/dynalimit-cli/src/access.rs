@@ -2,12 +2,11 @@
 //! disable|enable|bypass|clear-disabled`: the `disabled` flag of a level, stamped on every
 //! bucket it decides.
 
+use crate::context::Global;
+use crate::output::access::{Disabled, EntityAccess, ResourceAccess, ResourceCascade};
 use anyhow::Result;
 use clap::Subcommand;
 use dynalimit_repository::DisabledFlag;
-use serde_json::{Value, json};
-
-use crate::context::Global;
 
 /// Resource commands.
 #[derive(Debug, Subcommand)]
@@ -66,16 +65,6 @@ pub(crate) struct EntityTarget {
     pub(crate) resource: Option<String>,
 }
 
-/// The JSON value of a flag: `true`, `false`, or null for a clear.
-fn flag_json(flag: Option<DisabledFlag>) -> Value {
-    match flag {
-        Some(DisabledFlag::Disabled) => json!(true),
-        Some(DisabledFlag::Enabled) => json!(false),
-        Some(DisabledFlag::Bypass) => json!(DisabledFlag::Bypass.name()),
-        None => Value::Null,
-    }
-}
-
 /// A cascade policy on the command line.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub(crate) enum Policy {
@@ -105,11 +94,11 @@ pub(crate) async fn run_resource(global: &Global, command: &ResourceCommand) -> 
         let stamped = repo
             .set_resource_cascade_policy(resource, policy.value())
             .await?;
-        global.print(&json!({
-            "resource": resource,
-            "cascade": policy.value(),
-            "buckets_stamped": stamped,
-        }));
+        global.print(&ResourceCascade {
+            resource: resource.clone(),
+            cascade: policy.value(),
+            buckets_stamped: stamped,
+        });
         return Ok(());
     }
     let (resource, flag) = match command {
@@ -121,11 +110,11 @@ pub(crate) async fn run_resource(global: &Global, command: &ResourceCommand) -> 
     };
     let repo = global.writer().await?;
     let stamped = repo.set_resource_disabled(resource, flag).await?;
-    global.print(&json!({
-        "resource": resource,
-        "disabled": flag_json(flag),
-        "buckets_stamped": stamped,
-    }));
+    global.print(&ResourceAccess {
+        resource: resource.clone(),
+        disabled: flag.map(Disabled),
+        buckets_stamped: stamped,
+    });
     Ok(())
 }
 
@@ -139,11 +128,11 @@ pub(crate) async fn run_entity(
     let stamped = repo
         .set_entity_disabled(&target.id, target.resource.as_deref(), flag)
         .await?;
-    global.print(&json!({
-        "id": target.id,
-        "resource": target.resource,
-        "disabled": flag_json(flag),
-        "buckets_stamped": stamped,
-    }));
+    global.print(&EntityAccess {
+        id: target.id.clone(),
+        resource: target.resource.clone(),
+        disabled: flag.map(Disabled),
+        buckets_stamped: stamped,
+    });
     Ok(())
 }

@@ -4,9 +4,10 @@ use anyhow::Result;
 use aws_sdk_dynamodb::types::AttributeValue;
 use clap::Args;
 use dynalimit_format::audit::{SYSTEM_AUDIT_ID, resource_audit_id};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::context::Global;
+use crate::output::audit::Event;
 
 /// Options of `audit`.
 #[derive(Debug, Args)]
@@ -28,23 +29,25 @@ pub(crate) struct AuditArgs {
     pub(crate) after: Option<String>,
 }
 
+/// A stored attribute value as JSON: numbers as numbers (integers when they are), sets as
+/// arrays, and anything else as its debug text.
 fn attr_json(v: &AttributeValue) -> Value {
     match v {
-        AttributeValue::S(s) => json!(s),
+        AttributeValue::S(s) => Value::from(s.as_str()),
         AttributeValue::N(n) => n
             .parse::<i64>()
             .map(Value::from)
             .or_else(|_| n.parse::<f64>().map(Value::from))
-            .unwrap_or_else(|_| json!(n)),
-        AttributeValue::Bool(b) => json!(b),
+            .unwrap_or_else(|_| Value::from(n.as_str())),
+        AttributeValue::Bool(b) => Value::Bool(*b),
         AttributeValue::Null(_) => Value::Null,
         AttributeValue::L(l) => Value::Array(l.iter().map(attr_json).collect()),
         AttributeValue::M(m) => {
             Value::Object(m.iter().map(|(k, v)| (k.clone(), attr_json(v))).collect())
         }
-        AttributeValue::Ss(s) => json!(s),
-        AttributeValue::Ns(n) => json!(n),
-        other => json!(format!("{other:?}")),
+        AttributeValue::Ss(s) => Value::from(s.clone()),
+        AttributeValue::Ns(n) => Value::from(n.clone()),
+        other => Value::from(format!("{other:?}")),
     }
 }
 
@@ -59,22 +62,24 @@ pub(crate) async fn run(global: &Global, args: &AuditArgs) -> Result<()> {
     let page = repo
         .audit_events(&id, args.limit, args.after.as_deref())
         .await?;
-    let rows: Vec<Value> = page
+    let rows: Vec<Event> = page
         .events
         .iter()
-        .map(|e| {
-            json!({
-                "event_id": e.event_id,
-                "timestamp": e.timestamp,
-                "action": e.action,
-                "entity": e.entity_id,
-                "resource": e.resource,
-                "principal": e.principal,
-                "details": Value::Object(e.details.iter().map(|(k, v)| (k.clone(), attr_json(v))).collect()),
-            })
+        .map(|e| Event {
+            event_id: e.event_id.clone(),
+            timestamp: e.timestamp.clone(),
+            action: e.action.clone(),
+            entity: e.entity_id.clone(),
+            resource: e.resource.clone(),
+            principal: e.principal.clone(),
+            details: e
+                .details
+                .iter()
+                .map(|(k, v)| (k.clone(), attr_json(v)))
+                .collect(),
         })
         .collect();
-    global.print(&Value::Array(rows));
+    global.print(&rows);
     if let Some(next) = page.next {
         eprintln!("more: --after {next}");
     }

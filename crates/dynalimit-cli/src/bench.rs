@@ -24,6 +24,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::demo::{Target, print_table};
+use crate::output::bench::{Case, Machine, Processor, Report, Verdict};
 use anyhow::Context as _;
 use aws_sdk_dynamodb::Client;
 use clap::Args;
@@ -32,9 +34,6 @@ use dynalimit_core::{Clock as _, SystemClock};
 use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_repository::bucket::{BucketKey, BucketStore};
 use dynalimit_repository::{NewEntity, Repository, RequestCounter};
-use serde_json::{Value, json};
-
-use crate::demo::{Target, print_table};
 
 /// Options of `dynalimit bench`.
 #[derive(Debug, Args)]
@@ -154,25 +153,25 @@ struct Figures {
 }
 
 impl Figures {
-    fn to_json(&self) -> Value {
-        json!({
-            "op": self.op.name(),
-            "shape": self.shape.name(),
-            "concurrency": self.concurrency,
-            "ops": self.ops,
-            "p50_us": self.p50_us.round(),
-            "p90_us": self.p90_us.round(),
-            "p99_us": self.p99_us.round(),
-            "mean_us": self.mean_us.round(),
-            "ops_per_s": self.ops_per_s.round(),
-            "requests_per_op": (self.requests_per_op * 100.0).round() / 100.0,
-            "requests_by_operation": self
+    fn to_output(&self) -> Case {
+        Case {
+            op: self.op.name().to_owned(),
+            shape: self.shape.name().to_owned(),
+            concurrency: self.concurrency,
+            ops: self.ops,
+            p50_us: self.p50_us.round(),
+            p90_us: self.p90_us.round(),
+            p99_us: self.p99_us.round(),
+            mean_us: self.mean_us.round(),
+            ops_per_s: self.ops_per_s.round(),
+            requests_per_op: (self.requests_per_op * 100.0).round() / 100.0,
+            requests_by_operation: self
                 .requests_by_operation
                 .iter()
-                .map(|(k, v)| (k.clone(), json!((v * 100.0).round() / 100.0)))
-                .collect::<serde_json::Map<_, _>>(),
-            "cpu_us_per_op": (self.cpu_us_per_op * 10.0).round() / 10.0,
-        })
+                .map(|(k, v)| (k.clone(), (v * 100.0).round() / 100.0))
+                .collect(),
+            cpu_us_per_op: (self.cpu_us_per_op * 10.0).round() / 10.0,
+        }
     }
 }
 
@@ -225,19 +224,20 @@ pub(crate) async fn run(
     let results = outcome?;
     let processor = (args.only.is_empty() || args.aggregator).then(processor_throughput);
     if args.json {
-        let doc = json!({
-            "machine": machine(),
-            "ops_per_case": args.ops,
-            "entities": args.entities,
-            "results": results.iter().map(Figures::to_json).collect::<Vec<_>>(),
-            "targets": targets(&results),
-            "aggregator": processor.map(|records_per_s| json!({
-                "batch": PROCESSOR_BATCH,
-                "records_per_s_one_core": records_per_s.round(),
-                "target": 100_000,
-            })),
-        });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        let report = Report {
+            machine: machine(),
+            ops_per_case: args.ops,
+            entities: args.entities,
+            results: results.iter().map(Figures::to_output).collect(),
+            targets: targets(&results),
+            aggregator: processor.map(|records_per_s| Processor {
+                batch: PROCESSOR_BATCH,
+                records_per_s_one_core: records_per_s.round(),
+                target: 100_000,
+            }),
+        };
+        let report = serde_json::to_value(&report)?;
+        println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_results(&results);
         if let Some(records_per_s) = processor {
@@ -597,7 +597,7 @@ fn process_cpu() -> anyhow::Result<Duration> {
 }
 
 /// The machine, for the record: cores, CPU model, memory.
-fn machine() -> Value {
+fn machine() -> Machine {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()
@@ -611,11 +611,11 @@ fn machine() -> Value {
         .and_then(|l| l.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    json!({
-        "cpus": std::thread::available_parallelism().map_or(0, usize::from),
-        "cpu_model": model,
-        "memory_gib": (mem_kb as f64 / 1024.0 / 1024.0 * 10.0).round() / 10.0,
-    })
+    Machine {
+        cpus: std::thread::available_parallelism().map_or(0, usize::from),
+        cpu_model: model,
+        memory_gib: (mem_kb as f64 / 1024.0 / 1024.0 * 10.0).round() / 10.0,
+    }
 }
 
 fn find(results: &[Figures], op: Op, shape: Shape, concurrency: usize) -> Option<&Figures> {
@@ -625,7 +625,7 @@ fn find(results: &[Figures], op: Op, shape: Shape, concurrency: usize) -> Option
 }
 
 /// The three targets, evaluated on this run's figures.
-fn targets(results: &[Figures]) -> Value {
+fn targets(results: &[Figures]) -> Vec<Verdict> {
     let mut out = Vec::new();
     for shape in [Shape::Hot, Shape::Many] {
         if let (Some(raw), Some(warm)) = (
@@ -633,12 +633,14 @@ fn targets(results: &[Figures]) -> Value {
             find(results, Op::WarmAcquire, shape, 1),
         ) {
             let ratio = warm.p50_us / raw.p50_us;
-            out.push(json!({
-                "target": format!("warm acquire p50 <= 1.15 x raw UpdateItem p50 (c=1, {})",
-                                  shape.name()),
-                "value": (ratio * 1000.0).round() / 1000.0,
-                "met": ratio <= 1.15,
-            }));
+            out.push(Verdict {
+                target: format!(
+                    "warm acquire p50 <= 1.15 x raw UpdateItem p50 (c=1, {})",
+                    shape.name()
+                ),
+                value: (ratio * 1000.0).round() / 1000.0,
+                met: Some(ratio <= 1.15),
+            });
         }
     }
     // Not a target: the same ratio against the acquire's own request sent bare, which
@@ -649,19 +651,23 @@ fn targets(results: &[Figures]) -> Value {
             find(results, Op::WarmAcquire, shape, 1),
         ) {
             let ratio = warm.p50_us / bare.p50_us;
-            out.push(json!({
-                "target": format!("warm acquire p50 / store-consume p50 (c=1, {})", shape.name()),
-                "value": (ratio * 1000.0).round() / 1000.0,
-                "met": Value::Null,
-            }));
+            out.push(Verdict {
+                target: format!(
+                    "warm acquire p50 / store-consume p50 (c=1, {})",
+                    shape.name()
+                ),
+                value: (ratio * 1000.0).round() / 1000.0,
+                met: None,
+            });
         }
     }
     if let Some(flood) = find(results, Op::RejectedFlood, Shape::Hot, 1) {
-        out.push(json!({
-            "target": "DynamoDB requests per rejected request under a flood <= 0.1 (c=1, hot)",
-            "value": (flood.requests_per_op * 1000.0).round() / 1000.0,
-            "met": flood.requests_per_op <= 0.1,
-        }));
+        out.push(Verdict {
+            target: "DynamoDB requests per rejected request under a flood <= 0.1 (c=1, hot)"
+                .to_owned(),
+            value: (flood.requests_per_op * 1000.0).round() / 1000.0,
+            met: Some(flood.requests_per_op <= 0.1),
+        });
     }
     // Only when warm acquires were measured: no case is not a pass.
     let worst_cpu = results
@@ -670,33 +676,31 @@ fn targets(results: &[Figures]) -> Value {
         .map(|f| f.cpu_us_per_op)
         .reduce(f64::max);
     if let Some(worst_cpu) = worst_cpu {
-        out.push(json!({
-            "target": "client CPU per warm acquire <= 50 us (worst case)",
-            "value": (worst_cpu * 10.0).round() / 10.0,
-            "met": worst_cpu <= 50.0,
-        }));
+        out.push(Verdict {
+            target: "client CPU per warm acquire <= 50 us (worst case)".to_owned(),
+            value: (worst_cpu * 10.0).round() / 10.0,
+            met: Some(worst_cpu <= 50.0),
+        });
     }
     if let (Some(raw), Some(warm)) = (
         find(results, Op::RawUpdate, Shape::Many, 32),
         find(results, Op::WarmAcquire, Shape::Many, 32),
     ) {
         let ratio = warm.ops_per_s / raw.ops_per_s;
-        out.push(json!({
-            "target": "warm acquire throughput >= 0.9 x raw UpdateItem (c=32, many)",
-            "value": (ratio * 1000.0).round() / 1000.0,
-            "met": ratio >= 0.9,
-        }));
+        out.push(Verdict {
+            target: "warm acquire throughput >= 0.9 x raw UpdateItem (c=32, many)".to_owned(),
+            value: (ratio * 1000.0).round() / 1000.0,
+            met: Some(ratio >= 0.9),
+        });
     }
-    Value::Array(out)
+    out
 }
 
 fn print_results(results: &[Figures]) {
     let m = machine();
     println!(
         "\nMachine: {} CPUs, {}, {} GiB",
-        m["cpus"],
-        m["cpu_model"].as_str().unwrap_or("?"),
-        m["memory_gib"]
+        m.cpus, m.cpu_model, m.memory_gib
     );
     let mut rows = vec![[
         "operation".to_string(),
@@ -726,16 +730,16 @@ fn print_results(results: &[Figures]) {
     }
     print_table(&rows);
     println!("\nTargets:");
-    for t in targets(results).as_array().into_iter().flatten() {
+    for t in targets(results) {
         println!(
             "  [{}] {}: {}",
-            match t["met"].as_bool() {
+            match t.met {
                 Some(true) => "met",
                 Some(false) => "MISSED",
                 None => "info",
             },
-            t["target"].as_str().unwrap_or(""),
-            t["value"]
+            t.target,
+            t.value
         );
     }
 }
@@ -761,13 +765,8 @@ mod tests {
         }
     }
 
-    fn names(targets: &Value) -> Vec<String> {
-        targets
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["target"].as_str().unwrap().to_owned())
-            .collect()
+    fn names(targets: &[Verdict]) -> Vec<String> {
+        targets.iter().map(|t| t.target.clone()).collect()
     }
 
     #[test]
@@ -775,16 +774,14 @@ mod tests {
         let raw_only = targets(&[figures(Op::RawUpdate, 60.0)]);
         assert!(
             names(&raw_only).iter().all(|n| !n.contains("client CPU")),
-            "{raw_only}"
+            "{raw_only:?}"
         );
         let warm = targets(&[figures(Op::RawUpdate, 60.0), figures(Op::WarmAcquire, 70.0)]);
         let cpu = warm
-            .as_array()
-            .unwrap()
             .iter()
-            .find(|t| t["target"].as_str().unwrap().contains("client CPU"))
+            .find(|t| t.target.contains("client CPU"))
             .expect("measured");
-        assert_eq!(cpu["met"], false);
-        assert_eq!(cpu["value"], 70.0);
+        assert_eq!(cpu.met, Some(false));
+        assert_eq!(cpu.value, 70.0);
     }
 }

@@ -6,7 +6,7 @@ use clap::Args;
 use dynalimit_repository::aws::{self, AwsSettings};
 use dynalimit_repository::{DEFAULT_NAMESPACE, DEFAULT_STACK, Repository, RepositoryBuilder};
 use dynalimit_stack::StackManager;
-use serde_json::Value;
+use serde::Serialize;
 
 use crate::output::{self, Format};
 
@@ -120,7 +120,7 @@ impl Global {
     }
 
     /// Prints `value` in the chosen format.
-    pub(crate) fn print(&self, value: &Value) {
+    pub(crate) fn print<T: Serialize>(&self, value: &T) {
         output::print(self.output, value);
     }
 }

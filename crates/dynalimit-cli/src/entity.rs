@@ -1,15 +1,13 @@
 //! `entity create|get|delete|children|disable|enable|clear-disabled|reset|top-up`.
 
-use anyhow::{Result, anyhow, bail};
-use clap::Subcommand;
-use dynalimit_repository::{
-    BucketOperation, DisabledFlag, Entity, NewEntity, OperationKind, OperationOptions,
-    RepositoryError,
-};
-use serde_json::{Value, json};
-
 use crate::access::{self, EntityTarget};
 use crate::context::{Global, bad_input};
+use crate::output::access::EntityCascade;
+use crate::output::entity::{self as out, Balance, Comeback};
+use crate::output::namespace::ItemsDeleted;
+use anyhow::{Result, anyhow, bail};
+use clap::Subcommand;
+use dynalimit_repository::{DisabledFlag, NewEntity, OperationOptions, RepositoryError};
 
 /// Entity commands.
 #[derive(Debug, Subcommand)]
@@ -172,68 +170,38 @@ fn options(idempotency_key: Option<&String>) -> OperationOptions {
     }
 }
 
-fn operation_json(done: &BucketOperation) -> Value {
-    json!({
-        "entity_id": done.entity_id,
-        "resource": done.resource,
-        "operation": match done.kind {
-            OperationKind::Reset => "reset",
-            OperationKind::TopUp => "top_up",
-        },
-        "operation_id": done.operation_id,
-        "shards": done.shards,
-        "amounts": done.amounts,
-        "replayed": done.replayed,
-    })
-}
-
 /// One limit's balance: available tokens, the capacity in force at `now`, and its refill or,
 /// for a quota, the next reset (RFC 3339, UTC).
-fn balance_json(status: &dynalimit::LimitStatus, now: i64) -> Value {
+fn balance(status: &dynalimit::LimitStatus, now: i64) -> Balance {
     let limit = &status.limit;
-    let capacity = limit.params_at(now).capacity / 1000;
-    if let Some(window) = limit.window_seconds() {
-        return json!({
-            "name": limit.name(),
-            "available": status.available,
-            "capacity": capacity,
-            "kind": "session quota",
-            "window_seconds": window,
-            "resets_at": status.resets_at_ms.map(rfc3339),
-        });
-    }
-    match limit.reset() {
-        Some(reset) => json!({
-            "name": limit.name(),
-            "available": status.available,
-            "capacity": capacity,
-            "kind": "quota",
-            "resets_at": reset.next_edge(now).map(rfc3339),
-        }),
-        None => json!({
-            "name": limit.name(),
-            "available": status.available,
-            "capacity": capacity,
-            "kind": "rate",
-            "refill": format!("{}/{}s", limit.params_at(now).refill_amount / 1000, limit.refill_period_seconds()),
-        }),
+    let params = limit.params_at(now);
+    let comeback = match (limit.window_seconds(), limit.reset()) {
+        (Some(window_seconds), _) => Comeback::SessionQuota {
+            window_seconds,
+            resets_at: status.resets_at_ms.map(rfc3339),
+        },
+        (None, Some(reset)) => Comeback::Quota {
+            resets_at: reset.next_edge(now).map(rfc3339),
+        },
+        (None, None) => Comeback::Rate {
+            refill: format!(
+                "{}/{}s",
+                params.refill_amount / 1000,
+                limit.refill_period_seconds()
+            ),
+        },
+    };
+    Balance {
+        name: limit.name().to_owned(),
+        available: status.available,
+        capacity: params.capacity / 1000,
+        comeback,
     }
 }
 
 /// An epoch-millisecond instant in RFC 3339, UTC.
 fn rfc3339(ms: i64) -> String {
     jiff::Timestamp::from_millisecond(ms).map_or_else(|_| ms.to_string(), |t| t.to_string())
-}
-
-fn entity_json(e: &Entity) -> Value {
-    json!({
-        "id": e.id,
-        "name": e.name,
-        "parent_id": e.parent_id,
-        "cascade": e.cascade,
-        "metadata": e.metadata,
-        "created_at": e.created_at,
-    })
 }
 
 /// Runs an entity command.
@@ -261,7 +229,7 @@ pub(crate) async fn run(global: &Global, command: &EntityCommand) -> Result<()> 
             }
             let repo = global.writer().await?;
             let entity = repo.create_entity(new).await?;
-            global.print(&entity_json(&entity));
+            global.print(&out::Entity::from(&entity));
         }
         EntityCommand::Get { id } => {
             let repo = global.reader().await?;
@@ -271,7 +239,7 @@ pub(crate) async fn run(global: &Global, command: &EntityCommand) -> Result<()> 
                 .ok_or_else(|| RepositoryError::NotFound {
                     what: format!("entity {id:?}"),
                 })?;
-            global.print(&entity_json(&entity));
+            global.print(&out::Entity::from(&entity));
         }
         EntityCommand::Delete { id, yes } => {
             if !yes {
@@ -285,7 +253,10 @@ pub(crate) async fn run(global: &Global, command: &EntityCommand) -> Result<()> 
                 }
                 .into());
             }
-            global.print(&json!({ "id": id, "items_deleted": items }));
+            global.print(&ItemsDeleted {
+                id: id.clone(),
+                items_deleted: items,
+            });
         }
         EntityCommand::Disable(target) => {
             access::run_entity(global, target, Some(DisabledFlag::Disabled)).await?;
@@ -300,7 +271,11 @@ pub(crate) async fn run(global: &Global, command: &EntityCommand) -> Result<()> 
         EntityCommand::SetParent { id, parent, .. } => {
             let repo = global.writer().await?;
             let stamped = repo.set_parent(id, parent.as_deref()).await?;
-            global.print(&json!({ "id": id, "parent_id": parent, "buckets_stamped": stamped }));
+            global.print(&out::ParentSet {
+                id: id.clone(),
+                parent_id: parent.clone(),
+                buckets_stamped: stamped,
+            });
         }
         EntityCommand::SetCascade {
             id,
@@ -312,14 +287,18 @@ pub(crate) async fn run(global: &Global, command: &EntityCommand) -> Result<()> 
             let stamped = repo
                 .set_cascade_policy(id, resource.as_deref(), value)
                 .await?;
-            global.print(&json!({
-                "id": id, "resource": resource, "cascade": value, "buckets_stamped": stamped,
-            }));
+            global.print(&EntityCascade {
+                id: id.clone(),
+                resource: resource.clone(),
+                cascade: value,
+                buckets_stamped: stamped,
+            });
         }
         EntityCommand::Children { id } => {
             let repo = global.reader().await?;
             let children = repo.children(id).await?;
-            global.print(&Value::Array(children.iter().map(entity_json).collect()));
+            let children: Vec<out::Entity> = children.iter().map(out::Entity::from).collect();
+            global.print(&children);
         }
         EntityCommand::Available { id, resource } => {
             let repo = global.reader().await?;
@@ -327,8 +306,11 @@ pub(crate) async fn run(global: &Global, command: &EntityCommand) -> Result<()> 
             let statuses = dynalimit::RateLimiter::new(repo)
                 .balances(id, resource, &[])
                 .await?;
-            let limits: Vec<Value> = statuses.iter().map(|s| balance_json(s, now)).collect();
-            global.print(&json!({ "entity_id": id, "resource": resource, "limits": limits }));
+            global.print(&out::Available {
+                entity_id: id.clone(),
+                resource: resource.clone(),
+                limits: statuses.iter().map(|s| balance(s, now)).collect(),
+            });
         }
         EntityCommand::Reset {
             id,
@@ -342,7 +324,7 @@ pub(crate) async fn run(global: &Global, command: &EntityCommand) -> Result<()> 
             if done.shards == 0 && !done.replayed {
                 eprintln!("note: {id:?} has no bucket for {resource:?} yet; nothing to reset");
             }
-            global.print(&operation_json(&done));
+            global.print(&out::Operation::from(&done));
         }
         EntityCommand::TopUp {
             id,
@@ -376,7 +358,7 @@ pub(crate) async fn run(global: &Global, command: &EntityCommand) -> Result<()> 
                     short.join(", ")
                 );
             }
-            global.print(&operation_json(&done));
+            global.print(&out::Operation::from(&done));
         }
     }
     Ok(())

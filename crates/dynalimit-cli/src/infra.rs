@@ -2,6 +2,11 @@
 
 use std::path::PathBuf;
 
+use crate::context::Global;
+use crate::output::infra::{
+    Stack, StackDeleted, Status, TableCompatibility, TableVersion, Version,
+};
+use crate::package;
 use anyhow::{Context, Result, anyhow, bail};
 use aws_config::SdkConfig;
 use clap::Args;
@@ -10,10 +15,6 @@ use dynalimit_repository::{Repository, RepositoryError};
 use dynalimit_stack::{
     self as stack, StackError, StackEvent, StackInfo, StackManager, StackOptions,
 };
-use serde_json::{Value, json};
-
-use crate::context::Global;
-use crate::package;
 
 /// Options of `deploy`; unset ones keep the template's defaults.
 #[derive(Debug, Args)]
@@ -199,20 +200,6 @@ fn progress(event: &StackEvent) {
     eprintln!("  {event}");
 }
 
-fn stack_json(info: &StackInfo) -> Value {
-    let mut v = json!({
-        "stack": info.name,
-        "status": info.status,
-    });
-    if let Some(reason) = &info.reason {
-        v["reason"] = json!(reason);
-    }
-    for (k, out) in &info.outputs {
-        v[k] = json!(out);
-    }
-    v
-}
-
 /// `deploy`: creates or updates the stack, uploads the aggregator, writes the version record
 /// and registers the namespace.
 pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
@@ -242,7 +229,7 @@ pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
             options.architecture
         );
     }
-    global.print(&stack_json(&info));
+    global.print(&Stack::from(&info));
     Ok(())
 }
 
@@ -285,13 +272,24 @@ pub(crate) async fn status(global: &Global) -> Result<()> {
         }
         .into());
     }
-    let mut v = match &stack {
-        Some(info) => stack_json(info),
-        None => json!({ "stack": global.stack, "status": "NO_STACK (a table without a stack)" }),
+    let stack = match &stack {
+        Some(info) => Stack::from(info),
+        None => Stack {
+            stack: global.stack.clone(),
+            status: "NO_STACK (a table without a stack)".to_owned(),
+            reason: None,
+            outputs: Default::default(),
+        },
+    };
+    let mut shown = Status {
+        stack,
+        table_status: Some("MISSING".to_owned()),
+        item_count: None,
+        version: None,
     };
     if let Some(t) = &table {
-        v["table_status"] = json!(t.table_status().map(|s| s.as_str()));
-        v["item_count"] = json!(t.item_count());
+        shown.table_status = t.table_status().map(|s| s.as_str().to_owned());
+        shown.item_count = t.item_count();
         let repo = Repository::builder()
             .client(client.clone())
             .stack(global.stack.clone())
@@ -300,14 +298,10 @@ pub(crate) async fn status(global: &Global) -> Result<()> {
         if let Ok(repo) = repo
             && let Ok(Some(record)) = repo.version_record().await
         {
-            v["schema_version"] = json!(record.schema_version);
-            v["lambda_version"] = json!(record.lambda_version);
-            v["client_min_version"] = json!(record.client_min_version);
+            shown.version = Some(TableVersion::from(&record));
         }
-    } else {
-        v["table_status"] = json!("MISSING");
     }
-    global.print(&v);
+    global.print(&shown);
     Ok(())
 }
 
@@ -339,19 +333,24 @@ pub(crate) async fn delete(global: &Global, args: &DeleteArgs) -> Result<()> {
         eprintln!("deleting stack {} …", global.stack);
         manager.delete(&mut progress).await?;
         eprintln!("{}", retained_table_note(&global.stack));
-        global.print(&json!({
-            "stack": global.stack,
-            "status": "DELETE_COMPLETE",
-            "table": global.stack,
-            "table_status": "RETAINED",
-        }));
+        global.print(&StackDeleted {
+            stack: global.stack.clone(),
+            status: "DELETE_COMPLETE".to_owned(),
+            table: Some(global.stack.clone()),
+            table_status: Some("RETAINED".to_owned()),
+        });
         return Ok(());
     }
     if global.endpoint(&config).is_some() {
         let client = aws_sdk_dynamodb::Client::new(&config);
         match client.delete_table().table_name(&global.stack).send().await {
             Ok(_) => {
-                global.print(&json!({ "stack": global.stack, "status": "TABLE_DELETED" }));
+                global.print(&StackDeleted {
+                    stack: global.stack.clone(),
+                    status: "TABLE_DELETED".to_owned(),
+                    table: None,
+                    table_status: None,
+                });
                 return Ok(());
             }
             Err(e)
@@ -404,23 +403,21 @@ pub(crate) struct VersionArgs {
 
 /// `version`: this client's versions and, with `--table`, the table's.
 pub(crate) async fn version(global: &Global, args: &VersionArgs) -> Result<()> {
-    let mut v = json!({
-        "dynalimit": env!("CARGO_PKG_VERSION"),
-        "schema_version": version::SCHEMA_VERSION,
-        "compatible_with": format!("zae-limiter {}", version::COMPATIBILITY_VERSION),
-    });
+    let mut shown = Version {
+        dynalimit: env!("CARGO_PKG_VERSION").to_owned(),
+        schema_version: version::SCHEMA_VERSION.to_owned(),
+        compatible_with: format!("zae-limiter {}", version::COMPATIBILITY_VERSION),
+        table: None,
+    };
     if args.table {
         let repo = global.reader().await?;
         let record = repo
             .version_record()
             .await?
             .ok_or_else(|| anyhow!("table {} has no version record", global.stack))?;
-        v["table_schema_version"] = json!(record.schema_version);
-        v["table_lambda_version"] = json!(record.lambda_version);
-        v["table_client_min_version"] = json!(record.client_min_version);
-        v["table_updated_by"] = json!(record.updated_by);
-        v["compatible"] = json!(Repository::check_compatibility(&record).is_ok());
+        let compatible = Repository::check_compatibility(&record).is_ok();
+        shown.table = Some(TableCompatibility::new(&record, compatible));
     }
-    global.print(&v);
+    global.print(&shown);
     Ok(())
 }

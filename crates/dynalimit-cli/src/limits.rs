@@ -2,13 +2,15 @@
 
 use std::path::PathBuf;
 
+use crate::context::{Global, bad_input};
+use crate::limit_spec::{format_limit, parse_limits, parse_limits_yaml};
+use crate::output::access::Disabled;
+use crate::output::limits::{
+    Configured, CustomLimits, LevelConfig, LevelDeleted, LevelKind, Resolved, Unavailable,
+};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
 use dynalimit_repository::{LimitConfig, OnUnavailable, Repository};
-use serde_json::{Value, json};
-
-use crate::context::{Global, bad_input};
-use crate::limit_spec::{format_limit, parse_limits, parse_limits_yaml};
 
 /// The `_default_` resource: an entity's limits on every resource.
 const DEFAULT_RESOURCE: &str = "_default_";
@@ -103,14 +105,14 @@ pub(crate) enum LimitsCommand {
     },
 }
 
-fn config_json(level: &str, config: &LimitConfig) -> Value {
-    json!({
-        "level": level,
-        "limits": config.limits.iter().map(format_limit).collect::<Vec<_>>(),
-        "disabled": config.disabled.map(|d| format!("{d:?}").to_lowercase()),
-        "cascade": config.cascade,
-        "on_unavailable": config.on_unavailable.map(|o| o.as_str()),
-    })
+fn level_config(level: String, config: &LimitConfig) -> LevelConfig {
+    LevelConfig {
+        level,
+        limits: config.limits.iter().map(format_limit).collect(),
+        disabled: config.disabled.map(Disabled),
+        cascade: config.cascade,
+        on_unavailable: config.on_unavailable.map(Unavailable::from),
+    }
 }
 
 fn level_name(target: &Target<'_>) -> String {
@@ -163,7 +165,7 @@ pub(crate) async fn run(global: &Global, command: &LimitsCommand) -> Result<()> 
             let config = stored(&repo, &target)
                 .await?
                 .ok_or_else(|| anyhow!("the limits were written but cannot be read back"))?;
-            global.print(&config_json(&level_name(&target), &config));
+            global.print(&level_config(level_name(&target), &config));
         }
         LimitsCommand::Get { level, resolved } => {
             let target = level.target()?;
@@ -173,19 +175,19 @@ pub(crate) async fn run(global: &Global, command: &LimitsCommand) -> Result<()> 
                     bail!("--resolved needs --entity");
                 };
                 let res = repo.resolve_limits(e, r).await?;
-                global.print(&json!({
-                    "entity": e,
-                    "resource": r,
-                    "source": res.source.map(|s| s.as_str()),
-                    "limits": res.limits.iter().map(format_limit).collect::<Vec<_>>(),
-                    "on_unavailable": res.on_unavailable.map(|o| o.as_str()),
-                }));
+                global.print(&Resolved {
+                    entity: e.to_owned(),
+                    resource: r.to_owned(),
+                    source: res.source.map(Into::into),
+                    limits: res.limits.iter().map(format_limit).collect(),
+                    on_unavailable: res.on_unavailable.map(Unavailable::from),
+                });
                 return Ok(());
             }
             let config = stored(&repo, &target)
                 .await?
                 .ok_or_else(|| anyhow!("no limits are set at level {}", level_name(&target)))?;
-            global.print(&config_json(&level_name(&target), &config));
+            global.print(&level_config(level_name(&target), &config));
         }
         LimitsCommand::Delete { level } => {
             let target = level.target()?;
@@ -198,7 +200,10 @@ pub(crate) async fn run(global: &Global, command: &LimitsCommand) -> Result<()> 
             if !existed {
                 bail!("no limits are set at level {}", level_name(&target));
             }
-            global.print(&json!({ "level": level_name(&target), "deleted": true }));
+            global.print(&LevelDeleted {
+                level: level_name(&target),
+                deleted: true,
+            });
         }
         LimitsCommand::List {
             resource,
@@ -211,11 +216,14 @@ pub(crate) async fn run(global: &Global, command: &LimitsCommand) -> Result<()> 
                     let (entities, next) = repo
                         .list_entities_with_custom_limits(r, *limit, cursor.as_deref())
                         .await?;
-                    let rows: Vec<Value> = entities
-                        .iter()
-                        .map(|e| json!({ "entity": e, "resource": r }))
+                    let rows: Vec<CustomLimits> = entities
+                        .into_iter()
+                        .map(|entity| CustomLimits {
+                            entity,
+                            resource: r.clone(),
+                        })
                         .collect();
-                    global.print(&Value::Array(rows));
+                    global.print(&rows);
                     if let Some(next) = next {
                         eprintln!("more: --cursor {next}");
                     }
@@ -223,15 +231,24 @@ pub(crate) async fn run(global: &Global, command: &LimitsCommand) -> Result<()> 
                 None => {
                     let mut rows = Vec::new();
                     if repo.get_system_defaults().await?.is_some() {
-                        rows.push(json!({ "level": "system", "resource": null }));
+                        rows.push(Configured {
+                            level: LevelKind::System,
+                            resource: None,
+                        });
                     }
                     for r in repo.list_resources_with_defaults().await? {
-                        rows.push(json!({ "level": "resource", "resource": r }));
+                        rows.push(Configured {
+                            level: LevelKind::Resource,
+                            resource: Some(r),
+                        });
                     }
                     for r in repo.list_resources_with_entity_configs().await? {
-                        rows.push(json!({ "level": "entity", "resource": r }));
+                        rows.push(Configured {
+                            level: LevelKind::Entity,
+                            resource: Some(r),
+                        });
                     }
-                    global.print(&Value::Array(rows));
+                    global.print(&rows);
                 }
             }
         }

@@ -8,12 +8,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::context::Global;
+use crate::output::local::Local;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
 use dynalimit_local as local;
-use serde_json::json;
-
-use crate::context::Global;
 
 const COMPOSE_FILE: &str = include_str!("../localstack/docker-compose.yml");
 const INIT_HOOK: &str = include_str!("../localstack/init/ready.d/10-dynalimit.sh");
@@ -94,16 +93,16 @@ pub(crate) async fn run(global: &Global, command: &LocalCommand) -> Result<()> {
         LocalCommand::Down(_) => down(global),
         LocalCommand::Status(_) => {
             let dir = state_dir()?;
-            let v = match running(&dir) {
-                Some((pid, port)) => json!({
-                    "status": "running",
-                    "pid": pid,
-                    "endpoint": format!("http://127.0.0.1:{port}"),
-                    "answering": local::is_answering(port),
-                }),
-                None => json!({ "status": "stopped" }),
+            let state = match running(&dir) {
+                Some((pid, port)) => Local::Running {
+                    pid: Some(pid),
+                    endpoint: format!("http://127.0.0.1:{port}"),
+                    answering: Some(local::is_answering(port)),
+                    table: None,
+                },
+                None => Local::Stopped { pid: None },
             };
-            global.print(&v);
+            global.print(&state);
             Ok(())
         }
     }
@@ -135,12 +134,12 @@ async fn up(global: &Global, port: u16) -> Result<()> {
     let mut on_local = global.clone();
     on_local.endpoint_url = Some(endpoint.clone());
     let repo = on_local.writer().await?;
-    global.print(&json!({
-        "status": "running",
-        "pid": pid,
-        "endpoint": endpoint,
-        "table": repo.table_name(),
-    }));
+    global.print(&Local::Running {
+        pid: Some(pid),
+        endpoint: endpoint.clone(),
+        answering: None,
+        table: Some(repo.table_name().to_owned()),
+    });
     eprintln!("point the CLI and your services at it:\n  export DYNALIMIT_ENDPOINT_URL={endpoint}");
     Ok(())
 }
@@ -150,7 +149,7 @@ fn down(global: &Global) -> Result<()> {
     let pid_file = dir.join(PID_FILE);
     let Some((pid, port)) = running(&dir) else {
         let _ = std::fs::remove_file(&pid_file);
-        global.print(&json!({ "status": "stopped" }));
+        global.print(&Local::Stopped { pid: None });
         return Ok(());
     };
     let status = Command::new("kill")
@@ -167,7 +166,7 @@ fn down(global: &Global) -> Result<()> {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     let _ = std::fs::remove_file(&pid_file);
-    global.print(&json!({ "status": "stopped", "pid": pid }));
+    global.print(&Local::Stopped { pid: Some(pid) });
     Ok(())
 }
 
@@ -202,7 +201,12 @@ fn localstack(args: &[&str], global: &Global) -> Result<()> {
         bail!("docker compose {} failed ({status})", args[0]);
     }
     if args[0] == "up" {
-        global.print(&json!({ "status": "running", "endpoint": "http://localhost:4566" }));
+        global.print(&Local::Running {
+            pid: None,
+            endpoint: "http://localhost:4566".to_owned(),
+            answering: None,
+            table: None,
+        });
         eprintln!("export DYNALIMIT_ENDPOINT_URL=http://localhost:4566");
     }
     Ok(())

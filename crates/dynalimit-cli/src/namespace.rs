@@ -1,11 +1,10 @@
 //! `namespace register|list|get|delete|recover|orphans|purge`.
 
-use anyhow::{Result, bail};
+use crate::context::Global;
+use crate::output::namespace::{ItemsDeleted, Namespace, NamespaceDeleted, Registered};
+use anyhow::{Result, anyhow, bail};
 use clap::Subcommand;
 use dynalimit_repository::{NamespaceInfo, RepositoryError};
-use serde_json::{Value, json};
-
-use crate::context::Global;
 
 /// Namespace commands.
 #[derive(Debug, Subcommand)]
@@ -55,14 +54,8 @@ pub(crate) enum NamespaceCommand {
     },
 }
 
-fn info_json(n: &NamespaceInfo) -> Value {
-    json!({
-        "name": n.name,
-        "id": n.id,
-        "status": n.status,
-        "created_at": n.created_at,
-        "deleted_at": n.deleted_at,
-    })
+fn namespaces(list: &[NamespaceInfo]) -> Vec<Namespace> {
+    list.iter().map(Namespace::from).collect()
 }
 
 /// Runs a namespace command.
@@ -72,21 +65,28 @@ pub(crate) async fn run(global: &Global, command: &NamespaceCommand) -> Result<(
             let repo = global.writer().await?;
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
             let ids = repo.register_namespaces(&refs).await?;
-            let rows: Vec<Value> = names
+            let rows = names
                 .iter()
-                .map(|n| json!({ "name": n, "id": ids.get(n) }))
-                .collect();
-            global.print(&Value::Array(rows));
+                .map(|n| {
+                    let id = ids.get(n).cloned();
+                    let id = id.ok_or_else(|| anyhow!("namespace {n:?} got no id"))?;
+                    Ok(Registered {
+                        name: n.clone(),
+                        id,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            global.print(&rows);
         }
         NamespaceCommand::List => {
             let repo = global.reader().await?;
             let list = repo.list_namespaces().await?;
-            global.print(&Value::Array(list.iter().map(info_json).collect()));
+            global.print(&namespaces(&list));
         }
         NamespaceCommand::Get { name } => {
             let repo = global.reader().await?;
             match repo.get_namespace(name).await? {
-                Some(info) => global.print(&info_json(&info)),
+                Some(info) => global.print(&Namespace::from(&info)),
                 None => {
                     return Err(RepositoryError::NamespaceNotFound { name: name.clone() }.into());
                 }
@@ -98,7 +98,11 @@ pub(crate) async fn run(global: &Global, command: &NamespaceCommand) -> Result<(
             }
             let repo = global.reader().await?;
             match repo.delete_namespace(name).await? {
-                Some(id) => global.print(&json!({ "name": name, "id": id, "status": "deleted" })),
+                Some(id) => global.print(&NamespaceDeleted {
+                    name: name.clone(),
+                    id,
+                    status: dynalimit_format::namespace::DELETED.to_owned(),
+                }),
                 None => {
                     return Err(RepositoryError::NamespaceNotFound { name: name.clone() }.into());
                 }
@@ -107,12 +111,12 @@ pub(crate) async fn run(global: &Global, command: &NamespaceCommand) -> Result<(
         NamespaceCommand::Recover { id } => {
             let repo = global.reader().await?;
             let info = repo.recover_namespace(id).await?;
-            global.print(&info_json(&info));
+            global.print(&Namespace::from(&info));
         }
         NamespaceCommand::Orphans => {
             let repo = global.reader().await?;
             let list = repo.list_orphan_namespaces().await?;
-            global.print(&Value::Array(list.iter().map(info_json).collect()));
+            global.print(&namespaces(&list));
         }
         NamespaceCommand::Purge { id, yes } => {
             if !yes {
@@ -120,7 +124,10 @@ pub(crate) async fn run(global: &Global, command: &NamespaceCommand) -> Result<(
             }
             let repo = global.reader().await?;
             let deleted = repo.purge_namespace(id).await?;
-            global.print(&json!({ "id": id, "items_deleted": deleted }));
+            global.print(&ItemsDeleted {
+                id: id.clone(),
+                items_deleted: deleted,
+            });
         }
     }
     Ok(())

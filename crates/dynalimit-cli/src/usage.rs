@@ -1,11 +1,10 @@
 //! `usage`: usage snapshots written by the aggregator, listed or summarised.
 
+use crate::context::Global;
+use crate::output::usage::{Snapshot, Summary};
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use dynalimit_repository::{UsageQuery, UsageSnapshot};
-use serde_json::{Value, json};
-
-use crate::context::Global;
+use dynalimit_repository::UsageQuery;
 
 /// What `usage` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -61,17 +60,6 @@ impl UsageArgs {
     }
 }
 
-fn snapshot_json(s: &UsageSnapshot) -> Value {
-    json!({
-        "entity": s.entity_id,
-        "resource": s.resource,
-        "window": s.window,
-        "window_start": s.window_start,
-        "counters": s.counters,
-        "events": s.total_events,
-    })
-}
-
 /// Runs `usage`.
 pub(crate) async fn run(global: &Global, args: &UsageArgs) -> Result<()> {
     let repo = global.reader().await?;
@@ -81,24 +69,15 @@ pub(crate) async fn run(global: &Global, args: &UsageArgs) -> Result<()> {
             let page = repo
                 .usage_snapshots(&query, args.limit, args.cursor.as_deref())
                 .await?;
-            global.print(&Value::Array(
-                page.snapshots.iter().map(snapshot_json).collect(),
-            ));
+            let rows: Vec<Snapshot> = page.snapshots.iter().map(Snapshot::from).collect();
+            global.print(&rows);
             if let Some(next) = page.next {
                 eprintln!("more: --cursor {next}");
             }
         }
         UsageView::Summary => {
             let s = repo.usage_summary(&query).await?;
-            global.print(&json!({
-                "snapshots": s.snapshot_count,
-                "total": s.total,
-                "average": s.average,
-                "events": s.total_events,
-                "first_window": s.min_window_start,
-                "last_window": s.max_window_start,
-                "truncated": s.truncated,
-            }));
+            global.print(&Summary::from(&s));
         }
     }
     Ok(())

@@ -20,23 +20,7 @@ use syn::visit::Visit;
 use crate::source::{self, ModuleFile};
 
 /// Strings that are allowed where the rules would flag them, with the reason.
-const ALLOWED: &[(&str, &str, &str)] = &[
-    (
-        "crates/dynalimit-cli/src/infra.rs",
-        "schema_version",
-        "`dynalimit status` JSON output key",
-    ),
-    (
-        "crates/dynalimit-cli/src/infra.rs",
-        "lambda_version",
-        "`dynalimit status` JSON output key",
-    ),
-    (
-        "crates/dynalimit-cli/src/infra.rs",
-        "client_min_version",
-        "`dynalimit status` JSON output key",
-    ),
-];
+const ALLOWED: &[(&str, &str, &str)] = &[];
 
 /// Attribute names that are also ordinary words.
 const WORDS: &[&str] = &[

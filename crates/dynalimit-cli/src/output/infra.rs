@@ -1,0 +1,147 @@
+//! The output of `deploy`, `status`, `delete` and `version`.
+
+use std::collections::BTreeMap;
+
+use dynalimit_format::version::VersionRecord;
+use dynalimit_stack::StackInfo;
+use serde::Serialize;
+
+/// A CloudFormation stack: what `deploy` prints once the stack is complete. Its outputs
+/// (`TableName`, `TableArn`, `StreamArn`, the policy ARNs, and with the aggregator
+/// `AggregatorFunctionName`, `AggregatorFunctionArn`, `CodeBucketName`, …) are keys of their
+/// own, next to `stack` and `status`.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct Stack {
+    /// The stack name (also the table's).
+    pub(crate) stack: String,
+    /// CloudFormation's status, e.g. `CREATE_COMPLETE`, `UPDATE_COMPLETE`.
+    pub(crate) status: String,
+    /// CloudFormation's status reason; absent when it gives none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reason: Option<String>,
+    /// The stack's outputs, each under its own name at the top level: `TableName`,
+    /// `TableArn`, `StreamArn`, the policy ARNs, and with the aggregator
+    /// `AggregatorFunctionName`, `AggregatorFunctionArn`, `CodeBucketName`, ….
+    #[serde(flatten)]
+    pub(crate) outputs: BTreeMap<String, String>,
+}
+
+impl From<&StackInfo> for Stack {
+    fn from(info: &StackInfo) -> Stack {
+        Stack {
+            stack: info.name.clone(),
+            status: info.status.clone(),
+            reason: info.reason.clone(),
+            outputs: info.outputs.clone(),
+        }
+    }
+}
+
+/// `status`: the stack as `deploy` prints it (its outputs keys of their own), the table, and
+/// the table's version record (`schema_version`, `lambda_version`, `client_min_version`:
+/// absent when the table has none or it cannot be read).
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct Status {
+    /// The stack; on an endpoint without one, `status` is `NO_STACK (a table without a
+    /// stack)` and there are no outputs.
+    #[serde(flatten)]
+    pub(crate) stack: Stack,
+    /// DynamoDB's table status (`ACTIVE`, …), or `MISSING` when the stack has no table;
+    /// null when DynamoDB gives none.
+    pub(crate) table_status: Option<String>,
+    /// DynamoDB's approximate item count (updated about every six hours); absent when the
+    /// table is missing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) item_count: Option<i64>,
+    /// The table's version record; its fields are absent when it has none or it cannot be
+    /// read.
+    #[serde(flatten)]
+    pub(crate) version: Option<TableVersion>,
+}
+
+/// A table's version record, as `status` shows it.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct TableVersion {
+    /// The key-layout version of the table.
+    pub(crate) schema_version: String,
+    /// The aggregator code deployed; null when none is.
+    pub(crate) lambda_version: Option<String>,
+    /// The oldest client allowed to use the table.
+    pub(crate) client_min_version: String,
+}
+
+impl From<&VersionRecord> for TableVersion {
+    fn from(r: &VersionRecord) -> TableVersion {
+        TableVersion {
+            schema_version: r.schema_version.clone(),
+            lambda_version: r.lambda_version.clone(),
+            client_min_version: r.client_min_version.clone(),
+        }
+    }
+}
+
+/// `delete`: what was deleted.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct StackDeleted {
+    /// The stack name.
+    pub(crate) stack: String,
+    /// `DELETE_COMPLETE` (the stack was deleted, its table retained) or `TABLE_DELETED` (an
+    /// emulator without the stack: its table was deleted).
+    pub(crate) status: String,
+    /// With `DELETE_COMPLETE`: the retained table; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) table: Option<String>,
+    /// With `DELETE_COMPLETE`: `RETAINED`; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) table_status: Option<String>,
+}
+
+/// `version`: this client's versions and, with `--table`, the table's (the `table_*` keys and
+/// `compatible`, absent without `--table`).
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct Version {
+    /// This client's version.
+    pub(crate) dynalimit: String,
+    /// The key-layout version this client writes.
+    pub(crate) schema_version: String,
+    /// The table format it shares, `zae-limiter X.Y.Z`.
+    pub(crate) compatible_with: String,
+    /// With `--table`: the table's version record and whether this client may use it;
+    /// absent without.
+    #[serde(flatten)]
+    pub(crate) table: Option<TableCompatibility>,
+}
+
+/// The table's side of `version --table`.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct TableCompatibility {
+    /// The table's key-layout version.
+    pub(crate) table_schema_version: String,
+    /// The aggregator code deployed; null when none is.
+    pub(crate) table_lambda_version: Option<String>,
+    /// The oldest client allowed to use the table.
+    pub(crate) table_client_min_version: String,
+    /// Who last wrote the version record (`dynalimit:X.Y.Z`, …); null when unknown.
+    pub(crate) table_updated_by: Option<String>,
+    /// Whether this client may use the table.
+    pub(crate) compatible: bool,
+}
+
+impl TableCompatibility {
+    /// The table's record and the verdict on it.
+    pub(crate) fn new(record: &VersionRecord, compatible: bool) -> TableCompatibility {
+        TableCompatibility {
+            table_schema_version: record.schema_version.clone(),
+            table_lambda_version: record.lambda_version.clone(),
+            table_client_min_version: record.client_min_version.clone(),
+            table_updated_by: record.updated_by.clone(),
+            compatible,
+        }
+    }
+}
