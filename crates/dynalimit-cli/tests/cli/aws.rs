@@ -5,7 +5,7 @@
 use dynalimit_core::{Clock as _, SystemClock};
 use dynalimit_tests::fault::FaultProxy;
 
-use crate::{Run, command, from_output, temp_file};
+use crate::{Run, command, execute, temp_file};
 
 /// Runs `dynalimit ARGS` with `env` on a blocking thread, so the test's runtime keeps serving
 /// the proxy meanwhile. No credentials or shared files are inherited.
@@ -26,7 +26,7 @@ async fn dynalimit(env: &[(&str, &str)], args: &[&str]) -> Run {
         c.env(k, v);
     }
     c.args(args);
-    tokio::task::spawn_blocking(move || from_output(c.output().expect("run dynalimit")))
+    tokio::task::spawn_blocking(move || execute(&mut c))
         .await
         .expect("the command ran")
 }

@@ -458,6 +458,15 @@ async fn resource_and_entity_disable_enable_clear() {
         [&json!(null), &json!(true)],
         "newest first: {events}"
     );
+    f.run(&["limits", "set", "--resource", "gpt-4", "rpm=10/min"])
+        .json();
+    f.run(&["resource", "disable", "gpt-4"]).json();
+    let level = f.run(&["limits", "get", "--resource", "gpt-4"]).json();
+    assert_eq!(
+        (&level["disabled"], &level["cascade"]),
+        (&json!(true), &json!(null)),
+        "limits get shows the flag as the access commands print it"
+    );
     f.run(&["resource", "disable", "bad#name"])
         .fails(2, "resource");
     f.run(&["entity", "disable", "bad id!"]).fails(2, "entity");

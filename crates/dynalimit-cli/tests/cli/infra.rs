@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use dynalimit_stack::{TEMPLATE, code_key};
 use dynalimit_tests::moto::MotoServer;
 
-use crate::{Run, command, from_output, run_env, run_json_on, run_on, temp_file};
+use crate::{Run, command, execute, run_env, run_json_on, run_on, temp_file};
 
 #[tokio::test]
 async fn deploy_status_delete_cycle_on_moto() {
@@ -47,6 +47,10 @@ async fn deploy_status_delete_cycle_on_moto() {
         updated.stderr.contains("UPDATE_COMPLETE"),
         "progress shown: {}",
         updated.stderr
+    );
+    assert!(
+        !updated.stdout.contains('\r') && !updated.stderr.contains('\r'),
+        "progress into a pipe is lines, not frames: {updated:?}"
     );
     let updated = updated.json();
     assert_eq!(updated["status"], "UPDATE_COMPLETE");
@@ -132,20 +136,19 @@ fn template_prints_or_writes_the_embedded_template() {
 
 /// Runs `dynalimit ARGS --output json` in directory `dir` against moto.
 fn run_in(dir: &Path, moto: &MotoServer, stack: &str, args: &[&str]) -> Run {
-    let out = command()
-        .current_dir(dir)
-        .args([
-            "--endpoint-url",
-            moto.url(),
-            "--stack",
-            stack,
-            "--output",
-            "json",
-        ])
-        .args(args)
-        .output()
-        .expect("run dynalimit");
-    from_output(out)
+    execute(
+        command()
+            .current_dir(dir)
+            .args([
+                "--endpoint-url",
+                moto.url(),
+                "--stack",
+                stack,
+                "--output",
+                "json",
+            ])
+            .args(args),
+    )
 }
 
 /// Where `scripts/build-lambda --print-path` says the zip goes.

@@ -3,31 +3,38 @@
 //! `deploy`/`status`/`delete` against a private moto server.
 
 mod aws;
+mod bench;
 mod data;
+mod documented;
 mod infra;
 mod local;
 mod reserved;
 mod usage;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::Value;
 
 /// One invocation's result.
 #[derive(Debug)]
 pub(crate) struct Run {
+    /// The arguments it ran with.
+    pub(crate) args: Vec<String>,
     pub(crate) code: i32,
     pub(crate) stdout: String,
     pub(crate) stderr: String,
 }
 
 impl Run {
-    /// Asserts success and parses standard output as JSON.
+    /// Asserts success, parses standard output as JSON and checks that docs/cli-output.md
+    /// documents every key it holds for the command.
     pub(crate) fn json(&self) -> Value {
         assert_eq!(self.code, 0, "failed: {}", self.stderr);
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
+        let value = serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout));
+        documented::check(&self.args, &value);
+        value
     }
 
     /// Asserts failure with `code` and a single error line containing `needle`.
@@ -47,8 +54,15 @@ impl Run {
     }
 }
 
-pub(crate) fn from_output(out: Output) -> Run {
+/// Runs `command` and collects what it printed.
+pub(crate) fn execute(command: &mut Command) -> Run {
+    let args = command
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let out = command.output().expect("run dynalimit");
     Run {
+        args,
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -75,12 +89,11 @@ pub(crate) fn command() -> Command {
 
 /// Runs `dynalimit ARGS` against `endpoint` and `stack`.
 pub(crate) fn run_on(endpoint: &str, stack: &str, args: &[&str]) -> Run {
-    let out = command()
-        .args(["--endpoint-url", endpoint, "--stack", stack])
-        .args(args)
-        .output()
-        .expect("run dynalimit");
-    from_output(out)
+    execute(
+        command()
+            .args(["--endpoint-url", endpoint, "--stack", stack])
+            .args(args),
+    )
 }
 
 /// A fresh table of the test kit's DynamoDB and the binary pointed at it.
@@ -113,7 +126,7 @@ pub(crate) fn run_env(env: &[(&str, &str)], args: &[&str]) -> Run {
     for (k, v) in env {
         c.env(k, v);
     }
-    from_output(c.args(args).output().expect("run dynalimit"))
+    execute(c.args(args))
 }
 
 /// Writes `text` to a fresh file under the target's temporary directory.
