@@ -409,7 +409,7 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                 Report {
                     machine: Machine {
                         cpus: 2,
-                        cpu_model: "AMD EPYC 7B13".into(),
+                        cpu_model: "Example CPU @ 2.40GHz".into(),
                         memory_gib: 7.8,
                     },
                     ops_per_case: 1000,
@@ -446,7 +446,8 @@ fn page() -> String {
          parses as one JSON document. The JSON is an object, or an array of objects for \
          lists; keys are sorted. The tables below give each key, its type and its meaning, \
          which says when a key may be null or absent. Amounts of tokens are whole tokens; \
-         times are UTC.\n",
+         times are UTC. The examples show the shapes; their values are made up, not \
+         measured.\n",
     );
     let mut shown = BTreeSet::new();
     for (title, entries) in sections() {
@@ -511,7 +512,12 @@ fn write_object(out: &mut String, name: &str, schema: &Value) {
         return;
     }
     let tag = tag_of(&variants);
-    writeln!(out, "Then, by `{tag}`:\n").unwrap();
+    let then = if schema.get("properties").is_some() {
+        "Then, by"
+    } else {
+        "By"
+    };
+    writeln!(out, "{then} `{tag}`:\n").unwrap();
     for variant in &variants {
         let value = &variant["properties"][&tag]["const"];
         writeln!(out, "`{tag}` = `{value}`: {}\n", text(variant)).unwrap();

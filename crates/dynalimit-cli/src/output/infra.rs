@@ -51,7 +51,7 @@ pub(crate) struct Status {
     /// DynamoDB's table status (`ACTIVE`, …), or `MISSING` when the stack has no table;
     /// null when DynamoDB gives none.
     pub(crate) table_status: Option<String>,
-    /// DynamoDB's approximate item count (updated about every six hours); absent when the
+    /// DynamoDB's approximate item count (DescribeTable's `ItemCount`); absent when the
     /// table is missing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) item_count: Option<i64>,
