@@ -60,6 +60,8 @@ pub(crate) struct BenchArgs {
     /// measured by default).
     #[arg(long)]
     aggregator: bool,
+    #[command(flatten)]
+    pub(crate) hot: crate::hot_key::HotKeyArgs,
 }
 
 impl BenchArgs {
@@ -208,6 +210,9 @@ pub(crate) async fn run(
     endpoint_url: Option<String>,
     stack: &str,
 ) -> anyhow::Result<()> {
+    if args.hot.hot_key {
+        return crate::hot_key::run(&args.hot, endpoint_url, stack, args.json).await;
+    }
     anyhow::ensure!(
         !args.concurrency.is_empty() && args.concurrency.iter().all(|c| (1..=1024).contains(c)),
         "--concurrency takes levels between 1 and 1024"
@@ -225,7 +230,7 @@ pub(crate) async fn run(
     let processor = (args.only.is_empty() || args.aggregator).then(processor_throughput);
     if args.json {
         let report = Report {
-            machine: machine(),
+            machine: Machine::this_host(),
             ops_per_case: args.ops,
             entities: args.entities,
             results: results.iter().map(Figures::to_output).collect(),
@@ -596,28 +601,6 @@ fn process_cpu() -> anyhow::Result<Duration> {
     Ok(Duration::from_nanos(total))
 }
 
-/// The machine, for the record: cores, CPU model, memory.
-fn machine() -> Machine {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
-        .unwrap_or_default();
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem_kb: u64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    Machine {
-        cpus: std::thread::available_parallelism().map_or(0, usize::from),
-        cpu_model: model,
-        memory_gib: (mem_kb as f64 / 1024.0 / 1024.0 * 10.0).round() / 10.0,
-    }
-}
-
 fn find(results: &[Figures], op: Op, shape: Shape, concurrency: usize) -> Option<&Figures> {
     results
         .iter()
@@ -697,7 +680,7 @@ fn targets(results: &[Figures]) -> Vec<Verdict> {
 }
 
 fn print_results(results: &[Figures]) {
-    let m = machine();
+    let m = Machine::this_host();
     println!(
         "\nMachine: {} CPUs, {}, {} GiB",
         m.cpus, m.cpu_model, m.memory_gib

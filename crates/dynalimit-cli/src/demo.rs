@@ -61,6 +61,11 @@ impl Target {
         })
     }
 
+    /// An endpoint this process did not start.
+    pub(crate) fn external(url: String) -> Target {
+        Target { url, local: None }
+    }
+
     /// Whether the endpoint is a DynamoDB Local this process started.
     pub(crate) fn is_private(&self) -> bool {
         self.local.is_some()

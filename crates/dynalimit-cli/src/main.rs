@@ -11,6 +11,7 @@ mod bench;
 mod context;
 mod demo;
 mod entity;
+mod hot_key;
 mod infra;
 mod limit_spec;
 mod limits;

@@ -18,6 +18,9 @@
 //! # Ok::<(), dynalimit_local::LocalError>(())
 //! ```
 
+#[cfg(feature = "throttle")]
+pub mod throttle;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -25,4 +25,5 @@ mod sessions;
 mod settings;
 mod sharding;
 mod soft;
+mod throttle;
 mod version;

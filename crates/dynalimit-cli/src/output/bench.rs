@@ -35,6 +35,30 @@ pub(crate) struct Machine {
     pub(crate) memory_gib: f64,
 }
 
+impl Machine {
+    /// This host: cores, CPU model, memory.
+    pub(crate) fn this_host() -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+            .unwrap_or_default();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let mem_kb: u64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        Machine {
+            cpus: std::thread::available_parallelism().map_or(0, usize::from),
+            cpu_model: model,
+            memory_gib: (mem_kb as f64 / 1024.0 / 1024.0 * 10.0).round() / 10.0,
+        }
+    }
+}
+
 /// The figures of one case. Latencies are in microseconds, rounded to whole ones.
 #[derive(Debug, Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
@@ -91,4 +115,52 @@ pub(crate) struct Processor {
     pub(crate) records_per_s_one_core: f64,
     /// The target, records per second.
     pub(crate) target: u64,
+}
+
+/// `bench --hot-key --json`: admitted acquires per second on one hot entity as its bucket
+/// doubles, each partition key limited to `partition_writes_per_s`.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct HotKeyReport {
+    /// The machine it ran on.
+    pub(crate) machine: Machine,
+    /// Writes per second one partition key sustains (`--partition-rate`; DynamoDB: 1000).
+    pub(crate) partition_writes_per_s: u32,
+    /// Concurrent acquiring tasks (`--tasks`).
+    pub(crate) tasks: u64,
+    /// Measured seconds per shard count (`--hot-key-seconds`).
+    pub(crate) seconds_per_step: u64,
+    /// Admitted acquires per second of the same load on one shard with no throttling: what
+    /// the client machine and the emulator can drive.
+    pub(crate) client_ceiling_per_s: f64,
+    /// One entry per shard count, in the order measured.
+    pub(crate) points: Vec<HotKeyPoint>,
+}
+
+/// One shard count of the hot-key curve.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct HotKeyPoint {
+    /// Shards of the entity's bucket.
+    pub(crate) shards: u32,
+    /// Admitted acquires per second over the measured seconds, whole.
+    pub(crate) admitted_per_s: f64,
+    /// The target: 0.8 x shards x the partition rate, whole.
+    pub(crate) target_per_s: f64,
+    /// Whether `admitted_per_s` reaches the target, or the client ceiling when the target is
+    /// above it.
+    pub(crate) met: bool,
+    /// Acquires that failed while measured (throttled beyond the client's retries).
+    pub(crate) failed: u64,
+    /// Requests the partition emulator refused while measured.
+    pub(crate) throttled_requests: u64,
+    /// Requests the partition emulator forwarded while measured.
+    pub(crate) forwarded_requests: u64,
+    /// Every admitted acquire of the entity, warm-up included.
+    pub(crate) admitted: u64,
+    /// The `rpm` consumption the entity's shards recorded, in acquires.
+    pub(crate) recorded: f64,
+    /// Whether `recorded` equals `admitted`: nothing admitted without being debited, nothing
+    /// debited twice.
+    pub(crate) conserved: bool,
 }

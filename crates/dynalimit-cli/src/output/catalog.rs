@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::access::{Disabled, EntityAccess, EntityCascade, ResourceAccess, ResourceCascade};
 use super::audit::Event;
-use super::bench::{Case, Machine, Processor, Report, Verdict};
+use super::bench::{Case, HotKeyPoint, HotKeyReport, Machine, Processor, Report, Verdict};
 use super::entity::{Available, Balance, Comeback, Entity, Operation, OperationName, ParentSet};
 use super::infra::{Stack, StackDeleted, Status, TableCompatibility, TableVersion, Version};
 use super::limits::{
@@ -404,32 +404,61 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
         ),
         (
             "Benchmark",
-            vec![one(
-                "bench --json",
-                Report {
-                    machine: Machine {
-                        cpus: 2,
-                        cpu_model: "Example CPU @ 2.40GHz".into(),
-                        memory_gib: 7.8,
+            vec![
+                one(
+                    "bench --json",
+                    Report {
+                        machine: Machine {
+                            cpus: 2,
+                            cpu_model: "Example CPU @ 2.40GHz".into(),
+                            memory_gib: 7.8,
+                        },
+                        ops_per_case: 1000,
+                        entities: 256,
+                        results: vec![
+                            case("raw-update", 1480.0, 652.0, 1.0),
+                            case("warm-acquire", 1610.0, 601.0, 1.0),
+                        ],
+                        targets: vec![Verdict {
+                            target: "warm acquire p50 <= 1.15 x raw UpdateItem p50 (c=1, hot)"
+                                .into(),
+                            value: 1.088,
+                            met: Some(true),
+                        }],
+                        aggregator: Some(Processor {
+                            batch: 1000,
+                            records_per_s_one_core: 412_000.0,
+                            target: 100_000,
+                        }),
                     },
-                    ops_per_case: 1000,
-                    entities: 256,
-                    results: vec![
-                        case("raw-update", 1480.0, 652.0, 1.0),
-                        case("warm-acquire", 1610.0, 601.0, 1.0),
-                    ],
-                    targets: vec![Verdict {
-                        target: "warm acquire p50 <= 1.15 x raw UpdateItem p50 (c=1, hot)".into(),
-                        value: 1.088,
-                        met: Some(true),
-                    }],
-                    aggregator: Some(Processor {
-                        batch: 1000,
-                        records_per_s_one_core: 412_000.0,
-                        target: 100_000,
-                    }),
-                },
-            )],
+                ),
+                one(
+                    "bench --hot-key --json",
+                    HotKeyReport {
+                        machine: Machine {
+                            cpus: 2,
+                            cpu_model: "Example CPU @ 2.40GHz".into(),
+                            memory_gib: 7.8,
+                        },
+                        partition_writes_per_s: 50,
+                        tasks: 64,
+                        seconds_per_step: 5,
+                        client_ceiling_per_s: 900.0,
+                        points: vec![HotKeyPoint {
+                            shards: 2,
+                            admitted_per_s: 98.0,
+                            target_per_s: 80.0,
+                            met: true,
+                            failed: 1520,
+                            throttled_requests: 1534,
+                            forwarded_requests: 498,
+                            admitted: 702,
+                            recorded: 702.0,
+                            conserved: true,
+                        }],
+                    },
+                ),
+            ],
         ),
     ]
 }
