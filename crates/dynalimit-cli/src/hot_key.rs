@@ -9,12 +9,16 @@
 //! below what the client machine can drive for longer; the proportions are DynamoDB's.
 //!
 //! For each shard count, a fresh entity's bucket is doubled to that count before the
-//! measurement (unmeasured), warmed for a second, then `--tasks` concurrent tasks acquire
+//! measurement as the aggregator doubles a hot bucket (shard 0's count raised, the new shards
+//! created from its image); every shard is then filled by an operator's reset on the emulator
+//! directly (a new shard starts empty, and while older shards hold tokens the acquires drawn
+//! to it are served by them; `--cold-shards` leaves them empty), then the load is warmed for
+//! two seconds, then `--tasks` concurrent tasks acquire
 //! `rpm=1` and commit for `--hot-key-seconds`. The limits are far above what a run spends, so
 //! only the partitions bind. After each step every shard is read back: the consumption the
 //! table recorded must equal the acquires the client counted as admitted (nothing admitted
-//! without being debited, nothing debited twice). The same load straight at the emulator, with
-//! no proxy, gives the client machine's ceiling.
+//! without being debited, nothing debited twice). The same load on another entity with as many
+//! shards, straight at the emulator, gives what the client machine can drive at that count.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,7 +32,7 @@ use dynalimit::{Limit, RateLimiter};
 use dynalimit_core::{Clock as _, SystemClock};
 use dynalimit_format::bucket::BucketKey;
 use dynalimit_local::throttle::{PartitionLimits, ThrottleProxy};
-use dynalimit_repository::Repository;
+use dynalimit_repository::{OperationOptions, Repository};
 
 /// Options of the hot-key curve (`dynalimit bench --hot-key`).
 #[derive(Debug, Args)]
@@ -50,6 +54,10 @@ pub(crate) struct HotKeyArgs {
     /// Concurrent acquiring tasks in the hot-key curve.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     tasks: u64,
+    /// Measure the new shards as created, empty (by default an operator's reset fills every
+    /// shard before the measurement).
+    #[arg(long)]
+    cold_shards: bool,
     /// Write the curve as an SVG plot to this file.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
@@ -62,6 +70,8 @@ const RESOURCE: &str = "model";
 struct Point {
     shards: u32,
     admitted_per_s: f64,
+    /// The same load with no throttling, on another entity with as many shards.
+    ceiling_per_s: f64,
     /// Acquires that failed (throttled past the client's retries).
     failed: u64,
     /// Requests the proxy refused during the step.
@@ -77,6 +87,16 @@ struct Point {
 impl Point {
     fn conserved(&self) -> bool {
         (self.recorded - self.admitted as f64).abs() < f64::EPSILON
+    }
+
+    /// 0.8 x shards x the partition rate.
+    fn target(&self, rate: f64) -> f64 {
+        0.8 * rate * f64::from(self.shards)
+    }
+
+    /// Whether the target is reached, or the ceiling when the target is above it.
+    fn met(&self, rate: f64) -> bool {
+        self.admitted_per_s >= self.target(rate).min(self.ceiling_per_s)
     }
 }
 
@@ -101,23 +121,22 @@ pub(crate) async fn run(
     let target = Target::resolve(endpoint_url).await?;
     let outcome = curve(args, &target, stack, json_out).await;
     target.stop().await;
-    let (points, ceiling) = outcome?;
+    let points = outcome?;
     let rate = f64::from(args.partition_rate);
-    let met = |p: &Point| p.admitted_per_s >= (0.8 * rate * f64::from(p.shards)).min(ceiling);
     if json_out {
         let report = HotKeyReport {
             machine: crate::output::bench::Machine::this_host(),
             partition_writes_per_s: args.partition_rate,
             tasks: args.tasks,
             seconds_per_step: args.hot_key_seconds,
-            client_ceiling_per_s: ceiling.round(),
             points: points
                 .iter()
                 .map(|p| HotKeyPoint {
                     shards: p.shards,
                     admitted_per_s: p.admitted_per_s.round(),
-                    target_per_s: (0.8 * rate * f64::from(p.shards)).round(),
-                    met: met(p),
+                    target_per_s: p.target(rate).round(),
+                    ceiling_per_s: p.ceiling_per_s.round(),
+                    met: p.met(rate),
                     failed: p.failed,
                     throttled_requests: p.throttled,
                     forwarded_requests: p.forwarded,
@@ -130,28 +149,22 @@ pub(crate) async fn run(
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "\nhot key: one entity, {} tasks, {} s per step, each shard {} writes/s; client ceiling \
-             (no throttling) {ceiling:.0} acquires/s\n",
+            "\nhot key: one entity, {} tasks, {} s per step, each shard {} writes/s\n",
             args.tasks, args.hot_key_seconds, args.partition_rate
         );
         println!(
-            "| shards | admitted/s | shards x rate | target (0.8x) | met | failed acquires | throttled requests | recorded = admitted |"
+            "| shards | admitted/s | shards x rate | target (0.8x) | ceiling (no throttling) | met | failed acquires | throttled requests | recorded = admitted |"
         );
-        println!("|---:|---:|---:|---:|---|---:|---:|---|");
+        println!("|---:|---:|---:|---:|---:|---|---:|---:|---|");
         for p in &points {
-            let ideal = rate * f64::from(p.shards);
             println!(
-                "| {} | {:.0} | {:.0} | {:.0}{} | {} | {} | {} | {} |",
+                "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} |",
                 p.shards,
                 p.admitted_per_s,
-                ideal,
-                0.8 * ideal,
-                if 0.8 * ideal > ceiling {
-                    " (above the ceiling)"
-                } else {
-                    ""
-                },
-                if met(p) { "yes" } else { "no" },
+                rate * f64::from(p.shards),
+                p.target(rate),
+                p.ceiling_per_s,
+                if p.met(rate) { "yes" } else { "no" },
                 p.failed,
                 p.throttled,
                 if p.conserved() {
@@ -163,7 +176,7 @@ pub(crate) async fn run(
         }
     }
     if let Some(path) = &args.plot {
-        std::fs::write(path, plot(&points, rate, ceiling))
+        std::fs::write(path, plot(&points, rate))
             .with_context(|| format!("writing {}", path.display()))?;
         if !json_out {
             eprintln!("plot written to {}", path.display());
@@ -181,8 +194,10 @@ async fn curve(
     target: &Target,
     stack: &str,
     json_out: bool,
-) -> anyhow::Result<(Vec<Point>, f64)> {
+) -> anyhow::Result<Vec<Point>> {
     let direct = open(target.client(None).await?, stack).await?;
+    // Stored as well as passed with each acquire: the reset that fills the shards reads them.
+    direct.set_system_defaults(&limits(), None).await?;
     let proxy = ThrottleProxy::start(
         &target.url,
         PartitionLimits::new(dynalimit_format::attr::PK, args.partition_rate),
@@ -191,23 +206,33 @@ async fn curve(
     let throttled_target = Target::external(proxy.url());
     let throttled = open(throttled_target.client(None).await?, stack).await?;
     let seconds = Duration::from_secs(args.hot_key_seconds);
+    let warm_up = Duration::from_secs(2);
 
-    let ceiling_entity = "ceiling";
-    let mut ceiling = Step::new(&direct, ceiling_entity, 1).await?;
-    let ceiling = ceiling
-        .load(args.tasks, Duration::from_secs(1), seconds, || (0, 0))
-        .await
-        .0;
-    if !json_out {
-        eprintln!("  client ceiling, no throttling: {ceiling:.0} acquires/s");
-    }
+    // The emulator's JIT warms on a load nobody measures.
+    Step::new(&direct, "warm-up", 4)
+        .await?
+        .load(
+            args.tasks,
+            Duration::from_secs(3),
+            Duration::from_millis(100),
+            || (0, 0),
+        )
+        .await;
 
     let mut points = Vec::new();
     for &shards in &args.shards {
+        let ceiling_per_s = Step::new(&direct, &format!("free-{shards}"), shards)
+            .await?
+            .load(args.tasks, warm_up, seconds, || (0, 0))
+            .await
+            .0;
         let entity = format!("hot-{shards}");
         let mut step = Step::new(&throttled, &entity, shards).await?;
+        if !args.cold_shards {
+            step.settle(&direct, shards).await?;
+        }
         let (admitted_per_s, failed, (throttled_n, forwarded_n)) = step
-            .load(args.tasks, Duration::from_secs(2), seconds, || {
+            .load(args.tasks, warm_up, seconds, || {
                 (proxy.throttled(), proxy.forwarded())
             })
             .await;
@@ -216,6 +241,7 @@ async fn curve(
         let point = Point {
             shards,
             admitted_per_s,
+            ceiling_per_s,
             failed,
             throttled: throttled_n,
             forwarded: forwarded_n,
@@ -224,13 +250,13 @@ async fn curve(
         };
         if !json_out {
             eprintln!(
-                "  {shards:>2} shards: {admitted_per_s:>6.0} admitted/s, {failed} failed, \
-                 {throttled_n} throttled requests"
+                "  {shards:>2} shards: {admitted_per_s:>6.0} admitted/s (no throttling: \
+                 {ceiling_per_s:.0}), {failed} failed, {throttled_n} throttled requests"
             );
         }
         points.push(point);
     }
-    Ok((points, ceiling))
+    Ok(points)
 }
 
 async fn open(client: aws_sdk_dynamodb::Client, stack: &str) -> anyhow::Result<Repository> {
@@ -256,7 +282,8 @@ struct Step {
 }
 
 impl Step {
-    /// Creates the entity's bucket and doubles it to `shards`.
+    /// Creates the entity's bucket and doubles it to `shards` as the aggregator doubles a hot
+    /// bucket: shard 0's count raised, then the new shards created from its image.
     async fn new(repo: &Repository, entity: &str, shards: u32) -> anyhow::Result<Step> {
         let limiter = RateLimiter::new(repo.clone());
         limiter
@@ -277,11 +304,54 @@ impl Step {
             );
             count *= 2;
         }
+        if shards > 1 {
+            let shard0 = repo
+                .client()
+                .get_item()
+                .table_name(repo.table_name())
+                .set_key(Some(key.key_map(store.namespace_id())))
+                .consistent_read(true)
+                .send()
+                .await
+                .context("reading shard 0")?
+                .item
+                .context("shard 0 is missing")?;
+            let now = SystemClock.epoch_millis();
+            for shard in 1..shards {
+                store
+                    .create_shard(&key.with_shard(shard), &shard0, shards, now)
+                    .await?;
+            }
+        }
         Ok(Step {
             limiter,
             entity: entity.to_string(),
             admitted: Arc::new(AtomicU64::new(1)),
         })
+    }
+
+    /// Fills every one of the `shards` shards through `direct` (no throttling) with an
+    /// operator's reset: a new shard starts empty, and while older shards hold tokens an
+    /// acquire drawn to it is served by them (the probe of reference §3.5) rather than by its
+    /// own refill.
+    async fn settle(&self, direct: &Repository, shards: u32) -> anyhow::Result<()> {
+        direct
+            .reset_bucket(&self.entity, RESOURCE, &OperationOptions::new())
+            .await?;
+        let store = direct.buckets();
+        for shard in 0..shards {
+            let key = BucketKey::new(self.entity.as_str(), RESOURCE, shard);
+            let filled = store
+                .read(&key)
+                .await?
+                .and_then(|i| i.limits.get("rpm").map(|l| l.tk > 0));
+            anyhow::ensure!(
+                filled == Some(true),
+                "shard {shard} of {} holds no tokens after the reset",
+                self.entity
+            );
+        }
+        Ok(())
     }
 
     /// `tasks` tasks acquiring without a pause: unmeasured for `warm_up`, then measured for
@@ -298,10 +368,17 @@ impl Step {
         let stop = Arc::new(AtomicBool::new(false));
         let ok = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicU64::new(0));
+        let first_error = Arc::new(std::sync::Mutex::new(None::<String>));
         let workers: Vec<_> = (0..tasks)
             .map(|_| {
                 let (limiter, entity) = (self.limiter.clone(), self.entity.clone());
                 let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+                let first_error = first_error.clone();
+                let fail = move |e: dynalimit::Error| {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    let mut first = first_error.lock().unwrap_or_else(|p| p.into_inner());
+                    first.get_or_insert_with(|| e.to_string());
+                };
                 tokio::spawn(async move {
                     while !stop.load(Ordering::Relaxed) {
                         let acquired = limiter
@@ -310,11 +387,13 @@ impl Step {
                             .await;
                         match acquired {
                             Ok(lease) => match lease.commit().await {
-                                Ok(()) => ok.fetch_add(1, Ordering::Relaxed),
-                                Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                                Ok(()) => {
+                                    ok.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(e) => fail(e),
                             },
-                            Err(_) => failed.fetch_add(1, Ordering::Relaxed),
-                        };
+                            Err(e) => fail(e),
+                        }
                     }
                 })
             })
@@ -331,11 +410,15 @@ impl Step {
             )
         };
         let before = mark(SystemClock.monotonic());
+        first_error.lock().unwrap_or_else(|p| p.into_inner()).take();
         tokio::time::sleep(length).await;
         let after = mark(SystemClock.monotonic());
         stop.store(true, Ordering::Relaxed);
         for worker in workers {
             let _ = worker.await;
+        }
+        if let Some(e) = first_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            eprintln!("    first failure while measured: {e}");
         }
         self.admitted
             .fetch_add(ok.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -364,14 +447,14 @@ async fn recorded(repo: &Repository, entity: &str, shards: u32) -> anyhow::Resul
 
 /// The curve as an SVG line chart: admitted per second against shards (log scale), with the
 /// target, the ideal and the client ceiling.
-fn plot(points: &[Point], rate: f64, ceiling: f64) -> String {
+fn plot(points: &[Point], rate: f64) -> String {
     let (w, h, left, right, top, bottom) = (640.0, 400.0, 70.0, 20.0, 40.0, 50.0);
     let max_shards = points.iter().map(|p| p.shards).max().unwrap_or(1).max(2);
     let x_max = f64::from(max_shards).log2();
     let y_max = points
         .iter()
-        .map(|p| p.admitted_per_s)
-        .chain([ceiling, rate * f64::from(max_shards)])
+        .flat_map(|p| [p.admitted_per_s, p.ceiling_per_s])
+        .chain([rate * f64::from(max_shards)])
         .fold(1.0, f64::max)
         * 1.1;
     let x = |shards: f64| left + shards.log2() / x_max * (w - left - right);
@@ -397,11 +480,13 @@ fn plot(points: &[Point], rate: f64, ceiling: f64) -> String {
     let shards: Vec<f64> = points.iter().map(|p| f64::from(p.shards)).collect();
     let ideal: Vec<(f64, f64)> = shards.iter().map(|s| (*s, s * rate)).collect();
     let target: Vec<(f64, f64)> = shards.iter().map(|s| (*s, 0.8 * s * rate)).collect();
-    let first = shards.first().copied().unwrap_or(1.0);
-    let last = shards.last().copied().unwrap_or(1.0);
+    let ceiling: Vec<(f64, f64)> = points
+        .iter()
+        .map(|p| (f64::from(p.shards), p.ceiling_per_s))
+        .collect();
     line(&ideal, "#999999", "2,4");
     line(&target, "#d62728", "6,4");
-    line(&[(first, ceiling), (last, ceiling)], "#2ca02c", "1,3");
+    line(&ceiling, "#2ca02c", "1,3");
     let measured: Vec<(f64, f64)> = points
         .iter()
         .map(|p| (f64::from(p.shards), p.admitted_per_s))
@@ -445,7 +530,7 @@ fn plot(points: &[Point], rate: f64, ceiling: f64) -> String {
         ("#1f77b4", "none", "admitted/s (measured)"),
         ("#d62728", "6,4", "target: 0.8 x shards x rate"),
         ("#999999", "2,4", "shards x rate"),
-        ("#2ca02c", "1,3", "client ceiling (no throttling)"),
+        ("#2ca02c", "1,3", "the same load, no throttling"),
     ];
     for (i, (colour, dash, label)) in legend.iter().enumerate() {
         let ly = top + 10.0 + 18.0 * i as f64;
@@ -473,6 +558,7 @@ mod tests {
             .map(|&shards| Point {
                 shards,
                 admitted_per_s: 45.0 * f64::from(shards),
+                ceiling_per_s: 1000.0,
                 failed: 0,
                 throttled: 0,
                 forwarded: 0,
@@ -480,11 +566,11 @@ mod tests {
                 recorded: 0.0,
             })
             .collect();
-        let svg = plot(&points, 50.0, 1000.0);
+        let svg = plot(&points, 50.0);
         assert!(svg.starts_with("<svg"));
         assert!(svg.trim_end().ends_with("</svg>"));
         assert_eq!(svg.matches("<circle").count(), 3);
         assert_eq!(svg.matches("<polyline").count(), 4);
-        assert!(svg.contains("client ceiling"));
+        assert!(svg.contains("no throttling"));
     }
 }

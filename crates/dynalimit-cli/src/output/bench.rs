@@ -130,9 +130,6 @@ pub(crate) struct HotKeyReport {
     pub(crate) tasks: u64,
     /// Measured seconds per shard count (`--hot-key-seconds`).
     pub(crate) seconds_per_step: u64,
-    /// Admitted acquires per second of the same load on one shard with no throttling: what
-    /// the client machine and the emulator can drive.
-    pub(crate) client_ceiling_per_s: f64,
     /// One entry per shard count, in the order measured.
     pub(crate) points: Vec<HotKeyPoint>,
 }
@@ -147,6 +144,9 @@ pub(crate) struct HotKeyPoint {
     pub(crate) admitted_per_s: f64,
     /// The target: 0.8 x shards x the partition rate, whole.
     pub(crate) target_per_s: f64,
+    /// Admitted acquires per second of the same load with no throttling, on another entity
+    /// with as many shards: what the client machine and the emulator can drive, whole.
+    pub(crate) ceiling_per_s: f64,
     /// Whether `admitted_per_s` reaches the target, or the client ceiling when the target is
     /// above it.
     pub(crate) met: bool,

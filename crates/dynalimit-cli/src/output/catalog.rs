@@ -443,11 +443,11 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                         partition_writes_per_s: 50,
                         tasks: 64,
                         seconds_per_step: 5,
-                        client_ceiling_per_s: 900.0,
                         points: vec![HotKeyPoint {
                             shards: 2,
                             admitted_per_s: 98.0,
                             target_per_s: 80.0,
+                            ceiling_per_s: 610.0,
                             met: true,
                             failed: 1520,
                             throttled_requests: 1534,
