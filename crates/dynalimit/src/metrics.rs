@@ -20,7 +20,10 @@
 //! DynamoDB request on a bucket in `dynalimit.dynamodb` (`operation`, `entity_id`,
 //! `resource`, `shard`, `attempts`, `outcome`: `done`, `condition_failed`, `conflict`,
 //! `error`) and every configuration resolution in `dynalimit.config` (`entity_id`,
-//! `resource`, `source`: the level that answered). All are at `DEBUG`.
+//! `resource`, `source`: the level that answered). All are at `DEBUG`. Every other request
+//! (entities, configuration writes, audit, usage, namespaces) goes through the AWS SDK, whose
+//! own `DEBUG` span `DynamoDB.{Operation}` (fields `rpc.service`, `rpc.method`) wraps it with
+//! its attempts.
 
 #[cfg(feature = "dynamodb")]
 use std::time::Duration;

@@ -393,3 +393,37 @@ async fn each_acquire_its_dynamodb_requests_and_its_configuration_have_spans() {
         "{configs:?}"
     );
 }
+
+#[tokio::test]
+async fn requests_outside_the_bucket_store_carry_the_sdk_s_operation_spans() {
+    let _one = SERIAL.lock().await;
+    let spans = spans();
+    let table = dynalimit_tests::table().await;
+    let repo = table.repository("sdk-spans").await;
+    let before = spans.0.lock().unwrap().len();
+    repo.create_entity(dynalimit::NewEntity::new("sdk-span-e"))
+        .await
+        .unwrap();
+    repo.set_limits("sdk-span-e", "gpt-4", &[Limit::per_hour("rph", 10)])
+        .await
+        .unwrap();
+    repo.get_entity("sdk-span-e").await.unwrap();
+    let methods: Vec<String> = spans.0.lock().unwrap()[before..]
+        .iter()
+        .filter(|(name, f)| {
+            name.starts_with("DynamoDB.")
+                && f.get("rpc.service").map(String::as_str) == Some("DynamoDB")
+        })
+        .filter_map(|(_, f)| f.get("rpc.method").cloned())
+        .collect();
+    // The entity's create and read, the configuration write: each its own span, named for
+    // its operation.
+    assert!(methods.iter().any(|m| m == "GetItem"), "{methods:?}");
+    assert!(
+        methods
+            .iter()
+            .any(|m| m == "TransactWriteItems" || m == "PutItem" || m == "UpdateItem"),
+        "{methods:?}"
+    );
+    assert!(methods.len() >= 3, "{methods:?}");
+}
