@@ -42,6 +42,8 @@ pub mod bucket;
 mod config;
 mod entity;
 mod error;
+#[cfg(feature = "memory")]
+pub mod memory;
 mod metrics;
 mod namespace;
 mod operation;
