@@ -67,7 +67,7 @@ pub use dynalimit_core::Limit;
 
 /// The in-memory backend (feature `memory`): an in-process table store for a service's own
 /// tests and for single-process use. Not shared across processes; no streams, so no usage
-/// snapshots (see [`Store`] for what it implements and refuses).
+/// snapshots (see [`Store`](crate::memory::Store) for what it implements and refuses).
 ///
 /// Every request of the limiter is built, sent and decoded exactly as for DynamoDB; the store
 /// answers it inside the process, so the decisions are the same code. A service's unit test
@@ -117,7 +117,7 @@ pub use dynalimit_core::Limit;
 /// # Ok(()) }
 /// ```
 ///
-/// Several repositories and limiters of one test share a table through one [`Store`]
+/// Several repositories and limiters of one test share a table through one [`Store`](crate::memory::Store)
 /// (`Repository::builder().in_memory_store(&store)`).
 #[cfg(feature = "memory")]
 pub mod memory {

@@ -460,19 +460,24 @@ impl<'a> Parser<'a> {
     }
 
     fn condition(&mut self) -> Result<Cond, Fault> {
-        let mut left = self.conjunction()?;
-        while self.eat_keyword("OR") {
-            let right = self.conjunction()?;
-            left = Cond::Or(Box::new(left), Box::new(right));
-        }
-        Ok(left)
+        self.chain("OR", Parser::conjunction, Cond::Or)
     }
 
     fn conjunction(&mut self) -> Result<Cond, Fault> {
-        let mut left = self.negation()?;
-        while self.eat_keyword("AND") {
-            let right = self.negation()?;
-            left = Cond::And(Box::new(left), Box::new(right));
+        self.chain("AND", Parser::negation, Cond::And)
+    }
+
+    /// `operand (keyword operand)*`, folded to the left.
+    fn chain(
+        &mut self,
+        keyword: &str,
+        operand: fn(&mut Parser<'a>) -> Result<Cond, Fault>,
+        join: fn(Box<Cond>, Box<Cond>) -> Cond,
+    ) -> Result<Cond, Fault> {
+        let mut left = operand(self)?;
+        while self.eat_keyword(keyword) {
+            let right = operand(self)?;
+            left = join(Box::new(left), Box::new(right));
         }
         Ok(left)
     }

@@ -34,25 +34,27 @@ fn blob(v: &Value) -> Result<Blob, Fault> {
         .map_err(|_| malformed("a binary value is not base64"))
 }
 
-fn members<'a>(v: &'a Value, kind: &str) -> Result<&'a Vec<Value>, Fault> {
+/// The members of a set: read each, refuse an empty set and duplicates.
+fn set<T: PartialEq>(
+    v: &Value,
+    kind: &str,
+    read: impl Fn(&Value) -> Result<T, Fault>,
+) -> Result<Vec<T>, Fault> {
     let list = v.as_array().ok_or_else(|| malformed("expected a list"))?;
     if list.is_empty() {
         return Err(Fault::validation(format!(
             "One or more parameter values were invalid: An {kind} may not be empty"
         )));
     }
-    Ok(list)
-}
-
-fn no_duplicates<T: PartialEq>(values: &[T]) -> Result<(), Fault> {
-    for (i, v) in values.iter().enumerate() {
-        if values[..i].contains(v) {
+    let members = list.iter().map(read).collect::<Result<Vec<T>, Fault>>()?;
+    for (i, m) in members.iter().enumerate() {
+        if members[..i].contains(m) {
             return Err(Fault::validation(
                 "One or more parameter values were invalid: Input collection contains duplicates",
             ));
         }
     }
-    Ok(())
+    Ok(members)
 }
 
 /// Reads one attribute value.
@@ -79,30 +81,9 @@ pub(crate) fn value(v: &Value) -> Result<AttributeValue, Fault> {
             }
             AttributeValue::Null(true)
         }
-        "SS" => {
-            let set = members(inner, "string set")?
-                .iter()
-                .map(|m| text(m).map(str::to_owned))
-                .collect::<Result<Vec<_>, _>>()?;
-            no_duplicates(&set)?;
-            AttributeValue::Ss(set)
-        }
-        "NS" => {
-            let set = members(inner, "number set")?
-                .iter()
-                .map(|m| number(text(m)?))
-                .collect::<Result<Vec<_>, _>>()?;
-            no_duplicates(&set)?;
-            AttributeValue::Ns(set)
-        }
-        "BS" => {
-            let set = members(inner, "binary set")?
-                .iter()
-                .map(blob)
-                .collect::<Result<Vec<_>, _>>()?;
-            no_duplicates(&set)?;
-            AttributeValue::Bs(set)
-        }
+        "SS" => AttributeValue::Ss(set(inner, "string set", |m| text(m).map(str::to_owned))?),
+        "NS" => AttributeValue::Ns(set(inner, "number set", |m| number(text(m)?))?),
+        "BS" => AttributeValue::Bs(set(inner, "binary set", blob)?),
         "L" => AttributeValue::L(
             inner
                 .as_array()

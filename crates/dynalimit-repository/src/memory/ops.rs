@@ -52,9 +52,9 @@ pub(crate) fn handle(state: &mut State, operation: &str, body: &Value) -> Result
             Ok(json!({"TimeToLiveDescription": description}))
         }
         "GetItem" => get_item(state, &request),
-        "PutItem" => put_item(state, &request),
+        "PutItem" => put_or_delete(state, &request, true),
         "UpdateItem" => update_item(state, &request),
-        "DeleteItem" => delete_item(state, &request),
+        "DeleteItem" => put_or_delete(state, &request, false),
         "Query" => read_many(state, &request, true),
         "Scan" => read_many(state, &request, false),
         "BatchGetItem" => batch_get(state, &request),
@@ -519,34 +519,29 @@ const WRITE_PARAMETERS: &[&str] = &[
     "ReturnItemCollectionMetrics",
 ];
 
-fn put_item(state: &mut State, request: &Request<'_>) -> Result<Value, Fault> {
-    request.allow(&[WRITE_PARAMETERS, &["Item"]].concat())?;
+/// `PutItem` (`put`) and `DeleteItem`: one item written whole or removed, under a condition.
+fn put_or_delete(state: &mut State, request: &Request<'_>, put: bool) -> Result<Value, Fault> {
+    let subject = if put { "Item" } else { "Key" };
+    request.allow(&[WRITE_PARAMETERS, &[subject]].concat())?;
     request.no_metrics()?;
     let returns = request.return_values(&["NONE", "ALL_OLD"])?;
     let old_on_failure = request.old_on_failure()?;
     let table = table_mut(state, request.string("TableName")?)?;
-    let item = request.item("Item")?;
-    let key = table.check_item(&item)?;
+    let given = request.item(subject)?;
+    let key = if put {
+        table.check_item(&given)?
+    } else {
+        table.key_of(&given)?
+    };
     let mut placeholders = request.placeholders()?;
     let condition = request.condition(&mut placeholders)?;
     placeholders.check_all_used()?;
     check_condition(table.items.get(&key), condition.as_ref(), old_on_failure)?;
-    let old = table.items.insert(key, item);
-    Ok(attributes(old.filter(|_| returns == "ALL_OLD")))
-}
-
-fn delete_item(state: &mut State, request: &Request<'_>) -> Result<Value, Fault> {
-    request.allow(&[WRITE_PARAMETERS, &["Key"]].concat())?;
-    request.no_metrics()?;
-    let returns = request.return_values(&["NONE", "ALL_OLD"])?;
-    let old_on_failure = request.old_on_failure()?;
-    let table = table_mut(state, request.string("TableName")?)?;
-    let key = table.key_of(&request.item("Key")?)?;
-    let mut placeholders = request.placeholders()?;
-    let condition = request.condition(&mut placeholders)?;
-    placeholders.check_all_used()?;
-    check_condition(table.items.get(&key), condition.as_ref(), old_on_failure)?;
-    let old = table.items.remove(&key);
+    let old = if put {
+        table.items.insert(key, given)
+    } else {
+        table.items.remove(&key)
+    };
     Ok(attributes(old.filter(|_| returns == "ALL_OLD")))
 }
 
