@@ -155,6 +155,13 @@ impl Chaos {
     }
 }
 
+/// Where the proxy forwards: the test endpoint over HTTP, or the in-process table store.
+#[derive(Debug, Clone)]
+enum Upstream {
+    Http(http::Uri),
+    Memory(dynalimit_repository::memory::Store),
+}
+
 /// The proxy; stops with the test's runtime.
 #[derive(Debug, Clone)]
 pub struct FaultProxy {
@@ -168,7 +175,10 @@ impl FaultProxy {
     /// # Panics
     /// When no local port can be bound.
     pub async fn start() -> FaultProxy {
-        let upstream: http::Uri = crate::endpoint().url().parse().expect("endpoint URI");
+        let upstream = match crate::endpoint().memory() {
+            Some(store) => Upstream::Memory(store.clone()),
+            None => Upstream::Http(crate::endpoint().url().parse().expect("endpoint URI")),
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the fault proxy");
@@ -405,7 +415,7 @@ impl FaultProxy {
 async fn forward(
     client: &Client<HttpConnector, Full<Bytes>>,
     state: &State,
-    upstream: &http::Uri,
+    upstream: &Upstream,
     request: Request<Body>,
 ) -> Response<Body> {
     let operation = request
@@ -520,6 +530,17 @@ async fn forward(
     ) {
         return std::future::pending().await;
     }
+    let upstream = match upstream {
+        Upstream::Http(uri) => uri,
+        Upstream::Memory(store) => {
+            let target = parts
+                .headers
+                .get("x-amz-target")
+                .and_then(|t| t.to_str().ok());
+            let (parts, body) = store.serve(target, &bytes).into_parts();
+            return answer(fault, parts, Bytes::from(body)).await;
+        }
+    };
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     parts.uri = format!("{upstream}{}", path.trim_start_matches('/'))
         .parse()
@@ -540,6 +561,11 @@ async fn forward(
     else {
         return reset();
     };
+    answer(fault, parts, bytes).await
+}
+
+/// The upstream's answer, passed on or replaced or lost as the fault planned.
+async fn answer(fault: Option<Plan>, parts: http::response::Parts, bytes: Bytes) -> Response<Body> {
     match fault.map(|p| p.reply) {
         Some(Reply::Replace { status, body }) => replaced(parts, status, body),
         Some(Reply::After(how)) => lose(how, parts, bytes).await,

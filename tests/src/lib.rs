@@ -8,6 +8,11 @@
 //!   private in-memory instance per test process on a free loopback port. A watchdog stops the
 //!   JVM when the test process ends, however it ends.
 //!
+//! * With `DYNALIMIT_TEST_BACKEND=memory`, every test of the process talks to one in-process
+//!   table store ([`dynalimit_repository::memory::Store`]) through the same SDK clients, and
+//!   no JVM is started. Tests that cannot run there by nature call
+//!   [`skipped_on_the_memory_backend`] with the reason.
+//!
 //! Every test gets its own table, so tests run in parallel. Credentials and region are static
 //! (`dynalimit`/`local`, `us-east-1`) unless the endpoint is not on loopback, in which case the
 //! normal AWS credential chain applies.
@@ -22,6 +27,7 @@
 
 pub mod fault;
 pub mod lambda;
+mod memory;
 pub mod moto;
 pub mod raw;
 pub mod soak;
@@ -39,6 +45,7 @@ use dynalimit_local::DynamoDbLocal;
 use dynalimit_repository::RequestCounter;
 use dynalimit_repository::aws::is_loopback;
 use dynalimit_repository::aws::local_credentials;
+use dynalimit_repository::memory::Store;
 use dynalimit_repository::{Repository, RepositoryBuilder};
 
 /// The system's clocks with the wall reading moved by a fixed offset.
@@ -81,6 +88,7 @@ pub struct Endpoint {
     url: String,
     external: bool,
     local: Option<DynamoDbLocal>,
+    memory: Option<Store>,
 }
 
 impl Endpoint {
@@ -98,6 +106,28 @@ impl Endpoint {
     pub fn local_pid(&self) -> Option<u32> {
         self.local.as_ref().map(DynamoDbLocal::pid)
     }
+
+    /// The in-process table store, when `DYNALIMIT_TEST_BACKEND=memory` selected it.
+    pub fn memory(&self) -> Option<&Store> {
+        self.memory.as_ref()
+    }
+}
+
+/// True when `DYNALIMIT_TEST_BACKEND` selects the in-process table store.
+pub fn memory_backend() -> bool {
+    std::env::var("DYNALIMIT_TEST_BACKEND").is_ok_and(|b| b == "memory")
+}
+
+/// The one place a test declines the memory backend: true (and the reason printed) when the
+/// suite runs on it, so the test returns; false on DynamoDB, where it runs. `why` says what
+/// the test needs that a single process's in-memory store cannot give (several processes
+/// sharing a table, a stream, an emulator process).
+pub fn skipped_on_the_memory_backend(why: &str) -> bool {
+    if memory_backend() {
+        eprintln!("skipped on the memory backend: {why}");
+        return true;
+    }
+    false
 }
 
 static ENDPOINT: OnceLock<Result<Endpoint, String>> = OnceLock::new();
@@ -110,6 +140,14 @@ static ENDPOINT: OnceLock<Result<Endpoint, String>> = OnceLock::new();
 /// not start.
 pub fn endpoint() -> &'static Endpoint {
     let result = ENDPOINT.get_or_init(|| {
+        if memory_backend() {
+            return Ok(Endpoint {
+                url: dynalimit_repository::memory::ENDPOINT.to_owned(),
+                external: false,
+                local: None,
+                memory: Some(Store::new()),
+            });
+        }
         if let Some(url) = std::env::var("DYNALIMIT_TEST_ENDPOINT")
             .ok()
             .filter(|u| !u.is_empty())
@@ -118,6 +156,7 @@ pub fn endpoint() -> &'static Endpoint {
                 url,
                 external: true,
                 local: None,
+                memory: None,
             });
         }
         DynamoDbLocal::start()
@@ -125,6 +164,7 @@ pub fn endpoint() -> &'static Endpoint {
                 url: local.endpoint().to_string(),
                 external: false,
                 local: Some(local),
+                memory: None,
             })
             .map_err(|e| e.to_string())
     });
@@ -137,6 +177,18 @@ pub fn endpoint() -> &'static Endpoint {
 /// A DynamoDB client for the test endpoint, optionally counting requests.
 pub async fn client_with(counter: Option<RequestCounter>) -> Client {
     let endpoint = endpoint();
+    if let Some(store) = endpoint.memory() {
+        // Tests that point a copy of this client at a fault proxy reach it over the network;
+        // the proxy forwards to the store.
+        let network = aws_smithy_http_client::Builder::new().build_http();
+        let mut config = store
+            .config()
+            .http_client(memory::Routed::new(store, network));
+        if let Some(counter) = counter {
+            config = config.interceptor(counter);
+        }
+        return Client::from_conf(config.build());
+    }
     let mut loader = aws_config::defaults(BehaviorVersion::latest());
     if is_loopback(endpoint.url()) {
         loader = loader

@@ -415,6 +415,8 @@ pub struct RepositoryBuilder {
     principal: Option<String>,
     fast_path: Option<bool>,
     counter: Option<RequestCounter>,
+    #[cfg(feature = "memory")]
+    memory: Option<crate::memory::Store>,
 }
 
 impl fmt::Debug for RepositoryBuilder {
@@ -511,6 +513,36 @@ impl RepositoryBuilder {
         self
     }
 
+    /// Keeps the table in a new in-process store instead of DynamoDB (cargo feature
+    /// `memory`; for tests and single-process use, see [`crate::memory`]). The table is
+    /// created when the repository opens, as on an emulator. Overrides the endpoint, region,
+    /// SDK settings and ready client.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), dynalimit_repository::RepositoryError> {
+    /// use std::sync::Arc;
+    /// use dynalimit_core::ManualClock;
+    /// use dynalimit_repository::Repository;
+    ///
+    /// let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    /// let repo = Repository::builder().in_memory().clock(clock).namespace("t").open().await?;
+    /// assert_eq!(repo.namespace_name(), "t");
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "memory")]
+    pub fn in_memory(self) -> Self {
+        self.in_memory_store(&crate::memory::Store::new())
+    }
+
+    /// As [`RepositoryBuilder::in_memory`], in `store`, which other repositories (and
+    /// limiters) of the process may share.
+    #[cfg(feature = "memory")]
+    pub fn in_memory_store(mut self, store: &crate::memory::Store) -> Self {
+        self.memory = Some(store.clone());
+        self
+    }
+
     /// The clock (default: the system clock).
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
@@ -558,6 +590,15 @@ impl RepositoryBuilder {
     async fn build_client(
         &mut self,
     ) -> Result<(Client, Option<SdkConfig>, Option<String>), RepositoryError> {
+        #[cfg(feature = "memory")]
+        if let Some(store) = self.memory.take() {
+            let mut config = store.config();
+            if let Some(counter) = &self.counter {
+                config = config.interceptor(counter.clone());
+            }
+            let config = config.interceptor(crate::metrics::RequestMetrics);
+            return Ok((Client::from_conf(config.build()), None, None));
+        }
         if let Some(client) = self.client.take() {
             let config = client
                 .config()

@@ -65,6 +65,65 @@ pub mod time {
 
 pub use dynalimit_core::Limit;
 
+/// The in-memory backend (feature `memory`): an in-process table store for a service's own
+/// tests and for single-process use. Not shared across processes; no streams, so no usage
+/// snapshots (see [`Store`](crate::memory::Store) for what it implements and refuses).
+///
+/// Every request of the limiter is built, sent and decoded exactly as for DynamoDB; the store
+/// answers it inside the process, so the decisions are the same code. A service's unit test
+/// of "my handler answers 429 when the key is out of budget", with a manual clock showing the
+/// refill, runs with no JVM:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use dynalimit::time::ManualClock;
+/// use dynalimit::{Error, Limit, RateLimiter, Repository};
+///
+/// /// The service's handler: 200 while the key has budget, 429 once it has none.
+/// async fn handle(limiter: &RateLimiter, api_key: &str) -> Result<u16, Error> {
+///     let acquired = limiter
+///         .acquire(api_key, "search", [("rpm", 1)])
+///         .limits([Limit::per_minute("rpm", 2)])
+///         .await;
+///     match acquired {
+///         Ok(lease) => {
+///             lease.commit().await?;
+///             Ok(200)
+///         }
+///         Err(Error::Rejected(_)) => Ok(429),
+///         Err(other) => Err(other),
+///     }
+/// }
+///
+/// let clock = ManualClock::new(1_700_000_000_000);
+/// let repo = Repository::builder()
+///     .in_memory()
+///     .clock(Arc::new(clock.clone()))
+///     .namespace("test")
+///     .open()
+///     .await?;
+/// let limiter = RateLimiter::new(repo);
+/// assert_eq!(handle(&limiter, "key-1").await?, 200);
+/// assert_eq!(handle(&limiter, "key-1").await?, 200);
+/// assert_eq!(handle(&limiter, "key-1").await?, 429); // out of budget
+/// assert_eq!(handle(&limiter, "key-2").await?, 200); // another key has its own
+/// clock.advance(Duration::from_secs(30)); // 2 a minute: one token back
+/// assert_eq!(handle(&limiter, "key-1").await?, 200);
+/// assert_eq!(handle(&limiter, "key-1").await?, 429);
+/// # Ok(()) }
+/// ```
+///
+/// Several repositories and limiters of one test share a table through one [`Store`](crate::memory::Store)
+/// (`Repository::builder().in_memory_store(&store)`).
+#[cfg(feature = "memory")]
+pub mod memory {
+    pub use dynalimit_repository::memory::{ENDPOINT, Store};
+}
+
 /// Scheduled limits (reference §12.2): the parameters a limit has at a time of day, in an
 /// IANA time zone ([`Limit::with_schedule`]).
 pub mod schedule {
