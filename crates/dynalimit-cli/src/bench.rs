@@ -248,7 +248,7 @@ pub(crate) fn admission_limit() -> Limit {
 pub(crate) struct AdmissionRun {
     /// Concurrent acquiring tasks.
     pub(crate) concurrency: usize,
-    /// Seconds from the first acquire's start to the last one's end.
+    /// Seconds from the run's start (before the first acquire) to its end (after the last).
     pub(crate) seconds: f64,
     pub(crate) admitted: u64,
     pub(crate) rejected: u64,

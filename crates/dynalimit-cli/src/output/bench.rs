@@ -107,7 +107,8 @@ pub(crate) struct Admission {
     pub(crate) capacity: i64,
     /// The limit's refill rate, tokens per second.
     pub(crate) refill_per_s: f64,
-    /// Seconds from the first acquire's start to the last one's end, to three decimals.
+    /// Seconds from the run's start (before the first acquire) to its end (after the last), to
+    /// three decimals.
     pub(crate) seconds: f64,
     /// Acquires admitted.
     pub(crate) admitted: u64,
