@@ -351,7 +351,9 @@ pub(crate) async fn run(
         let report = serde_json::to_value(&report)?;
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_results(&results);
+        if !results.is_empty() {
+            print_results(&results);
+        }
         if !admission.is_empty() {
             println!();
             print_admission(&admission);
