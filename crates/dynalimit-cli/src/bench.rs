@@ -18,6 +18,12 @@
 //! For each: p50, p90, p99 and mean latency, operations per second, DynamoDB requests per
 //! operation (counted by an SDK interceptor) and client CPU per operation (the CPU time of
 //! every thread of this process, from `/proc/self/task/*/schedstat`, divided by operations).
+//!
+//! Then the admission case (`admission`), once per concurrency: that many tasks acquire 1 of a
+//! refill-bound limit (10 a second, capacity 10) on one fresh bucket for `--admission-seconds`,
+//! each trying again at once when refused. Its efficiency is admitted / (capacity + refill rate
+//! x elapsed): 1.0 admits everything the limit allows, and a figure above 1.0 (beyond the slack
+//! of the client's clock) would be over-admission.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,7 +31,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::demo::{Target, print_table};
-use crate::output::bench::{Case, Machine, Processor, Report, Verdict};
+use crate::output::bench::{Admission, Case, Machine, Processor, Report, Verdict};
 use anyhow::Context as _;
 use aws_sdk_dynamodb::Client;
 use clap::Args;
@@ -40,16 +46,16 @@ use dynalimit_repository::{NewEntity, Repository, RequestCounter};
 pub(crate) struct BenchArgs {
     /// Print the results as JSON instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Measured operations per case.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
-    ops: u64,
+    pub(crate) ops: u64,
     /// Entities in the "many" shape.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(2..=100_000))]
-    entities: u64,
+    pub(crate) entities: u64,
     /// Concurrency levels (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
-    concurrency: Vec<usize>,
+    pub(crate) concurrency: Vec<usize>,
     /// The client's Tokio runtime: `multi-thread` (two workers) or `current-thread`.
     #[arg(long, default_value = "multi-thread", value_parser = ["multi-thread", "current-thread"])]
     runtime: String,
@@ -60,6 +66,17 @@ pub(crate) struct BenchArgs {
     /// measured by default).
     #[arg(long)]
     aggregator: bool,
+    /// Seconds of each admission run (the refill-bound case).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub(crate) admission_seconds: u64,
+    /// Measure a peer library on the same emulator too and print both side by side: `zae`
+    /// (zae-limiter 0.17, run by the Python of `--python`).
+    #[arg(long, value_parser = ["zae"])]
+    pub(crate) compare: Option<String>,
+    /// The Python with zae-limiter 0.17 for `--compare zae` (default: `DYNALIMIT_PYTHON`, then
+    /// `.cache/venv-zae/bin/python` under the current directory).
+    #[arg(long)]
+    pub(crate) python: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub(crate) hot: crate::hot_key::HotKeyArgs,
 }
@@ -83,7 +100,7 @@ fn parse_op(name: &str) -> Result<Op, String> {
 
 /// What one measured operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
+pub(crate) enum Op {
     RawUpdate,
     RawSdk,
     StoreConsume,
@@ -92,10 +109,12 @@ enum Op {
     WarmCascade,
     Adjust,
     RejectedFlood,
+    /// The refill-bound admission case (measured apart from the latency cases).
+    Admission,
 }
 
 impl Op {
-    const ALL: [Op; 8] = [
+    const ALL: [Op; 9] = [
         Op::RawSdk,
         Op::RawUpdate,
         Op::StoreConsume,
@@ -104,9 +123,14 @@ impl Op {
         Op::Adjust,
         Op::FirstTouch,
         Op::RejectedFlood,
+        Op::Admission,
     ];
 
-    fn name(self) -> &'static str {
+    /// The latency cases a peer library is measured on too, in the order they run.
+    pub(crate) const COMPARED: [Op; 4] =
+        [Op::WarmAcquire, Op::WarmCascade, Op::Adjust, Op::FirstTouch];
+
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Op::RawUpdate => "raw-update",
             Op::RawSdk => "raw-sdk",
@@ -116,19 +140,23 @@ impl Op {
             Op::WarmCascade => "warm-cascade",
             Op::Adjust => "adjust",
             Op::RejectedFlood => "rejected-flood",
+            Op::Admission => "admission",
         }
     }
 }
 
 /// One entity for everything, or many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shape {
+pub(crate) enum Shape {
     Hot,
     Many,
 }
 
 impl Shape {
-    fn name(self) -> &'static str {
+    /// Both shapes, in the order they run.
+    pub(crate) const ALL: [Shape; 2] = [Shape::Hot, Shape::Many];
+
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Shape::Hot => "hot",
             Shape::Many => "many",
@@ -138,7 +166,7 @@ impl Shape {
 
 /// The figures of one case.
 #[derive(Debug, Clone)]
-struct Figures {
+pub(crate) struct Figures {
     op: Op,
     shape: Shape,
     concurrency: usize,
@@ -155,7 +183,7 @@ struct Figures {
 }
 
 impl Figures {
-    fn to_output(&self) -> Case {
+    pub(crate) fn to_output(&self) -> Case {
         Case {
             op: self.op.name().to_owned(),
             shape: self.shape.name().to_owned(),
@@ -193,7 +221,75 @@ struct Bench {
     fresh: Arc<AtomicUsize>,
 }
 
-const RESOURCE: &str = "model";
+/// The resource of every latency case.
+pub(crate) const RESOURCE: &str = "model";
+
+/// The resource of the admission case.
+pub(crate) const ADMISSION_RESOURCE: &str = "admission";
+
+/// The limits every latency case acquires under, far above what any run can spend, so every
+/// acquire is admitted. Hourly, so the buckets' TTL (7 x the time to fill, reference §2.6)
+/// outlives the run: a per-second limit's buckets would expire after 7 s and send warm
+/// acquires down the slow path.
+pub(crate) fn bench_limits() -> [Limit; 2] {
+    [
+        Limit::per_hour("rpm", 1_000_000_000_000),
+        Limit::per_hour("tpm", 1_000_000_000_000),
+    ]
+}
+
+/// The admission case's limit: refill binds (10 a second, capacity 10).
+pub(crate) fn admission_limit() -> Limit {
+    Limit::per_second("rps", 10)
+}
+
+/// What one admission run counted.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub(crate) struct AdmissionRun {
+    /// Concurrent acquiring tasks.
+    pub(crate) concurrency: usize,
+    /// Seconds from the run's start (before the first acquire) to its end (after the last).
+    pub(crate) seconds: f64,
+    pub(crate) admitted: u64,
+    pub(crate) rejected: u64,
+    /// Acquires that failed otherwise.
+    pub(crate) errors: u64,
+    /// The first such failure.
+    pub(crate) first_error: Option<String>,
+    /// DynamoDB requests sent during the run.
+    pub(crate) requests: u64,
+}
+
+impl AdmissionRun {
+    /// The run's figures for `library`, its efficiency computed against `limit`.
+    pub(crate) fn to_output(&self, library: &str, limit: &Limit) -> Admission {
+        let refill_per_s = limit.refill_amount() as f64 / limit.refill_period_seconds() as f64;
+        let allowance = limit.capacity() as f64 + refill_per_s * self.seconds;
+        Admission {
+            library: library.to_owned(),
+            concurrency: self.concurrency,
+            capacity: limit.capacity(),
+            refill_per_s,
+            seconds: (self.seconds * 1000.0).round() / 1000.0,
+            admitted: self.admitted,
+            rejected: self.rejected,
+            errors: self.errors,
+            first_error: self.first_error.clone(),
+            requests: self.requests,
+            allowance: (allowance * 10.0).round() / 10.0,
+            efficiency: (self.admitted as f64 / allowance * 1000.0).round() / 1000.0,
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Debug)]
+pub(crate) struct Measured {
+    /// The latency cases.
+    pub(crate) cases: Vec<Figures>,
+    /// The admission runs, one per concurrency (none when not asked for).
+    pub(crate) admission: Vec<AdmissionRun>,
+}
 
 /// The limits of the spent buckets the rejected flood acquires on: one request an hour.
 fn spent_limits() -> [Limit; 2] {
@@ -213,20 +309,30 @@ pub(crate) async fn run(
     if args.hot.hot_key {
         return crate::hot_key::run(&args.hot, endpoint_url, stack, args.json).await;
     }
-    anyhow::ensure!(
-        !args.concurrency.is_empty() && args.concurrency.iter().all(|c| (1..=1024).contains(c)),
-        "--concurrency takes levels between 1 and 1024"
-    );
+    check_concurrency(args)?;
     if !args.json {
         eprintln!(
             "Starting the endpoint and preparing {} entities...",
             args.entities
         );
     }
+    let selected = |op: &Op| args.only.is_empty() || args.only.contains(op);
+    let ops: Vec<Op> = Op::ALL
+        .into_iter()
+        .filter(|op| *op != Op::Admission && selected(op))
+        .collect();
     let target = Target::resolve(endpoint_url).await?;
-    let outcome = measure(args, &target, stack).await;
+    let outcome = measure(args, &target, stack, &ops, selected(&Op::Admission)).await;
     target.stop().await;
-    let results = outcome?;
+    let Measured {
+        cases: results,
+        admission,
+    } = outcome?;
+    let limit = admission_limit();
+    let admission: Vec<Admission> = admission
+        .iter()
+        .map(|run| run.to_output(LIBRARY, &limit))
+        .collect();
     let processor = (args.only.is_empty() || args.aggregator).then(processor_throughput);
     if args.json {
         let report = Report {
@@ -234,6 +340,7 @@ pub(crate) async fn run(
             ops_per_case: args.ops,
             entities: args.entities,
             results: results.iter().map(Figures::to_output).collect(),
+            admission,
             targets: targets(&results),
             aggregator: processor.map(|records_per_s| Processor {
                 batch: PROCESSOR_BATCH,
@@ -244,7 +351,13 @@ pub(crate) async fn run(
         let report = serde_json::to_value(&report)?;
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_results(&results);
+        if !results.is_empty() {
+            print_results(&results);
+        }
+        if !admission.is_empty() {
+            println!();
+            print_admission(&admission);
+        }
         if let Some(records_per_s) = processor {
             println!(
                 "\naggregator stream processor: {records_per_s:.0} records/s on one core \
@@ -252,6 +365,18 @@ pub(crate) async fn run(
             );
         }
     }
+    Ok(())
+}
+
+/// This library's name in the admission figures.
+pub(crate) const LIBRARY: &str = "dynalimit";
+
+/// Rejects concurrency levels out of range (before any I/O).
+pub(crate) fn check_concurrency(args: &BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !args.concurrency.is_empty() && args.concurrency.iter().all(|c| (1..=1024).contains(c)),
+        "--concurrency takes levels between 1 and 1024"
+    );
     Ok(())
 }
 
@@ -288,7 +413,16 @@ fn processor_throughput() -> f64 {
     (batches as f64 * PROCESSOR_BATCH as f64) / seconds
 }
 
-async fn measure(args: &BenchArgs, target: &Target, stack: &str) -> anyhow::Result<Vec<Figures>> {
+/// Measures `ops` at every concurrency of `args`, both shapes each, then, when `admission`
+/// is set, the admission case at every concurrency, on the table `stack` of `target` (in the
+/// namespace `bench`).
+pub(crate) async fn measure(
+    args: &BenchArgs,
+    target: &Target,
+    stack: &str,
+    ops: &[Op],
+    admission: bool,
+) -> anyhow::Result<Measured> {
     let counter = RequestCounter::default();
     let client = target.client(Some(counter.clone())).await?;
     let repo = Repository::builder()
@@ -299,17 +433,7 @@ async fn measure(args: &BenchArgs, target: &Target, stack: &str) -> anyhow::Resu
         .open()
         .await
         .context("opening the benchmark table")?;
-    // Limits far above what any run can spend, so every acquire is admitted. Hourly, so the
-    // buckets' TTL (7 x the time to fill, reference §2.6) outlives the run: a per-second
-    // limit's buckets would expire after 7 s and send warm acquires down the slow path.
-    repo.set_system_defaults(
-        &[
-            Limit::per_hour("rpm", 1_000_000_000_000),
-            Limit::per_hour("tpm", 1_000_000_000_000),
-        ],
-        None,
-    )
-    .await?;
+    repo.set_system_defaults(&bench_limits(), None).await?;
     if !args.json {
         eprintln!(
             "UpdateItem transport: {}",
@@ -333,11 +457,8 @@ async fn measure(args: &BenchArgs, target: &Target, stack: &str) -> anyhow::Resu
 
     let mut results = Vec::new();
     for &concurrency in &args.concurrency {
-        for op in Op::ALL
-            .into_iter()
-            .filter(|op| args.only.is_empty() || args.only.contains(op))
-        {
-            for shape in [Shape::Hot, Shape::Many] {
+        for &op in ops {
+            for shape in Shape::ALL {
                 let figures = bench.case(op, shape, concurrency, args.ops).await?;
                 if !args.json {
                     eprintln!(
@@ -353,7 +474,27 @@ async fn measure(args: &BenchArgs, target: &Target, stack: &str) -> anyhow::Resu
             }
         }
     }
-    Ok(results)
+    let mut runs = Vec::new();
+    if admission {
+        for &concurrency in &args.concurrency {
+            let run = bench.admission(concurrency, args.admission_seconds).await?;
+            if !args.json {
+                eprintln!(
+                    "  {:<13} c={:<3} admitted {} rejected {} errors {}",
+                    Op::Admission.name(),
+                    concurrency,
+                    run.admitted,
+                    run.rejected,
+                    run.errors
+                );
+            }
+            runs.push(run);
+        }
+    }
+    Ok(Measured {
+        cases: results,
+        admission: runs,
+    })
 }
 
 /// Creates the cascade parents and children, warms every bucket the warm cases use, and
@@ -512,7 +653,72 @@ impl Bench {
                 let lease = self.limiter.acquire(&entity, &resource, consume).await?;
                 Ok(lease.commit().await?)
             }
+            Op::Admission => anyhow::bail!("the admission case is not a latency case"),
         }
+    }
+
+    /// The admission case at `concurrency`: tasks acquiring 1 of [`admission_limit`] on one
+    /// fresh bucket (its limit stored for the entity) for `seconds`, each trying again at once
+    /// when refused.
+    async fn admission(&self, concurrency: usize, seconds: u64) -> anyhow::Result<AdmissionRun> {
+        let entity = Arc::new(format!("adm-{concurrency}"));
+        let limit = admission_limit();
+        self.repo
+            .set_limits(&entity, ADMISSION_RESOURCE, std::slice::from_ref(&limit))
+            .await?;
+        let name = Arc::new(limit.name().to_owned());
+        let requests_before = self.counter.total();
+        let started = SystemClock.monotonic();
+        let deadline = started + Duration::from_secs(seconds);
+        let mut workers = Vec::new();
+        for _ in 0..concurrency {
+            let (limiter, entity, name) =
+                (self.limiter.clone(), Arc::clone(&entity), Arc::clone(&name));
+            workers.push(tokio::spawn(async move {
+                let mut tally = (0u64, 0u64, 0u64, None::<String>);
+                while SystemClock.monotonic() < deadline {
+                    let outcome = match limiter
+                        .acquire(&entity, ADMISSION_RESOURCE, [(name.as_str(), 1)])
+                        .await
+                    {
+                        Ok(lease) => lease.commit().await,
+                        Err(e) => Err(e),
+                    };
+                    match outcome {
+                        Ok(()) => tally.0 += 1,
+                        Err(dynalimit::Error::Rejected(_)) => tally.1 += 1,
+                        Err(e) => {
+                            tally.2 += 1;
+                            tally.3.get_or_insert_with(|| e.to_string());
+                        }
+                    }
+                    // A refusal from the rejection cache sends nothing and may not yield:
+                    // let the other tasks run.
+                    tokio::task::yield_now().await;
+                }
+                tally
+            }));
+        }
+        let mut run = AdmissionRun {
+            concurrency,
+            seconds: 0.0,
+            admitted: 0,
+            rejected: 0,
+            errors: 0,
+            first_error: None,
+            requests: 0,
+        };
+        for worker in workers {
+            let (admitted, rejected, errors, first_error) = worker.await?;
+            run.admitted += admitted;
+            run.rejected += rejected;
+            run.errors += errors;
+            run.first_error = run.first_error.or(first_error);
+        }
+        run.seconds = (SystemClock.monotonic() - started).as_secs_f64();
+        run.requests = self.counter.total() - requests_before;
+        self.limiter.settle().await;
+        Ok(run)
     }
 
     async fn case(
@@ -677,6 +883,48 @@ fn targets(results: &[Figures]) -> Vec<Verdict> {
         });
     }
     out
+}
+
+/// The admission runs as a table.
+pub(crate) fn print_admission(runs: &[Admission]) {
+    println!(
+        "Admission efficiency (limit {} a second, capacity {}): admitted / (capacity + rate x elapsed)",
+        runs.first().map_or(0.0, |r| r.refill_per_s),
+        runs.first().map_or(0, |r| r.capacity)
+    );
+    let mut rows = vec![[
+        "library".to_string(),
+        "conc".into(),
+        "seconds".into(),
+        "admitted".into(),
+        "allowance".into(),
+        "efficiency".into(),
+        "rejected".into(),
+        "errors".into(),
+        "requests".into(),
+    ]];
+    for r in runs {
+        rows.push([
+            r.library.clone(),
+            r.concurrency.to_string(),
+            format!("{:.2}", r.seconds),
+            r.admitted.to_string(),
+            format!("{:.1}", r.allowance),
+            format!("{:.3}", r.efficiency),
+            r.rejected.to_string(),
+            r.errors.to_string(),
+            r.requests.to_string(),
+        ]);
+    }
+    print_table(&rows);
+    for r in runs.iter().filter(|r| r.errors > 0) {
+        println!(
+            "  {} c={}: first error: {}",
+            r.library,
+            r.concurrency,
+            r.first_error.as_deref().unwrap_or("-")
+        );
+    }
 }
 
 fn print_results(results: &[Figures]) {

@@ -8,6 +8,7 @@ mod access;
 mod aggregator;
 mod audit;
 mod bench;
+mod compare;
 mod context;
 mod demo;
 mod entity;
@@ -107,7 +108,9 @@ enum Command {
     #[command(after_help = "Example:\n  dynalimit demo\n  dynalimit demo --seconds 20 --tasks 64")]
     Demo(demo::DemoArgs),
     /// Measure latency, throughput, requests and client CPU against a fresh DynamoDB Local.
-    #[command(after_help = "Example:\n  dynalimit bench\n  dynalimit bench --json > bench.json")]
+    #[command(
+        after_help = "Example:\n  dynalimit bench\n  dynalimit bench --json > bench.json\n  dynalimit bench --compare zae --python .cache/venv-zae/bin/python"
+    )]
     Bench(bench::BenchArgs),
 }
 
@@ -129,6 +132,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Local(c) => local::run(g, c).await,
         Command::Demo(args) => {
             demo::run(args, g.configured_endpoint().await, &g.stack, &g.namespace).await
+        }
+        Command::Bench(args) if args.compare.is_some() => {
+            compare::run(args, g.configured_endpoint().await, &g.stack).await
         }
         Command::Bench(args) => bench::run(args, g.configured_endpoint().await, &g.stack).await,
     }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// `bench --json`: the run's figures, its machine, and the targets evaluated on them.
 #[derive(Debug, Serialize)]
@@ -16,6 +16,8 @@ pub(crate) struct Report {
     pub(crate) entities: u64,
     /// One entry per case: operation, shape and concurrency.
     pub(crate) results: Vec<Case>,
+    /// The admission case, one entry per concurrency; empty when `--only` leaves it out.
+    pub(crate) admission: Vec<Admission>,
     /// The targets whose cases were measured, evaluated.
     pub(crate) targets: Vec<Verdict>,
     /// The aggregator's stream processor; null when it was not measured (`--only` without
@@ -60,7 +62,7 @@ impl Machine {
 }
 
 /// The figures of one case. Latencies are in microseconds, rounded to whole ones.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 pub(crate) struct Case {
     /// The operation: `raw-sdk`, `raw-update`, `store-consume`, `warm-acquire`,
@@ -90,6 +92,107 @@ pub(crate) struct Case {
     /// Client CPU time per operation (every thread of the process), microseconds, to one
     /// decimal.
     pub(crate) cpu_us_per_op: f64,
+}
+
+/// One run of the admission case: concurrent tasks acquiring 1 of a refill-bound limit on one
+/// fresh bucket, each trying again at once when refused.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct Admission {
+    /// The library measured: `dynalimit` or `zae-limiter`.
+    pub(crate) library: String,
+    /// Concurrent acquiring tasks.
+    pub(crate) concurrency: usize,
+    /// The limit's capacity, tokens.
+    pub(crate) capacity: i64,
+    /// The limit's refill rate, tokens per second.
+    pub(crate) refill_per_s: f64,
+    /// Seconds from the run's start (before the first acquire) to its end (after the last), to
+    /// three decimals.
+    pub(crate) seconds: f64,
+    /// Acquires admitted.
+    pub(crate) admitted: u64,
+    /// Acquires refused by the limit.
+    pub(crate) rejected: u64,
+    /// Acquires that failed otherwise.
+    pub(crate) errors: u64,
+    /// The first such failure; null when none failed.
+    pub(crate) first_error: Option<String>,
+    /// DynamoDB requests sent during the run.
+    pub(crate) requests: u64,
+    /// What the limit allows over the run: capacity + refill rate x seconds, to one decimal.
+    pub(crate) allowance: f64,
+    /// `admitted / allowance`, to three decimals: 1.0 admits everything allowed; above 1.0
+    /// (beyond the client clock's slack) would be over-admission.
+    pub(crate) efficiency: f64,
+}
+
+/// `bench --compare zae --json`: dynalimit and zae-limiter measured on the same emulator in one
+/// run, side by side.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct CompareReport {
+    /// The machine it ran on.
+    pub(crate) machine: Machine,
+    /// Measured operations per case (`--ops`).
+    pub(crate) ops_per_case: u64,
+    /// Entities of the `many` shape (`--entities`).
+    pub(crate) entities: u64,
+    /// The peer library and how its side was measured.
+    pub(crate) peer: Peer,
+    /// dynalimit's figures, one entry per case.
+    pub(crate) dynalimit: Vec<Case>,
+    /// zae-limiter's figures, one entry per case, in the same order.
+    pub(crate) zae: Vec<Case>,
+    /// The two sides of each case compared.
+    pub(crate) ratios: Vec<Ratio>,
+    /// The admission case for both libraries: dynalimit's runs, then zae-limiter's.
+    pub(crate) admission: Vec<Admission>,
+}
+
+/// The peer library of a comparison and how its side was measured.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct Peer {
+    /// The library: `zae-limiter`.
+    pub(crate) library: String,
+    /// Its installed version.
+    pub(crate) version: String,
+    /// The Python version that ran it.
+    pub(crate) python: String,
+    /// How its client CPU was measured.
+    pub(crate) cpu_measure: String,
+    /// Requests sent by the peer's own client before the run to check the request counter.
+    pub(crate) check_requests_sent: u64,
+    /// Requests the counter saw of those (equal when it counts each request once).
+    pub(crate) check_requests_counted: u64,
+}
+
+/// One case on both sides. Ratios are zae-limiter's figure over dynalimit's, to two decimals
+/// (above 1: zae-limiter's is higher).
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct Ratio {
+    /// The operation: `warm-acquire`, `warm-cascade`, `adjust` or `first-touch`.
+    pub(crate) op: String,
+    /// `hot` (one entity) or `many` (entities in turn).
+    pub(crate) shape: String,
+    /// Concurrent workers.
+    pub(crate) concurrency: usize,
+    /// Median latency, zae-limiter / dynalimit.
+    pub(crate) p50: f64,
+    /// 99th percentile latency, zae-limiter / dynalimit.
+    pub(crate) p99: f64,
+    /// Mean latency, zae-limiter / dynalimit.
+    pub(crate) mean: f64,
+    /// Operations per second, zae-limiter / dynalimit.
+    pub(crate) ops_per_s: f64,
+    /// Client CPU per operation, zae-limiter / dynalimit.
+    pub(crate) cpu_per_op: f64,
+    /// dynalimit's DynamoDB requests per operation.
+    pub(crate) dynalimit_requests_per_op: f64,
+    /// zae-limiter's DynamoDB requests per operation.
+    pub(crate) zae_requests_per_op: f64,
 }
 
 /// One target, evaluated on this run's figures.

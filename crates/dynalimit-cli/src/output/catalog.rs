@@ -15,7 +15,10 @@ use serde_json::{Value, json};
 
 use super::access::{Disabled, EntityAccess, EntityCascade, ResourceAccess, ResourceCascade};
 use super::audit::Event;
-use super::bench::{Case, HotKeyPoint, HotKeyReport, Machine, Processor, Report, Verdict};
+use super::bench::{
+    Admission, Case, CompareReport, HotKeyPoint, HotKeyReport, Machine, Peer, Processor, Ratio,
+    Report, Verdict,
+};
 use super::entity::{Available, Balance, Comeback, Entity, Operation, OperationName, ParentSet};
 use super::infra::{Stack, StackDeleted, Status, TableCompatibility, TableVersion, Version};
 use super::limits::{
@@ -108,6 +111,31 @@ fn case(op: &str, p50_us: f64, ops_per_s: f64, requests: f64) -> Case {
         requests_per_op: requests,
         requests_by_operation: BTreeMap::from([("UpdateItem".into(), requests)]),
         cpu_us_per_op: 21.4,
+    }
+}
+
+fn admission(library: &str, admitted: u64, requests: u64) -> Admission {
+    Admission {
+        library: library.into(),
+        concurrency: 8,
+        capacity: 10,
+        refill_per_s: 10.0,
+        seconds: 5.004,
+        admitted,
+        rejected: 2113,
+        errors: 0,
+        first_error: None,
+        requests,
+        allowance: 60.0,
+        efficiency: (admitted as f64 / 60.04 * 1000.0).round() / 1000.0,
+    }
+}
+
+fn example_machine() -> Machine {
+    Machine {
+        cpus: 2,
+        cpu_model: "Example CPU @ 2.40GHz".into(),
+        memory_gib: 7.8,
     }
 }
 
@@ -419,6 +447,7 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                             case("raw-update", 1480.0, 652.0, 1.0),
                             case("warm-acquire", 1610.0, 601.0, 1.0),
                         ],
+                        admission: vec![admission("dynalimit", 59, 71)],
                         targets: vec![Verdict {
                             target: "warm acquire p50 <= 1.15 x raw UpdateItem p50 (c=1, hot)"
                                 .into(),
@@ -430,6 +459,42 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                             records_per_s_one_core: 412_000.0,
                             target: 100_000,
                         }),
+                    },
+                ),
+                one(
+                    "bench --compare --json",
+                    CompareReport {
+                        machine: example_machine(),
+                        ops_per_case: 1000,
+                        entities: 256,
+                        peer: Peer {
+                            library: "zae-limiter".into(),
+                            version: "0.17.0".into(),
+                            python: "3.11.7".into(),
+                            cpu_measure: "time.process_time_ns(): CPU time of every thread of \
+                                          the Python process, ended threads included"
+                                .into(),
+                            check_requests_sent: 5,
+                            check_requests_counted: 5,
+                        },
+                        dynalimit: vec![case("warm-acquire", 1610.0, 601.0, 1.0)],
+                        zae: vec![case("warm-acquire", 3220.0, 300.0, 1.0)],
+                        ratios: vec![Ratio {
+                            op: "warm-acquire".into(),
+                            shape: "hot".into(),
+                            concurrency: 1,
+                            p50: 2.0,
+                            p99: 2.0,
+                            mean: 2.0,
+                            ops_per_s: 0.5,
+                            cpu_per_op: 9.5,
+                            dynalimit_requests_per_op: 1.0,
+                            zae_requests_per_op: 1.0,
+                        }],
+                        admission: vec![
+                            admission("dynalimit", 59, 71),
+                            admission("zae-limiter", 58, 80),
+                        ],
                     },
                 ),
                 one(
