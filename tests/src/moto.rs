@@ -8,6 +8,10 @@
 //! When moto is not installed, [`MotoServer::start`] returns `None` after printing why, so a bare
 //! `cargo test` skips the deploy tests; under `scripts/test` (`DYNALIMIT_REQUIRE_MOTO=1`) it
 //! panics instead, so the gate cannot pass without them.
+//!
+//! With `DYNALIMIT_TEST_AWS_ENDPOINT` set (LocalStack, see `scripts/localstack`), no moto is
+//! started: the deploy tests run against that endpoint, which must serve CloudFormation, S3 and
+//! DynamoDB and must not hold the stacks they create.
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
@@ -16,10 +20,11 @@ use std::time::Duration;
 
 use dynalimit_local::free_port;
 
-/// A running moto server on loopback. Dropping it stops the process.
+/// A running moto server on loopback (dropping it stops the process), or the endpoint of
+/// `DYNALIMIT_TEST_AWS_ENDPOINT`.
 #[derive(Debug)]
 pub struct MotoServer {
-    child: Child,
+    child: Option<Child>,
     url: String,
 }
 
@@ -41,11 +46,18 @@ fn find_moto() -> Option<PathBuf> {
 
 impl MotoServer {
     /// Starts moto on a free loopback port, or returns `None` (printing the reason) when moto
-    /// is not installed and `DYNALIMIT_REQUIRE_MOTO` is not set.
+    /// is not installed and `DYNALIMIT_REQUIRE_MOTO` is not set. With
+    /// `DYNALIMIT_TEST_AWS_ENDPOINT` set, returns that endpoint and starts nothing.
     ///
     /// # Panics
     /// When moto is required but missing, or does not answer within 60 seconds.
     pub fn start() -> Option<MotoServer> {
+        if let Some(url) = std::env::var("DYNALIMIT_TEST_AWS_ENDPOINT")
+            .ok()
+            .filter(|u| !u.is_empty())
+        {
+            return Some(MotoServer { child: None, url });
+        }
         let Some(program) = find_moto() else {
             let message = "moto_server not found: run ./scripts/test (it installs moto into \
                            .cache/venv) or set DYNALIMIT_PYTHON_VENV to a virtualenv with \
@@ -64,13 +76,14 @@ impl MotoServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+        // Owned by the server from here on, so a panic below still stops the process.
         let mut server = MotoServer {
-            child,
+            child: Some(child),
             url: format!("http://127.0.0.1:{port}"),
         };
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         for _ in 0..600 {
-            if let Ok(Some(status)) = server.child.try_wait() {
+            if let Some(Ok(Some(status))) = server.child.as_mut().map(Child::try_wait) {
                 panic!("moto_server exited during start-up ({status})");
             }
             if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
@@ -151,7 +164,9 @@ impl MotoServer {
 
 impl Drop for MotoServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }

@@ -677,6 +677,28 @@ impl StackManager {
         Ok(events)
     }
 
+    /// Hands every event not in `seen` to `progress`, oldest first, and keeps the reason of the
+    /// first failure.
+    async fn report_new_events(
+        &self,
+        seen: &mut HashSet<String>,
+        first_failure: &mut Option<String>,
+        progress: &mut (dyn FnMut(&StackEvent) + Send),
+    ) -> Result<(), StackError> {
+        for (id, event) in self.events().await? {
+            if seen.insert(id) {
+                if event.status.ends_with("_FAILED")
+                    && first_failure.is_none()
+                    && let Some(reason) = &event.reason
+                {
+                    *first_failure = Some(format!("{}: {reason}", event.logical_id));
+                }
+                progress(&event);
+            }
+        }
+        Ok(())
+    }
+
     async fn wait(
         &self,
         goal: &str,
@@ -686,21 +708,18 @@ impl StackManager {
         let polls = (self.max_wait.as_millis() / self.poll.as_millis().max(1)).max(1);
         let mut first_failure: Option<String> = None;
         for _ in 0..polls {
-            for (id, event) in self.events().await? {
-                if seen.insert(id) {
-                    if event.status.ends_with("_FAILED")
-                        && first_failure.is_none()
-                        && let Some(reason) = &event.reason
-                    {
-                        first_failure = Some(format!("{}: {reason}", event.logical_id));
-                    }
-                    progress(&event);
-                }
-            }
+            self.report_new_events(&mut seen, &mut first_failure, progress)
+                .await?;
             let status = self.status().await?;
             let current = status
                 .as_ref()
                 .map_or_else(|| "DELETE_COMPLETE".to_string(), |s| s.status.clone());
+            if !current.ends_with("_IN_PROGRESS") {
+                // The stack may have finished after the events above were read: its last
+                // events (the stack's own final one among them) are reported before returning.
+                self.report_new_events(&mut seen, &mut first_failure, progress)
+                    .await?;
+            }
             if current == goal {
                 return Ok(());
             }
