@@ -434,14 +434,15 @@ impl Step {
 /// The `rpm` consumption every shard of `entity`'s bucket recorded, in acquires.
 async fn recorded(repo: &Repository, entity: &str, shards: u32) -> anyhow::Result<f64> {
     let store = repo.buckets();
-    let mut total = 0i64;
-    for shard in 0..shards {
-        let image = store.read(&BucketKey::new(entity, RESOURCE, shard)).await?;
-        total += image
-            .as_ref()
-            .and_then(|i| i.limits.get("rpm"))
-            .map_or(0, |l| l.tc);
-    }
+    let keys: Vec<BucketKey> = (0..shards)
+        .map(|shard| BucketKey::new(entity, RESOURCE, shard))
+        .collect();
+    let images = futures::future::try_join_all(keys.iter().map(|key| store.read(key))).await?;
+    let total: i64 = images
+        .iter()
+        .filter_map(|image| image.as_ref()?.limits.get("rpm"))
+        .map(|l| l.tc)
+        .sum();
     Ok(total as f64 / 1000.0)
 }
 

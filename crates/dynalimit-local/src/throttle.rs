@@ -104,8 +104,15 @@ pub(crate) struct Charge {
 pub(crate) struct Partitions {
     limits: PartitionLimits,
     clock: Arc<dyn Clock>,
-    writes: Mutex<HashMap<String, Allowance>>,
-    reads: Mutex<HashMap<String, Allowance>>,
+    /// Write and read allowances, under one lock: a request takes both or neither.
+    allowances: Mutex<Allowances>,
+}
+
+/// Each key's write and read allowances.
+#[derive(Debug, Default)]
+struct Allowances {
+    writes: HashMap<String, Allowance>,
+    reads: HashMap<String, Allowance>,
 }
 
 impl Partitions {
@@ -113,26 +120,25 @@ impl Partitions {
         Partitions {
             limits,
             clock,
-            writes: Mutex::new(HashMap::new()),
-            reads: Mutex::new(HashMap::new()),
+            allowances: Mutex::default(),
         }
     }
 
     /// Takes the whole charge, or nothing: `Err` names the first key that lacks the units.
     pub(crate) fn take(&self, charge: &Charge) -> Result<(), String> {
         let now = self.clock.monotonic();
-        let mut writes = self.writes.lock().unwrap_or_else(|e| e.into_inner());
-        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.allowances.lock().unwrap_or_else(|e| e.into_inner());
+        let Allowances { writes, reads } = &mut *guard;
         let burst = self.limits.burst;
         let written = plan(
-            &writes,
+            writes,
             &charge.writes,
             self.limits.writes_per_second,
             burst,
             now,
         )?;
         let read = plan(
-            &reads,
+            reads,
             &charge.reads,
             self.limits.reads_per_second,
             burst,
