@@ -75,10 +75,7 @@ impl Global {
     /// environment, the profile), for commands that start a private DynamoDB Local without
     /// one. Settings that cannot be loaded name none.
     pub(crate) async fn configured_endpoint(&self) -> Option<String> {
-        match self.sdk_config().await {
-            Ok(config) => self.endpoint(&config),
-            Err(_) => self.endpoint_url.clone(),
-        }
+        aws::configured_endpoint(&self.aws_settings()).await
     }
 
     /// A repository builder on the loaded settings, and the endpoint it talks to when not AWS.

@@ -148,6 +148,17 @@ pub fn dynamodb_endpoint(config: &SdkConfig, explicit: Option<&str>) -> Option<S
         .or_else(|| config.endpoint_url().map(str::to_string))
 }
 
+/// The DynamoDB endpoint other than AWS that `settings` name (the explicit endpoint, else
+/// the environment's and the profile's, see [`dynamodb_endpoint`]), for tools that start a
+/// private DynamoDB Local when there is none. Settings that cannot be loaded (no region, for
+/// instance) name only the explicit endpoint, if any.
+pub async fn configured_endpoint(settings: &AwsSettings) -> Option<String> {
+    match load(settings).await {
+        Ok(config) => dynamodb_endpoint(&config, settings.endpoint_url.as_deref()),
+        Err(_) => settings.endpoint_url.clone(),
+    }
+}
+
 /// True for `localhost`, `127.x.x.x` and `[::1]` endpoints.
 pub fn is_loopback(url: &str) -> bool {
     let host = url
