@@ -25,6 +25,7 @@
 //! # }
 //! ```
 
+pub mod binary;
 pub mod fault;
 pub mod lambda;
 mod memory;
@@ -208,6 +209,17 @@ pub async fn client_with(counter: Option<RequestCounter>) -> Client {
 /// A DynamoDB client for the test endpoint.
 pub async fn client() -> Client {
     client_with(None).await
+}
+
+/// Whether table `name` exists on the test endpoint.
+pub async fn table_exists(name: &str) -> bool {
+    let described = client()
+        .await
+        .describe_table()
+        .table_name(name)
+        .send()
+        .await;
+    described.is_ok_and(|d| d.table.is_some())
 }
 
 /// A table name no other test of any process uses.

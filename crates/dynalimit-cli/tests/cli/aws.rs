@@ -5,23 +5,12 @@
 use dynalimit_core::{Clock as _, SystemClock};
 use dynalimit_tests::fault::FaultProxy;
 
-use crate::{Run, command, execute, temp_file};
+use crate::{Run, execute, temp_file};
 
 /// Runs `dynalimit ARGS` with `env` on a blocking thread, so the test's runtime keeps serving
 /// the proxy meanwhile. No credentials or shared files are inherited.
 async fn dynalimit(env: &[(&str, &str)], args: &[&str]) -> Run {
-    let mut c = command();
-    for var in [
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-    ] {
-        c.env_remove(var);
-    }
-    let none = temp_file("none", "");
-    c.env("AWS_CONFIG_FILE", &none)
-        .env("AWS_SHARED_CREDENTIALS_FILE", &none)
-        .env("AWS_EC2_METADATA_DISABLED", "true");
+    let mut c = dynalimit_tests::binary::without_aws(env!("CARGO_BIN_EXE_dynalimit"));
     for (k, v) in env {
         c.env(k, v);
     }
@@ -52,24 +41,13 @@ async fn set_and_get(env: &[(&str, &str)], stack: &str, extra: &[&str]) {
     assert!(got["limits"].to_string().contains("rpm"), "{got}");
 }
 
-/// Whether table `stack` exists on the test kit's DynamoDB.
-async fn on_the_kits_endpoint(stack: &str) -> bool {
-    let described = dynalimit_tests::client()
-        .await
-        .describe_table()
-        .table_name(stack)
-        .send()
-        .await;
-    described.is_ok_and(|d| d.table.is_some())
-}
-
 #[tokio::test]
 async fn aws_endpoint_url_alone_reaches_a_fresh_emulator() {
     let stack = dynalimit_tests::unique_table_name();
     let endpoint = dynalimit_tests::endpoint().url();
     set_and_get(&[("AWS_ENDPOINT_URL", endpoint)], &stack, &[]).await;
     assert!(
-        on_the_kits_endpoint(&stack).await,
+        dynalimit_tests::table_exists(&stack).await,
         "the table was created there"
     );
 }
@@ -176,7 +154,7 @@ async fn the_demo_runs_on_the_endpoint_of_aws_endpoint_url() {
         out.stdout
     );
     assert!(
-        on_the_kits_endpoint(&stack).await,
+        dynalimit_tests::table_exists(&stack).await,
         "the demo's table is there"
     );
 }

@@ -71,20 +71,7 @@ pub(crate) fn execute(command: &mut Command) -> Run {
 
 /// A clean command: no inherited dynalimit settings.
 pub(crate) fn command() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dynalimit"));
-    for var in [
-        "DYNALIMIT_ENDPOINT_URL",
-        "DYNALIMIT_STACK",
-        "DYNALIMIT_NAMESPACE",
-        "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL_DYNAMODB",
-        "AWS_PROFILE",
-        "AWS_REGION",
-        "AWS_DEFAULT_REGION",
-    ] {
-        c.env_remove(var);
-    }
-    c
+    dynalimit_tests::binary::without_settings(env!("CARGO_BIN_EXE_dynalimit"))
 }
 
 /// Runs `dynalimit ARGS` against `endpoint` and `stack`.
