@@ -30,13 +30,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::demo::{Target, print_table};
 use crate::output::bench::{Admission, Case, Machine, Processor, Report, Verdict};
 use anyhow::Context as _;
 use aws_sdk_dynamodb::Client;
 use clap::Args;
 use dynalimit::{Limit, RateLimiter};
 use dynalimit_core::{Clock as _, SystemClock};
+use dynalimit_demo::{Target, print_table};
 use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_repository::bucket::{BucketKey, BucketStore};
 use dynalimit_repository::{NewEntity, Repository, RequestCounter};

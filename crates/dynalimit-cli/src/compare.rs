@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use anyhow::Context as _;
+use dynalimit_demo::{Target, print_table};
 use dynalimit_repository::Repository;
 use serde::Deserialize;
 use serde_json::json;
@@ -25,7 +26,6 @@ use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, Buf
 
 use crate::bench::{self, AdmissionRun, BenchArgs, Figures, Op, Shape};
 use crate::context::BadInput;
-use crate::demo::{Target, print_table};
 use crate::output::bench::{Case, CompareReport, Machine, Peer, Ratio};
 
 /// The bench script, carried by the binary.
@@ -261,7 +261,7 @@ async fn peer(
         })
     };
     let request = json!({
-        "endpoint": target.url,
+        "endpoint": target.url(),
         "table": stack,
         "namespace": NAMESPACE,
         "entities": args.entities,

@@ -24,12 +24,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::demo::Target;
 use crate::output::bench::{HotKeyPoint, HotKeyReport};
 use anyhow::Context as _;
 use clap::Args;
 use dynalimit::{Limit, RateLimiter};
 use dynalimit_core::{Clock as _, SystemClock};
+use dynalimit_demo::Target;
 use dynalimit_format::bucket::BucketKey;
 use dynalimit_local::throttle::{PartitionLimits, ThrottleProxy};
 use dynalimit_repository::{OperationOptions, Repository};
@@ -199,7 +199,7 @@ async fn curve(
     // Stored as well as passed with each acquire: the reset that fills the shards reads them.
     direct.set_system_defaults(&limits(), None).await?;
     let proxy = ThrottleProxy::start(
-        &target.url,
+        target.url(),
         PartitionLimits::new(dynalimit_format::attr::PK, args.partition_rate),
     )
     .await?;

@@ -10,7 +10,6 @@ mod audit;
 mod bench;
 mod compare;
 mod context;
-mod demo;
 mod entity;
 mod hot_key;
 mod infra;
@@ -106,7 +105,7 @@ enum Command {
     /// Simulate an LLM gateway on a private DynamoDB Local (or the configured endpoint) and
     /// show the buckets.
     #[command(after_help = "Example:\n  dynalimit demo\n  dynalimit demo --seconds 20 --tasks 64")]
-    Demo(demo::DemoArgs),
+    Demo(dynalimit_demo::Options),
     /// Measure latency, throughput, requests and client CPU against a fresh DynamoDB Local.
     #[command(
         after_help = "Example:\n  dynalimit bench\n  dynalimit bench --json > bench.json\n  dynalimit bench --compare zae --python .cache/venv-zae/bin/python"
@@ -130,13 +129,30 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Aggregator(c) => aggregator::run(&g.aws_settings(), &g.stack, c).await,
         Command::Audit(args) => audit::run(g, args).await,
         Command::Local(c) => local::run(g, c).await,
-        Command::Demo(args) => {
-            demo::run(args, g.configured_endpoint().await, &g.stack, &g.namespace).await
-        }
+        Command::Demo(options) => dynalimit_demo::run(
+            options,
+            g.configured_endpoint().await,
+            &g.stack,
+            &g.namespace,
+        )
+        .await
+        .map_err(demo_error),
         Command::Bench(args) if args.compare.is_some() => {
             compare::run(args, g.configured_endpoint().await, &g.stack).await
         }
         Command::Bench(args) => bench::run(args, g.configured_endpoint().await, &g.stack).await,
+    }
+}
+
+/// The demo's error, with the repository's and the limiter's own errors at the top, where
+/// [`exit_code`] looks for them.
+fn demo_error(error: dynalimit_demo::Error) -> anyhow::Error {
+    match error {
+        dynalimit_demo::Error::Repository(e) => e.into(),
+        dynalimit_demo::Error::Limiter(e) => e.into(),
+        dynalimit_demo::Error::Invalid(e) => e.into(),
+        dynalimit_demo::Error::InvalidOption { .. } => context::bad_input(error.into()),
+        other => other.into(),
     }
 }
 

@@ -33,6 +33,7 @@ pub(crate) const PACKAGES: &[&str] = &[
     "crates/dynalimit-local",
     "crates/dynalimit",
     "crates/dynalimit-cli",
+    "crates/dynalimit-demo",
     "lambda/aggregator",
     "tests",
 ];

@@ -1,96 +1,86 @@
-//! `dynalimit demo`: an LLM gateway in miniature.
-//!
-//! A project with two API keys (cascading to the project) shares per-key and per-project
-//! request and token limits on one resource. Many concurrent tasks play clients: each
-//! estimates its tokens before the call, acquires `rpm = 1, tpm = estimate`, "calls the model",
-//! then corrects the estimate with the real count (`adjust`) and commits. Rejected tasks wait
-//! the retry-after they were given. A progress line shows admitted and rejected counts while it
-//! runs; the final bucket states are printed as a table.
-//!
-//! Without an endpoint (`--endpoint-url`, `AWS_ENDPOINT_URL`, …) it starts a private DynamoDB Local (installed on first use, the
-//! same as the test kit) and stops it at the end.
+//! The simulation: the options, the set-up of the project and its keys, the client tasks,
+//! the progress line and the final bucket states.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use anyhow::Context as _;
-use aws_sdk_dynamodb::Client;
 use clap::Args;
-use dynalimit::{Error, Limit, RateLimiter};
+use dynalimit::{Limit, RateLimiter};
+use dynalimit_core::ids::{validate_namespace_name, validate_stack_name};
 use dynalimit_core::{Clock as _, SystemClock};
-use dynalimit_local::DynamoDbLocal;
-use dynalimit_repository::aws::{self, AwsSettings};
-use dynalimit_repository::{NewEntity, Repository, RepositoryError, RequestCounter};
+use dynalimit_repository::{NewEntity, Repository, RepositoryError};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::Rng as _;
 
-/// Options of `dynalimit demo`.
-#[derive(Debug, Args)]
-pub(crate) struct DemoArgs {
+use crate::error::Error;
+use crate::table::print_table;
+use crate::target::Target;
+
+/// The longest run accepted, in seconds.
+const MAX_SECONDS: u64 = 600;
+/// The most client tasks accepted.
+const MAX_TASKS: u64 = 1024;
+
+/// How much load the demo simulates: how long and how many concurrent clients.
+///
+/// On a command line (`clap`) these are `--seconds` and `--tasks`; in code, [`Options::new`]
+/// checks the same ranges.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct Options {
     /// How long the simulated traffic runs, in seconds.
-    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=MAX_SECONDS))]
     seconds: u64,
     /// Concurrent client tasks.
-    #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u64).range(1..=MAX_TASKS))]
     tasks: u64,
 }
 
-/// Where the commands talk to: a given endpoint, or a private DynamoDB Local they started.
-#[derive(Debug)]
-pub(crate) struct Target {
-    /// The endpoint URL.
-    pub(crate) url: String,
-    local: Option<DynamoDbLocal>,
+impl Default for Options {
+    /// 15 seconds, 48 tasks.
+    fn default() -> Self {
+        Options {
+            seconds: 15,
+            tasks: 48,
+        }
+    }
 }
 
-impl Target {
-    /// `url` when given, otherwise a fresh private DynamoDB Local (installed on first use).
-    pub(crate) async fn resolve(url: Option<String>) -> anyhow::Result<Target> {
-        if let Some(url) = url.filter(|u| !u.is_empty()) {
-            return Ok(Target { url, local: None });
+impl Options {
+    /// `seconds` of traffic (1 to 600) from `tasks` concurrent clients (1 to 1024).
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for a value out of range.
+    pub fn new(seconds: u64, tasks: u64) -> Result<Options, Error> {
+        let options = Options { seconds, tasks };
+        options.validate()?;
+        Ok(options)
+    }
+
+    /// How long the simulated traffic runs, in seconds.
+    pub fn seconds(&self) -> u64 {
+        self.seconds
+    }
+
+    /// How many client tasks run concurrently.
+    pub fn tasks(&self) -> u64 {
+        self.tasks
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        for (option, value, max) in [
+            ("--seconds", self.seconds, MAX_SECONDS),
+            ("--tasks", self.tasks, MAX_TASKS),
+        ] {
+            if !(1..=max).contains(&value) {
+                return Err(Error::InvalidOption {
+                    option,
+                    reason: format!("{value} is not in 1..={max}"),
+                });
+            }
         }
-        let local = tokio::task::spawn_blocking(DynamoDbLocal::start)
-            .await
-            .context("starting DynamoDB Local")?
-            .context("starting DynamoDB Local")?;
-        Ok(Target {
-            url: local.endpoint().to_string(),
-            local: Some(local),
-        })
-    }
-
-    /// An endpoint this process did not start.
-    pub(crate) fn external(url: String) -> Target {
-        Target { url, local: None }
-    }
-
-    /// Whether the endpoint is a DynamoDB Local this process started.
-    pub(crate) fn is_private(&self) -> bool {
-        self.local.is_some()
-    }
-
-    /// Stops the private emulator, if any.
-    pub(crate) async fn stop(self) {
-        if let Some(local) = self.local {
-            let _ = tokio::task::spawn_blocking(move || local.stop()).await;
-        }
-    }
-
-    /// A DynamoDB client for the endpoint, counting requests in `counter` when given, with the
-    /// AWS settings of `dynalimit_repository::aws` (on loopback: static credentials and
-    /// us-east-1 unless configured).
-    pub(crate) async fn client(
-        &self,
-        counter: Option<RequestCounter>,
-    ) -> Result<Client, RepositoryError> {
-        let sdk = aws::load(&AwsSettings::new().endpoint_url(Some(&self.url))).await?;
-        let mut config = aws_sdk_dynamodb::config::Builder::from(&sdk).endpoint_url(&self.url);
-        if let Some(counter) = counter {
-            config = config.interceptor(counter);
-        }
-        Ok(Client::from_conf(config.build()))
+        Ok(())
     }
 }
 
@@ -108,22 +98,31 @@ struct Tally {
     actual: AtomicI64,
 }
 
-/// Runs the demo.
+/// Runs the demo, printing what it does on standard output.
 ///
-/// `endpoint_url` (the configured endpoint) points it at an existing endpoint; without it a
-/// private DynamoDB Local is started. `stack` is the table.
-pub(crate) async fn run(
-    args: &DemoArgs,
+/// `endpoint_url` points it at an existing endpoint (DynamoDB Local, LocalStack, AWS); without
+/// it a private DynamoDB Local is started and stopped at the end. `stack` is the table (created
+/// on an emulator when missing), `namespace` the namespace the project lives in.
+///
+/// # Errors
+/// Before any I/O: [`Error::InvalidOption`] for options out of range, [`Error::Invalid`] for
+/// an invalid stack or namespace name. Then what starting the emulator, the table's requests
+/// or the limiter report.
+pub async fn run(
+    options: &Options,
     endpoint_url: Option<String>,
     stack: &str,
     namespace: &str,
-) -> anyhow::Result<()> {
+) -> Result<(), Error> {
+    options.validate()?;
+    validate_stack_name(stack)?;
+    validate_namespace_name(namespace)?;
     let started = SystemClock.epoch_millis();
-    if endpoint_url.is_none() {
+    if endpoint_url.as_deref().is_none_or(str::is_empty) {
         println!("Starting a private DynamoDB Local (installed on first use)...");
     }
     let target = Target::resolve(endpoint_url).await?;
-    let outcome = simulate(args, &target, stack, namespace).await;
+    let outcome = simulate(options, &target, stack, namespace).await;
     let private = target.is_private();
     target.stop().await;
     if private {
@@ -136,22 +135,21 @@ pub(crate) async fn run(
 }
 
 async fn simulate(
-    args: &DemoArgs,
+    options: &Options,
     target: &Target,
     stack: &str,
     namespace: &str,
-) -> anyhow::Result<()> {
+) -> Result<(), Error> {
     println!(
         "Endpoint {}  table {stack}  namespace {namespace}",
-        target.url
+        target.url()
     );
     let repo = Repository::builder()
         .client(target.client(None).await?)
         .stack(stack)
         .namespace(namespace)
         .open()
-        .await
-        .context("opening the table")?;
+        .await?;
 
     ignore_existing(
         repo.create_entity(NewEntity::new(PROJECT).name("Acme Corp"))
@@ -185,24 +183,37 @@ async fn simulate(
     println!(
         "Running {} client tasks for {} s: acquire rpm=1 and an estimated tpm, call, adjust to \
          the real count, commit.\n",
-        args.tasks, args.seconds
+        options.tasks, options.seconds
     );
 
     let limiter = RateLimiter::new(repo.clone());
     let tally = Arc::new(Tally::default());
-    let deadline = SystemClock.epoch_millis() + i64::try_from(args.seconds * 1000)?;
-    let mut tasks = Vec::new();
-    for n in 0..args.tasks {
-        let limiter = limiter.clone();
-        let tally = Arc::clone(&tally);
-        let key = KEYS[usize::try_from(n % 2)?];
-        tasks.push(tokio::spawn(client_task(limiter, tally, key, deadline)));
+    let deadline = SystemClock.epoch_millis()
+        + i64::try_from(options.seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let clients: Vec<_> = KEYS
+        .iter()
+        .cycle()
+        .take(usize::try_from(options.tasks).unwrap_or(usize::MAX))
+        .map(|key| {
+            tokio::spawn(client_task(
+                limiter.clone(),
+                Arc::clone(&tally),
+                key,
+                deadline,
+            ))
+        })
+        .collect();
+    let progress = tokio::spawn(show_progress(Arc::clone(&tally), deadline, options.seconds));
+    for client in clients {
+        client.await.map_err(|source| Error::Task {
+            task: "a client task",
+            source,
+        })??;
     }
-    let progress = tokio::spawn(show_progress(Arc::clone(&tally), deadline, args.seconds));
-    for t in tasks {
-        t.await.context("client task")??;
-    }
-    progress.await.context("progress display")?;
+    progress.await.map_err(|source| Error::Task {
+        task: "the progress display",
+        source,
+    })?;
     limiter.settle().await;
 
     println!(
@@ -219,7 +230,7 @@ async fn simulate(
     print_buckets(&repo, &limiter).await
 }
 
-fn ignore_existing<T>(result: Result<T, RepositoryError>) -> anyhow::Result<()> {
+fn ignore_existing<T>(result: Result<T, RepositoryError>) -> Result<(), Error> {
     match result {
         Ok(_) | Err(RepositoryError::AlreadyExists { .. }) => Ok(()),
         Err(e) => Err(e.into()),
@@ -240,7 +251,7 @@ async fn client_task(
     tally: Arc<Tally>,
     key: &'static str,
     deadline: i64,
-) -> anyhow::Result<()> {
+) -> Result<(), Error> {
     while SystemClock.epoch_millis() < deadline {
         let (estimate, actual, call_ms) = {
             let mut rng = rand::rng();
@@ -260,7 +271,7 @@ async fn client_task(
                 tally.estimated.fetch_add(estimate, Ordering::Relaxed);
                 tally.actual.fetch_add(actual, Ordering::Relaxed);
             }
-            Err(Error::Rejected(rejection)) => {
+            Err(dynalimit::Error::Rejected(rejection)) => {
                 tally.rejected.fetch_add(1, Ordering::Relaxed);
                 if rejection.entity_id() == Some(PROJECT) {
                     tally.rejected_by_project.fetch_add(1, Ordering::Relaxed);
@@ -303,7 +314,7 @@ async fn show_progress(tally: Arc<Tally>, deadline: i64, seconds: u64) {
 
 /// Prints every bucket of the project and its keys: capacity, what is available now, what
 /// was consumed in total.
-async fn print_buckets(repo: &Repository, limiter: &RateLimiter) -> anyhow::Result<()> {
+async fn print_buckets(repo: &Repository, limiter: &RateLimiter) -> Result<(), Error> {
     let store = repo.buckets();
     let mut rows = vec![[
         "entity".to_string(),
@@ -348,31 +359,25 @@ async fn print_buckets(repo: &Repository, limiter: &RateLimiter) -> anyhow::Resu
     Ok(())
 }
 
-/// Prints `rows` (the first is the header) as an aligned text table.
-pub(crate) fn print_table<const N: usize>(rows: &[[String; N]]) {
-    let mut widths = [0usize; N];
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
+#[cfg(test)]
+mod tests {
+    use super::{Error, Options};
+
+    #[test]
+    fn options_out_of_range_are_refused_by_name() {
+        for (seconds, tasks, option) in [
+            (0, 4, "--seconds"),
+            (601, 4, "--seconds"),
+            (5, 0, "--tasks"),
+            (5, 1025, "--tasks"),
+        ] {
+            match Options::new(seconds, tasks) {
+                Err(Error::InvalidOption { option: o, .. }) => assert_eq!(o, option),
+                other => panic!("({seconds}, {tasks}): {other:?}"),
+            }
         }
-    }
-    for (i, row) in rows.iter().enumerate() {
-        let line: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .enumerate()
-            .map(|(c, (cell, w))| {
-                if c == 0 || cell.parse::<f64>().is_err() {
-                    format!("{cell:<w$}")
-                } else {
-                    format!("{cell:>w$}")
-                }
-            })
-            .collect();
-        println!("  {}", line.join("  ").trim_end());
-        if i == 0 {
-            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-            println!("  {}", rule.join("  "));
-        }
+        let fine = Options::new(600, 1024).expect("the bounds are accepted");
+        assert_eq!((fine.seconds(), fine.tasks()), (600, 1024));
+        assert_eq!(Options::default(), Options::new(15, 48).unwrap());
     }
 }
