@@ -858,6 +858,28 @@ fn targets(results: &[Figures]) -> Vec<Verdict> {
             met: Some(flood.requests_per_op <= 0.1),
         });
     }
+    // Client CPU against the raw request of the same run: one request for a warm acquire,
+    // two (child and parent) for a warm cascade.
+    for (op, bound, requests) in [(Op::WarmAcquire, 1.3, "one"), (Op::WarmCascade, 2.3, "two")] {
+        for shape in [Shape::Hot, Shape::Many] {
+            if let (Some(raw), Some(case)) = (
+                find(results, Op::RawUpdate, shape, 1),
+                find(results, op, shape, 1),
+            ) {
+                let ratio = case.cpu_us_per_op / raw.cpu_us_per_op;
+                out.push(Verdict {
+                    target: format!(
+                        "{} client CPU <= {bound} x raw UpdateItem ({requests} request{}, c=1, {})",
+                        op.name(),
+                        if requests == "one" { "" } else { "s" },
+                        shape.name()
+                    ),
+                    value: (ratio * 1000.0).round() / 1000.0,
+                    met: Some(ratio <= bound),
+                });
+            }
+        }
+    }
     // Only when warm acquires were measured: no case is not a pass.
     let worst_cpu = results
         .iter()
@@ -1010,9 +1032,30 @@ mod tests {
         let warm = targets(&[figures(Op::RawUpdate, 60.0), figures(Op::WarmAcquire, 70.0)]);
         let cpu = warm
             .iter()
-            .find(|t| t.target.contains("client CPU"))
+            .find(|t| t.target.contains("per warm acquire"))
             .expect("measured");
         assert_eq!(cpu.met, Some(false));
         assert_eq!(cpu.value, 70.0);
+        assert!(
+            names(&warm).iter().all(|n| !n.contains("warm-cascade")),
+            "{warm:?}"
+        );
+    }
+
+    #[test]
+    fn client_cpu_is_held_against_the_raw_request_of_the_same_run() {
+        let run = targets(&[
+            figures(Op::RawUpdate, 60.0),
+            figures(Op::WarmAcquire, 70.0),
+            figures(Op::WarmCascade, 150.0),
+        ]);
+        let ratio = |case: &str| {
+            run.iter()
+                .find(|t| t.target.starts_with(case) && t.target.contains("x raw UpdateItem"))
+                .map(|t| (t.value, t.met))
+                .expect("measured")
+        };
+        assert_eq!(ratio("warm-acquire client CPU"), (1.167, Some(true)));
+        assert_eq!(ratio("warm-cascade client CPU"), (2.5, Some(false)));
     }
 }

@@ -33,7 +33,8 @@ struct Cli {
     region: Option<String>,
 
     /// AWS profile of the shared config and credentials files, whose endpoint_url applies
-    /// [default: $AWS_PROFILE, else default].
+    /// [default: $AWS_PROFILE, else default]. This binary leaves out the SSO and
+    /// credential_process providers (to build faster); `dynalimit demo` has them.
     #[arg(long, value_name = "PROFILE")]
     profile: Option<String>,
 

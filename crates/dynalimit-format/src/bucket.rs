@@ -62,18 +62,90 @@ impl BucketKey {
     }
 }
 
+/// One attribute value of a bucket item as the image decoder reads it, borrowed from wherever
+/// the item was read: an SDK item ([`image_from_item`]) or the bytes of a response
+/// ([`image_from_attributes`]). Every type the decoder does not read is `Other`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Value<'a> {
+    /// A number, as its decimal text.
+    N(&'a str),
+    /// A string.
+    S(&'a str),
+    /// A boolean.
+    Bool(bool),
+    /// Any other type (`NULL`, binary, a set, a list or a map).
+    Other,
+}
+
+impl<'a> Value<'a> {
+    /// The borrowed form of an SDK attribute value.
+    pub fn of(value: &'a AttributeValue) -> Self {
+        match value {
+            AttributeValue::N(n) => Value::N(n),
+            AttributeValue::S(s) => Value::S(s),
+            AttributeValue::Bool(b) => Value::Bool(*b),
+            _ => Value::Other,
+        }
+    }
+}
+
+/// A bucket item's attributes as (name, value) pairs, looked up by a linear scan (an item has
+/// a few dozen).
+struct Attributes<'s, 'a>(&'s [(&'a str, Value<'a>)]);
+
+impl<'a> Attributes<'_, 'a> {
+    fn get(&self, name: &str) -> Option<Value<'a>> {
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+
+    fn i64(&self, name: &str) -> Option<i64> {
+        match self.get(name)? {
+            Value::N(n) => parse_number(n),
+            _ => None,
+        }
+    }
+
+    fn str(&self, name: &str) -> Option<&'a str> {
+        match self.get(name)? {
+            Value::S(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
 /// Decodes a bucket item into the image the core decides on. Attributes of 0.15–0.17 features
 /// dynalimit cannot interpret are listed in `unsupported`; soft and bypass stamps are
 /// read (a stamp that is not a number, such as a pre-release `bypass = true`, reads as
 /// expired).
 pub fn image_from_item(item: &Item) -> BucketImage {
+    let attrs: Vec<(&str, Value<'_>)> = item
+        .iter()
+        .map(|(name, value)| (name.as_str(), Value::of(value)))
+        .collect();
+    decode_image(&Attributes(&attrs), Some(item))
+        .expect("an image decoded with its whole item always decodes")
+}
+
+/// Decodes a bucket item from its attributes, as [`image_from_item`] does, without an SDK
+/// item: the warm acquire reads its image straight from the bytes of DynamoDB's answer.
+///
+/// `None` when the item carries a schedule or a quota (`sched`, `rsched`, a limit's own
+/// schedule, a quota's grant, top-ups, reset counter or session window): those are decoded
+/// from the whole item by [`image_from_item`].
+pub fn image_from_attributes(attrs: &[(&str, Value<'_>)]) -> Option<BucketImage> {
+    decode_image(&Attributes(attrs), None)
+}
+
+fn decode_image(attrs: &Attributes<'_, '_>, item: Option<&Item>) -> Option<BucketImage> {
     let mut partial: BTreeMap<&str, [Option<i64>; 5]> = BTreeMap::new();
     let mut unsupported = Vec::new();
     let mut soft = BTreeMap::new();
-    for (attr, value) in item {
+    let mut schedules_or_quotas = false;
+    for &(attr, value) in attrs.0 {
+        schedules_or_quotas = schedules_or_quotas || names_a_schedule_or_quota(attr);
         if let Some(name) = attr::parse_bucket_soft(attr) {
             let until = match value {
-                AttributeValue::N(n) => parse_number(n).unwrap_or(0),
+                Value::N(n) => parse_number(n).unwrap_or(0),
                 _ => 0,
             };
             soft.insert(name.to_owned(), until);
@@ -89,13 +161,13 @@ pub fn image_from_item(item: &Item) -> BucketImage {
             BucketField::Rp => 3,
             BucketField::Tc => 4,
         };
-        if let AttributeValue::N(n) = value {
+        if let Value::N(n) = value {
             partial.entry(name).or_default()[slot] = parse_number(n);
         }
     }
-    let disabled = match item.get(attr::DISABLED) {
+    let disabled = match attrs.get(attr::DISABLED) {
         None => false,
-        Some(AttributeValue::Bool(true)) => true,
+        Some(Value::Bool(true)) => true,
         Some(_) => {
             unsupported.push(attr::DISABLED.to_owned());
             true
@@ -121,7 +193,8 @@ pub fn image_from_item(item: &Item) -> BucketImage {
         }
     }
     // Most items carry no schedule and no quota: their decoding looks no attribute up.
-    let (schedules, resets, quotas, windows) = if carries_schedules_or_quotas(item) {
+    let (schedules, resets, quotas, windows) = if schedules_or_quotas {
+        let item = item?;
         let schedules = stored_schedules(item, &limits, &mut unsupported);
         // A reset schedule makes a quota of a limit that does not drip; on one that drips it
         // is still decoded (one that does not decode makes the item unavailable) but not used.
@@ -146,20 +219,24 @@ pub fn image_from_item(item: &Item) -> BucketImage {
     };
     unsupported.sort();
     soft.retain(|name, _| limits.contains_key(name));
-    BucketImage {
-        rf: get_i64(item, attr::RF).unwrap_or(0),
-        shard_count: shard_count(item).unwrap_or(1).max(1),
-        cascade: matches!(item.get(attr::CASCADE), Some(AttributeValue::Bool(true))),
-        parent_id: get_str(item, attr::PARENT_ID).map(str::to_owned),
-        pgen: get_i64(item, attr::PGEN),
-        pinc: get_str(item, attr::PINC).map(str::to_owned),
-        ttl: get_i64(item, attr::TTL),
+    Some(BucketImage {
+        rf: attrs.i64(attr::RF).unwrap_or(0),
+        shard_count: attrs
+            .i64(attr::SHARD_COUNT)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(1)
+            .max(1),
+        cascade: attrs.get(attr::CASCADE) == Some(Value::Bool(true)),
+        parent_id: attrs.str(attr::PARENT_ID).map(str::to_owned),
+        pgen: attrs.i64(attr::PGEN),
+        pinc: attrs.str(attr::PINC).map(str::to_owned),
+        ttl: attrs.i64(attr::TTL),
         disabled,
-        vu: get_i64(item, attr::VU),
+        vu: attrs.i64(attr::VU),
         limits,
         soft,
-        bypass: item.get(attr::BYPASS).map(|v| match v {
-            AttributeValue::N(n) => parse_number(n).unwrap_or(0),
+        bypass: attrs.get(attr::BYPASS).map(|v| match v {
+            Value::N(n) => parse_number(n).unwrap_or(0),
             _ => 0,
         }),
         wcu,
@@ -168,7 +245,7 @@ pub fn image_from_item(item: &Item) -> BucketImage {
         resets,
         quotas,
         windows,
-    }
+    })
 }
 
 /// The session windows of the limits on a bucket item (reference §12.3): `b_{name}_rsa`,
@@ -211,19 +288,17 @@ fn stored_windows(
     windows
 }
 
-/// Whether a bucket item carries a schedule (`sched`, `rsched`, a limit's own) or a quota's
-/// grant, top-ups or reset counter, by attribute names alone (no allocation).
-fn carries_schedules_or_quotas(item: &Item) -> bool {
-    item.keys().any(|k| {
-        k == attr::SCHED
-            || k == attr::RSCHED
-            || (k.starts_with("b_")
-                && [
-                    "_sched", "_rsched", "_gc", "_tu", "_rn", "_rsa", "_ws", "_wa", "_wtc",
-                ]
-                .iter()
-                .any(|suffix| k.ends_with(suffix)))
-    })
+/// Whether a bucket item's attribute is a schedule (`sched`, `rsched`, a limit's own) or a
+/// quota's grant, top-ups, reset counter or session window, by its name alone.
+fn names_a_schedule_or_quota(k: &str) -> bool {
+    k == attr::SCHED
+        || k == attr::RSCHED
+        || (k.starts_with("b_")
+            && [
+                "_sched", "_rsched", "_gc", "_tu", "_rn", "_rsa", "_ws", "_wa", "_wtc",
+            ]
+            .iter()
+            .any(|suffix| k.ends_with(suffix)))
 }
 
 /// The parameter schedule of each limit on a bucket item (reference §12.2): its own

@@ -11,7 +11,11 @@
 //!   An emulator on a loopback endpoint gets `us-east-1` when none is set. Elsewhere a
 //!   missing region is [`RepositoryError::MissingRegion`]: there is no silent default.
 //! * Credentials: the SDK's default chain; an emulator on a loopback endpoint gets static
-//!   local credentials unless `AWS_ACCESS_KEY_ID` or a profile is set.
+//!   local credentials unless `AWS_ACCESS_KEY_ID` or a profile is set. Profiles that sign in
+//!   through IAM Identity Center (SSO) or run a `credential_process` need the cargo feature
+//!   `sso` (on by default, and in the `dynalimit` crate's defaults); without it the chain has
+//!   the environment, static profiles, web identity, assumed roles and the container and
+//!   instance metadata providers.
 
 use aws_config::environment::region::EnvironmentVariableRegionProvider;
 use aws_config::imds::region::ImdsRegionProvider;

@@ -40,13 +40,16 @@ tokio::task_local! {
 
 /// Runs `work` counting the DynamoDB requests it sends (every attempt, on the fast path and
 /// through the SDK): its output and the count.
-pub async fn counting_requests<F: std::future::Future>(work: F) -> (F::Output, u32) {
-    REQUESTS
-        .scope(std::cell::Cell::new(0), async {
-            let output = work.await;
-            (output, REQUESTS.with(std::cell::Cell::get))
-        })
-        .await
+pub fn counting_requests<F: std::future::Future>(
+    work: F,
+) -> impl std::future::Future<Output = (F::Output, u32)> {
+    // A combinator, not an `async` block: a generator awaiting `work` would keep a second
+    // copy of its state (the future moved into the await), doubling every acquire's future.
+    // The count is read inside the scope's poll, where the task-local is set.
+    REQUESTS.scope(
+        std::cell::Cell::new(0),
+        futures::FutureExt::map(work, |output| (output, REQUESTS.with(std::cell::Cell::get))),
+    )
 }
 
 /// The label of a DynamoDB operation, without allocating (`other` for one dynalimit never

@@ -22,6 +22,7 @@
 //! | [`BucketStore::double_shards`] | `UpdateItem` on shard 0, then on shards `1..old` | `shard_count = :old` / `< :new` |
 //! | [`BucketStore::propagate_shard_count`] | `UpdateItem` on shards `1..old` | `shard_count < :new` |
 
+mod consume;
 mod pause;
 mod writes;
 
@@ -36,6 +37,7 @@ use aws_sdk_dynamodb::types::{
     TransactWriteItem,
 };
 use aws_smithy_types::retry::RetryConfig;
+use bytes::Bytes;
 use dynalimit_core::Limit;
 use dynalimit_core::decide::{
     BucketImage, CreatePlan, DeltaPlan, GrantMove, ProactiveRefill, RefillPlan,
@@ -55,7 +57,7 @@ use crate::RepositoryError;
 use crate::batch::{batch_get_items, get_item};
 use crate::error::{classify, error_chain};
 use crate::retry::{self, Attempt, Backoff, Resend};
-use crate::wire::{FastPath, UpdateItem, UpdateOutcome};
+use crate::wire::{FastPath, UpdateItem, UpdateOutcome, Written};
 
 /// What the slow path of an acquire reads of one shard in one `BatchGetItem` (reference
 /// §3.7): the shard's item, the owner's META, the pause stamps in force and every
@@ -147,8 +149,38 @@ pub enum DeltaOutcome {
     Gone,
 }
 
+/// What one bucket `UpdateItem` writes.
+#[derive(Debug, Clone, Copy)]
+enum Write<'a> {
+    /// A write built as an expression.
+    Expr(&'a Expr),
+    /// The speculative consume of `demand` at `now` ([`writes::speculative_consume`]), sent
+    /// from its prepared shape on the fast path ([`consume::ConsumeShape`]).
+    Consume {
+        demand: &'a BTreeMap<String, i64>,
+        now: i64,
+    },
+}
+
+impl Write<'_> {
+    /// The write's expression: `built` holds it when it is built here.
+    fn expr<'e>(&'e self, built: &'e mut Option<Expr>) -> &'e Expr {
+        match *self {
+            Write::Expr(e) => e,
+            Write::Consume { demand, now } => {
+                built.insert(writes::speculative_consume(demand, now))
+            }
+        }
+    }
+}
+
+// The image is moved once per write and read at once; boxing it would cost every acquire
+// an allocation.
+#[allow(clippy::large_enum_variant)]
 enum Update {
-    Done(Option<Item>),
+    /// Applied; the item after the write when it was asked for (`ALL_NEW`) and the answer
+    /// carries one.
+    Done(Option<BucketImage>),
     ConditionFailed(Option<Item>),
     Conflict,
 }
@@ -166,6 +198,8 @@ pub struct BucketStore {
     ns: String,
     wire: Option<Arc<FastPath>>,
     budget: Arc<retry::Budget>,
+    /// The speculative consume's prepared requests, per set of limit names.
+    shapes: Arc<consume::ConsumeShapes>,
 }
 
 impl BucketStore {
@@ -177,6 +211,7 @@ impl BucketStore {
             ns: ns.into(),
             wire: None,
             budget: Arc::default(),
+            shapes: Arc::default(),
         }
     }
 
@@ -213,10 +248,22 @@ impl BucketStore {
         return_new: bool,
         resend: Resend,
     ) -> Result<Update, RepositoryError> {
+        self.update_write(key, Write::Expr(e), return_new, resend)
+            .await
+    }
+
+    /// [`BucketStore::update`] of any [`Write`].
+    async fn update_write(
+        &self,
+        key: &BucketKey,
+        write: Write<'_>,
+        return_new: bool,
+        resend: Resend,
+    ) -> Result<Update, RepositoryError> {
         let span = request_span("UpdateItem", key);
         let attempts = std::sync::atomic::AtomicU32::new(0);
         let result = tracing::Instrument::instrument(
-            self.update_attempts(key, e, return_new, resend, &attempts),
+            self.update_attempts(key, write, return_new, resend, &attempts),
             span.clone(),
         )
         .await;
@@ -239,7 +286,7 @@ impl BucketStore {
     async fn update_attempts(
         &self,
         key: &BucketKey,
-        e: &Expr,
+        write: Write<'_>,
         return_new: bool,
         resend: Resend,
         attempts: &std::sync::atomic::AtomicU32,
@@ -248,8 +295,17 @@ impl BucketStore {
         loop {
             attempts.store(attempt, std::sync::atomic::Ordering::Relaxed);
             let sent = match &self.wire {
-                Some(wire) => self.update_fast(wire, key, e, return_new, resend).await?,
-                None => self.update_sdk(key, e, return_new, resend).await?,
+                Some(wire) => {
+                    self.update_fast(wire, key, write, return_new, resend)
+                        .await?
+                }
+                None => {
+                    let mut built = None;
+                    // Boxed: the SDK's future is large, and the fast path's callers should not
+                    // carry it.
+                    Box::pin(self.update_sdk(key, write.expr(&mut built), return_new, resend))
+                        .await?
+                }
             };
             match sent {
                 Update::Conflict if attempt < CONFLICT_ATTEMPTS => {
@@ -266,10 +322,46 @@ impl BucketStore {
         &self,
         wire: &FastPath,
         key: &BucketKey,
-        e: &Expr,
+        write: Write<'_>,
         return_new: bool,
         resend: Resend,
     ) -> Result<Update, RepositoryError> {
+        let shape = match write {
+            Write::Consume { demand, .. } => self.shapes.of(demand),
+            Write::Expr(_) => None,
+        };
+        let sent = match (write, shape) {
+            // The warm acquire: the prepared request, and the image read from the answer.
+            (Write::Consume { demand, now }, Some(shape)) => {
+                let body = shape.body(&self.table, &key.pk(&self.ns), demand, now);
+                wire.update_item_body(Bytes::from(body), resend).await.map(
+                    |written| match written {
+                        Written::Updated(answer) => Update::Done(consume::image_of_answer(&answer)),
+                        Written::ConditionFailed(old) => Update::ConditionFailed(old),
+                    },
+                )
+            }
+            _ => {
+                self.update_fast_expr(wire, key, write, return_new, resend)
+                    .await
+            }
+        };
+        match sent {
+            Err(RepositoryError::TransactionConflict { .. }) => Ok(Update::Conflict),
+            other => other,
+        }
+    }
+
+    async fn update_fast_expr(
+        &self,
+        wire: &FastPath,
+        key: &BucketKey,
+        write: Write<'_>,
+        return_new: bool,
+        resend: Resend,
+    ) -> Result<Update, RepositoryError> {
+        let mut built = None;
+        let e = write.expr(&mut built);
         let key = key.key_map(&self.ns);
         let update = e.update_expression();
         let condition = e.condition_expression();
@@ -285,12 +377,10 @@ impl BucketStore {
             return_old_on_failure: true,
             resend,
         };
-        match wire.update_item(&request).await {
-            Ok(UpdateOutcome::Updated(item)) => Ok(Update::Done(item)),
-            Ok(UpdateOutcome::ConditionFailed(old)) => Ok(Update::ConditionFailed(old)),
-            Err(RepositoryError::TransactionConflict { .. }) => Ok(Update::Conflict),
-            Err(e) => Err(e),
-        }
+        Ok(match wire.update_item(&request).await? {
+            UpdateOutcome::Updated(item) => Update::Done(image_if(return_new, item)),
+            UpdateOutcome::ConditionFailed(old) => Update::ConditionFailed(old),
+        })
     }
 
     /// The SDK's `UpdateItem`, with the SDK's own retries off: the attempts follow the
@@ -333,7 +423,7 @@ impl BucketStore {
             let err = match result {
                 Ok(out) => {
                     self.budget.succeeded(paid);
-                    return Ok(Update::Done(out.attributes));
+                    return Ok(Update::Done(image_if(return_new, out.attributes)));
                 }
                 Err(err) => err,
             };
@@ -377,33 +467,34 @@ impl BucketStore {
     async fn consume_with(
         &self,
         key: &BucketKey,
-        e: &Expr,
+        write: Write<'_>,
         now: i64,
     ) -> Result<ConsumeOutcome, RepositoryError> {
-        Ok(match self.update(key, e, true, Resend::Never).await? {
-            Update::Done(Some(item)) if !item.is_empty() => {
-                ConsumeOutcome::Consumed(image_from_item(&item))
-            }
-            // Applied, but the answer lacks the item asked for (`ALL_NEW`). The write stands;
-            // the item is read back, strongly consistent, so the caller still learns the
-            // owner stamps (cascade, parent) and the limits for its credit guards. An empty
-            // image would read as "no cascade" and skip the parent.
-            Update::Done(_) => match self.get(key, true).await? {
-                Some(img) => ConsumeOutcome::Consumed(img),
-                None => {
-                    return Err(RepositoryError::corrupt(
-                        key.pk(&self.ns),
-                        "a consume was applied, but the item is gone and its answer had no \
+        Ok(
+            match self.update_write(key, write, true, Resend::Never).await? {
+                Update::Done(Some(image)) => ConsumeOutcome::Consumed(image),
+                // Applied, but the answer lacks the item asked for (`ALL_NEW`). The write stands;
+                // the item is read back, strongly consistent, so the caller still learns the
+                // owner stamps (cascade, parent) and the limits for its credit guards. An empty
+                // image would read as "no cascade" and skip the parent.
+                Update::Done(_) => match Box::pin(self.get(key, true)).await? {
+                    Some(img) => ConsumeOutcome::Consumed(img),
+                    None => {
+                        return Err(RepositoryError::corrupt(
+                            key.pk(&self.ns),
+                            "a consume was applied, but the item is gone and its answer had no \
                          attributes",
-                    ));
-                }
+                        ));
+                    }
+                },
+                Update::ConditionFailed(old) => match old.as_ref().and_then(|i| live_pause(i, now))
+                {
+                    Some(until) => ConsumeOutcome::Paused(until),
+                    None => ConsumeOutcome::Failed(old.as_ref().map(image_from_item)),
+                },
+                Update::Conflict => ConsumeOutcome::Contended,
             },
-            Update::ConditionFailed(old) => match old.as_ref().and_then(|i| live_pause(i, now)) {
-                Some(until) => ConsumeOutcome::Paused(until),
-                None => ConsumeOutcome::Failed(old.as_ref().map(image_from_item)),
-            },
-            Update::Conflict => ConsumeOutcome::Contended,
-        })
+        )
     }
 
     /// The speculative consume (one `UpdateItem`): debits `demand` (millitokens per limit) and
@@ -430,7 +521,7 @@ impl BucketStore {
         demand: &BTreeMap<String, i64>,
         now: i64,
     ) -> Result<ConsumeOutcome, RepositoryError> {
-        self.consume_with(key, &writes::speculative_consume(demand, now), now)
+        self.consume_with(key, Write::Consume { demand, now }, now)
             .await
     }
 
@@ -446,7 +537,7 @@ impl BucketStore {
         retry: &[(String, i64)],
         now: i64,
     ) -> Result<ConsumeOutcome, RepositoryError> {
-        self.consume_with(key, &writes::consumption_only(retry, now), now)
+        self.consume_with(key, Write::Expr(&writes::consumption_only(retry, now)), now)
             .await
     }
 
@@ -466,8 +557,12 @@ impl BucketStore {
         until: i64,
         now: i64,
     ) -> Result<ConsumeOutcome, RepositoryError> {
-        self.consume_with(key, &writes::bypass_consume(demand, until, now), now)
-            .await
+        self.consume_with(
+            key,
+            Write::Expr(&writes::bypass_consume(demand, until, now)),
+            now,
+        )
+        .await
     }
 
     /// The rf-locked materialising write, with the owner stamp when `owner` is given
@@ -1374,6 +1469,12 @@ fn request_span(operation: &'static str, key: &BucketKey) -> tracing::Span {
         attempts = tracing::field::Empty,
         outcome = tracing::field::Empty,
     )
+}
+
+/// The image of the item an answer carries, when it was asked for and is not empty.
+fn image_if(return_new: bool, item: Option<Item>) -> Option<BucketImage> {
+    item.filter(|i| return_new && !i.is_empty())
+        .map(|i| image_from_item(&i))
 }
 
 /// The owner check of a create: the META must still be what was read.

@@ -10,6 +10,7 @@ use aws_smithy_types::base64;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
+use dynalimit_format::bucket::Value as Plain;
 use dynalimit_format::item::Item;
 
 /// Builds one JSON object. Field names are written as given (they are protocol names, never
@@ -82,11 +83,112 @@ impl ObjectWriter {
         self
     }
 
+    /// Fields written once ahead of time ([`Fields::render`]), appended as they are.
+    pub(crate) fn fields(&mut self, prepared: &Fields) -> &mut Self {
+        if prepared.0.is_empty() {
+            return self;
+        }
+        if !self.first {
+            self.buf.push(b',');
+        }
+        self.first = false;
+        self.buf.extend_from_slice(&prepared.0);
+        self
+    }
+
+    /// `"name": {"attr": {"S": "value"}, …}`: a key of string attributes.
+    pub(crate) fn string_key(&mut self, name: &str, attrs: &[(&str, &str)]) -> &mut Self {
+        self.key(name);
+        self.buf.push(b'{');
+        for (i, (attr, value)) in attrs.iter().enumerate() {
+            if i > 0 {
+                self.buf.push(b',');
+            }
+            write_string(&mut self.buf, attr);
+            self.buf.push(b':');
+            write_tagged(&mut self.buf, "S", |b| write_string(b, value));
+        }
+        self.buf.push(b'}');
+        self
+    }
+
+    /// `"name": {"p0": {"N": "v0"}, …}` for number values, each behind the prepared opening
+    /// `"p": {"N": "` of its placeholder ([`number_openings`]).
+    pub(crate) fn numbers(
+        &mut self,
+        name: &str,
+        openings: &[Box<[u8]>],
+        values: impl IntoIterator<Item = i64>,
+    ) -> &mut Self {
+        self.key(name);
+        self.buf.push(b'{');
+        for (i, (opening, value)) in openings.iter().zip(values).enumerate() {
+            if i > 0 {
+                self.buf.push(b',');
+            }
+            self.buf.extend_from_slice(opening);
+            write_i64(&mut self.buf, value);
+            self.buf.extend_from_slice(b"\"}");
+        }
+        self.buf.push(b'}');
+        self
+    }
+
     /// Closes the object and returns its bytes.
     pub(crate) fn finish(mut self) -> Vec<u8> {
         self.buf.push(b'}');
         self.buf
     }
+}
+
+/// Fields of an object rendered once (`"A":…,"B":…`, without braces), for requests whose
+/// constant part is prepared ahead of time.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Fields(Vec<u8>);
+
+impl Fields {
+    /// The fields `write` adds to an empty object.
+    pub(crate) fn render(write: impl FnOnce(&mut ObjectWriter)) -> Fields {
+        let mut w = ObjectWriter::new();
+        write(&mut w);
+        let mut bytes = w.buf;
+        bytes.remove(0);
+        Fields(bytes)
+    }
+}
+
+/// The opening `"placeholder":{"N":"` of each number value, for [`ObjectWriter::numbers`].
+pub(crate) fn number_openings<'a>(
+    placeholders: impl IntoIterator<Item = &'a str>,
+) -> Vec<Box<[u8]>> {
+    placeholders
+        .into_iter()
+        .map(|p| {
+            let mut b = Vec::with_capacity(p.len() + 10);
+            write_string(&mut b, p);
+            b.extend_from_slice(b":{\"N\":\"");
+            b.into_boxed_slice()
+        })
+        .collect()
+}
+
+/// Writes the decimal digits of `n`.
+fn write_i64(buf: &mut Vec<u8>, n: i64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        buf.push(b'-');
+    }
+    buf.extend_from_slice(&digits[at..]);
 }
 
 fn write_map<'a>(
@@ -286,6 +388,184 @@ impl<'de> Deserialize<'de> for Value {
             }
         }
         d.deserialize_map(ValueVisitor)
+    }
+}
+
+/// The attributes of a successful `UpdateItem`'s answer (`{"Attributes": {…}}`), read in
+/// place from its bytes with nothing copied: `Some` with the attributes (none when the answer
+/// carries no item), `None` when the answer is anything but the plain shape (a string with an
+/// escape, a value other than a number, a string or a boolean, or text that is not JSON); such
+/// an answer is read as a whole instead ([`UpdateItemBody`]).
+pub(crate) fn plain_attributes(bytes: &[u8]) -> Option<PlainAttributes<'_>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut c = Cursor { text, at: 0 };
+    let mut attrs = PlainAttributes::new();
+    c.open(b'{')?;
+    if !c.close(b'}') {
+        loop {
+            let field = c.string()?;
+            c.colon()?;
+            if field == "Attributes" {
+                c.attributes(&mut attrs)?;
+            } else {
+                c.skip_value(0)?;
+            }
+            if c.close(b'}') {
+                break;
+            }
+            c.comma()?;
+        }
+    }
+    c.ws();
+    (c.at == text.len()).then_some(attrs)
+}
+
+/// The attributes of an answer, on the stack for an item of up to 40 attributes (a bucket
+/// with six limits).
+pub(crate) type PlainAttributes<'a> = smallvec::SmallVec<[(&'a str, Plain<'a>); 40]>;
+
+/// Reads JSON text in place; every method answers `None` where the text is not what the
+/// plain answer holds.
+struct Cursor<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+/// How deep [`Cursor::skip_value`] follows nested values.
+const MAX_DEPTH: usize = 32;
+
+impl<'a> Cursor<'a> {
+    fn ws(&mut self) {
+        let b = self.text.as_bytes();
+        while self.at < b.len() && matches!(b[self.at], b' ' | b'\t' | b'\n' | b'\r') {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    fn open(&mut self, c: u8) -> Option<()> {
+        (self.peek()? == c).then(|| self.at += 1)
+    }
+
+    fn close(&mut self, c: u8) -> bool {
+        self.open(c).is_some()
+    }
+
+    fn colon(&mut self) -> Option<()> {
+        self.open(b':')
+    }
+
+    fn comma(&mut self) -> Option<()> {
+        self.open(b',')
+    }
+
+    /// A string without escapes (or control characters, which JSON escapes).
+    fn string(&mut self) -> Option<&'a str> {
+        self.open(b'"')?;
+        let start = self.at;
+        let rest = &self.text.as_bytes()[start..];
+        let end = memchr::memchr2(b'"', b'\\', rest)?;
+        if rest[end] != b'"' || rest[..end].iter().any(|&b| b < 0x20) {
+            return None;
+        }
+        self.at = start + end + 1;
+        // Both ends are ASCII quotes: character boundaries.
+        Some(&self.text[start..start + end])
+    }
+
+    fn literal(&mut self, word: &str) -> bool {
+        let found = self.text.as_bytes()[self.at..].starts_with(word.as_bytes());
+        if found {
+            self.at += word.len();
+        }
+        found
+    }
+
+    /// `{"name": {"T": value}, …}` with `T` one of `N`, `S`, `BOOL`.
+    fn attributes(&mut self, out: &mut PlainAttributes<'a>) -> Option<()> {
+        self.open(b'{')?;
+        if self.close(b'}') {
+            return Some(());
+        }
+        loop {
+            let name = self.string()?;
+            self.colon()?;
+            self.open(b'{')?;
+            let tag = self.string()?;
+            self.colon()?;
+            let value = match tag {
+                "N" => Plain::N(self.string()?),
+                "S" => Plain::S(self.string()?),
+                "BOOL" => {
+                    self.ws();
+                    if self.literal("true") {
+                        Plain::Bool(true)
+                    } else if self.literal("false") {
+                        Plain::Bool(false)
+                    } else {
+                        return None;
+                    }
+                }
+                _ => return None,
+            };
+            if !self.close(b'}') {
+                return None;
+            }
+            out.push((name, value));
+            if self.close(b'}') {
+                return Some(());
+            }
+            self.comma()?;
+        }
+    }
+
+    /// Any JSON value, skipped (strings without escapes only).
+    fn skip_value(&mut self, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            b'{' | b'[' => {
+                let (open, close) = if self.peek()? == b'{' {
+                    (b'{', b'}')
+                } else {
+                    (b'[', b']')
+                };
+                self.open(open)?;
+                if self.close(close) {
+                    return Some(());
+                }
+                loop {
+                    if open == b'{' {
+                        self.string()?;
+                        self.colon()?;
+                    }
+                    self.skip_value(depth + 1)?;
+                    if self.close(close) {
+                        return Some(());
+                    }
+                    self.comma()?;
+                }
+            }
+            b't' => self.literal("true").then_some(()),
+            b'f' => self.literal("false").then_some(()),
+            b'n' => self.literal("null").then_some(()),
+            _ => {
+                let b = self.text.as_bytes();
+                let start = self.at;
+                while self.at < b.len()
+                    && matches!(b[self.at], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                {
+                    self.at += 1;
+                }
+                (self.at > start).then_some(())
+            }
+        }
     }
 }
 

@@ -69,7 +69,7 @@ use bytes::Bytes;
 use dynalimit_core::{Clock, SystemClock};
 use http_body_util::{BodyExt, Collected, LengthLimitError, Limited};
 
-pub(crate) use json::ObjectWriter;
+pub(crate) use json::{Fields, ObjectWriter, number_openings, plain_attributes};
 
 use credentials::{Decision, Lifetime, REFRESH_RETRY_MS};
 
@@ -197,6 +197,31 @@ pub(crate) enum UpdateOutcome {
     ConditionFailed(Option<Item>),
 }
 
+/// What an `UpdateItem` sent by [`FastPath::update_item_body`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Written {
+    /// Written; the bytes of the answer, unread.
+    Updated(Bytes),
+    /// The condition failed; the item before the attempt when `ALL_OLD` was asked for on
+    /// failure and the item exists.
+    ConditionFailed(Option<Item>),
+}
+
+/// The attributes of a successful `UpdateItem`'s answer (`None` when it carries none). An
+/// answer that cannot be parsed still reports an applied write: its item is not known.
+pub(crate) fn read_attributes(answer: &[u8]) -> Option<Item> {
+    match serde_json::from_slice::<json::UpdateItemBody>(answer) {
+        Ok(parsed) => parsed.attributes.map(|m| m.0),
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "an applied UpdateItem's answer is unreadable; its item is not known"
+            );
+            None
+        }
+    }
+}
+
 /// One `UpdateItem` request.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct UpdateItem<'a> {
@@ -221,7 +246,7 @@ pub(crate) struct UpdateItem<'a> {
 }
 
 impl UpdateItem<'_> {
-    fn body(&self) -> Vec<u8> {
+    pub(crate) fn body(&self) -> Vec<u8> {
         let mut w = ObjectWriter::new();
         w.string("TableName", self.table).item("Key", self.key);
         if let Some(e) = self.update_expression {
@@ -460,22 +485,32 @@ impl FastPath {
         &self,
         request: &UpdateItem<'_>,
     ) -> Result<UpdateOutcome, RepositoryError> {
-        let body = Bytes::from(request.body());
-        match self.send(TARGET_UPDATE_ITEM, body, request.resend).await? {
-            Answer::Success(bytes) => {
-                match serde_json::from_slice::<json::UpdateItemBody>(&bytes) {
-                    Ok(parsed) => Ok(UpdateOutcome::Updated(parsed.attributes.map(|m| m.0))),
-                    Err(e) => {
-                        tracing::warn!(
-                            error = %e,
-                            "an applied UpdateItem's answer is unreadable; its item is not known"
-                        );
-                        Ok(UpdateOutcome::Updated(None))
-                    }
-                }
-            }
+        Ok(
+            match self
+                .update_item_body(Bytes::from(request.body()), request.resend)
+                .await?
+            {
+                Written::Updated(answer) => UpdateOutcome::Updated(read_attributes(&answer)),
+                Written::ConditionFailed(old) => UpdateOutcome::ConditionFailed(old),
+            },
+        )
+    }
+
+    /// Sends one `UpdateItem` whose body is already written, as [`FastPath::update_item`]
+    /// does, and hands back the bytes of a successful answer unread (an acquire reads its
+    /// image straight from them).
+    ///
+    /// # Errors
+    /// As [`FastPath::update_item`].
+    pub(crate) async fn update_item_body(
+        &self,
+        body: Bytes,
+        resend: Resend,
+    ) -> Result<Written, RepositoryError> {
+        match self.send(TARGET_UPDATE_ITEM, body, resend).await? {
+            Answer::Success(bytes) => Ok(Written::Updated(bytes)),
             Answer::Failure(_, error) if error.code() == "ConditionalCheckFailedException" => {
-                Ok(UpdateOutcome::ConditionFailed(error.item.map(|m| m.0)))
+                Ok(Written::ConditionFailed(error.item.map(|m| m.0)))
             }
             Answer::Failure(status, error) => Err(to_repository_error(status, &error)),
         }

@@ -241,14 +241,15 @@ impl Inner {
             },
             ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
             ConsumeOutcome::Failed(old) => {
-                self.after_fast_failure(&key, old, demand, now, probe, known)
-                    .await?
+                // The slow branches are boxed: a warm acquire's future stays small (it is
+                // allocated and moved once per acquire).
+                Box::pin(self.after_fast_failure(&key, old, demand, now, probe, known)).await?
             }
         };
         let entry = match next {
             Next::Done(entry) => *entry,
             Next::Slow { shard, shard_count } => {
-                self.slow_path(&key.with_shard(shard), shard_count, demand, limits, role)
+                Box::pin(self.slow_path(&key.with_shard(shard), shard_count, demand, limits, role))
                     .await?
             }
         };
@@ -265,7 +266,7 @@ impl Inner {
         entry.refund = false;
         let plan = plan_bypass_refund(&entry.consumed, entry.shard_count);
         if !plan.is_empty()
-            && let Err(e) = self.store.apply_delta(&entry.key, &plan).await
+            && let Err(e) = Box::pin(self.store.apply_delta(&entry.key, &plan)).await
         {
             tracing::warn!(
                 entity_id = %entry.key.entity_id, resource = %entry.key.resource, error = %e,

@@ -32,7 +32,8 @@ pub(crate) struct Inner {
     pub(super) repo: Repository,
     pub(super) on_unavailable: Option<OnUnavailable>,
     pub(super) last_on_unavailable: Mutex<Option<OnUnavailable>>,
-    known: Mutex<HashMap<(String, String), Known>>,
+    /// What the items said, per entity, then per resource (looked up without allocating).
+    known: Mutex<HashMap<String, HashMap<String, Known>>>,
     pub(super) pending: AtomicUsize,
     pub(super) settled: Notify,
     pub(super) rejections: RejectionCache,
@@ -68,8 +69,13 @@ impl Inner {
             .known
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(known) = map.get_mut(entity).and_then(|r| r.get_mut(resource)) {
+            return f(known);
+        }
         f(map
-            .entry((entity.to_owned(), resource.to_owned()))
+            .entry(entity.to_owned())
+            .or_default()
+            .entry(resource.to_owned())
             .or_insert_with(|| Known {
                 shard_count: 1,
                 ..Known::default()

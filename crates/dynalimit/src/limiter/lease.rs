@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use dynalimit_core::CoreError;
 use dynalimit_core::decide::{LimitStatus, admitted_status};
 use dynalimit_core::limit::{MAX_TOKENS, MILLI, delta_to_milli};
-use dynalimit_repository::RepositoryError;
 
+use super::detach::Detach;
 use super::engine::Entry;
 use super::inner::{Inner, Pending};
 use crate::Error;
@@ -202,8 +202,9 @@ impl Lease {
     }
 
     /// Writes the adjustments: one `UpdateItem` per debited bucket, each conditioned on the
-    /// item still existing (a swept bucket is skipped, never resurrected). The writes run on a
-    /// task of their own and finish even if this future is dropped.
+    /// item still existing (a swept bucket is skipped, never resurrected); nothing is sent when
+    /// nothing was adjusted. The writes run in the awaiting task and finish even if this future
+    /// is dropped part-way (the rest then runs on a task of its own).
     ///
     /// # Errors
     /// [`Error::LeaseWrite`] when a write fails; the other buckets are still written and
@@ -230,6 +231,10 @@ impl Lease {
         let Some(adjustments) = self.settle() else {
             return Ok(());
         };
+        // Nothing adjusted: every debit stands as written, and there is nothing to send.
+        if adjustments.values().all(|d| *d == 0) {
+            return Ok(());
+        }
         let Some(inner) = self.inner.clone() else {
             return Ok(());
         };
@@ -250,8 +255,9 @@ impl Lease {
         .await
     }
 
-    /// Gives back the initial consumption and discards the adjustments. The credits run on a
-    /// task of their own and finish even if this future is dropped.
+    /// Gives back the initial consumption and discards the adjustments. The credits run in the
+    /// awaiting task and finish even if this future is dropped part-way (the rest then runs on
+    /// a task of its own).
     ///
     /// # Errors
     /// [`Error::LeaseWrite`] when a credit fails; the other credits are still written.
@@ -314,30 +320,21 @@ impl Lease {
     }
 }
 
-/// Runs lease writes on a spawned task counted by [`RateLimiter::settle`](super::RateLimiter::settle),
-/// so dropping the awaiting future does not cut them short.
+/// Runs lease writes counted by [`RateLimiter::settle`](super::RateLimiter::settle), in the
+/// awaiting task; dropping the awaiting future part-way hands the rest to the runtime, so the
+/// writes are not cut short.
 async fn detached<F, Fut>(inner: Arc<Inner>, work: F) -> Result<(), Error>
 where
     F: FnOnce(Arc<Inner>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), Error>> + Send + 'static,
 {
     let pending = Pending::new(&inner);
-    let task = tokio::spawn(async move {
+    Detach::new("a lease's writes", async move {
         let result = work(inner).await;
         drop(pending);
         result
-    });
-    match task.await {
-        Ok(result) => result,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => {
-            tracing::error!(error = %e, "lease write task ended early (the runtime shut down)");
-            Err(Error::LeaseWrite(RepositoryError::Unavailable {
-                operation: "UpdateItem",
-                message: format!("the lease's writes were cut short: {e}"),
-            }))
-        }
-    }
+    })
+    .await
 }
 
 /// Reports lease writes that never finished because their task was dropped: a runtime

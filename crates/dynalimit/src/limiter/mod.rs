@@ -31,8 +31,9 @@
 //! [`Lease::commit`] writes them; [`Lease::rollback`] gives everything back. A lease dropped
 //! without `commit` or `rollback` is rolled back by a task spawned on the current Tokio
 //! runtime, so tokens never leak when the caller's work fails, panics or is cancelled. The
-//! acquire itself runs on a task of its own, so abandoning it while its write is in flight
-//! (a timeout around `acquire(..).await`) also ends in a rollback instead of a lost debit.
+//! acquire runs in the task that awaits it; abandoned while its write is in flight (a timeout
+//! around `acquire(..).await`), it finishes on a task of its own and its lease is rolled back,
+//! instead of a lost debit. An acquire dropped before it was first polled sent nothing.
 //! [`RateLimiter::settle`] waits for those background rollbacks (use it before shutting the
 //! runtime down); it returns once each has been written or has failed, and a bucket that keeps
 //! losing to other transactions fails its write after
@@ -41,6 +42,7 @@
 //! tasks, rollbacks included), cannot write; it is logged at `error` level with the buckets
 //! and amounts, and the tokens stay consumed (refill returns them over time).
 
+mod detach;
 mod engine;
 mod inner;
 mod lease;

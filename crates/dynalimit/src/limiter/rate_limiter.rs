@@ -14,6 +14,7 @@ use dynalimit_core::{CoreError, Limit};
 use dynalimit_format::attr;
 use dynalimit_repository::{OnUnavailable, Repository, RepositoryError};
 
+use super::detach::Detach;
 use super::engine::{Entry, Refusal, Role};
 use super::inner::{Inner, Pending, remaining, repo_error, unknown_name};
 use super::lease::Lease;
@@ -96,7 +97,7 @@ impl RateLimiter {
     /// warning) where it is not; a name neither knows is then not refused.
     ///
     /// # Panics (when awaited)
-    /// Outside a Tokio runtime: the requests run on a spawned task (see [`Acquire`]).
+    /// Outside a Tokio runtime: the requests need Tokio's I/O and timers (see [`Acquire`]).
     pub fn acquire<K, I>(&self, entity_id: &str, resource: &str, consume: I) -> Acquire<'_>
     where
         K: Into<String>,
@@ -249,7 +250,10 @@ impl RateLimiter {
         }
     }
 
-    async fn run(&self, request: Request) -> Result<Lease, Error> {
+    /// The acquire with its span and metrics. A combinator rather than an `async fn`: a
+    /// generator awaiting the decision would keep a second copy of the decision's state (the
+    /// future moved into the await), and this future is allocated once per acquire.
+    fn run(&self, request: Request) -> impl Future<Output = Result<Lease, Error>> + Send + '_ {
         let span = tracing::debug_span!(
             "dynalimit.acquire",
             entity_id = %request.entity_id,
@@ -257,15 +261,18 @@ impl RateLimiter {
             outcome = tracing::field::Empty,
         );
         let started = self.inner.clock.monotonic();
-        let (result, requests) = dynalimit_repository::counting_requests(
-            tracing::Instrument::instrument(self.decide(request), span.clone()),
-        )
-        .await;
-        let took = self.inner.clock.monotonic().saturating_sub(started);
-        let outcome = crate::metrics::record_acquire(result.as_ref().map(Lease::is_degraded), took);
-        crate::metrics::record_requests(outcome, requests);
-        span.record("outcome", outcome);
-        result
+        let decided = dynalimit_repository::counting_requests(tracing::Instrument::instrument(
+            self.decide(request),
+            span.clone(),
+        ));
+        futures::FutureExt::map(decided, move |(result, requests)| {
+            let took = self.inner.clock.monotonic().saturating_sub(started);
+            let outcome =
+                crate::metrics::record_acquire(result.as_ref().map(Lease::is_degraded), took);
+            crate::metrics::record_requests(outcome, requests);
+            span.record("outcome", outcome);
+            result
+        })
     }
 
     async fn decide(&self, request: Request) -> Result<Lease, Error> {
@@ -327,7 +334,7 @@ impl RateLimiter {
                 )
                 .into());
             }
-            return self.run_many(&entity_id, parts, on_unavailable).await;
+            return Box::pin(self.run_many(&entity_id, parts, on_unavailable)).await;
         }
         match self
             .cascade_acquire(&entity_id, &resource, &demand, limits.as_deref())
@@ -335,8 +342,7 @@ impl RateLimiter {
         {
             Ok(entries) => Ok(Lease::new(Arc::clone(&self.inner), entries)),
             Err((owner, refusal)) => {
-                self.refused(entity_id, resource, owner, refusal, on_unavailable)
-                    .await
+                Box::pin(self.refused(entity_id, resource, owner, refusal, on_unavailable)).await
             }
         }
     }
@@ -531,16 +537,16 @@ impl RateLimiter {
                         Ok(vec![c, p])
                     } else {
                         // The item says the cascade changed: the item wins.
-                        inner.compensate(&p).await;
-                        self.cold_parent(c, resource, demand, limits).await
+                        Box::pin(inner.compensate(&p)).await;
+                        Box::pin(self.cold_parent(c, resource, demand, limits)).await
                     }
                 }
                 (Ok(c), Err(r)) => {
-                    inner.compensate(&c).await;
+                    Box::pin(inner.compensate(&c)).await;
                     Err((parent, r))
                 }
                 (Err(r), Ok(p)) => {
-                    inner.compensate(&p).await;
+                    Box::pin(inner.compensate(&p)).await;
                     Err((entity_id.to_owned(), r))
                 }
                 (Err(r), Err(_)) => Err((entity_id.to_owned(), r)),
@@ -570,14 +576,15 @@ impl RateLimiter {
         let Some(parent) = child.parent_id.clone().filter(|_| child.cascade) else {
             return Ok(vec![child]);
         };
-        match self
-            .inner
-            .acquire_one(&parent, resource, demand, limits, Role::Parent)
-            .await
+        match Box::pin(
+            self.inner
+                .acquire_one(&parent, resource, demand, limits, Role::Parent),
+        )
+        .await
         {
             Ok(p) => Ok(vec![child, p]),
             Err(r) => {
-                self.inner.compensate(&child).await;
+                Box::pin(self.inner.compensate(&child)).await;
                 Err((parent, r))
             }
         }
@@ -586,9 +593,10 @@ impl RateLimiter {
 
 /// An acquire being set up; await it to run it.
 ///
-/// The requests run on a task of their own: if the awaiting future is dropped (a timeout, a
-/// cancelled request handler) while a write is in flight, the task still finishes, and a lease
-/// nobody receives is rolled back like any dropped lease.
+/// The requests run in the awaiting task: if the awaiting future is dropped (a timeout, a
+/// cancelled request handler) while a write is in flight, the rest finishes on a task of its
+/// own, and a lease nobody receives is rolled back like any dropped lease. An acquire dropped
+/// before it was first polled sends nothing.
 #[derive(Debug)]
 #[must_use = "an acquire does nothing until awaited"]
 pub struct Acquire<'a> {
@@ -596,7 +604,7 @@ pub struct Acquire<'a> {
     request: Request,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Request {
     entity_id: String,
     resource: String,
@@ -664,22 +672,15 @@ impl<'a> IntoFuture for Acquire<'a> {
     fn into_future(self) -> Self::IntoFuture {
         let limiter = self.limiter.clone();
         let pending = Pending::new(&limiter.inner);
-        // The lease is dropped before `pending` when nobody awaits the result, so its rollback
-        // is registered before the acquire stops counting.
-        // Boxed first, so the task is handed a pointer rather than the acquire's whole state.
-        let run = Box::pin(async move { limiter.run(self.request).await });
-        let task = tokio::spawn(async move { (run.await, pending) });
-        Box::pin(async move {
-            match task.await {
-                Ok((result, _pending)) => result,
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(e) => Err(Error::Unavailable {
-                    entity_id: String::new(),
-                    resource: String::new(),
-                    message: format!("acquire task ended early: {e}"),
-                }),
-            }
-        })
+        // Polled in the caller's task; dropped while its write is in flight, the acquire
+        // finishes on the runtime, and the lease it returns is dropped there, which rolls it
+        // back. The lease is dropped before `pending`, so its rollback is registered before
+        // the acquire stops counting.
+        let run = Detach::new("an acquire", async move {
+            let result = limiter.run(self.request).await;
+            (result, pending)
+        });
+        Box::pin(async move { run.await.0 })
     }
 }
 
@@ -703,4 +704,35 @@ fn validate_demand(consume: &[(String, i64)]) -> Result<BTreeMap<String, i64>, E
         }
     }
     Ok(demand)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every acquire allocates its future once and moves it there: the slow branches are
+    /// boxed where they are taken, and no wrapper holds a second copy of the decision. (At
+    /// 64 KiB, as before this bound, each acquire's allocation and release went through the
+    /// allocator's large-chunk paths.)
+    #[cfg(feature = "memory")]
+    #[tokio::test]
+    async fn an_acquire_s_future_stays_small() {
+        use super::{RateLimiter, Request};
+        let repo = dynalimit_repository::Repository::builder()
+            .in_memory()
+            .open()
+            .await
+            .unwrap();
+        let limiter = RateLimiter::new(repo);
+        let request = Request {
+            entity_id: "e".into(),
+            resource: "r".into(),
+            consume: vec![("rpm".into(), 1)],
+            limits: None,
+            on_unavailable: None,
+            also: vec![],
+        };
+        let decide = std::mem::size_of_val(&limiter.decide(request.clone()));
+        let run = std::mem::size_of_val(&limiter.run(request));
+        assert!(run < decide + 512, "run {run} B, decide {decide} B");
+        assert!(run < 16 << 10, "an acquire's future is {run} B");
+    }
 }
