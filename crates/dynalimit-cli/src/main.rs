@@ -129,14 +129,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Aggregator(c) => aggregator::run(&g.aws_settings(), &g.stack, c).await,
         Command::Audit(args) => audit::run(g, args).await,
         Command::Local(c) => local::run(g, c).await,
-        Command::Demo(options) => dynalimit_demo::run(
-            options,
-            g.configured_endpoint().await,
-            &g.stack,
-            &g.namespace,
-        )
-        .await
-        .map_err(demo_error),
+        Command::Demo(options) => {
+            dynalimit_demo::run(options, &g.aws_settings(), &g.stack, &g.namespace)
+                .await
+                .map_err(demo_error)
+        }
         Command::Bench(args) if args.compare.is_some() => {
             compare::run(args, g.configured_endpoint().await, &g.stack).await
         }

@@ -17,8 +17,11 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), dynalimit_demo::Error> {
+//! use dynalimit_repository::aws::AwsSettings;
+//!
 //! let options = dynalimit_demo::Options::new(10, 16)?;
-//! dynalimit_demo::run(&options, None, "dynalimit", "default").await?;
+//! // The environment's endpoint, region and profile; none: a private DynamoDB Local.
+//! dynalimit_demo::run(&options, &AwsSettings::new(), "dynalimit", "default").await?;
 //! # Ok(())
 //! # }
 //! ```

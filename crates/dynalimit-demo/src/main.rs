@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use dynalimit_demo::{Error, Options};
-use dynalimit_repository::aws::{self, AwsSettings};
+use dynalimit_repository::aws::AwsSettings;
 use dynalimit_repository::{DEFAULT_NAMESPACE, DEFAULT_STACK};
 
 /// An LLM gateway in miniature: a project and two API keys share request and token limits
@@ -54,8 +54,7 @@ async fn main() -> ExitCode {
         .endpoint_url(cli.endpoint_url)
         .region(cli.region)
         .profile(cli.profile);
-    let endpoint = aws::configured_endpoint(&settings).await;
-    match dynalimit_demo::run(&cli.options, endpoint, &cli.stack, &cli.namespace).await {
+    match dynalimit_demo::run(&cli.options, &settings, &cli.stack, &cli.namespace).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", one_line(&e));

@@ -10,6 +10,7 @@ use clap::Args;
 use dynalimit::{Limit, RateLimiter};
 use dynalimit_core::ids::{validate_namespace_name, validate_stack_name};
 use dynalimit_core::{Clock as _, SystemClock};
+use dynalimit_repository::aws::{self, AwsSettings};
 use dynalimit_repository::{NewEntity, Repository, RepositoryError};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::Rng as _;
@@ -100,8 +101,10 @@ struct Tally {
 
 /// Runs the demo, printing what it does on standard output.
 ///
-/// `endpoint_url` points it at an existing endpoint (DynamoDB Local, LocalStack, AWS); without
-/// it a private DynamoDB Local is started and stopped at the end. `stack` is the table (created
+/// `settings` may point it at an existing endpoint (DynamoDB Local, LocalStack, AWS), by
+/// `endpoint_url` or the endpoint settings of the environment and profile
+/// ([`aws::configured_endpoint`]); without one a private DynamoDB Local is started and stopped
+/// at the end. The client has the region and profile of `settings`. `stack` is the table (created
 /// on an emulator when missing), `namespace` the namespace the project lives in.
 ///
 /// # Errors
@@ -110,18 +113,19 @@ struct Tally {
 /// or the limiter report.
 pub async fn run(
     options: &Options,
-    endpoint_url: Option<String>,
+    settings: &AwsSettings,
     stack: &str,
     namespace: &str,
 ) -> Result<(), Error> {
     options.validate()?;
     validate_stack_name(stack)?;
     validate_namespace_name(namespace)?;
+    let endpoint_url = aws::configured_endpoint(settings).await;
     let started = SystemClock.epoch_millis();
     if endpoint_url.as_deref().is_none_or(str::is_empty) {
         println!("Starting a private DynamoDB Local (installed on first use)...");
     }
-    let target = Target::resolve(endpoint_url).await?;
+    let target = Target::resolve(endpoint_url).await?.with_settings(settings);
     let outcome = simulate(options, &target, stack, namespace).await;
     let private = target.is_private();
     target.stop().await;

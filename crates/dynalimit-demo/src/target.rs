@@ -13,6 +13,8 @@ use crate::error::Error;
 pub struct Target {
     url: String,
     local: Option<DynamoDbLocal>,
+    region: Option<String>,
+    profile: Option<String>,
 }
 
 impl Target {
@@ -34,12 +36,28 @@ impl Target {
         Ok(Target {
             url: local.endpoint().to_string(),
             local: Some(local),
+            region: None,
+            profile: None,
         })
     }
 
     /// An endpoint this process did not start.
     pub fn external(url: String) -> Target {
-        Target { url, local: None }
+        Target {
+            url,
+            local: None,
+            region: None,
+            profile: None,
+        }
+    }
+
+    /// With the region and profile of `settings` for [`Target::client`] (its endpoint is
+    /// this target's, whatever `settings` names).
+    #[must_use]
+    pub fn with_settings(mut self, settings: &AwsSettings) -> Target {
+        self.region.clone_from(&settings.region);
+        self.profile.clone_from(&settings.profile);
+        self
     }
 
     /// The endpoint URL.
@@ -60,17 +78,46 @@ impl Target {
     }
 
     /// A DynamoDB client for the endpoint, counting requests in `counter` when given, with the
-    /// AWS settings of `dynalimit_repository::aws` (on loopback: static credentials and
-    /// us-east-1 unless configured).
+    /// AWS settings of `dynalimit_repository::aws` and the region and profile given to
+    /// [`Target::with_settings`] (on loopback: static credentials and us-east-1 unless
+    /// configured).
     ///
     /// # Errors
     /// What loading the AWS settings reports (no region for an endpoint off loopback).
     pub async fn client(&self, counter: Option<RequestCounter>) -> Result<Client, RepositoryError> {
-        let sdk = aws::load(&AwsSettings::new().endpoint_url(Some(&self.url))).await?;
+        let settings = AwsSettings::new()
+            .endpoint_url(Some(&self.url))
+            .region(self.region.as_ref())
+            .profile(self.profile.as_ref());
+        let sdk = aws::load(&settings).await?;
         let mut config = aws_sdk_dynamodb::config::Builder::from(&sdk).endpoint_url(&self.url);
         if let Some(counter) = counter {
             config = config.interceptor(counter);
         }
         Ok(Client::from_conf(config.build()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Target;
+    use dynalimit_repository::aws::AwsSettings;
+
+    #[tokio::test]
+    async fn the_client_has_the_region_it_was_given() {
+        let settings = AwsSettings::new()
+            .endpoint_url(Some("http://127.0.0.1:9"))
+            .region(Some("eu-west-3"));
+        let target = Target::external("http://127.0.0.1:1".into()).with_settings(&settings);
+        let client = target.client(None).await.unwrap();
+        let config = client.config();
+        assert_eq!(config.region().map(|r| r.as_ref()), Some("eu-west-3"));
+        // The target's endpoint, not the one the settings name.
+        let plain = Target::external("http://127.0.0.1:1".into());
+        let plain = plain.client(None).await.unwrap();
+        assert_eq!(
+            plain.config().region().map(|r| r.as_ref()),
+            Some("us-east-1")
+        );
     }
 }

@@ -291,14 +291,15 @@ fn stored_windows(
 /// Whether a bucket item's attribute is a schedule (`sched`, `rsched`, a limit's own) or a
 /// quota's grant, top-ups, reset counter or session window, by its name alone.
 fn names_a_schedule_or_quota(k: &str) -> bool {
+    // None of the suffixes holds an underscore: `k` ends with `_{suffix}` exactly when the
+    // text after its last underscore is the suffix.
     k == attr::SCHED
         || k == attr::RSCHED
         || (k.starts_with("b_")
-            && [
-                "_sched", "_rsched", "_gc", "_tu", "_rn", "_rsa", "_ws", "_wa", "_wtc",
-            ]
-            .iter()
-            .any(|suffix| k.ends_with(suffix)))
+            && matches!(
+                k.rsplit_once('_').map(|(_, suffix)| suffix),
+                Some("sched" | "rsched" | "gc" | "tu" | "rn" | "rsa" | "ws" | "wa" | "wtc")
+            ))
 }
 
 /// The parameter schedule of each limit on a bucket item (reference §12.2): its own
@@ -679,6 +680,30 @@ mod tests {
     use std::collections::HashMap;
 
     const T0: i64 = 1_700_000_000_000;
+
+    proptest::proptest! {
+        /// The suffix test reads the text after the last underscore; it agrees with testing
+        /// every suffix in turn, on names built from the pieces that matter.
+        #[test]
+        fn schedule_and_quota_names_by_their_last_underscore(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "b", "_", "b_", "sched", "rsched", "gc", "tu", "rn", "rsa", "ws", "wa",
+                    "wtc", "tk", "x", "soft",
+                ]),
+                0..6,
+            )
+        ) {
+            let k = parts.concat();
+            let by_every_suffix = k == attr::SCHED
+                || k == attr::RSCHED
+                || (k.starts_with("b_")
+                    && ["_sched", "_rsched", "_gc", "_tu", "_rn", "_rsa", "_ws", "_wa", "_wtc"]
+                        .iter()
+                        .any(|suffix| k.ends_with(suffix)));
+            proptest::prop_assert_eq!(names_a_schedule_or_quota(&k), by_every_suffix, "{}", k);
+        }
+    }
 
     #[test]
     fn keys_match_the_worked_example_and_parse_back() {

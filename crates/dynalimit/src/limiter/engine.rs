@@ -229,7 +229,9 @@ impl Inner {
             Verdict::Unknown => random_shard(0, known),
         };
         let key = BucketKey::new(entity_id, resource, shard);
-        let outcome = self.store.speculative_consume(&key, demand, now).await?;
+        // The write's future (the request, its retries, the answer) is boxed: the acquire's
+        // own future stays small, and it is moved several times before its first poll.
+        let outcome = Box::pin(self.store.speculative_consume(&key, demand, now)).await?;
         let next = match outcome {
             ConsumeOutcome::Consumed(img) => {
                 self.rejections.forget(&key);
