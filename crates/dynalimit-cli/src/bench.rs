@@ -41,6 +41,7 @@ use dynalimit::{Limit, RateLimiter};
 use dynalimit_core::{Clock as _, SystemClock};
 use dynalimit_demo::{Target, print_table};
 use dynalimit_format::expr::{Expr, WithExpr};
+use dynalimit_repository::aws::{self, AwsSettings};
 use dynalimit_repository::bucket::{BucketKey, BucketStore};
 use dynalimit_repository::{NewEntity, Repository, RequestCounter};
 
@@ -302,15 +303,15 @@ fn spent_limits() -> [Limit; 2] {
     ]
 }
 
-/// Runs the benchmark against `endpoint_url` (the configured endpoint), or a fresh private
-/// DynamoDB Local when it is not given; `stack` is the table.
+/// Runs the benchmark against the endpoint `settings` configure (with their region and
+/// profile), or a fresh private DynamoDB Local when they configure none; `stack` is the table.
 pub(crate) async fn run(
     args: &BenchArgs,
-    endpoint_url: Option<String>,
+    settings: &AwsSettings,
     stack: &str,
 ) -> anyhow::Result<()> {
     if args.hot.hot_key {
-        return crate::hot_key::run(&args.hot, endpoint_url, stack, args.json).await;
+        return crate::hot_key::run(&args.hot, settings, stack, args.json).await;
     }
     check_concurrency(args)?;
     if !args.json {
@@ -324,7 +325,9 @@ pub(crate) async fn run(
         .into_iter()
         .filter(|op| *op != Op::Admission && selected(op))
         .collect();
-    let target = Target::resolve(endpoint_url).await?;
+    let target = Target::resolve(aws::configured_endpoint(settings).await)
+        .await?
+        .with_settings(settings);
     let outcome = measure(args, &target, stack, &ops, selected(&Op::Admission)).await;
     target.stop().await;
     let Measured {

@@ -20,6 +20,7 @@ use std::process::Stdio;
 use anyhow::Context as _;
 use dynalimit_demo::{Target, print_table};
 use dynalimit_repository::Repository;
+use dynalimit_repository::aws::{self, AwsSettings};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
@@ -44,11 +45,11 @@ const PEER_LINE: &str = "0.17.";
 /// one (relative to the current directory: the venv `./scripts/python-env` creates).
 const DEFAULT_PYTHON: &str = ".cache/venv-zae/bin/python";
 
-/// Runs the comparison against `endpoint_url` (the configured endpoint), or a fresh private
-/// DynamoDB Local when it is not given; `stack` is the table.
+/// Runs the comparison against the endpoint `settings` configure (with their region and
+/// profile), or a fresh private DynamoDB Local when they configure none; `stack` is the table.
 pub(crate) async fn run(
     args: &BenchArgs,
-    endpoint_url: Option<String>,
+    settings: &AwsSettings,
     stack: &str,
 ) -> anyhow::Result<()> {
     bench::check_concurrency(args)?;
@@ -62,7 +63,9 @@ pub(crate) async fn run(
             python.display()
         );
     }
-    let target = Target::resolve(endpoint_url).await?;
+    let target = Target::resolve(aws::configured_endpoint(settings).await)
+        .await?
+        .with_settings(settings);
     let outcome = both(args, &python, &target, stack).await;
     target.stop().await;
     let report = outcome?;

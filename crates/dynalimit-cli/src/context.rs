@@ -71,13 +71,6 @@ impl Global {
         aws::dynamodb_endpoint(config, self.endpoint_url.as_deref())
     }
 
-    /// The DynamoDB endpoint other than AWS that the settings name (`--endpoint-url`, the
-    /// environment, the profile), for commands that start a private DynamoDB Local without
-    /// one. Settings that cannot be loaded name none.
-    pub(crate) async fn configured_endpoint(&self) -> Option<String> {
-        aws::configured_endpoint(&self.aws_settings()).await
-    }
-
     /// A repository builder on the loaded settings, and the endpoint it talks to when not AWS.
     async fn builder(&self) -> Result<(RepositoryBuilder, Option<String>)> {
         let config = self.sdk_config().await?;

@@ -32,6 +32,7 @@ use dynalimit_core::{Clock as _, SystemClock};
 use dynalimit_demo::Target;
 use dynalimit_format::bucket::BucketKey;
 use dynalimit_local::throttle::{PartitionLimits, ThrottleProxy};
+use dynalimit_repository::aws::{self, AwsSettings};
 use dynalimit_repository::{OperationOptions, Repository};
 
 /// Options of the hot-key curve (`dynalimit bench --hot-key`).
@@ -103,7 +104,7 @@ impl Point {
 /// Runs the curve.
 pub(crate) async fn run(
     args: &HotKeyArgs,
-    endpoint_url: Option<String>,
+    settings: &AwsSettings,
     stack: &str,
     json_out: bool,
 ) -> anyhow::Result<()> {
@@ -118,7 +119,9 @@ pub(crate) async fn run(
     if !json_out {
         eprintln!("Starting the endpoint...");
     }
-    let target = Target::resolve(endpoint_url).await?;
+    let target = Target::resolve(aws::configured_endpoint(settings).await)
+        .await?
+        .with_settings(settings);
     let outcome = curve(args, &target, stack, json_out).await;
     target.stop().await;
     let points = outcome?;

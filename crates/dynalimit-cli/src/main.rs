@@ -135,9 +135,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .map_err(demo_error)
         }
         Command::Bench(args) if args.compare.is_some() => {
-            compare::run(args, g.configured_endpoint().await, &g.stack).await
+            compare::run(args, &g.aws_settings(), &g.stack).await
         }
-        Command::Bench(args) => bench::run(args, g.configured_endpoint().await, &g.stack).await,
+        Command::Bench(args) => bench::run(args, &g.aws_settings(), &g.stack).await,
     }
 }
 
