@@ -89,27 +89,56 @@ impl<'a> Value<'a> {
     }
 }
 
-/// A bucket item's attributes as (name, value) pairs, looked up by a linear scan (an item has
-/// a few dozen).
-struct Attributes<'s, 'a>(&'s [(&'a str, Value<'a>)]);
+/// The item-level attributes of a bucket item that the image carries, gathered in the same
+/// pass as its limits (the first of a name counts).
+#[derive(Default)]
+struct Scalars<'a> {
+    rf: Option<Value<'a>>,
+    shard_count: Option<Value<'a>>,
+    cascade: Option<Value<'a>>,
+    parent_id: Option<Value<'a>>,
+    pgen: Option<Value<'a>>,
+    pinc: Option<Value<'a>>,
+    ttl: Option<Value<'a>>,
+    vu: Option<Value<'a>>,
+    bypass: Option<Value<'a>>,
+    disabled: Option<Value<'a>>,
+}
 
-impl<'a> Attributes<'_, 'a> {
-    fn get(&self, name: &str) -> Option<Value<'a>> {
-        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+impl<'a> Scalars<'a> {
+    /// Keeps `value` when `name` is one of the item-level attributes; whether it was.
+    fn take(&mut self, name: &str, value: Value<'a>) -> bool {
+        let slot = match name {
+            attr::RF => &mut self.rf,
+            attr::SHARD_COUNT => &mut self.shard_count,
+            attr::CASCADE => &mut self.cascade,
+            attr::PARENT_ID => &mut self.parent_id,
+            attr::PGEN => &mut self.pgen,
+            attr::PINC => &mut self.pinc,
+            attr::TTL => &mut self.ttl,
+            attr::VU => &mut self.vu,
+            attr::BYPASS => &mut self.bypass,
+            attr::DISABLED => &mut self.disabled,
+            _ => return false,
+        };
+        slot.get_or_insert(value);
+        true
     }
+}
 
-    fn i64(&self, name: &str) -> Option<i64> {
-        match self.get(name)? {
-            Value::N(n) => parse_number(n),
-            _ => None,
-        }
+/// A number value's integer, if it is one.
+fn number(value: Option<Value<'_>>) -> Option<i64> {
+    match value? {
+        Value::N(n) => parse_number(n),
+        _ => None,
     }
+}
 
-    fn str(&self, name: &str) -> Option<&'a str> {
-        match self.get(name)? {
-            Value::S(s) => Some(s),
-            _ => None,
-        }
+/// A string value, if it is one.
+fn string(value: Option<Value<'_>>) -> Option<&str> {
+    match value? {
+        Value::S(s) => Some(s),
+        _ => None,
     }
 }
 
@@ -118,12 +147,10 @@ impl<'a> Attributes<'_, 'a> {
 /// read (a stamp that is not a number, such as a pre-release `bypass = true`, reads as
 /// expired).
 pub fn image_from_item(item: &Item) -> BucketImage {
-    let attrs: Vec<(&str, Value<'_>)> = item
+    let attrs = item
         .iter()
-        .map(|(name, value)| (name.as_str(), Value::of(value)))
-        .collect();
-    decode_image(&Attributes(&attrs), Some(item))
-        .expect("an image decoded with its whole item always decodes")
+        .map(|(name, value)| (name.as_str(), Value::of(value)));
+    decode_image(attrs, Some(item)).expect("an image decoded with its whole item always decodes")
 }
 
 /// Decodes a bucket item from its attributes, as [`image_from_item`] does, without an SDK
@@ -133,15 +160,24 @@ pub fn image_from_item(item: &Item) -> BucketImage {
 /// schedule, a quota's grant, top-ups, reset counter or session window): those are decoded
 /// from the whole item by [`image_from_item`].
 pub fn image_from_attributes(attrs: &[(&str, Value<'_>)]) -> Option<BucketImage> {
-    decode_image(&Attributes(attrs), None)
+    decode_image(attrs.iter().copied(), None)
 }
 
-fn decode_image(attrs: &Attributes<'_, '_>, item: Option<&Item>) -> Option<BucketImage> {
+/// The image of the attributes `attrs`, in one pass over them; `item` is the whole item, which
+/// schedules and quotas are decoded from (`None` without it when the item carries them).
+fn decode_image<'a>(
+    attrs: impl IntoIterator<Item = (&'a str, Value<'a>)>,
+    item: Option<&Item>,
+) -> Option<BucketImage> {
     let mut partial: BTreeMap<&str, [Option<i64>; 5]> = BTreeMap::new();
     let mut unsupported = Vec::new();
     let mut soft = BTreeMap::new();
     let mut schedules_or_quotas = false;
-    for &(attr, value) in attrs.0 {
+    let mut scalars = Scalars::default();
+    for (attr, value) in attrs {
+        if scalars.take(attr, value) {
+            continue;
+        }
         schedules_or_quotas = schedules_or_quotas || names_a_schedule_or_quota(attr);
         if let Some(name) = attr::parse_bucket_soft(attr) {
             let until = match value {
@@ -165,7 +201,7 @@ fn decode_image(attrs: &Attributes<'_, '_>, item: Option<&Item>) -> Option<Bucke
             partial.entry(name).or_default()[slot] = parse_number(n);
         }
     }
-    let disabled = match attrs.get(attr::DISABLED) {
+    let disabled = match scalars.disabled {
         None => false,
         Some(Value::Bool(true)) => true,
         Some(_) => {
@@ -220,22 +256,21 @@ fn decode_image(attrs: &Attributes<'_, '_>, item: Option<&Item>) -> Option<Bucke
     unsupported.sort();
     soft.retain(|name, _| limits.contains_key(name));
     Some(BucketImage {
-        rf: attrs.i64(attr::RF).unwrap_or(0),
-        shard_count: attrs
-            .i64(attr::SHARD_COUNT)
+        rf: number(scalars.rf).unwrap_or(0),
+        shard_count: number(scalars.shard_count)
             .and_then(|n| u32::try_from(n).ok())
             .unwrap_or(1)
             .max(1),
-        cascade: attrs.get(attr::CASCADE) == Some(Value::Bool(true)),
-        parent_id: attrs.str(attr::PARENT_ID).map(str::to_owned),
-        pgen: attrs.i64(attr::PGEN),
-        pinc: attrs.str(attr::PINC).map(str::to_owned),
-        ttl: attrs.i64(attr::TTL),
+        cascade: scalars.cascade == Some(Value::Bool(true)),
+        parent_id: string(scalars.parent_id).map(str::to_owned),
+        pgen: number(scalars.pgen),
+        pinc: string(scalars.pinc).map(str::to_owned),
+        ttl: number(scalars.ttl),
         disabled,
-        vu: attrs.i64(attr::VU),
+        vu: number(scalars.vu),
         limits,
         soft,
-        bypass: attrs.get(attr::BYPASS).map(|v| match v {
+        bypass: scalars.bypass.map(|v| match v {
             Value::N(n) => parse_number(n).unwrap_or(0),
             _ => 0,
         }),

@@ -55,22 +55,10 @@ pub fn num(n: i64) -> AttributeValue {
 
 /// `prefix` followed by the decimal digits of `i`.
 fn token(prefix: &str, i: usize) -> String {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = i;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let mut out = String::with_capacity(prefix.len() + digits.len() - at);
+    let digits = crate::item::Digits::of(i as u64);
+    let mut out = String::with_capacity(prefix.len() + digits.as_bytes().len());
     out.push_str(prefix);
-    for &d in &digits[at..] {
-        out.push(char::from(d));
-    }
+    out.extend(digits.as_bytes().iter().map(|&d| char::from(d)));
     out
 }
 

@@ -51,6 +51,43 @@ pub fn get_i64(item: &Item, name: &str) -> Option<i64> {
     }
 }
 
+/// The decimal digits of an unsigned number, written on the stack (no formatter, no
+/// allocation): for request bodies and expression placeholders built on the hot path.
+///
+/// ```
+/// use dynalimit_format::item::Digits;
+/// assert_eq!(Digits::of(0).as_bytes(), b"0");
+/// assert_eq!(Digits::of(u64::MAX).as_bytes(), u64::MAX.to_string().as_bytes());
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Digits {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    /// The digits of `n`.
+    pub fn of(n: u64) -> Self {
+        let mut buf = [0u8; 20];
+        let mut start = buf.len();
+        let mut rest = n;
+        loop {
+            start -= 1;
+            buf[start] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        Digits { buf, start }
+    }
+
+    /// The digits, as ASCII bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
 /// Parses a DynamoDB number that holds an integer (`"12"`, `"12.0"`, `"1.2E1"`).
 pub fn parse_number(text: &str) -> Option<i64> {
     if let Ok(v) = text.parse::<i64>() {

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use dynalimit_format::bucket::Value as Plain;
-use dynalimit_format::item::Item;
+use dynalimit_format::item::{Digits, Item};
 
 /// Builds one JSON object. Field names are written as given (they are protocol names, never
 /// user text); every value string is escaped.
@@ -63,24 +63,36 @@ impl ObjectWriter {
         self
     }
 
+    /// `"name": {entry, …}`, each entry written by `write`.
+    fn object<T>(
+        &mut self,
+        name: &str,
+        entries: impl IntoIterator<Item = T>,
+        mut write: impl FnMut(&mut Vec<u8>, T),
+    ) -> &mut Self {
+        self.key(name);
+        self.buf.push(b'{');
+        for (i, entry) in entries.into_iter().enumerate() {
+            if i > 0 {
+                self.buf.push(b',');
+            }
+            write(&mut self.buf, entry);
+        }
+        self.buf.push(b'}');
+        self
+    }
+
     /// `"name": {"k": "v", …}` for string pairs.
     pub(crate) fn strings<'a>(
         &mut self,
         name: &str,
         pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> &mut Self {
-        self.key(name);
-        self.buf.push(b'{');
-        for (i, (k, v)) in pairs.into_iter().enumerate() {
-            if i > 0 {
-                self.buf.push(b',');
-            }
-            write_string(&mut self.buf, k);
-            self.buf.push(b':');
-            write_string(&mut self.buf, v);
-        }
-        self.buf.push(b'}');
-        self
+        self.object(name, pairs, |buf, (k, v)| {
+            write_string(buf, k);
+            buf.push(b':');
+            write_string(buf, v);
+        })
     }
 
     /// Fields written once ahead of time ([`Fields::render`]), appended as they are.
@@ -98,18 +110,11 @@ impl ObjectWriter {
 
     /// `"name": {"attr": {"S": "value"}, …}`: a key of string attributes.
     pub(crate) fn string_key(&mut self, name: &str, attrs: &[(&str, &str)]) -> &mut Self {
-        self.key(name);
-        self.buf.push(b'{');
-        for (i, (attr, value)) in attrs.iter().enumerate() {
-            if i > 0 {
-                self.buf.push(b',');
-            }
-            write_string(&mut self.buf, attr);
-            self.buf.push(b':');
-            write_tagged(&mut self.buf, "S", |b| write_string(b, value));
-        }
-        self.buf.push(b'}');
-        self
+        self.object(name, attrs, |buf, (attr, value)| {
+            write_string(buf, attr);
+            buf.push(b':');
+            write_tagged(buf, "S", |b| write_string(b, value));
+        })
     }
 
     /// `"name": {"p0": {"N": "v0"}, …}` for number values, each behind the prepared opening
@@ -120,18 +125,15 @@ impl ObjectWriter {
         openings: &[Box<[u8]>],
         values: impl IntoIterator<Item = i64>,
     ) -> &mut Self {
-        self.key(name);
-        self.buf.push(b'{');
-        for (i, (opening, value)) in openings.iter().zip(values).enumerate() {
-            if i > 0 {
-                self.buf.push(b',');
-            }
-            self.buf.extend_from_slice(opening);
-            write_i64(&mut self.buf, value);
-            self.buf.extend_from_slice(b"\"}");
-        }
-        self.buf.push(b'}');
-        self
+        self.object(
+            name,
+            openings.iter().zip(values),
+            |buf, (opening, value)| {
+                buf.extend_from_slice(opening);
+                write_i64(buf, value);
+                buf.extend_from_slice(b"\"}");
+            },
+        )
     }
 
     /// Closes the object and returns its bytes.
@@ -174,21 +176,10 @@ pub(crate) fn number_openings<'a>(
 
 /// Writes the decimal digits of `n`.
 fn write_i64(buf: &mut Vec<u8>, n: i64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = n.unsigned_abs();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
     if n < 0 {
         buf.push(b'-');
     }
-    buf.extend_from_slice(&digits[at..]);
+    buf.extend_from_slice(Digits::of(n.unsigned_abs()).as_bytes());
 }
 
 fn write_map<'a>(
