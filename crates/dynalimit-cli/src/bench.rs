@@ -41,7 +41,7 @@ use dynalimit::{Limit, RateLimiter};
 use dynalimit_core::{Clock as _, SystemClock};
 use dynalimit_demo::{Target, print_table};
 use dynalimit_format::expr::{Expr, WithExpr};
-use dynalimit_repository::aws::{self, AwsSettings};
+use dynalimit_repository::aws::AwsSettings;
 use dynalimit_repository::bucket::{BucketKey, BucketStore};
 use dynalimit_repository::{NewEntity, Repository, RequestCounter};
 
@@ -325,9 +325,7 @@ pub(crate) async fn run(
         .into_iter()
         .filter(|op| *op != Op::Admission && selected(op))
         .collect();
-    let target = Target::resolve(aws::configured_endpoint(settings).await)
-        .await?
-        .with_settings(settings);
+    let target = Target::from_settings(settings).await?;
     let outcome = measure(args, &target, stack, &ops, selected(&Op::Admission)).await;
     target.stop().await;
     let Measured {
@@ -779,15 +777,7 @@ impl Bench {
             cpu_us_per_op: us(cpu) / n,
         })
     }
-}
 
-/// The unmeasured operations run before a case's measured ones: a quarter of them, at most
-/// 500.
-fn warm_up(ops: u64) -> usize {
-    usize::try_from(ops.div_ceil(4).min(500)).unwrap_or(500)
-}
-
-impl Bench {
     /// Runs `total` operations `op` on `shape` with `concurrency` workers; their latencies.
     async fn drive(
         &self,
@@ -819,6 +809,12 @@ impl Bench {
         }
         Ok(latencies)
     }
+}
+
+/// The unmeasured operations run before a case's measured ones: a quarter of them, at most
+/// 500.
+fn warm_up(ops: u64) -> usize {
+    usize::try_from(ops.div_ceil(4).min(500)).unwrap_or(500)
 }
 
 /// CPU time used so far by every live thread of this process (nanosecond resolution).

@@ -20,7 +20,7 @@ use std::process::Stdio;
 use anyhow::Context as _;
 use dynalimit_demo::{Target, print_table};
 use dynalimit_repository::Repository;
-use dynalimit_repository::aws::{self, AwsSettings};
+use dynalimit_repository::aws::AwsSettings;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
@@ -63,9 +63,7 @@ pub(crate) async fn run(
             python.display()
         );
     }
-    let target = Target::resolve(aws::configured_endpoint(settings).await)
-        .await?
-        .with_settings(settings);
+    let target = Target::from_settings(settings).await?;
     let outcome = both(args, &python, &target, stack).await;
     target.stop().await;
     let report = outcome?;

@@ -32,7 +32,7 @@ use dynalimit_core::{Clock as _, SystemClock};
 use dynalimit_demo::Target;
 use dynalimit_format::bucket::BucketKey;
 use dynalimit_local::throttle::{PartitionLimits, ThrottleProxy};
-use dynalimit_repository::aws::{self, AwsSettings};
+use dynalimit_repository::aws::AwsSettings;
 use dynalimit_repository::{OperationOptions, Repository};
 
 /// Options of the hot-key curve (`dynalimit bench --hot-key`).
@@ -119,9 +119,7 @@ pub(crate) async fn run(
     if !json_out {
         eprintln!("Starting the endpoint...");
     }
-    let target = Target::resolve(aws::configured_endpoint(settings).await)
-        .await?
-        .with_settings(settings);
+    let target = Target::from_settings(settings).await?;
     let outcome = curve(args, &target, stack, json_out).await;
     target.stop().await;
     let points = outcome?;

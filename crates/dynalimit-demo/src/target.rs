@@ -13,11 +13,22 @@ use crate::error::Error;
 pub struct Target {
     url: String,
     local: Option<DynamoDbLocal>,
-    region: Option<String>,
-    profile: Option<String>,
+    /// The caller's AWS settings for [`Target::client`], whose endpoint is always `url`.
+    settings: AwsSettings,
 }
 
 impl Target {
+    /// The endpoint `settings` configure ([`aws::configured_endpoint`]: explicitly, in the
+    /// environment or the profile), otherwise a fresh private DynamoDB Local; its clients have
+    /// the region and profile of `settings`.
+    ///
+    /// # Errors
+    /// [`Error::Local`] when DynamoDB Local cannot be installed or started.
+    pub async fn from_settings(settings: &AwsSettings) -> Result<Target, Error> {
+        let endpoint = aws::configured_endpoint(settings).await;
+        Ok(Target::resolve(endpoint).await?.with_settings(settings))
+    }
+
     /// `url` when given (and not empty), otherwise a fresh private DynamoDB Local (installed
     /// on first use).
     ///
@@ -36,8 +47,7 @@ impl Target {
         Ok(Target {
             url: local.endpoint().to_string(),
             local: Some(local),
-            region: None,
-            profile: None,
+            settings: AwsSettings::new(),
         })
     }
 
@@ -46,17 +56,15 @@ impl Target {
         Target {
             url,
             local: None,
-            region: None,
-            profile: None,
+            settings: AwsSettings::new(),
         }
     }
 
     /// With the region and profile of `settings` for [`Target::client`] (its endpoint is
     /// this target's, whatever `settings` names).
     #[must_use]
-    pub fn with_settings(mut self, settings: &AwsSettings) -> Target {
-        self.region.clone_from(&settings.region);
-        self.profile.clone_from(&settings.profile);
+    pub(crate) fn with_settings(mut self, settings: &AwsSettings) -> Target {
+        self.settings.clone_from(settings);
         self
     }
 
@@ -78,17 +86,14 @@ impl Target {
     }
 
     /// A DynamoDB client for the endpoint, counting requests in `counter` when given, with the
-    /// AWS settings of `dynalimit_repository::aws` and the region and profile given to
-    /// [`Target::with_settings`] (on loopback: static credentials and us-east-1 unless
-    /// configured).
+    /// AWS settings of `dynalimit_repository::aws` and the region and profile of the settings
+    /// the target was made with ([`Target::from_settings`]; on loopback: static credentials and
+    /// us-east-1 unless configured).
     ///
     /// # Errors
     /// What loading the AWS settings reports (no region for an endpoint off loopback).
     pub async fn client(&self, counter: Option<RequestCounter>) -> Result<Client, RepositoryError> {
-        let settings = AwsSettings::new()
-            .endpoint_url(Some(&self.url))
-            .region(self.region.as_ref())
-            .profile(self.profile.as_ref());
+        let settings = self.settings.clone().endpoint_url(Some(&self.url));
         let sdk = aws::load(&settings).await?;
         let mut config = aws_sdk_dynamodb::config::Builder::from(&sdk).endpoint_url(&self.url);
         if let Some(counter) = counter {

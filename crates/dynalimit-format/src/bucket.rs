@@ -87,6 +87,22 @@ impl<'a> Value<'a> {
             _ => Value::Other,
         }
     }
+
+    /// The integer of a number value, if it is one.
+    fn number(self) -> Option<i64> {
+        match self {
+            Value::N(n) => parse_number(n),
+            _ => None,
+        }
+    }
+
+    /// The text of a string value, if it is one.
+    fn string(self) -> Option<&'a str> {
+        match self {
+            Value::S(s) => Some(s),
+            _ => None,
+        }
+    }
 }
 
 /// The item-level attributes of a bucket item that the image carries, gathered in the same
@@ -123,22 +139,6 @@ impl<'a> Scalars<'a> {
         };
         slot.get_or_insert(value);
         true
-    }
-}
-
-/// A number value's integer, if it is one.
-fn number(value: Option<Value<'_>>) -> Option<i64> {
-    match value? {
-        Value::N(n) => parse_number(n),
-        _ => None,
-    }
-}
-
-/// A string value, if it is one.
-fn string(value: Option<Value<'_>>) -> Option<&str> {
-    match value? {
-        Value::S(s) => Some(s),
-        _ => None,
     }
 }
 
@@ -180,11 +180,7 @@ fn decode_image<'a>(
         }
         schedules_or_quotas = schedules_or_quotas || names_a_schedule_or_quota(attr);
         if let Some(name) = attr::parse_bucket_soft(attr) {
-            let until = match value {
-                Value::N(n) => parse_number(n).unwrap_or(0),
-                _ => 0,
-            };
-            soft.insert(name.to_owned(), until);
+            soft.insert(name.to_owned(), value.number().unwrap_or(0));
             continue;
         }
         let Some((name, field)) = parse_bucket_limit(attr) else {
@@ -256,24 +252,23 @@ fn decode_image<'a>(
     unsupported.sort();
     soft.retain(|name, _| limits.contains_key(name));
     Some(BucketImage {
-        rf: number(scalars.rf).unwrap_or(0),
-        shard_count: number(scalars.shard_count)
+        rf: scalars.rf.and_then(Value::number).unwrap_or(0),
+        shard_count: scalars
+            .shard_count
+            .and_then(Value::number)
             .and_then(|n| u32::try_from(n).ok())
             .unwrap_or(1)
             .max(1),
         cascade: scalars.cascade == Some(Value::Bool(true)),
-        parent_id: string(scalars.parent_id).map(str::to_owned),
-        pgen: number(scalars.pgen),
-        pinc: string(scalars.pinc).map(str::to_owned),
-        ttl: number(scalars.ttl),
+        parent_id: scalars.parent_id.and_then(Value::string).map(str::to_owned),
+        pgen: scalars.pgen.and_then(Value::number),
+        pinc: scalars.pinc.and_then(Value::string).map(str::to_owned),
+        ttl: scalars.ttl.and_then(Value::number),
         disabled,
-        vu: number(scalars.vu),
+        vu: scalars.vu.and_then(Value::number),
         limits,
         soft,
-        bypass: scalars.bypass.map(|v| match v {
-            Value::N(n) => parse_number(n).unwrap_or(0),
-            _ => 0,
-        }),
+        bypass: scalars.bypass.map(|v| v.number().unwrap_or(0)),
         wcu,
         unsupported,
         schedules,
