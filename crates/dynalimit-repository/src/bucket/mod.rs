@@ -58,6 +58,7 @@ use dynalimit_format::{attr, keys};
 use crate::RepositoryError;
 use crate::batch::{batch_get_items, get_item};
 use crate::error::{classify, error_chain};
+pub use crate::retry::OnThrottle;
 use crate::retry::{self, Attempt, Backoff, Resend};
 use crate::wire::{FastPath, UpdateItem, UpdateOutcome, Written};
 
@@ -92,6 +93,9 @@ pub enum ConsumeOutcome {
     Paused(i64),
     /// Transaction conflicts persisted through the retries.
     Contended,
+    /// DynamoDB refused the write for throughput (`ProvisionedThroughputExceededException`,
+    /// `ThrottlingException`): nothing was applied. Only with [`OnThrottle::Return`].
+    Throttled,
 }
 
 /// Result of [`BucketStore::double_shards`].
@@ -265,7 +269,7 @@ impl BucketStore {
         return_new: bool,
         resend: Resend,
     ) -> Result<Update, RepositoryError> {
-        self.update_write(key, Write::Expr(e), return_new, resend)
+        self.update_write(key, Write::Expr(e), return_new, (resend, OnThrottle::Retry))
             .await
     }
 
@@ -275,12 +279,12 @@ impl BucketStore {
         key: &BucketKey,
         write: Write<'_>,
         return_new: bool,
-        resend: Resend,
+        policy: (Resend, OnThrottle),
     ) -> Result<Update, RepositoryError> {
         let span = request_span("UpdateItem", key);
         let attempts = std::sync::atomic::AtomicU32::new(0);
         let result = tracing::Instrument::instrument(
-            self.update_attempts(key, write, return_new, resend, &attempts),
+            self.update_attempts(key, write, return_new, policy, &attempts),
             span.clone(),
         )
         .await;
@@ -305,7 +309,7 @@ impl BucketStore {
         key: &BucketKey,
         write: Write<'_>,
         return_new: bool,
-        resend: Resend,
+        policy: (Resend, OnThrottle),
         attempts: &std::sync::atomic::AtomicU32,
     ) -> Result<Update, RepositoryError> {
         let mut attempt = 1;
@@ -313,14 +317,14 @@ impl BucketStore {
             attempts.store(attempt, std::sync::atomic::Ordering::Relaxed);
             let sent = match &self.wire {
                 Some(wire) => {
-                    self.update_fast(wire, key, write, return_new, resend)
+                    self.update_fast(wire, key, write, return_new, policy)
                         .await?
                 }
                 None => {
                     let mut built = None;
                     // Boxed: the SDK's future is large, and the fast path's callers should not
                     // carry it.
-                    Box::pin(self.update_sdk(key, write.expr(&mut built), return_new, resend))
+                    Box::pin(self.update_sdk(key, write.expr(&mut built), return_new, policy))
                         .await?
                 }
             };
@@ -341,7 +345,7 @@ impl BucketStore {
         key: &BucketKey,
         write: Write<'_>,
         return_new: bool,
-        resend: Resend,
+        (resend, on_throttle): (Resend, OnThrottle),
     ) -> Result<Update, RepositoryError> {
         let shape = match write {
             Write::Consume { demand, .. } => self.shapes.of(demand),
@@ -351,7 +355,9 @@ impl BucketStore {
             // The warm acquire: the prepared request, and the image read from the answer.
             (Write::Consume { demand, now }, Some(shape)) => {
                 let body = shape.body(&self.table, &key.pk(&self.ns), demand, now);
-                wire.update_item_body(Bytes::from(body), resend).await.map(
+                wire.update_item_body(Bytes::from(body), resend, on_throttle)
+                    .await
+                    .map(
                     |written| match written {
                         Written::Updated(answer) => Update::Done(consume::image_of_answer(&answer)),
                         Written::ConditionFailed(old) => Update::ConditionFailed(old),
@@ -359,7 +365,7 @@ impl BucketStore {
                 )
             }
             _ => {
-                self.update_fast_expr(wire, key, write, return_new, resend)
+                self.update_fast_expr(wire, key, write, return_new, (resend, on_throttle))
                     .await
             }
         };
@@ -375,7 +381,7 @@ impl BucketStore {
         key: &BucketKey,
         write: Write<'_>,
         return_new: bool,
-        resend: Resend,
+        (resend, on_throttle): (Resend, OnThrottle),
     ) -> Result<Update, RepositoryError> {
         let mut built = None;
         let e = write.expr(&mut built);
@@ -394,7 +400,7 @@ impl BucketStore {
             return_old_on_failure: true,
             resend,
         };
-        Ok(match wire.update_item(&request).await? {
+        Ok(match wire.update_item_on_throttle(&request, on_throttle).await? {
             UpdateOutcome::Updated(item) => Update::Done(image_if(return_new, item)),
             UpdateOutcome::ConditionFailed(old) => Update::ConditionFailed(old),
         })
@@ -408,13 +414,22 @@ impl BucketStore {
         key: &BucketKey,
         e: &Expr,
         return_new: bool,
-        resend: Resend,
+        (resend, on_throttle): (Resend, OnThrottle),
     ) -> Result<Update, RepositoryError> {
         let config = self.client.config();
         let backoff = retry::Backoff::of_client(config.retry_config());
         let max_attempts = retry::max_attempts(config.retry_config());
         let mut attempt = 0;
         let mut paid = 0;
+        if on_throttle == OnThrottle::Resume {
+            // The first attempt was refused for throughput before this call: the first retry.
+            if max_attempts <= 1 || !self.budget.pay(retry::THROTTLING_RETRY_COST) {
+                return Err(retry::throttled_again("UpdateItem"));
+            }
+            paid += retry::THROTTLING_RETRY_COST;
+            attempt = 1;
+            backoff.pause(attempt).await;
+        }
         loop {
             attempt += 1;
             let result = self
@@ -467,11 +482,14 @@ impl BucketStore {
                 Attempt::MaybeApplied => paid += retry::RETRY_COST,
                 Attempt::Refused => {
                     let refused = classify("UpdateItem", err);
-                    let cost = match refused {
-                        RepositoryError::Throttled { .. } => retry::THROTTLING_RETRY_COST,
-                        _ => retry::RETRY_COST,
+                    let throttled = matches!(refused, RepositoryError::Throttled { .. });
+                    let cost = if throttled {
+                        retry::THROTTLING_RETRY_COST
+                    } else {
+                        retry::RETRY_COST
                     };
-                    if last || !refused.is_retryable() || !self.budget.pay(cost) {
+                    let elsewhere = throttled && !on_throttle.retries();
+                    if last || elsewhere || !refused.is_retryable() || !self.budget.pay(cost) {
                         return Err(refused);
                     }
                     paid += cost;
@@ -486,15 +504,23 @@ impl BucketStore {
         key: &BucketKey,
         write: Write<'_>,
         now: i64,
+        on_throttle: OnThrottle,
     ) -> Result<ConsumeOutcome, RepositoryError> {
+        let written = self
+            .update_write(key, write, true, (Resend::Never, on_throttle))
+            .await;
         Ok(
-            match self.update_write(key, write, true, Resend::Never).await? {
-                Update::Done(Some(image)) => ConsumeOutcome::Consumed(image),
+            match written {
+                Err(RepositoryError::Throttled { .. }) if !on_throttle.retries() => {
+                    ConsumeOutcome::Throttled
+                }
+                Err(e) => return Err(e),
+                Ok(Update::Done(Some(image))) => ConsumeOutcome::Consumed(image),
                 // Applied, but the answer lacks the item asked for (`ALL_NEW`). The write stands;
                 // the item is read back, strongly consistent, so the caller still learns the
                 // owner stamps (cascade, parent) and the limits for its credit guards. An empty
                 // image would read as "no cascade" and skip the parent.
-                Update::Done(_) => match Box::pin(self.get(key, true)).await? {
+                Ok(Update::Done(_)) => match Box::pin(self.get(key, true)).await? {
                     Some(img) => ConsumeOutcome::Consumed(img),
                     None => {
                         return Err(RepositoryError::corrupt(
@@ -504,12 +530,13 @@ impl BucketStore {
                         ));
                     }
                 },
-                Update::ConditionFailed(old) => match old.as_ref().and_then(|i| live_pause(i, now))
-                {
-                    Some(until) => ConsumeOutcome::Paused(until),
-                    None => ConsumeOutcome::Failed(old.as_ref().map(image_from_item)),
-                },
-                Update::Conflict => ConsumeOutcome::Contended,
+                Ok(Update::ConditionFailed(old)) => {
+                    match old.as_ref().and_then(|i| live_pause(i, now)) {
+                        Some(until) => ConsumeOutcome::Paused(until),
+                        None => ConsumeOutcome::Failed(old.as_ref().map(image_from_item)),
+                    }
+                }
+                Ok(Update::Conflict) => ConsumeOutcome::Contended,
             },
         )
     }
@@ -530,6 +557,12 @@ impl BucketStore {
     /// shapes, so a credit whose answer was lost lands once, in its period, or not at all
     /// (test `suite::outcomes::quota_credit`).
     ///
+    /// A write DynamoDB refuses for throughput applied nothing: with [`OnThrottle::Return`]
+    /// it is not sent again to this shard, and [`ConsumeOutcome::Throttled`] lets the caller
+    /// send it to another; with [`OnThrottle::Retry`] (or [`OnThrottle::Resume`], after such
+    /// a refusal) it is sent again as the client's retry configuration says, and a refusal
+    /// that outlasts it is [`RepositoryError::Throttled`].
+    ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
     pub async fn speculative_consume(
@@ -537,8 +570,9 @@ impl BucketStore {
         key: &BucketKey,
         demand: &BTreeMap<String, i64>,
         now: i64,
+        on_throttle: OnThrottle,
     ) -> Result<ConsumeOutcome, RepositoryError> {
-        self.consume_with(key, Write::Consume { demand, now }, now)
+        self.consume_with(key, Write::Consume { demand, now }, now, on_throttle)
             .await
     }
 
@@ -554,7 +588,8 @@ impl BucketStore {
         retry: &[(String, i64)],
         now: i64,
     ) -> Result<ConsumeOutcome, RepositoryError> {
-        self.consume_with(key, Write::Expr(&writes::consumption_only(retry, now)), now)
+        let e = writes::consumption_only(retry, now);
+        self.consume_with(key, Write::Expr(&e), now, OnThrottle::Retry)
             .await
     }
 
@@ -578,6 +613,7 @@ impl BucketStore {
             key,
             Write::Expr(&writes::bypass_consume(demand, until, now)),
             now,
+            OnThrottle::Retry,
         )
         .await
     }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dynalimit_core::decide::BucketImage;
+use dynalimit_core::decide::{BucketImage, Throttling};
 use dynalimit_core::{Clock, Limit};
 use dynalimit_repository::bucket::{BucketStore, Owner};
 use dynalimit_repository::{OnUnavailable, Repository, RepositoryError};
@@ -25,6 +25,8 @@ struct Known {
     seen: bool,
     /// Held while a task of this limiter splits the bucket (made at the first split).
     split_gate: Option<Arc<tokio::sync::Mutex<()>>>,
+    /// What DynamoDB refused of the bucket's writes for throughput.
+    throttling: Throttling,
 }
 
 pub(crate) struct Inner {
@@ -93,6 +95,22 @@ impl Inner {
         self.with_known(entity, resource, |k| {
             Arc::clone(k.split_gate.get_or_insert_with(Arc::default))
         })
+    }
+
+    /// Records that DynamoDB refused a write to `shard` of the bucket at `now` for
+    /// throughput; true when shard 0's refusals are sustained (the bucket should split).
+    pub(super) fn throttled(&self, entity: &str, resource: &str, shard: u32, now: i64) -> bool {
+        self.with_known(entity, resource, |k| k.throttling.refused(shard, now))
+    }
+
+    /// The shards of the bucket DynamoDB refused for throughput a moment before `now`.
+    pub(super) fn throttled_shards(&self, entity: &str, resource: &str, now: i64) -> Vec<u32> {
+        self.with_known(entity, resource, |k| k.throttling.avoid(now))
+    }
+
+    /// Forgets the bucket's throttling: it split.
+    pub(super) fn throttling_split(&self, entity: &str, resource: &str) {
+        self.with_known(entity, resource, |k| k.throttling.split());
     }
 
     pub(super) fn raise_shard_count(&self, entity: &str, resource: &str, count: u32) {
