@@ -53,7 +53,7 @@ enum Command {
     /// Show the stack, its outputs, the table and its version record.
     #[command(after_help = "Example:\n  dynalimit status --stack limits-prod")]
     Status,
-    /// Delete the stack and its table (or, on an emulator without a stack, the table).
+    /// Delete the stack, keeping its table (on an emulator without a stack, delete the table).
     #[command(after_help = "Example:\n  dynalimit delete --stack limits-dev --yes")]
     Delete(infra::DeleteArgs),
     /// Print the CloudFormation template.
