@@ -36,6 +36,8 @@ struct Known {
     cascade: bool,
     parent_id: Option<String>,
     seen: bool,
+    /// Held while a task of this limiter splits the bucket (made at the first split).
+    split_gate: Option<Arc<tokio::sync::Mutex<()>>>,
 }
 
 pub(crate) struct Inner {
@@ -113,6 +115,13 @@ impl Inner {
     pub(super) fn shard_count(&self, entity: &str, resource: &str) -> u32 {
         self.read_known(entity, resource, |k| k.shard_count.max(1))
             .unwrap_or(1)
+    }
+
+    /// What a task holds while it splits the bucket of `(entity, resource)`.
+    pub(super) fn split_gate(&self, entity: &str, resource: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.with_known(entity, resource, |k| {
+            Arc::clone(k.split_gate.get_or_insert_with(Arc::default))
+        })
     }
 
     pub(super) fn raise_shard_count(&self, entity: &str, resource: &str, count: u32) {
