@@ -95,8 +95,9 @@ impl Inner {
         self.known().get(&(entity, resource) as &dyn PairRef).map(f)
     }
 
-    /// Changes what is known about the pair (a use), starting from a single shard.
-    fn learn_known(&self, entity: &str, resource: &str, f: impl FnOnce(&mut Known)) {
+    /// Changes what is known about the pair (a use), starting from a single shard; returns
+    /// what `f` returns.
+    fn learn_known<T>(&self, entity: &str, resource: &str, f: impl FnOnce(&mut Known) -> T) -> T {
         let now = self.clock.monotonic();
         self.known().get_or_insert_with(
             &(entity, resource) as &dyn PairRef,
@@ -119,7 +120,9 @@ impl Inner {
 
     /// What a task holds while it splits the bucket of `(entity, resource)`.
     pub(super) fn split_gate(&self, entity: &str, resource: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.with_known(entity, resource, |k| {
+        // Evicted with its pair, a gate held by one task may be replaced by a new one; the
+        // doubling's own condition still lets only one split land.
+        self.learn_known(entity, resource, |k| {
             Arc::clone(k.split_gate.get_or_insert_with(Arc::default))
         })
     }
