@@ -110,7 +110,7 @@ impl Inner {
                 (Pair::new(entity, resource), fresh)
             },
             f,
-        );
+        )
     }
 
     pub(super) fn shard_count(&self, entity: &str, resource: &str) -> u32 {
