@@ -18,7 +18,7 @@ pub const MAX_SCOPES: usize = 100_000;
 
 /// A scope whose pause, slow start and quiet period are over, and that nobody used for this
 /// long, may be forgotten (while other scopes are paused, it is gone within twice as long):
-/// forgetting it changes nothing but its [`Backoff::incidents`] count.
+/// forgetting it changes nothing but its `Backoff::incidents` count.
 pub const SCOPE_IDLE: Duration = Duration::from_secs(600);
 
 /// A shared record of pause deadlines, as wall-clock epoch milliseconds per scope.
