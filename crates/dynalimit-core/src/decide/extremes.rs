@@ -240,7 +240,10 @@ proptest! {
             let _ = plan_create(&limits, &demand, count, shard, now, None, &soft);
         }
         if count > 1 {
-            let _ = plan_grant_moves(&limits, &[(0, img.clone())], count - 1, count, now);
+            let _ = plan_funding(&limits, &[(0, img.clone())], count - 1, count, now);
+        }
+        if count < 32 {
+            let _ = plan_split(&[(0, img.clone())], count, count * 2, now);
         }
     }
 
