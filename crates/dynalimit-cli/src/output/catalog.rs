@@ -507,9 +507,11 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                         },
                         partition_writes_per_s: 50,
                         tasks: 64,
-                        seconds_per_step: 5,
+                        steady_seconds: 5,
+                        splits: 1,
                         points: vec![HotKeyPoint {
                             shards: 2,
+                            seconds: 1.4,
                             admitted_per_s: 98.0,
                             target_per_s: 80.0,
                             ceiling_per_s: 610.0,
@@ -517,10 +519,10 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                             failed: 1520,
                             throttled_requests: 1534,
                             forwarded_requests: 498,
-                            admitted: 702,
-                            recorded: 702.0,
-                            conserved: true,
                         }],
+                        admitted: 702,
+                        recorded: 702.0,
+                        conserved: true,
                     },
                 ),
             ],
@@ -541,7 +543,14 @@ fn page() -> String {
          lists; keys are sorted. The tables below give each key, its type and its meaning, \
          which says when a key may be null or absent. Amounts of tokens are whole tokens; \
          times are UTC. The examples show the shapes; their values are made up, not \
-         measured.\n",
+         measured.\n\n\
+         Other writers share the table, so no string is printed with a character a terminal \
+         would act on instead of showing: control characters (C0, DEL, C1) and the \
+         bidirectional embeddings, overrides, isolates and marks (U+061C, U+200E, U+200F, \
+         U+202A–U+202E, U+2066–U+2069). The text form writes each as an escape (`\\n`, \
+         `\\r`, `\\t`, otherwise `\\u{1b}` with the code point in hexadecimal); the JSON \
+         form writes each as a JSON escape (`\\u001b`), which a parser reads back as \
+         stored.\n",
     );
     let mut shown = BTreeSet::new();
     for (title, entries) in sections() {
