@@ -611,7 +611,12 @@ impl Bench {
                 // Any answer counts: the request is what is measured (a hot bucket's write
                 // capacity may refuse some at high concurrency).
                 self.store
-                    .speculative_consume(&key, &demand, SystemClock.epoch_millis(), OnThrottle::Retry)
+                    .speculative_consume(
+                        &key,
+                        &demand,
+                        SystemClock.epoch_millis(),
+                        OnThrottle::Retry,
+                    )
                     .await?;
                 Ok(())
             }

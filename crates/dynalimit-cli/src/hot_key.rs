@@ -33,8 +33,8 @@ use dynalimit_core::{Clock as _, SystemClock};
 use dynalimit_demo::Target;
 use dynalimit_format::bucket::BucketKey;
 use dynalimit_local::throttle::{PartitionLimits, ThrottleProxy};
-use dynalimit_repository::aws::AwsSettings;
 use dynalimit_repository::Repository;
+use dynalimit_repository::aws::AwsSettings;
 
 /// Options of the hot-key curve (`dynalimit bench --hot-key`).
 #[derive(Debug, Args)]
@@ -231,7 +231,9 @@ async fn curve(
 
     // The emulator's JIT warms on a load nobody measures.
     let warm = Step::new(&direct, "warm-up", 4).await?;
-    warm.start(args.tasks).stop_after(Duration::from_secs(3)).await;
+    warm.start(args.tasks)
+        .stop_after(Duration::from_secs(3))
+        .await;
 
     // What the client machine and the emulator drive at each count, with no throttling.
     let mut ceilings = std::collections::BTreeMap::new();
@@ -307,10 +309,7 @@ async fn curve(
 
 /// The counts the samples went through, each measured from [`SETTLE`] after its first sample
 /// to the first sample of the next count (the whole stage when it was shorter).
-fn stages(
-    samples: &[(u32, Mark)],
-    ceilings: &std::collections::BTreeMap<u32, f64>,
-) -> Vec<Point> {
+fn stages(samples: &[(u32, Mark)], ceilings: &std::collections::BTreeMap<u32, f64>) -> Vec<Point> {
     let mut points = Vec::new();
     let mut i = 0;
     while i < samples.len() {
@@ -663,7 +662,11 @@ mod tests {
     fn each_count_is_measured_from_a_quarter_second_after_it_was_reached() {
         let samples: Vec<(u32, Mark)> = (0..=20u64)
             .map(|tenth| {
-                let ok = if tenth <= 10 { 5 * tenth } else { 50 + 10 * (tenth - 10) };
+                let ok = if tenth <= 10 {
+                    5 * tenth
+                } else {
+                    50 + 10 * (tenth - 10)
+                };
                 let mark = Mark {
                     at: Duration::from_millis(100 * tenth),
                     ok,
@@ -678,7 +681,10 @@ mod tests {
         let got: Vec<(u32, String, String, u64)> = points
             .iter()
             .map(|p| {
-                let (seconds, rate) = (format!("{:.1}", p.seconds), format!("{:.0}", p.admitted_per_s));
+                let (seconds, rate) = (
+                    format!("{:.1}", p.seconds),
+                    format!("{:.0}", p.admitted_per_s),
+                );
                 (p.shards, seconds, rate, p.failed)
             })
             .collect();

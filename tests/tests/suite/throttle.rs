@@ -267,12 +267,14 @@ async fn sustained_throttling_of_shard_0_splits_the_bucket() {
         .await
         .expect("open through the fault proxy");
     let limiter = RateLimiter::new(repo.clone());
+    // Committed: a lease dropped uncommitted gives its tokens back.
     let acquire = || async {
         limiter
             .acquire("hot-key", "model", [("rpm", 1)])
             .limits(limits())
+            .await?
+            .commit()
             .await
-            .map(drop)
     };
     acquire().await.expect("the bucket is created");
     let shard0 = format!("{}/BUCKET#hot-key#model#0\"", repo.namespace_id());
@@ -298,7 +300,9 @@ async fn sustained_throttling_of_shard_0_splits_the_bucket() {
         clock.advance(Duration::from_millis(100));
     }
     clock.advance(Duration::from_secs(1));
-    acquire().await.expect("admitted once the partition takes writes");
+    acquire()
+        .await
+        .expect("admitted once the partition takes writes");
     assert_eq!(shards().await, 1);
     // A second of refusals, 100 ms apart.
     for _ in 0..10 {
@@ -309,7 +313,9 @@ async fn sustained_throttling_of_shard_0_splits_the_bucket() {
     }
     assert_eq!(shards().await, 1, "not a second yet");
     throttle(1);
-    acquire().await.expect("split, then admitted on the new shard");
+    acquire()
+        .await
+        .expect("split, then admitted on the new shard");
     assert_eq!(fault.pending(), 0);
     assert_eq!(shards().await, 2, "split after a second of refusals");
     let new = repo

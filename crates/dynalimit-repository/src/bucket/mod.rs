@@ -94,8 +94,14 @@ pub enum ConsumeOutcome {
     /// Transaction conflicts persisted through the retries.
     Contended,
     /// DynamoDB refused the write for throughput (`ProvisionedThroughputExceededException`,
-    /// `ThrottlingException`): nothing was applied. Only with [`OnThrottle::Return`].
-    Throttled,
+    /// `ThrottlingException`): nothing was applied. Only with [`OnThrottle::Return`]; holds
+    /// the refusal's [`RepositoryError::Throttled`] fields.
+    Throttled {
+        /// The refused operation.
+        operation: &'static str,
+        /// What DynamoDB said.
+        message: String,
+    },
 }
 
 /// Result of [`BucketStore::double_shards`].
@@ -224,6 +230,12 @@ pub struct BucketStore {
 }
 
 impl BucketStore {
+    /// Whether the client's retry configuration sends a write again after a refusal for
+    /// throughput (more than one attempt).
+    pub fn retries_throttled_writes(&self) -> bool {
+        retry::max_attempts(self.client.config().retry_config()) > 1
+    }
+
     /// A store over `table`, for namespace id `ns`.
     pub fn new(client: Client, table: impl Into<String>, ns: impl Into<String>) -> Self {
         BucketStore {
@@ -357,12 +369,10 @@ impl BucketStore {
                 let body = shape.body(&self.table, &key.pk(&self.ns), demand, now);
                 wire.update_item_body(Bytes::from(body), resend, on_throttle)
                     .await
-                    .map(
-                    |written| match written {
+                    .map(|written| match written {
                         Written::Updated(answer) => Update::Done(consume::image_of_answer(&answer)),
                         Written::ConditionFailed(old) => Update::ConditionFailed(old),
-                    },
-                )
+                    })
             }
             _ => {
                 self.update_fast_expr(wire, key, write, return_new, (resend, on_throttle))
@@ -400,10 +410,12 @@ impl BucketStore {
             return_old_on_failure: true,
             resend,
         };
-        Ok(match wire.update_item_on_throttle(&request, on_throttle).await? {
-            UpdateOutcome::Updated(item) => Update::Done(image_if(return_new, item)),
-            UpdateOutcome::ConditionFailed(old) => Update::ConditionFailed(old),
-        })
+        Ok(
+            match wire.update_item_on_throttle(&request, on_throttle).await? {
+                UpdateOutcome::Updated(item) => Update::Done(image_if(return_new, item)),
+                UpdateOutcome::ConditionFailed(old) => Update::ConditionFailed(old),
+            },
+        )
     }
 
     /// The SDK's `UpdateItem`, with the SDK's own retries off: the attempts follow the
@@ -509,40 +521,36 @@ impl BucketStore {
         let written = self
             .update_write(key, write, true, (Resend::Never, on_throttle))
             .await;
-        Ok(
-            match written {
-                Err(RepositoryError::Throttled { .. }) if !on_throttle.retries() => {
-                    ConsumeOutcome::Throttled
-                }
-                Err(e) => return Err(e),
-                // Applied to an item holding a value out of bounds: the debit stands (the
-                // item's own balance admitted it) and the item is reported corrupt.
-                Ok(Update::Done(Some(image))) => ConsumeOutcome::Consumed(image?),
-                // Applied, but the answer lacks the item asked for (`ALL_NEW`). The write stands;
-                // the item is read back, strongly consistent, so the caller still learns the
-                // owner stamps (cascade, parent) and the limits for its credit guards. An empty
-                // image would read as "no cascade" and skip the parent.
-                Ok(Update::Done(_)) => match Box::pin(self.get(key, true)).await? {
-                    Some(img) => ConsumeOutcome::Consumed(img),
-                    None => {
-                        return Err(RepositoryError::corrupt(
-                            key.pk(&self.ns),
-                            "a consume was applied, but the item is gone and its answer had no \
+        Ok(match written {
+            Err(RepositoryError::Throttled { operation, message }) if !on_throttle.retries() => {
+                ConsumeOutcome::Throttled { operation, message }
+            }
+            Err(e) => return Err(e),
+            // Applied to an item holding a value out of bounds: the debit stands (the
+            // item's own balance admitted it) and the item is reported corrupt.
+            Ok(Update::Done(Some(image))) => ConsumeOutcome::Consumed(image?),
+            // Applied, but the answer lacks the item asked for (`ALL_NEW`). The write stands;
+            // the item is read back, strongly consistent, so the caller still learns the
+            // owner stamps (cascade, parent) and the limits for its credit guards. An empty
+            // image would read as "no cascade" and skip the parent.
+            Ok(Update::Done(_)) => match Box::pin(self.get(key, true)).await? {
+                Some(img) => ConsumeOutcome::Consumed(img),
+                None => {
+                    return Err(RepositoryError::corrupt(
+                        key.pk(&self.ns),
+                        "a consume was applied, but the item is gone and its answer had no \
                          attributes",
-                        ));
-                    }
-                },
-                Ok(Update::ConditionFailed(old)) => {
-                    match old.as_ref().and_then(|i| live_pause(i, now)) {
-                        Some(until) => ConsumeOutcome::Paused(until),
-                        None => ConsumeOutcome::Failed(
-                            old.as_ref().map(image_from_item).transpose()?,
-                        ),
-                    }
+                    ));
                 }
-                Ok(Update::Conflict) => ConsumeOutcome::Contended,
             },
-        )
+            Ok(Update::ConditionFailed(old)) => {
+                match old.as_ref().and_then(|i| live_pause(i, now)) {
+                    Some(until) => ConsumeOutcome::Paused(until),
+                    None => ConsumeOutcome::Failed(old.as_ref().map(image_from_item).transpose()?),
+                }
+            }
+            Ok(Update::Conflict) => ConsumeOutcome::Contended,
+        })
     }
 
     /// The speculative consume (one `UpdateItem`): debits `demand` (millitokens per limit) and

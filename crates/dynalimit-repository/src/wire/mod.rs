@@ -570,7 +570,10 @@ impl FastPath {
         resend: Resend,
         on_throttle: OnThrottle,
     ) -> Result<Written, RepositoryError> {
-        match self.send(TARGET_UPDATE_ITEM, body, resend, on_throttle).await? {
+        match self
+            .send(TARGET_UPDATE_ITEM, body, resend, on_throttle)
+            .await?
+        {
             Answer::Success(bytes) => Ok(Written::Updated(bytes)),
             Answer::Failure(_, error) if error.code() == "ConditionalCheckFailedException" => {
                 Ok(Written::ConditionFailed(error.item.map(|m| m.0)))

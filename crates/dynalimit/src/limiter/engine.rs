@@ -233,13 +233,12 @@ impl Inner {
         let key = BucketKey::new(entity_id, resource, shard);
         // The write's future (the request, its retries, the answer) is boxed: the acquire's
         // own future stays small, and it is moved several times before its first poll.
-        let outcome = Box::pin(self.store.speculative_consume(
-            &key,
-            demand,
-            now,
-            OnThrottle::Return,
-        ))
-        .await?;
+        let outcome =
+            Box::pin(
+                self.store
+                    .speculative_consume(&key, demand, now, OnThrottle::Return),
+            )
+            .await?;
         let next = match outcome {
             ConsumeOutcome::Consumed(img) => {
                 self.rejections.forget(&key);
@@ -255,9 +254,10 @@ impl Inner {
                 // allocated and moved once per acquire).
                 Box::pin(self.after_fast_failure(&key, old, demand, now, probe, known)).await?
             }
-            ConsumeOutcome::Throttled => {
+            ConsumeOutcome::Throttled { operation, message } => {
                 let at = (now, known);
-                Box::pin(self.after_throttling(&key, demand, limits, at, probe)).await?
+                let refused = RepositoryError::Throttled { operation, message };
+                Box::pin(self.after_throttling(&key, demand, limits, at, (probe, refused))).await?
             }
         };
         let entry = match next {
@@ -385,7 +385,7 @@ impl Inner {
         demand: &BTreeMap<String, i64>,
         limits: Option<&[Limit]>,
         (now, known): (i64, u32),
-        probe: bool,
+        (probe, refused): (bool, RepositoryError),
     ) -> Result<Next, Refusal> {
         let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
         // A split of this bucket in flight in this limiter: wait for it rather than press on
@@ -436,7 +436,7 @@ impl Inner {
                     let entry = self.entry_from_image(&other, img, demand, now);
                     return Ok(Next::Done(Box::new(entry)));
                 }
-                ConsumeOutcome::Throttled => {
+                ConsumeOutcome::Throttled { .. } => {
                     self.throttled(entity, resource, shard, now);
                 }
                 ConsumeOutcome::Contended => {
@@ -461,7 +461,11 @@ impl Inner {
             }
         }
         // Nowhere else: the same shard again, as the client's retry configuration sends it
-        // (from its first retry: the first attempt was the refused one).
+        // (from its first retry: the first attempt was the refused one). With no retry in
+        // that configuration, the refusal is the answer.
+        if !self.store.retries_throttled_writes() {
+            return Err(refused.into());
+        }
         let outcome = self
             .store
             .speculative_consume(key, demand, now, OnThrottle::Resume)
@@ -476,7 +480,7 @@ impl Inner {
                 Box::pin(self.after_fast_failure(key, old, demand, now, probe, known)).await?
             }
             // A conflict persisted (`Throttled` is never the answer of a retried consume).
-            ConsumeOutcome::Contended | ConsumeOutcome::Throttled => Next::Slow {
+            ConsumeOutcome::Contended | ConsumeOutcome::Throttled { .. } => Next::Slow {
                 shard: key.shard,
                 shard_count: known,
             },
@@ -542,7 +546,7 @@ impl Inner {
                 .speculative_consume(&probe, demand, now, OnThrottle::Return)
                 .await?;
             match outcome {
-                ConsumeOutcome::Throttled => {
+                ConsumeOutcome::Throttled { .. } => {
                     let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
                     self.throttled(entity, resource, shard, now);
                 }
@@ -870,7 +874,7 @@ impl Inner {
                     ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
                     ConsumeOutcome::Failed(_) => continue,
                     // (`Throttled` is never the answer of a retried write.)
-                    ConsumeOutcome::Contended | ConsumeOutcome::Throttled => {
+                    ConsumeOutcome::Contended | ConsumeOutcome::Throttled { .. } => {
                         return Err(contended());
                     }
                 }
@@ -1026,7 +1030,7 @@ impl Inner {
             }
             ConsumeOutcome::Failed(None)
             | ConsumeOutcome::Contended
-            | ConsumeOutcome::Throttled => Err(contended()),
+            | ConsumeOutcome::Throttled { .. } => Err(contended()),
         }
     }
 }

@@ -132,17 +132,18 @@ impl Inner {
     /// Records that DynamoDB refused a write to `shard` of the bucket at `now` for
     /// throughput; true when shard 0's refusals are sustained (the bucket should split).
     pub(super) fn throttled(&self, entity: &str, resource: &str, shard: u32, now: i64) -> bool {
-        self.with_known(entity, resource, |k| k.throttling.refused(shard, now))
+        self.learn_known(entity, resource, |k| k.throttling.refused(shard, now))
     }
 
     /// The shards of the bucket DynamoDB refused for throughput a moment before `now`.
     pub(super) fn throttled_shards(&self, entity: &str, resource: &str, now: i64) -> Vec<u32> {
-        self.with_known(entity, resource, |k| k.throttling.avoid(now))
+        self.read_known(entity, resource, |k| k.throttling.avoid(now))
+            .unwrap_or_default()
     }
 
     /// Forgets the bucket's throttling: it split.
     pub(super) fn throttling_split(&self, entity: &str, resource: &str) {
-        self.with_known(entity, resource, |k| k.throttling.split());
+        self.learn_known(entity, resource, |k| k.throttling.split());
     }
 
     pub(super) fn raise_shard_count(&self, entity: &str, resource: &str, count: u32) {
