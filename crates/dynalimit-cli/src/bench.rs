@@ -12,6 +12,7 @@
 //! | `warm-acquire` | acquire `rpm=1, tpm=100` on an existing bucket, then commit |
 //! | `first-touch` | the first acquire of a bucket (new resource on the hot entity, new entity otherwise), then commit |
 //! | `warm-cascade` | a warm acquire by a child whose bucket cascades to its parent, then commit |
+//! | `gateway-cascade` | an LLM gateway's request: a key declaring only `rpm` cascades to a project declaring only `tpm`; acquire `rpm=1, tpm=500`, adjust `tpm` to the real count, commit (due: one request per bucket for the acquire, one for the commit) |
 //! | `adjust` | a warm acquire, `adjust(tpm, +50)`, commit |
 //! | `rejected-flood` | an acquire on a spent bucket (1 request an hour), refused: with the limiter's rejection cache, most cost no request |
 //!
@@ -111,6 +112,7 @@ pub(crate) enum Op {
     WarmAcquire,
     FirstTouch,
     WarmCascade,
+    GatewayCascade,
     Adjust,
     RejectedFlood,
     /// The refill-bound admission case (measured apart from the latency cases).
@@ -118,12 +120,13 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    const ALL: [Op; 9] = [
+    const ALL: [Op; 10] = [
         Op::RawSdk,
         Op::RawUpdate,
         Op::StoreConsume,
         Op::WarmAcquire,
         Op::WarmCascade,
+        Op::GatewayCascade,
         Op::Adjust,
         Op::FirstTouch,
         Op::RejectedFlood,
@@ -142,6 +145,7 @@ impl Op {
             Op::WarmAcquire => "warm-acquire",
             Op::FirstTouch => "first-touch",
             Op::WarmCascade => "warm-cascade",
+            Op::GatewayCascade => "gateway-cascade",
             Op::Adjust => "adjust",
             Op::RejectedFlood => "rejected-flood",
             Op::Admission => "admission",
@@ -294,6 +298,18 @@ pub(crate) struct Measured {
     /// The admission runs, one per concurrency (none when not asked for).
     pub(crate) admission: Vec<AdmissionRun>,
 }
+
+/// The gateway case's key limit (`rpm` only) and project limit (`tpm` only), stored for
+/// each entity; hourly and far above what a run spends, as [`bench_limits`].
+fn gateway_limits() -> (Limit, Limit) {
+    (
+        Limit::per_hour("rpm", 1_000_000_000_000),
+        Limit::per_hour("tpm", 1_000_000_000_000),
+    )
+}
+
+/// What the gateway case charges first: one request and an estimate of 500 tokens.
+const GATEWAY_CHARGE: [(&str, i64); 2] = [("rpm", 1), ("tpm", 500)];
 
 /// The limits of the spent buckets the rejected flood acquires on: one request an hour.
 fn spent_limits() -> [Limit; 2] {
@@ -513,7 +529,26 @@ async fn prepare(bench: &Bench, repo: &Repository) -> anyhow::Result<()> {
                 .cascade(true),
         )
         .await?;
+        // The gateway shape: the key declares only rpm, its project only tpm.
+        let (key_limit, project_limit) = gateway_limits();
+        repo.create_entity(NewEntity::new(format!("gp-{i}")))
+            .await?;
+        repo.create_entity(
+            NewEntity::new(format!("gk-{i}"))
+                .parent(format!("gp-{i}"))
+                .cascade(true),
+        )
+        .await?;
+        repo.set_limits(&format!("gk-{i}"), RESOURCE, &[key_limit])
+            .await?;
+        repo.set_limits(&format!("gp-{i}"), RESOURCE, &[project_limit])
+            .await?;
         let limiter = &bench.limiter;
+        limiter
+            .acquire(&format!("gk-{i}"), RESOURCE, GATEWAY_CHARGE)
+            .await?
+            .commit()
+            .await?;
         for entity in [format!("e-{i}"), format!("c-{i}")] {
             limiter
                 .acquire(&entity, RESOURCE, [("rpm", 1), ("tpm", 1)])
@@ -626,6 +661,16 @@ impl Bench {
                     .limiter
                     .acquire(&format!("{prefix}-{e}"), RESOURCE, consume)
                     .await?;
+                Ok(lease.commit().await?)
+            }
+            Op::GatewayCascade => {
+                let lease = self
+                    .limiter
+                    .acquire(&format!("gk-{e}"), RESOURCE, GATEWAY_CHARGE)
+                    .await?;
+                // The model's real count, known after the call.
+                let real = i64::try_from(i % 1000)?;
+                lease.adjust("tpm", real - 500)?;
                 Ok(lease.commit().await?)
             }
             Op::Adjust => {
@@ -874,6 +919,20 @@ fn targets(results: &[Figures]) -> Vec<Verdict> {
                 ),
                 value: (ratio * 1000.0).round() / 1000.0,
                 met: None,
+            });
+        }
+    }
+    // The gateway's cascade stays on the fast path: the key's and the project's writes for
+    // the acquire, the project's `tpm` correction for the commit.
+    for shape in [Shape::Hot, Shape::Many] {
+        if let Some(gateway) = find(results, Op::GatewayCascade, shape, 1) {
+            out.push(Verdict {
+                target: format!(
+                    "DynamoDB requests per gateway-cascade acquire and commit <= 3 (c=1, {})",
+                    shape.name()
+                ),
+                value: (gateway.requests_per_op * 1000.0).round() / 1000.0,
+                met: Some(gateway.requests_per_op <= 3.0),
             });
         }
     }
