@@ -247,9 +247,10 @@ async fn a_throttled_shard_sends_the_acquire_to_another_shard_with_tokens() {
 
 /// A bucket of one shard whose writes DynamoDB refuses for throughput (the fault proxy
 /// answers shard 0's `UpdateItem`s with `ProvisionedThroughputExceededException`, the other
-/// requests pass): refused for less than a second, it stays one shard; refused for a second
-/// without a quiet gap, the next refused acquire splits it as a `wcu` shortfall does, and is
-/// admitted on the new shard.
+/// requests pass): refused for less than a second, it stays one shard; refused for over a
+/// second with nothing taken (a brownout), it stays one shard; refused for a second without a
+/// quiet gap while some writes are taken, the next refused acquire splits it as a `wcu`
+/// shortfall does, and is admitted on the new shard.
 #[tokio::test]
 async fn sustained_throttling_of_shard_0_splits_the_bucket() {
     use dynalimit_tests::fault::FaultProxy;
@@ -304,11 +305,24 @@ async fn sustained_throttling_of_shard_0_splits_the_bucket() {
         .await
         .expect("admitted once the partition takes writes");
     assert_eq!(shards().await, 1);
-    // A second of refusals, 100 ms apart.
-    for _ in 0..10 {
+    clock.advance(Duration::from_millis(100));
+    // A second of refusals, 100 ms apart, and nothing taken: a brownout, no split.
+    for _ in 0..12 {
         throttle(1);
         let refused = acquire().await.unwrap_err();
         assert!(matches!(refused, Error::Unavailable { .. }), "{refused:?}");
+        clock.advance(Duration::from_millis(100));
+    }
+    assert_eq!(shards().await, 1, "the table refuses, not the partition");
+    clock.advance(Duration::from_secs(1));
+    // A second of refusals, 100 ms apart, while the partition takes some writes: hot.
+    for i in 0..10 {
+        throttle(1);
+        let refused = acquire().await.unwrap_err();
+        assert!(matches!(refused, Error::Unavailable { .. }), "{refused:?}");
+        if i == 5 {
+            acquire().await.expect("the partition takes some writes");
+        }
         clock.advance(Duration::from_millis(100));
     }
     assert_eq!(shards().await, 1, "not a second yet");

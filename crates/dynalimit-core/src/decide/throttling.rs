@@ -4,9 +4,11 @@
 //!
 //! A refused write applied nothing, so the acquire sends it to another shard of the bucket
 //! at once ([`Throttling::avoid`] says which to leave out). When shard 0 keeps being refused
-//! for [`SUSTAINED_THROTTLING_MS`] with no quiet gap longer than [`THROTTLING_GAP_MS`], the
-//! partition is hot for good and the bucket splits, as after a `wcu` shortfall
-//! ([`decide_throttling`]); a burst that dies down within the second does not split it.
+//! for [`SUSTAINED_THROTTLING_MS`] with no quiet gap longer than [`THROTTLING_GAP_MS`], while
+//! the bucket still took writes in that time, the partition is hot for good and the bucket
+//! splits, as after a `wcu` shortfall ([`decide_throttling`]). A burst that dies down within
+//! the second does not split it, nor does a brownout in which no write is taken at all (the
+//! table, not the partition, refuses: a split would not help).
 
 use super::{BucketImage, Gate, fast_rejection_gate};
 use crate::bucket::{MAX_SHARD_COUNT, doubled_shard_count};
@@ -27,12 +29,20 @@ pub struct Throttling {
     last: BTreeMap<u32, i64>,
     /// When the current run of refusals of shard 0 began.
     since: Option<i64>,
+    /// When a write to one of the bucket's shards was last taken.
+    served: Option<i64>,
 }
 
 impl Throttling {
+    /// Records that a write to one of the bucket's shards was taken at `now`.
+    pub fn served(&mut self, now: i64) {
+        self.served = Some(now);
+    }
+
     /// Records that `shard` refused a write at `now`. True when shard 0 has now been refused
     /// for at least [`SUSTAINED_THROTTLING_MS`] without a gap longer than
-    /// [`THROTTLING_GAP_MS`]: the bucket should split.
+    /// [`THROTTLING_GAP_MS`], and the bucket took a write within that run: the bucket should
+    /// split.
     pub fn refused(&mut self, shard: u32, now: i64) -> bool {
         let previous = self.last.insert(shard.min(MAX_SHARD_COUNT), now);
         if shard != 0 {
@@ -45,6 +55,7 @@ impl Throttling {
         };
         self.since = Some(since);
         now.saturating_sub(since) >= SUSTAINED_THROTTLING_MS
+            && self.served.is_some_and(|at| at >= since)
     }
 
     /// The shards refused within the last [`THROTTLING_GAP_MS`] at `now`: where a request is
@@ -57,9 +68,12 @@ impl Throttling {
             .collect()
     }
 
-    /// Forgets what was seen: the bucket split, so its load spreads anew.
+    /// Forgets the refusals: the bucket split, so its load spreads anew.
     pub fn split(&mut self) {
-        *self = Throttling::default();
+        *self = Throttling {
+            served: self.served,
+            ..Throttling::default()
+        };
     }
 }
 
@@ -93,12 +107,22 @@ mod tests {
         assert!(!t.refused(0, at));
         for _ in 0..4 {
             at += 200;
+            t.served(at - 100);
             assert!(!t.refused(0, at));
         }
         at += 200;
         assert!(t.refused(0, at), "1000 ms of refusals");
+        // Nothing taken during the run: a brownout, not a hot partition.
+        let mut t = Throttling::default();
+        t.served(T0 - 1);
+        for i in 0..=10 {
+            assert!(!t.refused(0, T0 + i * 100), "{i}");
+        }
+        t.served(T0 + 1_050);
+        assert!(t.refused(0, T0 + 1_100), "a write taken within the run");
         // A quiet gap starts a new run.
         let mut t = Throttling::default();
+        t.served(T0 + 1_250);
         assert!(!t.refused(0, T0));
         assert!(!t.refused(0, T0 + 200));
         assert!(!t.refused(0, T0 + 600), "a 400 ms gap");
@@ -109,8 +133,10 @@ mod tests {
             assert!(!t.refused(3, T0 + i * 100));
         }
         assert!(!t.refused(0, T0 + 2_000));
+        t.served(T0 + 2_000);
         t.split();
-        assert_eq!(t, Throttling::default());
+        assert!(t.avoid(T0 + 2_000).is_empty());
+        assert!(!t.refused(0, T0 + 2_100), "a new run");
     }
 
     #[test]

@@ -183,7 +183,7 @@ impl Inner {
         demand: &BTreeMap<String, i64>,
         now: i64,
     ) -> Entry {
-        self.learn(&key.entity_id, &key.resource, &img);
+        self.learn_served(&key.entity_id, &key.resource, &img, now);
         let overdrawn = demand
             .keys()
             .filter(|name| {

@@ -46,6 +46,16 @@ struct Known {
     names: Option<Vec<String>>,
 }
 
+impl Known {
+    /// Learns shard count (only ever up), cascade and parent from an item image.
+    fn note(&mut self, img: &BucketImage) {
+        self.shard_count = self.shard_count.max(img.shards());
+        self.cascade = img.cascade;
+        self.parent_id.clone_from(&img.parent_id);
+        self.seen = true;
+    }
+}
+
 pub(crate) struct Inner {
     pub(super) store: BucketStore,
     pub(super) clock: Arc<dyn Clock>,
@@ -158,11 +168,15 @@ impl Inner {
 
     /// Learns shard count (only ever up), cascade and parent from an item image.
     pub(super) fn learn(&self, entity: &str, resource: &str, img: &BucketImage) {
+        self.learn_known(entity, resource, |k| k.note(img));
+    }
+
+    /// [`Inner::learn`], and that the bucket took a write at `now` (a throttled partition
+    /// that still takes writes is hot; one that takes none is an outage).
+    pub(super) fn learn_served(&self, entity: &str, resource: &str, img: &BucketImage, now: i64) {
         self.learn_known(entity, resource, |k| {
-            k.shard_count = k.shard_count.max(img.shards());
-            k.cascade = img.cascade;
-            k.parent_id.clone_from(&img.parent_id);
-            k.seen = true;
+            k.note(img);
+            k.throttling.served(now);
         });
     }
 
