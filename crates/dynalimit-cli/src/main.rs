@@ -210,8 +210,9 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // One line, whatever the message quotes from the table.
             let line = format!("{e:#}").replace('\n', " ");
-            eprintln!("error: {line}");
+            eprintln!("error: {}", output::escape(&line));
             ExitCode::from(exit_code(&e))
         }
     }

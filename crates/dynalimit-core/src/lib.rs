@@ -6,6 +6,8 @@
 
 pub mod adaptive;
 pub mod algorithms;
+pub mod bounded;
+pub mod bounds;
 pub mod bucket;
 pub mod decide;
 pub mod error;

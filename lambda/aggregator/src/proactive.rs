@@ -8,18 +8,23 @@
 //!   the `rf` lock with pins on `vu`, `shard_count` and each raised balance. A lost condition
 //!   means a client moved first; it is skipped silently.
 //! * **Doubling**: on shard 0, when `wcu` projected to now is below 20 % of its capacity, the
-//!   shard count doubles (cap 32) through the same conditional writes the acquire path uses.
+//!   bucket splits (cap 32) through the same transaction the acquire path uses
+//!   (`BucketStore::double_shards`): every shard gives part of its balances to the new shard
+//!   it splits into, created in the same transaction, so the split adds no token and the new
+//!   shards serve at once.
 //! * **Propagation**: when a record raised `shard_count` on shard 0 from `old` to `new` (a
-//!   client's doubling, another aggregator's, or this one's), the new count is set on shards
-//!   `1..old` under `shard_count < :new`, as the doubling writer itself does: a writer whose
-//!   propagation failed, or whose doubling answer was lost, leaves no shard on the old count
-//!   and the old share. Every shard is tried; the failures are reported. Then shards
-//!   `old..new` are pre-created empty as clones of shard 0's new image
-//!   (`dynalimit_format::bucket::clone_for_shard`) under `attribute_not_exists(PK)`; a clone
-//!   that finds its shard already created is left to the client that created it.
+//!   doubling by a writer that moves nothing, such as zae-limiter's), the new count is set on
+//!   shards `1..old` under `shard_count < :new`: a writer whose propagation failed leaves no
+//!   shard on the old count and the old share. Every shard is tried; the failures are
+//!   reported. Then each of shards `old..new` still missing is pre-created, funded as a
+//!   client's create funds it (`BucketStore::create_shard`: a clone of the nearest shard of
+//!   its line holding what moves from its siblings give it, in one transaction with their
+//!   debits); a shard already created (by a split, or by a client) is left alone.
 //!
 //! Items dynalimit cannot interpret (session windows, a schedule that does not decode) are left
-//! alone, as are disabled ones. A scheduled limit is refilled at the parameters in force; a
+//! alone, as are disabled ones and items holding a value out of bounds
+//! (`dynalimit_core::bounds`: such an item is reported in the batch's errors, and no shard is
+//! stamped or created for it). A scheduled limit is refilled at the parameters in force; a
 //! quota is neither refilled nor trimmed (its next slow pass gives the new period's grant),
 //! and the `vu` stamp is left for the slow pass to move.
 
@@ -27,6 +32,7 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::Client;
 use dynalimit_core::Clock;
+use dynalimit_core::bucket::MAX_SHARD_COUNT;
 use dynalimit_core::decide::{plan_proactive_doubling, plan_proactive_refill};
 use dynalimit_format::bucket::{BucketKey, image_from_item, shard_count};
 use dynalimit_format::item::Item;
@@ -73,7 +79,6 @@ impl Passes<'_> {
         (old, new): (u32, u32),
         report: &mut ProactiveReport,
     ) {
-        let img = image_from_item(image);
         let key = BucketKey::new(bucket.entity_id.clone(), bucket.resource.clone(), 0);
         let done = store.propagate_shard_count(&key, old, new).await;
         report.shards_stamped += done.updated.len();
@@ -82,15 +87,18 @@ impl Passes<'_> {
                 "propagation of shard_count {new} to shard {shard} of {bucket:?}: {e}"
             ));
         }
+        // The image decoded already ([`Passes::run`]); `new` is its shard count, at most 32.
+        let Ok(img) = image_from_item(image) else {
+            return;
+        };
         if img.disabled || img.unsupported_reason().is_some() {
             return;
         }
         let now = self.clock.epoch_millis();
-        for shard in old..new {
-            match store
-                .create_shard(&key.with_shard(shard), image, new, now)
-                .await
-            {
+        for shard in old..new.min(MAX_SHARD_COUNT) {
+            // Boxed: the transaction's future is deep, and this pass runs inside the
+            // handler's.
+            match Box::pin(store.create_shard(&key.with_shard(shard), new, now)).await {
                 Ok(true) => report.shards_created += 1,
                 Ok(false) => {}
                 Err(e) => report
@@ -106,10 +114,18 @@ impl Passes<'_> {
     ) -> ProactiveReport {
         let mut report = ProactiveReport::default();
         for (bucket, act) in activity {
-            let img = image_from_item(&act.image);
+            // An item holding a value out of bounds is left alone (and reported).
+            let (img, stored_count) = match image_from_item(&act.image)
+                .and_then(|img| Ok((img, shard_count(&act.image)?.map(i64::from))))
+            {
+                Ok(read) => read,
+                Err(e) => {
+                    report.errors.push(format!("{bucket:?} left alone: {e}"));
+                    continue;
+                }
+            };
             let now = self.clock.epoch_millis();
             let store = self.store(bucket);
-            let stored_count = shard_count(&act.image).map(i64::from);
             if self.refill
                 && let Some(plan) = plan_proactive_refill(&img, stored_count, &act.consumed, now)
             {
@@ -128,7 +144,7 @@ impl Passes<'_> {
             }
             if let Some((from, to)) = plan_proactive_doubling(&img, now) {
                 let key = BucketKey::new(bucket.entity_id.clone(), bucket.resource.clone(), 0);
-                match store.double_shards(&key, from, to).await {
+                match Box::pin(store.double_shards(&key, from, to, now)).await {
                     Ok(doubling) => {
                         if doubling.count == to {
                             report.shards_stamped += 1;

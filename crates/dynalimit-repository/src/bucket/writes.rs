@@ -4,9 +4,10 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
+use dynalimit_core::bounds::Stamp;
 use dynalimit_core::bucket::{WCU, WCU_DEBIT_MILLI};
 use dynalimit_core::decide::{
-    DeltaPlan, GrantMove, MovePeriod, ProactiveRefill, QuotaPin, RefillPlan, StampChange,
+    DeltaPlan, Move, MovePeriod, MovePin, ProactiveRefill, QuotaPin, RefillPlan, StampChange,
     TtlAction, WindowWrite,
 };
 use dynalimit_core::operation::ShardWrite;
@@ -32,27 +33,49 @@ fn tc(name: &str) -> String {
 /// renews or removes it), write capacity, `ttl`, `disabled` and `vu` (which a live bypass
 /// outlasts), and on the absence of a pause stamp in force. On an item found bypassed the
 /// caller gives the balances back (`tc` keeps the count).
+///
+/// A stamp is live from the next millisecond up to its horizon
+/// ([`dynalimit_core::bounds::Stamp`]): `stamp BETWEEN :next AND :horizon`, so a stamp further
+/// ahead counts as expired, here as in the client's decisions. The bypass term, the same for
+/// every limit, is taken out of the per-limit terms (`bypass OR (limit AND limit …)`) to
+/// keep the expression short.
+///
+/// The values are declared in the order [`super::consume::ConsumeShape::numbers`] writes
+/// them.
 pub(crate) fn speculative_consume(demand: &BTreeMap<String, i64>, now: i64) -> Expr {
     let mut e = Expr::default();
     let c = e.exists(attr::PK);
     e.when(c);
-    let at = e.num(now);
-    let bypassed = format!("{} > {at}", e.name(attr::BYPASS));
+    let (next, horizon) = (
+        e.num(now.saturating_add(1)),
+        e.num(Stamp::Deadline.horizon(now)),
+    );
+    let live =
+        |e: &mut Expr, stamp: &str| format!("{} BETWEEN {next} AND {horizon}", e.name(stamp));
+    let bypassed = live(&mut e, attr::BYPASS);
+    let mut balances = Vec::with_capacity(demand.len());
     for (name, &m) in demand {
         e.add(&tc(name), m);
         e.add(&tk(name), -m);
         let soft = attr::bucket_soft(name);
-        let live = format!("{} > {at}", e.name(&soft));
+        let live = live(&mut e, &soft);
         let (has_cp, has_tk) = (
             e.exists(&bucket_limit(name, BucketField::Cp)),
             e.exists(&tk(name)),
         );
         let enough = e.cmp(&tk(name), ">=", m);
-        e.when(format!(
-            "{bypassed} OR ({live} AND {has_cp} AND {has_tk}) OR {enough}"
-        ));
+        balances.push(format!("({live} AND {has_cp} AND {has_tk}) OR {enough}"));
         let unstamped = e.not_exists(&soft);
         e.when(format!("{unstamped} OR {live}"));
+    }
+    // DynamoDB refuses parentheses around what is already one term.
+    match balances.as_slice() {
+        [] => {}
+        [one] => e.when(format!("{bypassed} OR {one}")),
+        many => {
+            let all: Vec<String> = many.iter().map(|b| format!("({b})")).collect();
+            e.when(format!("{bypassed} OR ({})", all.join(" AND ")));
+        }
     }
     let unstamped = e.not_exists(attr::BYPASS);
     e.when(format!("{unstamped} OR {bypassed}"));
@@ -67,9 +90,12 @@ pub(crate) fn speculative_consume(demand: &BTreeMap<String, i64>, now: i64) -> E
     e.when(format!("{missing} OR {live}"));
     let c = e.not_exists(attr::DISABLED);
     e.when(c);
-    let (missing, live) = (e.not_exists(attr::VU), e.cmp(attr::VU, ">", now));
-    e.when(format!("{bypassed} OR {missing} OR {live}"));
-    not_paused(&mut e, now);
+    let (missing, boundary) = (e.not_exists(attr::VU), e.name(attr::VU));
+    let far = e.num(Stamp::Boundary.horizon(now));
+    e.when(format!(
+        "{bypassed} OR {missing} OR {boundary} BETWEEN {next} AND {far}"
+    ));
+    not_paused(&mut e, now, now);
     e
 }
 
@@ -86,7 +112,7 @@ pub(crate) fn bypass_consume(demand: &BTreeMap<String, i64>, until: i64, now: i6
     e.when(c);
     let c = e.exists(attr::BYPASS);
     e.when(c);
-    not_paused(&mut e, now);
+    not_paused(&mut e, now, now);
     e
 }
 
@@ -102,7 +128,7 @@ pub(crate) fn refill_write(plan: &RefillPlan, owner: Option<&Owner>) -> Expr {
     if let Some(owner) = owner {
         owner_stamp(&mut e, owner);
     }
-    not_paused(&mut e, plan.rf_new);
+    not_paused(&mut e, plan.rf_new, plan.now);
     e.set(attr::RF, num(plan.rf_new));
     match plan.ttl {
         TtlAction::Set(t) => e.set(attr::TTL, num(t)),
@@ -244,14 +270,15 @@ pub(crate) fn window_fanout(name: &str, start: i64, rsa: i64) -> Expr {
     e
 }
 
-/// The donor's side of the grant moves of one create (reference §12.3, ADR-145), merged into
-/// one update of the donor item (one transaction may touch an item once): per quota, `ADD
-/// b_{name}_tk -amount` under `b_{name}_tk >= amount`, the grant count read (or its absence
-/// with the item's `shard_count`) and the period read (`rf >= edge` for a calendar quota,
-/// `b_{name}_wa` as read for a session quota). Sent in the create's transaction, so it
-/// lands with the new shard or not at all; the transaction is sent again after a lost answer
-/// with its client request token, and applies once.
-pub(crate) fn grant_moves(moves: &[&GrantMove]) -> Expr {
+/// The donor's side of the moves of one create (reference §12.3, ADR-145, generalised),
+/// merged into one update of the donor item (one transaction may touch an item once): per
+/// limit, `ADD b_{name}_tk -amount` under `b_{name}_tk >= amount` and the pin of the move: a
+/// quota's grant count read (or its absence with the item's `shard_count`) and the period
+/// read (`rf >= edge` for a calendar quota, `b_{name}_wa` as read for a session quota); a
+/// dripping limit's `shard_count` read. Sent in the create's transaction, so it lands with
+/// the new shard or not at all; the transaction is sent again after a lost answer with its
+/// client request token, and applies once.
+pub(crate) fn moves(moves: &[&Move]) -> Expr {
     let mut e = Expr::default();
     let c = e.exists(attr::PK);
     e.when(c);
@@ -259,19 +286,31 @@ pub(crate) fn grant_moves(moves: &[&GrantMove]) -> Expr {
         e.add(&tk(&m.limit), -m.amount);
         let c = e.cmp(&tk(&m.limit), ">=", m.amount);
         e.when(c);
+        let (donor_gc, donor_count, period) = match m.pin {
+            MovePin::Share { donor_count } => {
+                let c = shard_count_pin(&mut e, donor_count);
+                e.when(c);
+                continue;
+            }
+            MovePin::Grant {
+                donor_gc,
+                donor_count,
+                period,
+            } => (donor_gc, donor_count, period),
+        };
         let gc = attr::bucket_quota(&m.limit, QuotaField::Gc);
-        let c = match m.donor_gc {
+        let c = match donor_gc {
             Some(g) => e.cmp(&gc, "=", g),
             None => {
                 let (none, count) = (
                     e.not_exists(&gc),
-                    e.cmp(attr::SHARD_COUNT, "=", m.donor_count),
+                    e.cmp(attr::SHARD_COUNT, "=", donor_count),
                 );
                 format!("{none} AND {count}")
             }
         };
         e.when(c);
-        let c = match m.period {
+        let c = match period {
             MovePeriod::Calendar { edge } => e.cmp(attr::RF, ">=", edge),
             MovePeriod::Session { wa } => {
                 let wa_attr = attr::bucket_quota(&m.limit, QuotaField::Wa);
@@ -386,9 +425,15 @@ pub(crate) fn owner_fanout(owner: &Owner) -> Expr {
     e
 }
 
-/// `b_{name}_soft > now`.
+/// `b_{name}_soft` live at `now`: after it, and no further ahead than a stamp lives
+/// ([`Stamp::Deadline`]).
 fn soft_live(e: &mut Expr, name: &str, now: i64) -> String {
-    e.cmp(&attr::bucket_soft(name), ">", now)
+    let stamp = e.name(&attr::bucket_soft(name));
+    let (next, horizon) = (
+        e.num(now.saturating_add(1)),
+        e.num(Stamp::Deadline.horizon(now)),
+    );
+    format!("{stamp} BETWEEN {next} AND {horizon}")
 }
 
 /// A stamp change (a soft or the bypass stamp, reference §12.1, §12.4), pinned on the value
@@ -430,7 +475,7 @@ pub(crate) fn consumption_only(retry: &[(String, i64)], now: i64) -> Expr {
         let cond = e.cmp(&tk(name), ">=", *c);
         e.when(format!("{cond} OR ({live} AND {has_cp} AND {has_tk})"));
     }
-    not_paused(&mut e, now);
+    not_paused(&mut e, now, now);
     e
 }
 
@@ -659,23 +704,22 @@ pub(crate) fn operation_write(plan: &ShardWrite) -> Expr {
     e
 }
 
-/// The doubling write on shard 0 (reference §3.8): `SET shard_count = :new` if it still reads
-/// `:old`. The shard keeps its balance: a shard created later starts empty (see
-/// [`dynalimit_core::decide::plan_create`]), so the split never adds tokens, and the surplus
-/// above the smaller share is spent or trimmed by the next refill.
-pub(crate) fn double(from: u32, to: u32) -> Expr {
-    let mut e = Expr::default();
-    let c = e.exists(attr::PK);
-    e.when(c);
+/// A donor's write in a split (see `dynalimit_core::decide::plan_split`): its rf-locked
+/// materialising write ([`refill_write`], each balance less what it gives the new shard)
+/// with `SET shard_count = :to`, under `shard_count = :from` (an absent count reads as 1).
+/// Applied twice, the second fails its own `rf` lock and count.
+pub(crate) fn split_donor(plan: &RefillPlan, from: u32, to: u32) -> Expr {
+    let mut e = refill_write(plan, None);
     e.set(attr::SHARD_COUNT, num(i64::from(to)));
     let c = shard_count_pin(&mut e, from);
     e.when(c);
     e
 }
 
-/// Propagation of a new count to an existing shard: `shard_count < :new` (never
-/// `attribute_not_exists`, which would create a stub item); the balance is kept, as by
-/// [`double`].
+/// Propagation of a new count another writer doubled to, to an existing shard:
+/// `shard_count < :new` (never `attribute_not_exists`, which would create a stub item); the
+/// balance is kept (a shard created later is funded by a move from it, see
+/// `dynalimit_core::decide::plan_funding`).
 pub(crate) fn propagate(to: u32) -> Expr {
     let mut e = Expr::default();
     e.set(attr::SHARD_COUNT, num(i64::from(to)));
@@ -871,15 +915,20 @@ mod tests {
         assert_eq!(
             text,
             "ADD b_rpm_tc 1000, b_rpm_tk -1000, b_wcu_tk -1000, b_wcu_tc 1000 IF \
-             (attribute_exists(PK)) AND (bypass > 1700000000500 OR (b_rpm_soft > 1700000000500 \
+             (attribute_exists(PK)) AND \
+             (attribute_not_exists(b_rpm_soft) OR \
+             b_rpm_soft BETWEEN 1700000000501 AND 1700000120500) AND \
+             (bypass BETWEEN 1700000000501 AND 1700000120500 OR \
+             (b_rpm_soft BETWEEN 1700000000501 AND 1700000120500 \
              AND attribute_exists(b_rpm_cp) AND attribute_exists(b_rpm_tk)) OR b_rpm_tk >= 1000) \
-             AND (attribute_not_exists(b_rpm_soft) OR b_rpm_soft > 1700000000500) AND \
-             (attribute_not_exists(bypass) OR bypass > 1700000000500) AND \
-             (b_wcu_tk >= 1000) AND \
+             AND (attribute_not_exists(bypass) OR bypass BETWEEN 1700000000501 AND 1700000120500) \
+             AND (b_wcu_tk >= 1000) AND \
              (attribute_not_exists(ttl) OR ttl > 1700000000) AND \
              (attribute_not_exists(disabled)) AND \
-             (bypass > 1700000000500 OR attribute_not_exists(vu) OR vu > 1700000000500) AND \
-             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 1700000000500)"
+             (bypass BETWEEN 1700000000501 AND 1700000120500 OR attribute_not_exists(vu) OR \
+             vu BETWEEN 1700000000501 AND 2700000060500) AND \
+             (attribute_not_exists(dl_pause_until) OR \
+             NOT (dl_pause_until BETWEEN 1700000000501 AND 1700086460500))"
         );
         assert_eq!(
             render(&bypass_consume(
@@ -889,7 +938,21 @@ mod tests {
             )),
             "SET bypass = 1700000050000 ADD b_rpm_tc 1000 IF (attribute_exists(PK)) AND \
              (attribute_exists(bypass)) AND \
-             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 1700000000500)"
+             (attribute_not_exists(dl_pause_until) OR \
+             NOT (dl_pause_until BETWEEN 1700000000501 AND 1700086460500))"
+        );
+        // With two limits the live bypass is taken out of both balance terms once.
+        let two = BTreeMap::from([("rpm".to_owned(), 1000), ("tpm".to_owned(), 5000)]);
+        let text = render(&speculative_consume(&two, 1_700_000_000_500));
+        assert!(
+            text.contains(
+                "(bypass BETWEEN 1700000000501 AND 1700000120500 OR \
+                 (((b_rpm_soft BETWEEN 1700000000501 AND 1700000120500 AND \
+                 attribute_exists(b_rpm_cp) AND attribute_exists(b_rpm_tk)) OR b_rpm_tk >= 1000) \
+                 AND ((b_tpm_soft BETWEEN 1700000000501 AND 1700000120500 AND \
+                 attribute_exists(b_tpm_cp) AND attribute_exists(b_tpm_tk)) OR b_tpm_tk >= 5000)))"
+            ),
+            "{text}"
         );
     }
 
@@ -930,7 +993,9 @@ mod tests {
              b_tpm_rp = 60000, b_tpm_sched = \"-\", b_tpm_rsched = \"-\", \
              b_wcu_tk = 1000000, b_wcu_cp = 1000000, b_wcu_ra = 1000000, b_wcu_rp = 1000 \
              ADD b_rpm_tc 1000, b_tpm_tc 5000, b_wcu_tc 0 REMOVE vu IF (rf = 1000) AND \
-             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 7000) AND (vu = 0) AND (attribute_not_exists(shard_count) OR shard_count = 1) AND \
+             (attribute_not_exists(dl_pause_until) OR \
+             NOT (dl_pause_until BETWEEN 7001 AND 86467000)) AND (vu = 0) AND \
+             (attribute_not_exists(shard_count) OR shard_count = 1) AND \
              (b_rpm_tk <= 0) AND \
              (attribute_not_exists(b_tpm_cp) OR attribute_not_exists(b_tpm_tk)) AND \
              (attribute_not_exists(b_wcu_cp) OR attribute_not_exists(b_wcu_tk))"
@@ -1021,8 +1086,9 @@ mod tests {
             "SET rf = 1000, b_wcu_tk = 1000000, b_wcu_cp = 1000000, b_wcu_ra = 1000000, \
              b_wcu_rp = 1000, b_rpm_soft = 60000 ADD b_rpm_tk -2000, b_rpm_tc 2000, \
              b_tpm_tk -1000, b_tpm_tc 1000, b_wcu_tc 0 REMOVE b_tpm_soft IF (rf = 1000) AND \
-             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 1000) AND \
-             (b_tpm_soft > 1000 OR b_tpm_tk >= 1000) AND \
+             (attribute_not_exists(dl_pause_until) OR \
+             NOT (dl_pause_until BETWEEN 1001 AND 86461000)) AND \
+             (b_tpm_soft BETWEEN 1001 AND 121000 OR b_tpm_tk >= 1000) AND \
              (attribute_not_exists(b_wcu_cp) OR attribute_not_exists(b_wcu_tk)) AND \
              (attribute_not_exists(b_rpm_soft)) AND (b_tpm_soft = 900)"
         );
@@ -1063,17 +1129,71 @@ mod tests {
     #[test]
     fn the_pause_stamp_max_merges_on_existing_items() {
         assert_eq!(
-            render(&super::super::pause::stamp(1_700_000_060_000)),
+            render(&super::super::pause::stamp(
+                1_700_000_060_000,
+                1_700_000_000_000
+            )),
             "SET dl_pause_until = 1700000060000 IF (attribute_exists(PK)) AND \
-             (attribute_not_exists(dl_pause_until) OR dl_pause_until < 1700000060000)"
+             (attribute_not_exists(dl_pause_until) OR dl_pause_until < 1700000060000 OR \
+             dl_pause_until > 1700086460000)"
+        );
+    }
+
+    #[test]
+    fn a_move_is_pinned_on_the_share_or_the_grant_it_was_sized_against() {
+        let share = Move {
+            limit: "rpm".into(),
+            donor: 0,
+            amount: 3000,
+            pin: MovePin::Share { donor_count: 2 },
+        };
+        let grant = Move {
+            limit: "q".into(),
+            donor: 0,
+            amount: 1000,
+            pin: MovePin::Grant {
+                donor_gc: None,
+                donor_count: 2,
+                period: MovePeriod::Calendar { edge: 50 },
+            },
+        };
+        assert_eq!(
+            render(&moves(&[&share, &grant])),
+            "ADD b_rpm_tk -3000, b_q_tk -1000 IF (attribute_exists(PK)) AND (b_rpm_tk >= 3000) \
+             AND (shard_count = 2) AND (b_q_tk >= 1000) AND (attribute_not_exists(b_q_gc) AND \
+             shard_count = 2) AND (rf >= 50)"
         );
     }
 
     #[test]
     fn doubling_and_propagation_conditions() {
+        let wcu = dynalimit_core::decide::wcu_seed();
+        let img = BucketImage {
+            rf: 7,
+            shard_count: 4,
+            wcu: Some(LimitState {
+                tk: wcu.tk,
+                cp: wcu.cp,
+                ra: wcu.ra,
+                rp: wcu.rp,
+                tc: 0,
+            }),
+            ..BucketImage::default()
+        };
+        let Plan::Write(plan) = plan_refill(
+            &img,
+            &[],
+            &BTreeMap::new(),
+            5,
+            TtlAction::Keep,
+            &Stamps::default(),
+        ) else {
+            panic!("nothing consumed");
+        };
         assert_eq!(
-            render(&double(4, 8)),
-            "SET shard_count = 8 IF (attribute_exists(PK)) AND (shard_count = 4)"
+            render(&split_donor(&plan, 4, 8)),
+            "SET rf = 7, shard_count = 8 IF (rf = 7) AND (attribute_not_exists(dl_pause_until) \
+             OR dl_pause_until <= 7) AND (shard_count = 4)"
         );
         assert_eq!(
             render(&propagate(8)),
@@ -1082,9 +1202,10 @@ mod tests {
         assert_eq!(
             render(&consumption_only(&[("rpm".to_owned(), 1000)], 5000)),
             "ADD b_rpm_tk -1000, b_rpm_tc 1000 IF (attribute_exists(PK)) AND (b_rpm_tk >= 1000 \
-             OR (b_rpm_soft > 5000 AND attribute_exists(b_rpm_cp) AND \
+             OR (b_rpm_soft BETWEEN 5001 AND 125000 AND attribute_exists(b_rpm_cp) AND \
              attribute_exists(b_rpm_tk))) AND \
-             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 5000)"
+             (attribute_not_exists(dl_pause_until) OR \
+             NOT (dl_pause_until BETWEEN 5001 AND 86465000))"
         );
     }
 }

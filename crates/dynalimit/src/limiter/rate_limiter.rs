@@ -399,7 +399,9 @@ impl RateLimiter {
                 Refusal::Rejected { statuses, .. } => {
                     statuses.iter().map(|s| s.retry_after_ms).max()
                 }
-                Refusal::Paused(until) => Some(until - self.inner.clock.epoch_millis()),
+                Refusal::Paused(until) => {
+                    Some(until.saturating_sub(self.inner.clock.epoch_millis()))
+                }
                 _ => None,
             })
             .max();
