@@ -242,38 +242,33 @@ async fn body(case: &Case, tally: &Tally, progress: &Progress) -> Result<(), Str
     paths
         .result("open again", async move { reopen.open().await })
         .await;
-    let walks = known::unsafe_to_run(&stored, &ns);
-    if let Some(why) = walks {
-        tally.note("skipped", why);
-    } else {
-        for path in ["acquire", "acquire again", "acquire a third time"] {
-            let (l, c) = (limiter.clone(), consumed.clone());
-            paths
-                .result(path, async move {
-                    let lease = l.acquire(CHILD, RESOURCE, [(c, 1)]).await?;
-                    lease.commit().await
-                })
-                .await;
-            clock.advance(Duration::from_millis(700));
-        }
-        let (l, c, explicit) = (limiter.clone(), consumed.clone(), limits.clone());
-        paths
-            .result("acquire with explicit limits", async move {
-                let lease = l
-                    .acquire(CHILD, RESOURCE, [(c, 1)])
-                    .limits(explicit)
-                    .await?;
-                lease.rollback().await
-            })
-            .await;
+    for path in ["acquire", "acquire again", "acquire a third time"] {
         let (l, c) = (limiter.clone(), consumed.clone());
         paths
-            .result("acquire on the parent", async move {
-                let lease = l.acquire(PARENT, RESOURCE, [(c, 1)]).await?;
+            .result(path, async move {
+                let lease = l.acquire(CHILD, RESOURCE, [(c, 1)]).await?;
                 lease.commit().await
             })
             .await;
+        clock.advance(Duration::from_millis(700));
     }
+    let (l, c, explicit) = (limiter.clone(), consumed.clone(), limits.clone());
+    paths
+        .result("acquire with explicit limits", async move {
+            let lease = l
+                .acquire(CHILD, RESOURCE, [(c, 1)])
+                .limits(explicit)
+                .await?;
+            lease.rollback().await
+        })
+        .await;
+    let (l, c) = (limiter.clone(), consumed.clone());
+    paths
+        .result("acquire on the parent", async move {
+            let lease = l.acquire(PARENT, RESOURCE, [(c, 1)]).await?;
+            lease.commit().await
+        })
+        .await;
     let l = limiter.clone();
     paths
         .result("available", async move {
@@ -292,14 +287,12 @@ async fn body(case: &Case, tally: &Tally, progress: &Progress) -> Result<(), Str
             l.time_until_available(CHILD, RESOURCE, [(c, 1)], &[]).await
         })
         .await;
-    if walks.is_none() {
-        let l = limiter.clone();
-        paths
-            .result("pause", async move {
-                l.pause(CHILD, RESOURCE, Duration::from_secs(1)).await
-            })
-            .await;
-    }
+    let l = limiter.clone();
+    paths
+        .result("pause", async move {
+            l.pause(CHILD, RESOURCE, Duration::from_secs(1)).await
+        })
+        .await;
     let l = limiter.clone();
     paths
         .result("paused until", async move {
@@ -307,58 +300,52 @@ async fn body(case: &Case, tally: &Tally, progress: &Progress) -> Result<(), Str
         })
         .await;
     clock.advance(Duration::from_secs(2));
-    if walks.is_none() {
-        let r = repo.clone();
-        paths
-            .result("reset", async move {
-                r.reset_bucket(CHILD, RESOURCE, &OperationOptions::new())
-                    .await
-            })
-            .await;
-        let (r, c) = (repo.clone(), consumed.clone());
-        paths
-            .result("top-up", async move {
-                r.top_up(CHILD, RESOURCE, [(c, 1)], &OperationOptions::new())
-                    .await
-            })
-            .await;
-    }
+    let r = repo.clone();
+    paths
+        .result("reset", async move {
+            r.reset_bucket(CHILD, RESOURCE, &OperationOptions::new())
+                .await
+        })
+        .await;
+    let (r, c) = (repo.clone(), consumed.clone());
+    paths
+        .result("top-up", async move {
+            r.top_up(CHILD, RESOURCE, [(c, 1)], &OperationOptions::new())
+                .await
+        })
+        .await;
     reads(&mut paths, &repo, &ns, &stored).await;
-    if walks.is_none() {
-        aggregate(&mut paths, &client, &table, &clock, &built.world, &stored).await;
-    }
+    aggregate(&mut paths, &client, &table, &clock, &built.world, &stored).await;
 
     // An hour later: every stamp written before has lapsed; count what a minute admits, on
     // the items as the paths left them and on an untouched copy (a reset or a proactive refill
     // of the paths may have repaired what the changes broke).
     clock.advance(LATER);
-    if walks.is_none() {
-        let before = oracle::allowance(&stored, &ns, &consumed, STEP * COUNTED);
-        let after = oracle::allowance(&scan(&client, &table).await, &ns, &consumed, STEP * COUNTED);
+    let before = oracle::allowance(&stored, &ns, &consumed, STEP * COUNTED);
+    let after = oracle::allowance(&scan(&client, &table).await, &ns, &consumed, STEP * COUNTED);
+    count(
+        &mut paths,
+        "after the paths",
+        &limiter,
+        &consumed,
+        &clock,
+        before.max(after),
+    )
+    .await;
+    // The copy opens as the table did, unless the changes broke what opening reads (the
+    // version record, the namespace registry): a typed error the paths saw already.
+    if let Ok(copy) = builder_of(&pristine).open().await {
+        let limiter = RateLimiter::with_on_unavailable(copy, OnUnavailable::Block);
+        let allowed = oracle::allowance(&stored, &ns, &consumed, STEP * COUNTED);
         count(
             &mut paths,
-            "after the paths",
+            "untouched",
             &limiter,
             &consumed,
             &clock,
-            before.max(after),
+            allowed,
         )
         .await;
-        // The copy opens as the table did, unless the changes broke what opening reads (the
-        // version record, the namespace registry): a typed error the paths saw already.
-        if let Ok(copy) = builder_of(&pristine).open().await {
-            let limiter = RateLimiter::with_on_unavailable(copy, OnUnavailable::Block);
-            let allowed = oracle::allowance(&stored, &ns, &consumed, STEP * COUNTED);
-            count(
-                &mut paths,
-                "untouched",
-                &limiter,
-                &consumed,
-                &clock,
-                allowed,
-            )
-            .await;
-        }
     }
     paths
         .failures
@@ -425,8 +412,11 @@ async fn count(
     }
 }
 
-/// How many items of namespace `ns` among `stored` have a sort key `sk` accepts.
-fn own(stored: &[Item], ns: &str, sk: impl Fn(&str) -> bool) -> usize {
+/// How many items of namespace `ns`'s partition among `stored` a listing may report: those
+/// whose sort key `sk` accepts, and those carrying the key of the `index` it reads (a writer
+/// of the namespace may give any of its items index keys; another namespace's items must not
+/// be reported).
+fn own(stored: &[Item], ns: &str, sk: impl Fn(&str) -> bool, index: &str) -> usize {
     let prefix = format!("{ns}/");
     stored
         .iter()
@@ -435,7 +425,7 @@ fn own(stored: &[Item], ns: &str, sk: impl Fn(&str) -> bool) -> usize {
                 Some(AttributeValue::S(s)) => s.as_str(),
                 _ => "",
             };
-            text("PK").starts_with(&prefix) && sk(text("SK"))
+            text("PK").starts_with(&prefix) && (sk(text("SK")) || item.contains_key(index))
         })
         .count()
 }
@@ -455,7 +445,7 @@ async fn reads(paths: &mut Paths<'_>, repo: &Repository, ns: &str, stored: &[Ite
     let children = paths
         .result("children", async move { r.children(PARENT).await })
         .await;
-    let metas = own(stored, ns, |sk| sk == "#META");
+    let metas = own(stored, ns, |sk| sk == "#META", "GSI1PK");
     if let Some(found) = children.filter(|c| c.len() > metas) {
         paths.failures.push(format!(
             "children: {} entities listed, the namespace holds {metas} META items",
@@ -511,7 +501,7 @@ async fn reads(paths: &mut Paths<'_>, repo: &Repository, ns: &str, stored: &[Ite
                 .await
         })
         .await;
-    let configs = own(stored, ns, |sk| sk.starts_with("#CONFIG#"));
+    let configs = own(stored, ns, |sk| sk.starts_with("#CONFIG#"), "GSI3PK");
     if let Some((found, _)) = listed.filter(|(l, _)| l.len() > configs) {
         paths.failures.push(format!(
             "entities with limits: {} listed, the namespace holds {configs} entity configurations",
@@ -530,7 +520,7 @@ async fn reads(paths: &mut Paths<'_>, repo: &Repository, ns: &str, stored: &[Ite
         let page = paths
             .result(path, async move { r.usage_snapshots(&q, 100, None).await })
             .await;
-        let snapshots = own(stored, ns, |sk| sk.starts_with("#USAGE#"));
+        let snapshots = own(stored, ns, |sk| sk.starts_with("#USAGE#"), "GSI2PK");
         if let Some(page) = page.filter(|p| p.snapshots.len() > snapshots) {
             paths.failures.push(format!(
                 "{path}: {} snapshots reported, the namespace holds {snapshots}",
@@ -667,7 +657,7 @@ fn describe(items: &[Item]) -> String {
                         .find(|i| text.is_char_boundary(*i))
                         .unwrap_or(0);
                     text.truncate(cut);
-                    text.push_str("…");
+                    text.push('…');
                 }
                 format!("{k}={text}")
             })
