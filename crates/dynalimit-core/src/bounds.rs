@@ -37,7 +37,8 @@
 //! assert!(!Stamp::Deadline.live(9_000_000_000_000_000_000, now), "too far ahead");
 //! ```
 
-pub use crate::bucket::MAX_SHARD_COUNT;
+/// Largest shard count any writer may set.
+pub const MAX_SHARD_COUNT: u32 = 32;
 pub use crate::units::MAX_PERIOD_SECONDS;
 use crate::units::{MAX_TOKENS, MILLI};
 

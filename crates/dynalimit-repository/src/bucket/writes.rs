@@ -1193,7 +1193,7 @@ mod tests {
         assert_eq!(
             render(&split_donor(&plan, 4, 8)),
             "SET rf = 7, shard_count = 8 IF (rf = 7) AND (attribute_not_exists(dl_pause_until) \
-             OR dl_pause_until <= 7) AND (shard_count = 4)"
+             OR NOT (dl_pause_until BETWEEN 8 AND 86460005)) AND (shard_count = 4)"
         );
         assert_eq!(
             render(&propagate(8)),
