@@ -31,7 +31,7 @@ use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestR
 use dynalimit_tests::hostile::strategy;
 
 /// Cases per run when `PROPTEST_CASES` does not say.
-const DEFAULT_CASES: u32 = 64;
+const DEFAULT_CASES: u32 = 40;
 
 #[test]
 fn hostile_items() {

@@ -253,8 +253,9 @@ impl Inner {
     /// the limit never granted (a balance another writer left above the ceiling, or with no
     /// capacity beside it, [`debit_beyond_ceiling`]): then the debit is given back and the
     /// request decided on the slow path of the same shard, whose refill trims the balance. A
-    /// refund whose answer is lost is not sent again: the debit then stands, leaving the
-    /// shard fewer tokens, never more.
+    /// refund whose answer is lost is not sent again: it landed once or not at all, and then
+    /// the debit stands, leaving the shard fewer tokens, never more (test
+    /// `suite::fast_path::a_debit_of_a_balance_above_the_ceiling_is_given_back_once_when_its_answer_is_lost`).
     async fn fast_debit(
         &self,
         key: &BucketKey,
