@@ -13,6 +13,7 @@ mod engine;
 mod entities;
 mod fast_path;
 mod format;
+mod gateway;
 mod kit;
 mod multi;
 mod namespaces;
