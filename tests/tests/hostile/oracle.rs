@@ -19,6 +19,9 @@ use dynalimit_tests::hostile::{CHILD, RESOURCE};
 
 /// Largest capacity or refill a configuration holds, whole tokens (reference §2.1).
 const MAX_TOKENS: f64 = 1e15;
+/// Largest amount a bucket item may hold and be read, millitokens: twice the largest
+/// capacity, the range `dynalimit_core::bounds` documents for `tk`, `cp`, `ra` and `tu`.
+const MAX_STORED_MILLI: f64 = 2e18;
 /// Longest refill period, seconds.
 const MAX_PERIOD_S: f64 = 1e9;
 
@@ -118,13 +121,14 @@ fn configured_allowance(item: &Item, limit: &str, span_s: f64) -> Result<f64, &'
 
 /// A bucket item's own allowance for `limit` (millitokens and milliseconds on the item): the
 /// shard's ceiling (`cp // shard_count`, plus top-ups) and what it refills (`ra //
-/// shard_count` per `rp`). A shard count out of 1..=32 is read as 1, the most generous.
+/// shard_count` per `rp`), with amounts up to [`MAX_STORED_MILLI`]. A shard count out of
+/// 1..=32 is read as 1, the most generous.
 fn bucket_allowance(item: &Item, limit: &str, span_s: f64) -> f64 {
     let field = |f: &str| number(item.get(&format!("b_{limit}_{f}")));
     let (Some(_), Some(cp)) = (field("tk"), field("cp")) else {
         return 0.0;
     };
-    if !(cp > 0.0 && cp <= MAX_TOKENS * 1000.0) {
+    if !(cp > 0.0 && cp <= MAX_STORED_MILLI) {
         return 0.0;
     }
     let shards = number(item.get("shard_count"))
@@ -132,14 +136,14 @@ fn bucket_allowance(item: &Item, limit: &str, span_s: f64) -> f64 {
         .unwrap_or(1.0);
     let refill = match (field("ra"), field("rp")) {
         (Some(ra), Some(rp))
-            if ra > 0.0 && ra <= MAX_TOKENS * 1000.0 && rp > 0.0 && rp <= MAX_PERIOD_S * 1000.0 =>
+            if ra > 0.0 && ra <= MAX_STORED_MILLI && rp > 0.0 && rp <= MAX_PERIOD_S * 1000.0 =>
         {
             ((ra / shards).floor() * span_s * 1000.0 / rp).floor()
         }
         _ => 0.0,
     };
     let topped_up = field("tu")
-        .filter(|tu| *tu > 0.0 && *tu <= MAX_TOKENS * 1000.0)
+        .filter(|tu| *tu > 0.0 && *tu <= MAX_STORED_MILLI)
         .unwrap_or(0.0);
     ((cp / shards).floor() + refill + topped_up) / 1000.0
 }

@@ -154,7 +154,8 @@ fn placeheld(item: &Item, ns: &str) -> Item {
 }
 
 /// An item's shape: its key with the parts that differ from run to run (event ids,
-/// namespace ids of other namespaces) masked, and its attribute names with their types.
+/// namespace ids of other namespaces, window starts) masked, and its attribute names with
+/// their types.
 fn shape(item: &Item) -> (String, BTreeMap<String, String>) {
     let (pk, sk) = (text(item, "PK"), text(item, "SK"));
     let mask = |s: &str| -> String {
@@ -164,6 +165,12 @@ fn shape(item: &Item) -> (String, BTreeMap<String, String>) {
             {
                 return format!("{prefix}*");
             }
+        }
+        // A snapshot's window start is the time of the run.
+        if s.starts_with("#USAGE#")
+            && let Some((head, _)) = s.rsplit_once('#')
+        {
+            return format!("{head}#*");
         }
         s.to_owned()
     };
