@@ -12,7 +12,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 
-use super::store::PauseStore;
+use super::store::{MAX_SCOPES, PauseStore, SCOPE_IDLE};
 use crate::Error;
 use crate::rejection::Rejection;
 
@@ -81,17 +81,6 @@ struct ScopeState {
     /// Pauses that started while the scope was open.
     incidents: u64,
 }
-
-/// The gate remembers at most this many scopes. Beyond it the least recently used ones
-/// without a pause, slow start or quiet period running are forgotten first; only when more
-/// than a quarter of the bound is in use at once are paused ones forgotten too (a forgotten
-/// pause costs the downstream the calls it refuses again, which pause the scope again).
-pub const MAX_SCOPES: usize = 100_000;
-
-/// A scope whose pause, slow start and quiet period are over, and that nobody used for this
-/// long, may be forgotten (while other scopes are paused, it is gone within twice as long):
-/// forgetting it changes nothing but its [`Backoff::incidents`] count.
-pub const SCOPE_IDLE: Duration = Duration::from_secs(600);
 
 #[derive(Debug)]
 struct Scope {

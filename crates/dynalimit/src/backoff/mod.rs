@@ -45,5 +45,5 @@ mod store;
 #[cfg(test)]
 mod tests;
 
-pub use gate::{Backoff, BackoffBuilder, MAX_SCOPES, Pause, SCOPE_IDLE};
-pub use store::{MemoryPauseStore, PauseStore, bucket_scope};
+pub use gate::{Backoff, BackoffBuilder, Pause};
+pub use store::{MAX_SCOPES, MemoryPauseStore, PauseStore, SCOPE_IDLE, bucket_scope};

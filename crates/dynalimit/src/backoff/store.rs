@@ -10,6 +10,17 @@ use futures::future::BoxFuture;
 
 use crate::Error;
 
+/// The gate remembers at most this many scopes. Beyond it the least recently used ones
+/// without a pause, slow start or quiet period running are forgotten first; only when more
+/// than a quarter of the bound is in use at once are paused ones forgotten too (a forgotten
+/// pause costs the downstream the calls it refuses again, which pause the scope again).
+pub const MAX_SCOPES: usize = 100_000;
+
+/// A scope whose pause, slow start and quiet period are over, and that nobody used for this
+/// long, may be forgotten (while other scopes are paused, it is gone within twice as long):
+/// forgetting it changes nothing but its [`Backoff::incidents`](super::Backoff::incidents) count.
+pub const SCOPE_IDLE: Duration = Duration::from_secs(600);
+
 /// A shared record of pause deadlines, as wall-clock epoch milliseconds per scope.
 ///
 /// Implementations must max-merge: a publish never moves a stored deadline backward, whatever
@@ -63,9 +74,9 @@ pub fn bucket_scope(entity_id: &str, resource: &str) -> String {
 /// A [`PauseStore`] in memory, shared by clones: for tests, and for several gates inside one
 /// process.
 ///
-/// It holds at most [`MAX_SCOPES`](super::MAX_SCOPES) stamps. A stamp that has passed (on the
+/// It holds at most [`MAX_SCOPES`] stamps. A stamp that has passed (on the
 /// store's clock) says nothing a reader acts on, and goes once it was not published for
-/// [`SCOPE_IDLE`](super::SCOPE_IDLE); beyond the bound, the least recently published go first,
+/// [`SCOPE_IDLE`]; beyond the bound, the least recently published go first,
 /// live ones last.
 #[derive(Clone)]
 pub struct MemoryPauseStore {
@@ -102,13 +113,13 @@ impl MemoryPauseStore {
     pub fn with_clock(clock: impl Clock) -> Self {
         MemoryPauseStore {
             stamps: Arc::new(Mutex::new(
-                BoundedMap::new(super::MAX_SCOPES, super::SCOPE_IDLE).keeping(live),
+                BoundedMap::new(MAX_SCOPES, SCOPE_IDLE).keeping(live),
             )),
             clock: Arc::new(clock),
         }
     }
 
-    /// How many stamps the store holds (at most [`MAX_SCOPES`](super::MAX_SCOPES)).
+    /// How many stamps the store holds (at most [`MAX_SCOPES`]).
     pub fn len(&self) -> usize {
         self.stamps().len()
     }
