@@ -18,7 +18,7 @@ pub const MAX_SCOPES: usize = 100_000;
 
 /// A scope whose pause, slow start and quiet period are over, and that nobody used for this
 /// long, may be forgotten (while other scopes are paused, it is gone within twice as long):
-/// forgetting it changes nothing but its [`Backoff::incidents`](super::Backoff::incidents) count.
+/// forgetting it changes nothing but its `Backoff::incidents` count.
 pub const SCOPE_IDLE: Duration = Duration::from_secs(600);
 
 /// A shared record of pause deadlines, as wall-clock epoch milliseconds per scope.
@@ -74,9 +74,9 @@ pub fn bucket_scope(entity_id: &str, resource: &str) -> String {
 /// A [`PauseStore`] in memory, shared by clones: for tests, and for several gates inside one
 /// process.
 ///
-/// It holds at most [`MAX_SCOPES`] stamps. A stamp that has passed (on the
+/// It holds at most [`MAX_SCOPES`](MAX_SCOPES) stamps. A stamp that has passed (on the
 /// store's clock) says nothing a reader acts on, and goes once it was not published for
-/// [`SCOPE_IDLE`]; beyond the bound, the least recently published go first,
+/// [`SCOPE_IDLE`](SCOPE_IDLE); beyond the bound, the least recently published go first,
 /// live ones last.
 #[derive(Clone)]
 pub struct MemoryPauseStore {
@@ -119,7 +119,7 @@ impl MemoryPauseStore {
         }
     }
 
-    /// How many stamps the store holds (at most [`MAX_SCOPES`]).
+    /// How many stamps the store holds (at most [`MAX_SCOPES`](MAX_SCOPES)).
     pub fn len(&self) -> usize {
         self.stamps().len()
     }

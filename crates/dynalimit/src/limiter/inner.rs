@@ -36,6 +36,8 @@ struct Known {
     cascade: bool,
     parent_id: Option<String>,
     seen: bool,
+    /// Held while a task of this limiter splits the bucket (made at the first split).
+    split_gate: Option<Arc<tokio::sync::Mutex<()>>>,
 }
 
 pub(crate) struct Inner {
@@ -93,8 +95,9 @@ impl Inner {
         self.known().get(&(entity, resource) as &dyn PairRef).map(f)
     }
 
-    /// Changes what is known about the pair (a use), starting from a single shard.
-    fn learn_known(&self, entity: &str, resource: &str, f: impl FnOnce(&mut Known)) {
+    /// Changes what is known about the pair (a use), starting from a single shard; returns
+    /// what `f` returns.
+    fn learn_known<T>(&self, entity: &str, resource: &str, f: impl FnOnce(&mut Known) -> T) -> T {
         let now = self.clock.monotonic();
         self.known().get_or_insert_with(
             &(entity, resource) as &dyn PairRef,
@@ -107,12 +110,21 @@ impl Inner {
                 (Pair::new(entity, resource), fresh)
             },
             f,
-        );
+        )
     }
 
     pub(super) fn shard_count(&self, entity: &str, resource: &str) -> u32 {
         self.read_known(entity, resource, |k| k.shard_count.max(1))
             .unwrap_or(1)
+    }
+
+    /// What a task holds while it splits the bucket of `(entity, resource)`.
+    pub(super) fn split_gate(&self, entity: &str, resource: &str) -> Arc<tokio::sync::Mutex<()>> {
+        // Evicted with its pair, a gate held by one task may be replaced by a new one; the
+        // doubling's own condition still lets only one split land.
+        self.learn_known(entity, resource, |k| {
+            Arc::clone(k.split_gate.get_or_insert_with(Arc::default))
+        })
     }
 
     pub(super) fn raise_shard_count(&self, entity: &str, resource: &str, count: u32) {
