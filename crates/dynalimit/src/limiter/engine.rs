@@ -7,9 +7,10 @@ use dynalimit_core::Limit;
 use dynalimit_core::bucket::{MAX_SHARD_COUNT, bucket_ttl};
 use dynalimit_core::decide::{
     BucketImage, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, Stamps, TtlAction,
-    WcuDecision, classify_fast_failure, consumption_retry, decide_wcu_exhaustion,
-    fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create, plan_delta, plan_funding,
-    plan_refill, shard_in, stamp_deadline, statuses_from_image,
+    WcuDecision, classify_fast_failure, consumption_retry, debit_beyond_ceiling,
+    decide_wcu_exhaustion, fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create,
+    plan_delta, plan_funding, plan_refill, plan_refund, shard_in, stamp_deadline,
+    statuses_from_image,
 };
 use dynalimit_core::decide::{CreatePlan, QuotaPin, QuotaState, WindowState, decide_throttling};
 use dynalimit_core::schedule::{ResetSchedule, Schedule};
@@ -279,10 +280,7 @@ impl Inner {
             )
             .await?;
         let next = match outcome {
-            ConsumeOutcome::Consumed(img) => {
-                self.rejections.forget(&key);
-                Next::Done(Box::new(self.entry_from_image(&key, img, demand, now)))
-            }
+            ConsumeOutcome::Consumed(img) => self.fast_debit(&key, img, demand, now).await,
             ConsumeOutcome::Contended => Next::Slow {
                 shard,
                 shard_count: known,
@@ -308,6 +306,43 @@ impl Inner {
         // What the item declares after the write: what a warm cascade sends it next.
         self.learn_names(entity_id, resource, entry.states.keys());
         Ok(self.unbypass(entry).await)
+    }
+
+    /// A fast-path debit as the answer's image shows it: done, unless it came from tokens
+    /// the limit never granted (a balance another writer left above the ceiling, or with no
+    /// capacity beside it, [`debit_beyond_ceiling`]): then the debit is given back and the
+    /// request decided on the slow path of the same shard, whose refill trims the balance. A
+    /// refund whose answer is lost is not sent again: it landed once or not at all, and then
+    /// the debit stands, leaving the shard fewer tokens, never more (test
+    /// `suite::fast_path::a_debit_of_a_balance_above_the_ceiling_is_given_back_once_when_its_answer_is_lost`).
+    async fn fast_debit(
+        &self,
+        key: &BucketKey,
+        img: BucketImage,
+        demand: &BTreeMap<String, i64>,
+        now: i64,
+    ) -> Next {
+        self.rejections.forget(key);
+        let Some(limit) = debit_beyond_ceiling(&img, demand, now) else {
+            return Next::Done(Box::new(self.entry_from_image(key, img, demand, now)));
+        };
+        self.learn(&key.entity_id, &key.resource, &img);
+        let shard_count = img.shards();
+        tracing::warn!(
+            entity_id = %key.entity_id, resource = %key.resource, shard = key.shard, limit,
+            "a balance above its limit's ceiling: the debit is given back and decided on the slow path"
+        );
+        let refund = plan_refund(demand, shard_count);
+        if let Err(e) = Box::pin(self.store.apply_delta(key, &refund)).await {
+            tracing::warn!(
+                entity_id = %key.entity_id, resource = %key.resource, error = %e,
+                "refund failed or its outcome is unknown (not sent again); the debit stands"
+            );
+        }
+        Next::Slow {
+            shard: key.shard,
+            shard_count,
+        }
     }
 
     /// Gives back the balances an enforcing write debited on an item found bypassed (its
@@ -591,9 +626,9 @@ impl Inner {
                     self.throttled(entity, resource, shard, now);
                 }
                 ConsumeOutcome::Consumed(got) => {
-                    return Ok(Some(Next::Done(Box::new(
-                        self.entry_from_image(&probe, got, demand, now),
-                    ))));
+                    return Ok(Some(
+                        Box::pin(self.fast_debit(&probe, got, demand, now)).await,
+                    ));
                 }
                 ConsumeOutcome::Contended => {
                     return Ok(Some(Next::Slow {
