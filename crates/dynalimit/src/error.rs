@@ -168,6 +168,15 @@ pub enum Error {
     #[error("permission denied: {0}")]
     PermissionDenied(#[source] dynalimit_repository::RepositoryError),
 
+    /// An item read for the acquire holds a value out of bounds (a shard count above 32, a
+    /// stamp further ahead than it lives, a time or amount out of range): another writer
+    /// stored it. The source names the item and the attribute. Raised under every
+    /// `on_unavailable` mode: the item is not an outage, and `allow` never admits past a
+    /// value nobody can read.
+    #[cfg(feature = "dynamodb")]
+    #[error("corrupt item: {0}")]
+    Corrupt(#[source] dynalimit_repository::RepositoryError),
+
     /// The limiter could not decide — DynamoDB failed, or a bucket or configuration carries a
     /// feature this client does not implement (it fails closed rather than guess) — and
     /// `on_unavailable` is `block`.

@@ -4,7 +4,7 @@
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
-//! | `dynalimit_acquires_total` | counter | `outcome` | every `RateLimiter` acquire: `admitted`, `degraded` (admitted without the limiter under `on_unavailable = allow`), `rejected`, `disabled`, `unavailable`, `denied` (AWS refused the credentials), `invalid` (bad input, unknown limit, no limits) |
+//! | `dynalimit_acquires_total` | counter | `outcome` | every `RateLimiter` acquire: `admitted`, `degraded` (admitted without the limiter under `on_unavailable = allow`), `rejected`, `disabled`, `unavailable`, `denied` (AWS refused the credentials), `corrupt` (an item holds a value out of bounds), `invalid` (bad input, unknown limit, no limits) |
 //! | `dynalimit_rejected_limits_total` | counter | `limit`, `reason` | per limit that refused a rejected acquire (`reason`: `limits`, `contended`, `paused`; `limit` is empty for the last two) |
 //! | `dynalimit_acquire_seconds` | histogram | `outcome` | the time an acquire took, as seen by its caller |
 //! | `dynalimit_lease_writes_total` | counter | `kind`, `outcome` | lease commits and rollbacks (`kind`: `commit`, `rollback`; `outcome`: `ok`, `error`) |
@@ -55,6 +55,7 @@ fn outcome(result: Result<bool, &Error>) -> &'static str {
         Err(Error::Rejected(_)) => "rejected",
         Err(Error::ResourceDisabled { .. }) => "disabled",
         Err(Error::PermissionDenied(_)) => "denied",
+        Err(Error::Corrupt(_)) => "corrupt",
         Err(Error::Invalid(_) | Error::UnknownLimit { .. } | Error::NoLimits { .. }) => "invalid",
         Err(_) => "unavailable",
     }

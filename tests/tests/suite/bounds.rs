@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use dynalimit::{Error, Limit, Reason};
+use dynalimit::{Error, Limit, OnUnavailable, Reason};
 use dynalimit_aggregator::{Aggregator, EventKind, SequenceNumber, Settings, StreamRecord};
 use dynalimit_core::bounds::{CLOCK_SKEW_MS, STAMP_TTL_MS};
 use dynalimit_core::schedule::{Entry, Schedule, Zone};
@@ -62,9 +62,9 @@ fn names_the_shard_count(e: &RepositoryError) -> bool {
     )
 }
 
-/// An unavailable acquire (or pause, or check) whose message names `shard_count`.
-fn unavailable_for_the_shard_count(e: &Error) -> bool {
-    matches!(e, Error::Unavailable { message, .. } if message.contains("shard_count"))
+/// A corrupt-item error of an acquire (or pause, or check) naming `shard_count`.
+fn corrupt_for_the_shard_count(e: &Error) -> bool {
+    matches!(e, Error::Corrupt(inner) if names_the_shard_count(inner))
 }
 
 #[tokio::test]
@@ -72,28 +72,33 @@ async fn a_shard_count_above_32_is_corrupt_on_every_path_and_nothing_is_written_
     let r = three_rpm().await;
     stamp(&r, "shard_count", "4294967295").await;
 
-    // The acquire refuses as unavailable (`on_unavailable = block`). Its fast-path debit may
+    // The acquire fails with the corrupt item, under `on_unavailable = allow` too: an item
+    // out of bounds is no outage, and nothing is admitted past it. Its fast-path debit may
     // stand: the item's own balance admitted it; nothing else is written.
-    let acquired = r.limiter.acquire("k", "gpt-4", [("rpm", 1)]).await;
-    assert!(
-        acquired
-            .as_ref()
-            .is_err_and(unavailable_for_the_shard_count),
-        "{:?}",
-        acquired.map(|_| ())
-    );
+    for mode in [OnUnavailable::Block, OnUnavailable::Allow] {
+        let acquired = r
+            .limiter
+            .acquire("k", "gpt-4", [("rpm", 1)])
+            .on_unavailable(mode)
+            .await;
+        assert!(
+            acquired.as_ref().is_err_and(corrupt_for_the_shard_count),
+            "{mode:?}: {:?}",
+            acquired.map(|_| ())
+        );
+    }
     let before = r.table.scan_all().await;
 
     let paused = r.limiter.pause("k", "gpt-4", Duration::from_secs(30)).await;
     assert!(
-        paused.as_ref().is_err_and(unavailable_for_the_shard_count),
+        paused.as_ref().is_err_and(corrupt_for_the_shard_count),
         "{paused:?}"
     );
     let available = r.limiter.available("k", "gpt-4", &[]).await;
     assert!(
         available
             .as_ref()
-            .is_err_and(unavailable_for_the_shard_count),
+            .is_err_and(corrupt_for_the_shard_count),
         "{available:?}"
     );
     let options = OperationOptions::default();

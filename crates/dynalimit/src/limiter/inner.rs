@@ -320,6 +320,7 @@ pub(crate) fn unknown_name<'a>(
 pub(super) fn repo_error(entity_id: &str, resource: &str, e: RepositoryError) -> Error {
     match e {
         RepositoryError::PermissionDenied { .. } => Error::PermissionDenied(e),
+        RepositoryError::Corrupt { .. } => Error::Corrupt(e),
         other => Error::Unavailable {
             entity_id: entity_id.to_owned(),
             resource: resource.to_owned(),

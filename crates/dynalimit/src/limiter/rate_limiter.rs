@@ -461,6 +461,7 @@ impl RateLimiter {
             Refusal::Repository(e @ RepositoryError::PermissionDenied { .. }) => {
                 Err(Error::PermissionDenied(e))
             }
+            Refusal::Repository(e @ RepositoryError::Corrupt { .. }) => Err(Error::Corrupt(e)),
             Refusal::Repository(RepositoryError::TransactionConflict { .. }) => {
                 Err(Error::Rejected(Rejection::contended(&owner, &resource)))
             }

@@ -51,8 +51,9 @@ type UsageFn = dyn Fn(&http::HeaderMap) -> Vec<(String, i64)> + Send + Sync;
 ///   seconds, rounded up past the wait (`⌊retry_after⌋ + 1`), and the inner service is not
 ///   called;
 /// - resource disabled for the entity: `403 Forbidden`; bad input (an invalid key): `400 Bad
-///   Request`; the limiter unavailable (under `on_unavailable = block`) or any other failure:
-///   `503 Service Unavailable`;
+///   Request`; an item holding a value out of bounds ([`Error::Corrupt`]): `500 Internal
+///   Server Error`; the limiter unavailable (under `on_unavailable = block`) or any other
+///   failure: `503 Service Unavailable`;
 /// - admitted: the inner service runs while the lease is held. The lease is committed when
 ///   the inner service answers with a status below 500, and rolled back (the tokens given
 ///   back) when it fails or answers 5xx. With [`RateLimiterLayer::usage`] the answer's
@@ -291,6 +292,7 @@ fn refusal<R: Default>(error: &Error, now: i64) -> Response<R> {
         ),
         Error::ResourceDisabled { .. } => (StatusCode::FORBIDDEN, None),
         Error::Invalid(_) => (StatusCode::BAD_REQUEST, None),
+        Error::Corrupt(_) => (StatusCode::INTERNAL_SERVER_ERROR, None),
         _ => (StatusCode::SERVICE_UNAVAILABLE, None),
     };
     let mut response = Response::new(R::default());
