@@ -9,6 +9,7 @@ pub mod algorithms;
 pub mod bucket;
 pub mod decide;
 pub mod error;
+pub mod failure;
 pub mod ids;
 pub mod limit;
 pub mod operation;

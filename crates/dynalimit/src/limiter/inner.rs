@@ -147,9 +147,13 @@ pub(crate) fn unknown_name<'a>(
         .find(|name| !limits.iter().any(|l| l.name() == name.as_str()))
 }
 
-pub(super) fn repo_error(entity_id: &str, resource: &str, e: RepositoryError) -> Error {
+/// The limiter's error for a repository failure on `entity_id`'s `resource`: a permission,
+/// bad input and an invalid request are what they are; everything else is unavailable.
+pub(crate) fn repo_error(entity_id: &str, resource: &str, e: RepositoryError) -> Error {
     match e {
         RepositoryError::PermissionDenied { .. } => Error::PermissionDenied(e),
+        RepositoryError::Validation(e) => Error::Invalid(e),
+        e if e.is_invalid_request() => Error::InvalidRequest(e),
         other => Error::Unavailable {
             entity_id: entity_id.to_owned(),
             resource: resource.to_owned(),
