@@ -1,7 +1,9 @@
 //! The aggregator's `bootstrap` run the way Lambda runs it, without Docker.
 //!
-//! [`CargoLambda::build_aggregator`] builds the binary with cargo-lambda (`cargo lambda
-//! build`, linking with the zig it bundles, exactly as `scripts/build-lambda` packages it), and
+//! [`CargoLambda::build_aggregator`] takes the host build of the `dynalimit-aggregator` binary
+//! that `scripts/test`'s workspace build made (named by [`BOOTSTRAP_VAR`]), or else builds it
+//! with cargo-lambda (`cargo lambda build`, linking with the zig it bundles, as
+//! `scripts/build-lambda` packages it), and
 //! [`RuntimeApi::start`] starts cargo-lambda's Lambda Runtime API emulator (`cargo lambda
 //! watch --only-lambda-apis`): it serves the Runtime API to a separately started process — the
 //! `bootstrap`, see [`Function::spawn`] — and accepts invocations on the Lambda `Invoke` path,
@@ -14,8 +16,9 @@
 //! `cargo test` skips (printing why); with `DYNALIMIT_REQUIRE_CARGO_LAMBDA=1` or `CI` set, it
 //! is a failure.
 //!
-//! The binary is built for the host's architecture, because the emulator runs it here. It goes
-//! to its own target directory, `target/lambda-test`, which later runs find already built.
+//! The binary is built for the host's architecture, because the emulator runs it here. Built by
+//! cargo-lambda, it goes to its own target directory, `target/lambda-test`, which later runs
+//! find already built.
 
 use std::fs::File;
 use std::net::{SocketAddr, TcpStream};
@@ -34,6 +37,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
+
+/// The variable naming a prebuilt host binary of the aggregator to run instead of building one.
+pub const BOOTSTRAP_VAR: &str = "DYNALIMIT_AGGREGATOR_BOOTSTRAP";
 
 /// The emulator's name for the one function it serves to an external process.
 pub const FUNCTION_NAME: &str = "_";
@@ -111,15 +117,28 @@ impl CargoLambda {
         cmd
     }
 
-    /// Builds the aggregator's `bootstrap` for the host's architecture (once per process) and
-    /// returns its path.
+    /// The aggregator's `bootstrap` for the host's architecture: the binary named by
+    /// `$DYNALIMIT_AGGREGATOR_BOOTSTRAP` when set (`scripts/test` names the host build of the
+    /// `dynalimit-aggregator` binary that its workspace test build has just made, so the
+    /// aggregator is not compiled a second time), else built with cargo-lambda (once per
+    /// process). Returns its path.
     ///
     /// # Panics
-    /// When the host is neither x86_64 nor aarch64, or the build fails (with its output).
+    /// When the named binary does not exist, the host is neither x86_64 nor aarch64, or the
+    /// build fails (with its output).
     pub fn build_aggregator(&self) -> PathBuf {
         static BUILT: OnceLock<PathBuf> = OnceLock::new();
         BUILT
             .get_or_init(|| {
+                if let Some(given) = std::env::var_os(BOOTSTRAP_VAR).filter(|v| !v.is_empty()) {
+                    let given = PathBuf::from(given);
+                    assert!(
+                        given.is_file(),
+                        "{BOOTSTRAP_VAR} names {}, which is not a file",
+                        given.display()
+                    );
+                    return given;
+                }
                 let arch = match std::env::consts::ARCH {
                     "x86_64" => "--x86-64",
                     "aarch64" => "--arm64",

@@ -34,6 +34,22 @@ pub mod raw;
 pub mod soak;
 pub mod template;
 
+/// The README and the guide's chapters as doc tests: their Rust samples compile in the test
+/// command, and those that need no network run. Compiled for doc tests only.
+#[cfg(doctest)]
+pub mod guide {
+    #[doc = include_str!("../../README.md")]
+    pub mod readme {}
+    #[doc = include_str!("../../docs/concepts.md")]
+    pub mod concepts {}
+    #[doc = include_str!("../../docs/service.md")]
+    pub mod service {}
+    #[doc = include_str!("../../docs/operating.md")]
+    pub mod operating {}
+    #[doc = include_str!("../../docs/testing.md")]
+    pub mod testing {}
+}
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

@@ -98,3 +98,38 @@ pub async fn put_shard(
     }
     put_item(table, item).await;
 }
+
+/// Raises `shard_count` on the existing shards `0..from` of `entity`'s bucket on `resource` to
+/// `to`, touching nothing else: a doubling as zae-limiter 0.17 writes it (shard 0's count,
+/// then the propagation), which moves no token and creates no shard.
+pub async fn double_moving_nothing(
+    table: &TestTable,
+    ns: &str,
+    (entity, resource): (&str, &str),
+    from: u32,
+    to: u32,
+) {
+    for shard in 0..from {
+        let sent = table
+            .client()
+            .update_item()
+            .table_name(table.name())
+            .key(
+                "PK",
+                AttributeValue::S(format!("{ns}/BUCKET#{entity}#{resource}#{shard}")),
+            )
+            .key("SK", AttributeValue::S("#STATE".into()))
+            .update_expression("SET shard_count = :c")
+            .condition_expression("attribute_exists(PK)")
+            .expression_attribute_values(":c", AttributeValue::N(to.to_string()))
+            .send()
+            .await;
+        if let Err(e) = sent {
+            assert!(
+                e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()),
+                "raise the count of shard {shard}: {e:?}"
+            );
+        }
+    }
+}

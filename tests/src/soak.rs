@@ -32,6 +32,7 @@ use aws_config::{BehaviorVersion, Region};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit::{Error, Limit, OnUnavailable, RateLimiter};
+use dynalimit_core::Clock as _;
 use dynalimit_format::item::get_i64;
 use dynalimit_format::keys;
 use dynalimit_local::{self as local, DynamoDbLocal};
@@ -427,7 +428,8 @@ async fn double_parent(repo: &Repository) {
         if let Ok(Some(img)) = store.read(&key).await {
             let from = img.shards();
             let to = from * 2;
-            if store.double_shards(&key, from, to).await.is_ok() {
+            let now = repo.clock().epoch_millis();
+            if matches!(store.double_shards(&key, from, to, now).await, Ok(d) if d.count > from) {
                 return;
             }
         }

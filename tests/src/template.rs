@@ -200,6 +200,78 @@ pub fn condition_holds(t: &Value, name: &str, parameters: &BTreeMap<&str, &str>)
     holds(t, c, parameters)
 }
 
+/// `value` as CloudFormation reads it for the given parameter values (others at their
+/// defaults): every `Fn::If` replaced by the branch its condition picks, and list items and
+/// object fields that come out as `AWS::NoValue` left out. `None` when `value` itself does.
+///
+/// # Panics
+/// As [`condition_holds`], or on an `Fn::If` that is not a list of three.
+pub fn resolve_conditions(
+    t: &Value,
+    value: &Value,
+    parameters: &BTreeMap<&str, &str>,
+) -> Option<Value> {
+    match value {
+        Value::Object(o) if o.len() == 1 && o.get("Ref") == Some(&json!("AWS::NoValue")) => None,
+        Value::Object(o) if o.len() == 1 && o.contains_key("Fn::If") => {
+            let args = o["Fn::If"].as_array().expect("Fn::If takes a list");
+            assert_eq!(args.len(), 3, "Fn::If takes a condition and two values");
+            let condition = args[0].as_str().expect("Fn::If names a condition");
+            let branch = if condition_holds(t, condition, parameters) {
+                &args[1]
+            } else {
+                &args[2]
+            };
+            resolve_conditions(t, branch, parameters)
+        }
+        Value::Object(o) => Some(Value::Object(
+            o.iter()
+                .filter_map(|(k, v)| Some((k.clone(), resolve_conditions(t, v, parameters)?)))
+                .collect(),
+        )),
+        Value::Array(items) => Some(Value::Array(
+            items
+                .iter()
+                .filter_map(|v| resolve_conditions(t, v, parameters))
+                .collect(),
+        )),
+        other => Some(other.clone()),
+    }
+}
+
+/// The policy statements of resource `logical_id` (a managed policy's document, or the inline
+/// policies of a role, in order) for the given parameter values.
+///
+/// # Panics
+/// When the resource has no policy document, or as [`resolve_conditions`].
+pub fn policy_statements(
+    t: &Value,
+    logical_id: &str,
+    parameters: &BTreeMap<&str, &str>,
+) -> Vec<Value> {
+    let p = &t["Resources"][logical_id]["Properties"];
+    let documents: Vec<&Value> = if p["PolicyDocument"].is_object() {
+        vec![&p["PolicyDocument"]]
+    } else {
+        p["Policies"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{logical_id} has no policy"))
+            .iter()
+            .map(|policy| &policy["PolicyDocument"])
+            .collect()
+    };
+    documents
+        .into_iter()
+        .flat_map(|d| {
+            let statements = resolve_conditions(t, &d["Statement"], parameters);
+            match statements {
+                Some(Value::Array(s)) => s,
+                other => panic!("{logical_id}: statements {other:?}"),
+            }
+        })
+        .collect()
+}
+
 /// The logical ids of the resources the template creates for the given parameter values.
 pub fn created_resources(t: &Value, parameters: &BTreeMap<&str, &str>) -> Vec<String> {
     t["Resources"]

@@ -81,7 +81,7 @@ pub(crate) async fn run(global: &Global, args: &AuditArgs) -> Result<()> {
         .collect();
     global.print(&rows);
     if let Some(next) = page.next {
-        eprintln!("more: --after {next}");
+        eprintln!("more: --after {}", crate::output::escape(&next));
     }
     Ok(())
 }

@@ -8,11 +8,10 @@
 //! does at about 1000. The default rate is lower than DynamoDB's so that the curve stays
 //! below what the client machine can drive for longer; the proportions are DynamoDB's.
 //!
-//! For each shard count, a fresh entity's bucket is doubled to that count before the
-//! measurement as the aggregator doubles a hot bucket (shard 0's count raised, the new shards
-//! created from its image); every shard is then filled by an operator's reset on the emulator
-//! directly (a new shard starts empty, and while older shards hold tokens the acquires drawn
-//! to it are served by them; `--cold-shards` leaves them empty), then the load is warmed for
+//! For each shard count, a fresh entity's bucket is split to that count before the
+//! measurement (each split creates the new shards with half of what the older ones hold);
+//! every shard is then filled by an operator's reset on the emulator directly
+//! (`--cold-shards` leaves the split's balances), then the load is warmed for
 //! two seconds, then `--tasks` concurrent tasks acquire
 //! `rpm=1` and commit for `--hot-key-seconds`. The limits are far above what a run spends, so
 //! only the partitions bind. After each step every shard is read back: the consumption the
@@ -55,8 +54,8 @@ pub(crate) struct HotKeyArgs {
     /// Concurrent acquiring tasks in the hot-key curve.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     tasks: u64,
-    /// Measure the new shards as created, empty (by default an operator's reset fills every
-    /// shard before the measurement).
+    /// Measure the shards as the splits left them (by default an operator's reset fills
+    /// every shard before the measurement).
     #[arg(long)]
     cold_shards: bool,
     /// Write the curve as an SVG plot to this file.
@@ -283,8 +282,7 @@ struct Step {
 }
 
 impl Step {
-    /// Creates the entity's bucket and doubles it to `shards` as the aggregator doubles a hot
-    /// bucket: shard 0's count raised, then the new shards created from its image.
+    /// Creates the entity's bucket and splits it to `shards`.
     async fn new(repo: &Repository, entity: &str, shards: u32) -> anyhow::Result<Step> {
         let limiter = RateLimiter::new(repo.clone());
         limiter
@@ -297,32 +295,14 @@ impl Step {
         let key = BucketKey::new(entity, RESOURCE, 0);
         let mut count = 1;
         while count < shards {
-            let doubled = store.double_shards(&key, count, count * 2).await?;
+            let now = SystemClock.epoch_millis();
+            let doubled = store.double_shards(&key, count, count * 2, now).await?;
             anyhow::ensure!(
                 doubled.count == count * 2 && doubled.failed.is_empty(),
                 "doubling {entity}'s bucket to {} shards failed",
                 count * 2
             );
             count *= 2;
-        }
-        if shards > 1 {
-            let shard0 = repo
-                .client()
-                .get_item()
-                .table_name(repo.table_name())
-                .set_key(Some(key.key_map(store.namespace_id())))
-                .consistent_read(true)
-                .send()
-                .await
-                .context("reading shard 0")?
-                .item
-                .context("shard 0 is missing")?;
-            let now = SystemClock.epoch_millis();
-            for shard in 1..shards {
-                store
-                    .create_shard(&key.with_shard(shard), &shard0, shards, now)
-                    .await?;
-            }
         }
         Ok(Step {
             limiter,
@@ -332,9 +312,7 @@ impl Step {
     }
 
     /// Fills every one of the `shards` shards through `direct` (no throttling) with an
-    /// operator's reset: a new shard starts empty, and while older shards hold tokens an
-    /// acquire drawn to it is served by them (the probe of reference §3.5) rather than by its
-    /// own refill.
+    /// operator's reset.
     async fn settle(&self, direct: &Repository, shards: u32) -> anyhow::Result<()> {
         direct
             .reset_bucket(&self.entity, RESOURCE, &OperationOptions::new())

@@ -71,6 +71,12 @@ pub(crate) struct DeployArgs {
     /// when it is deleted either way).
     #[arg(long)]
     pub(crate) no_deletion_protection: bool,
+    /// ARN of a customer managed KMS key for the table (indexes, stream, backups) and the
+    /// aggregator's logs. Principals of the table then also need the stack's TableKeyPolicy
+    /// (its roles have it). The key policy must allow IAM grants and
+    /// logs.REGION.amazonaws.com. Default: AWS owned keys.
+    #[arg(long, value_name = "ARN")]
+    pub(crate) kms_key: Option<String>,
     /// Do not create CloudWatch alarms.
     #[arg(long)]
     pub(crate) no_alarms: bool,
@@ -127,6 +133,7 @@ impl DeployArgs {
             o.pitr_recovery_days = Some(days);
         }
         o.deletion_protection = !self.no_deletion_protection;
+        o.kms_key_arn = self.kms_key.clone();
         o.alarms = !self.no_alarms;
         o.alarm_topic_arn = self.alarm_topic.clone();
         o.iam = !self.no_iam;

@@ -225,7 +225,7 @@ pub(crate) async fn run(global: &Global, command: &LimitsCommand) -> Result<()> 
                         .collect();
                     global.print(&rows);
                     if let Some(next) = next {
-                        eprintln!("more: --cursor {next}");
+                        eprintln!("more: --cursor {}", crate::output::escape(&next));
                     }
                 }
                 None => {

@@ -53,7 +53,7 @@ enum Command {
     /// Show the stack, its outputs, the table and its version record.
     #[command(after_help = "Example:\n  dynalimit status --stack limits-prod")]
     Status,
-    /// Delete the stack and its table (or, on an emulator without a stack, the table).
+    /// Delete the stack, keeping its table (on an emulator without a stack, delete the table).
     #[command(after_help = "Example:\n  dynalimit delete --stack limits-dev --yes")]
     Delete(infra::DeleteArgs),
     /// Print the CloudFormation template.
@@ -210,8 +210,9 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // One line, whatever the message quotes from the table.
             let line = format!("{e:#}").replace('\n', " ");
-            eprintln!("error: {line}");
+            eprintln!("error: {}", output::escape(&line));
             ExitCode::from(exit_code(&e))
         }
     }

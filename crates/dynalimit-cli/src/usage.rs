@@ -72,7 +72,7 @@ pub(crate) async fn run(global: &Global, args: &UsageArgs) -> Result<()> {
             let rows: Vec<Snapshot> = page.snapshots.iter().map(Snapshot::from).collect();
             global.print(&rows);
             if let Some(next) = page.next {
-                eprintln!("more: --cursor {next}");
+                eprintln!("more: --cursor {}", crate::output::escape(&next));
             }
         }
         UsageView::Summary => {

@@ -49,18 +49,6 @@ impl LimitState {
         }
     }
 
-    /// A limit on shard `shard` of `shard_count` as a create writes it: shard 0 (or the only
-    /// shard) starts at its share `cp // S`; a shard a doubling brought into use starts empty
-    /// and fills by refill, because the tokens of the split bucket are held by the shards
-    /// that already exist (see [`plan_create`]).
-    pub fn created(limit: &Limit, shard_count: u32, shard: u32, now: i64) -> Self {
-        let mut state = LimitState::starting(limit, shard_count, now);
-        if shard > 0 && shard_count > 1 {
-            state.tk = 0;
-        }
-        state
-    }
-
     /// This limit's parameters on a shard of an item with `shard_count` shards.
     pub fn params(&self, shard_count: u32) -> ShardParams {
         ShardParams::for_shard(self.cp, self.ra, self.rp, shard_count)
@@ -441,6 +429,30 @@ impl BucketImage {
         }
         let reset = self.resets.get(name)?;
         Some(QuotaPin::of(reset, q, self.shards(), self.rf))
+    }
+
+    /// The limits as the item stores them: capacity, refill and period (in whole units, as
+    /// [`Limit::from_stored`] reads them), with the item's schedules, reset schedules and
+    /// session windows. What a writer without the configuration (the aggregator) plans with.
+    pub fn stored_limits(&self) -> Vec<Limit> {
+        self.limits
+            .iter()
+            .map(|(name, state)| {
+                let mut limit = state.limit(name);
+                if state.ra == 0 {
+                    limit = Limit::custom(
+                        name.as_str(),
+                        limit.capacity(),
+                        0,
+                        limit.refill_period_seconds(),
+                    );
+                }
+                limit
+                    .with_optional_schedule(self.schedule(name).cloned())
+                    .with_optional_reset(self.resets.get(name).cloned())
+                    .with_optional_window(self.window_length(name))
+            })
+            .collect()
     }
 
     /// The names of the item's quotas (calendar and session).
@@ -917,8 +929,9 @@ pub struct Stamps {
     /// seeds a session quota (reference §12.3): the shard joins the entity's window instead
     /// of opening its own. Start of the window, epoch ms, per limit.
     pub joined: BTreeMap<String, i64>,
-    /// The balance of each quota on a shard other than 0 being created: the grant moved to
-    /// it from a sibling, or a fresh share ([`plan_grant_moves`]).
+    /// The balance of each limit on a shard other than 0 being created: what a sibling moves
+    /// to it in the create's transaction, or a fresh share ([`plan_funding`]). A limit not
+    /// named here starts at its share.
     pub funded: BTreeMap<String, i64>,
 }
 
@@ -1381,21 +1394,17 @@ pub fn wcu_seed() -> Seed {
 
 /// Plans the create of missing shard `shard` of a bucket with `shard_count` shards.
 ///
-/// Shard 0 (a bucket's first item, or its only one) starts every resolved limit at its share
-/// `cp // shard_count` minus what this acquire consumes; a request that does not fit is
-/// refused and nothing is created.
+/// Every resolved limit starts at the shard's share `cp // shard_count` (the capacity in
+/// force) minus what this acquire consumes, unless `soft.funded` names its balance: a shard
+/// other than 0 created while older shards hold the bucket's tokens is funded by a move from
+/// one of them in the create's transaction ([`plan_funding`]), so the create never adds
+/// tokens to the bucket. (A shard a doubling brings into use is created by the doubling
+/// itself, [`plan_split`]; a create here finds a shard swept by the TTL or brought into use
+/// by another writer's doubling.)
 ///
-/// A shard other than 0 exists only because a doubling split the bucket, and the tokens of a
-/// split bucket are already held by the shards that existed before: funding the new shard
-/// with a share of its own would hand those tokens out twice. So it starts empty (the `wcu`
-/// block full) and fills by refill at its share of the rate, and the existing shards keep
-/// what they hold, spent down and refilled to their smaller share. A split therefore never
-/// raises what can be spent (it may lower it for a while), where the reference's clients
-/// fund every new shard with a full share. A quota, which does not refill, is the exception:
-/// the new shard starts with what `soft.funded` says, the part of a sibling's grant moved to
-/// it in the same transaction ([`plan_grant_moves`]). The create is written even when the
-/// request does not fit, with nothing consumed (`admitted` false), so the shard starts
-/// refilling.
+/// On shard 0 a request that does not fit is refused and nothing is created. On another
+/// shard the create is written even then, with nothing consumed (`admitted` false), so the
+/// tokens moved to it are not lost with the refusal.
 pub fn plan_create(
     limits: &[Limit],
     demand: &BTreeMap<String, i64>,
@@ -1439,10 +1448,7 @@ pub fn plan_create(
         })
         .min();
     for limit in limits {
-        let mut state = LimitState::created(limit, shards, shard, now);
-        if windows.get(limit.name()).is_some_and(|(_, opened)| *opened) {
-            state.tk = LimitState::starting(limit, shards, now).tk;
-        }
+        let mut state = LimitState::starting(limit, shards, now);
         if let Some(&funded) = soft.funded.get(limit.name()).filter(|_| shard > 0) {
             state.tk = funded;
         }
@@ -1504,24 +1510,42 @@ pub fn plan_create(
     })
 }
 
-/// A move of part of a quota's grant from one shard to a shard being created (reference
-/// §12.3, ADR-145): the donor gives `amount` of what its grant holds, so that the period's
-/// allowance is never granted twice and the new shard can serve at once.
+/// A move of part of one shard's balance to a shard being created, written in the create's
+/// transaction (reference §12.3, ADR-145, there for quotas; here for every limit): the donor
+/// gives `amount` and the new shard starts with it, so the bucket's tokens are never handed
+/// out twice and the new shard serves at once.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GrantMove {
-    /// The quota.
+pub struct Move {
+    /// The limit.
     pub limit: String,
     /// The donor shard.
     pub donor: u32,
-    /// Millitokens moved: `min(cp_eff // S, the donor's balance)`, in whole tokens.
+    /// Millitokens moved (see [`plan_funding`]).
     pub amount: i64,
-    /// The donor's grant count as read (`None`: absent, pinned absent with the donor's
-    /// `shard_count`).
-    pub donor_gc: Option<i64>,
-    /// The donor's `shard_count` as read.
-    pub donor_count: i64,
-    /// What pins the donor's period.
-    pub period: MovePeriod,
+    /// What the donor's debit is pinned on besides `b_tk >= amount`.
+    pub pin: MovePin,
+}
+
+/// What a move's debit of its donor is pinned on, so that it lands only on the balance it was
+/// sized against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MovePin {
+    /// A quota's grant: its grant count as read (`None`: absent, pinned absent with the
+    /// donor's `shard_count`) and its period.
+    Grant {
+        /// The donor's grant count as read.
+        donor_gc: Option<i64>,
+        /// The donor's `shard_count` as read.
+        donor_count: i64,
+        /// What pins the donor's period.
+        period: MovePeriod,
+    },
+    /// A dripping limit: the donor's `shard_count` as read (its share is what the amount
+    /// was sized against).
+    Share {
+        /// The donor's `shard_count` as read.
+        donor_count: u32,
+    },
 }
 
 /// The period a grant move is pinned on: a calendar quota's donor must still be in the
@@ -1541,63 +1565,165 @@ pub enum MovePeriod {
     },
 }
 
-/// How a quota shard being created is funded (reference §12.3, ADR-145): for each quota of
-/// `limits`, the grant moved from the sibling whose grant covers slot `shard` at
-/// `shard_count` in the current period (`shard mod gc = donor mod gc`, the largest `gc`,
-/// then the lowest id), `min(cp_eff // S, donor balance)` in whole tokens (the reference
-/// moves the millitokens too; keeping the fraction on the donor leaves every shard's balance
-/// whole when the allowance is, so a 1→32 walk strands no fractions); with no covering sibling, a fresh
-/// share `cp_eff // S` (the slot's part of the allowance was never granted this period).
-/// Returns the new shard's balance per quota and the moves to write with its create. A
-/// session quota moves only inside a live window its donor applied; once the window ended
-/// the new shard opens its own with a fresh share.
-pub fn plan_grant_moves(
+/// What a donor holding `balance` gives a new shard whose ceiling is `share`, when the donor
+/// may keep at most `keep_max`: half its balance in whole tokens (the fraction stays with the
+/// donor, so shards whose balances are whole stay whole), at least what it holds above
+/// `keep_max` (which its next pass would trim), at most `share`, never below zero (a balance
+/// in debt gives nothing). Floor division throughout: a donor that holds more than
+/// `keep_max + share` keeps the excess until its next pass trims it, which happens only when
+/// the shares do not divide the capacity (`cp mod S` millitokens at most).
+///
+/// ```
+/// use dynalimit_core::decide::split_amount;
+/// assert_eq!(split_amount(60_000, 30_000, 30_000), 30_000);
+/// assert_eq!(split_amount(7_000, 30_000, 30_000), 3_000);
+/// assert_eq!(split_amount(12_500, 12_500, 12_500), 6_000);
+/// assert_eq!(split_amount(-4_000, 30_000, 30_000), 0);
+/// ```
+pub fn split_amount(balance: i64, share: i64, keep_max: i64) -> i64 {
+    let b = balance.max(0);
+    let half = b.div_euclid(2).div_euclid(MILLI) * MILLI;
+    let whole_share = share.max(0).div_euclid(MILLI) * MILLI;
+    half.min(whole_share)
+        .max(b.saturating_sub(keep_max))
+        .min(share)
+        .max(0)
+}
+
+/// How a shard being created is funded while other shards of its bucket exist (reference
+/// §12.3, ADR-145, generalised to dripping limits). `siblings` are the other shards as read,
+/// strongly consistent.
+///
+/// * A quota (calendar or session): the grant moved from the sibling whose grant covers slot
+///   `shard` at `shard_count` in the current period (`shard mod gc = donor mod gc`, the
+///   largest `gc`, then the lowest id), `min(cp_eff // S, donor balance)` in whole tokens
+///   (the reference moves the millitokens too; keeping the fraction on the donor leaves
+///   every shard's balance whole when the allowance is, so a 1→32 walk strands no
+///   fractions); with no covering sibling, a fresh share `cp_eff // S` (the slot's part of
+///   the allowance was never granted this period). A session quota moves only inside a live
+///   window its donor applied; once the window ended the new shard opens its own with a
+///   fresh share.
+/// * A dripping limit: a shard of its line ([`line_of`]: the shard it splits from, that
+///   one's, down to shard 0) gives [`split_amount`] of its stored balance (half in whole
+///   tokens, at least what it holds above its share, at most the new shard's share
+///   `cp_eff // S`): the nearest that holds more than its share (tokens of a doubling that
+///   moved nothing, such as zae-limiter's, which its next pass would trim), else the
+///   nearest. The donor's refill since its `rf` stays with it, at the same rate. With no
+///   shard of the line holding the limit, a fresh share: the slot's tokens left the bucket
+///   with the item (a TTL sweep), and the reference does the same.
+///
+/// Returns the new shard's balance per limit and the moves to write with its create.
+pub fn plan_funding(
     limits: &[Limit],
     siblings: &[(u32, BucketImage)],
     shard: u32,
     shard_count: u32,
     now: i64,
-) -> (BTreeMap<String, i64>, Vec<GrantMove>) {
+) -> (BTreeMap<String, i64>, Vec<Move>) {
     let count = i64::from(shard_count.max(1));
     let mut funding = BTreeMap::new();
     let mut moves = Vec::new();
-    for limit in limits.iter().filter(|l| l.is_quota()) {
+    for limit in limits {
         let name = limit.name();
         let share = limit.params_at(now).capacity.div_euclid(count);
-        let donor = siblings
-            .iter()
-            .filter(|(id, _)| *id != shard)
-            .filter_map(|(id, img)| {
-                let state = img.limits.get(name)?;
-                let gc = img.grant(name).0;
-                let covers = i64::from(shard).rem_euclid(gc) == i64::from(*id).rem_euclid(gc);
-                let period = grant_period(limit, img, now)?;
-                covers.then_some((*id, img, state, gc, period))
-            })
-            .max_by_key(|(id, _, _, gc, _)| (*gc, std::cmp::Reverse(*id)));
-        match donor {
-            None => {
-                funding.insert(name.to_owned(), share);
-            }
-            Some((id, img, state, _, period)) => {
+        let found = if limit.is_quota() {
+            grant_donor(limit, siblings, shard, now).map(|(id, img, state, period)| {
                 // Whole tokens: the fraction stays with the donor, so moves never leave
                 // shards holding parts of a token that no whole-token request can spend.
                 let amount = share.min(state.tk).max(0).div_euclid(MILLI) * MILLI;
+                let pin = MovePin::Grant {
+                    donor_gc: img.quotas.get(name).and_then(|q| q.gc),
+                    donor_count: i64::from(img.shards()),
+                    period,
+                };
+                (id, amount, pin)
+            })
+        } else {
+            line_donor(siblings, shard, name, share).map(|(id, img, state)| {
+                let amount = split_amount(state.tk, share, share);
+                let pin = MovePin::Share {
+                    donor_count: img.shards(),
+                };
+                (id, amount, pin)
+            })
+        };
+        match found {
+            None => {
+                funding.insert(name.to_owned(), share);
+            }
+            Some((donor, amount, pin)) => {
                 funding.insert(name.to_owned(), amount);
                 if amount > 0 {
-                    moves.push(GrantMove {
+                    moves.push(Move {
                         limit: name.to_owned(),
-                        donor: id,
+                        donor,
                         amount,
-                        donor_gc: img.quotas.get(name).and_then(|q| q.gc),
-                        donor_count: i64::from(img.shards()),
-                        period,
+                        pin,
                     });
                 }
             }
         }
     }
     (funding, moves)
+}
+
+/// The shard of `shard`'s line ([`line_of`]) among `siblings` that funds its dripping
+/// limit `name` of share `share`: the nearest that holds more than its share (tokens of a
+/// split that moved nothing, which its next pass would trim), else the nearest that holds
+/// the limit. `None` when no shard of the line exists: the new shard's share is fresh.
+fn line_donor<'a>(
+    siblings: &'a [(u32, BucketImage)],
+    shard: u32,
+    name: &str,
+    share: i64,
+) -> Option<(u32, &'a BucketImage, &'a LimitState)> {
+    let mut line = line_of(shard).filter_map(|at| {
+        let (_, img) = siblings.iter().find(|(id, _)| *id == at)?;
+        Some((at, img, img.limits.get(name)?))
+    });
+    let nearest = line.next()?;
+    let mut line = std::iter::once(nearest).chain(line);
+    Some(
+        line.find(|(_, _, state)| state.tk > share)
+            .unwrap_or(nearest),
+    )
+}
+
+/// The shards `shard` splits from, nearest first: [`split_from`] repeated down to shard 0
+/// (none for shard 0).
+///
+/// ```
+/// use dynalimit_core::decide::line_of;
+/// assert_eq!(line_of(13).collect::<Vec<_>>(), [5, 1, 0]);
+/// assert_eq!(line_of(0).count(), 0);
+/// ```
+pub fn line_of(shard: u32) -> impl Iterator<Item = u32> {
+    std::iter::successors((shard > 0).then(|| split_from(shard)), |&at| {
+        (at > 0).then(|| split_from(at))
+    })
+}
+
+/// The sibling whose grant of `limit` covers slot `shard` in the current period (the largest
+/// grant count, then the lowest id), with its state and the period pin.
+fn grant_donor<'a>(
+    limit: &Limit,
+    siblings: &'a [(u32, BucketImage)],
+    shard: u32,
+    now: i64,
+) -> Option<(u32, &'a BucketImage, &'a LimitState, MovePeriod)> {
+    let name = limit.name();
+    siblings
+        .iter()
+        .filter(|(id, _)| *id != shard)
+        .filter_map(|(id, img)| {
+            let state = img.limits.get(name)?;
+            let gc = img.grant(name).0;
+            let covers = i64::from(shard).rem_euclid(gc) == i64::from(*id).rem_euclid(gc);
+            let period = grant_period(limit, img, now)?;
+            covers.then_some((*id, img, state, gc, period))
+        })
+        .max_by_key(|(id, _, _, gc, _)| (*gc, std::cmp::Reverse(*id)))
+        .map(|(id, img, state, _, period)| (id, img, state, period))
 }
 
 /// The period pin of a donor's grant, when its grant is of the current period: a calendar
@@ -1611,6 +1737,190 @@ fn grant_period(limit: &Limit, img: &BucketImage, now: i64) -> Option<MovePeriod
     }
     let edge = limit.reset()?.prev_edge(now).unwrap_or(i64::MIN);
     (img.rf >= edge).then_some(MovePeriod::Calendar { edge })
+}
+
+/// A shard created whole from a donor shard's item (by a split, [`plan_split`], or by an
+/// aggregator's pre-creation): the donor's item with this shard's keys, `shard_count`, `rf`
+/// and `vu`; every limit holding its balance from `balances` (0 when not named), nothing
+/// consumed (`tc = 0`); the `wcu` block full (it is never divided); a quota's grant sized at
+/// the new count, no top-ups, the donor's reset counter; a session quota's window started at
+/// `windows`' start and applied (`ws = wa`, no `wtc`), or the donor's when not named. Owner
+/// stamps, schedules, `ttl`, soft and bypass stamps are the donor's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewShard {
+    /// The shard created.
+    pub shard: u32,
+    /// Its `shard_count`.
+    pub shard_count: u32,
+    /// Its `rf`.
+    pub rf: i64,
+    /// Its balance per limit, millitokens.
+    pub balances: BTreeMap<String, i64>,
+    /// The window start each session quota holds, applied.
+    pub windows: BTreeMap<String, i64>,
+    /// Its `vu` (`None`: none).
+    pub vu: Option<i64>,
+}
+
+impl NewShard {
+    /// The image of the shard created from `donor`'s item (the table format's
+    /// `bucket::clone_for_shard` writes the same item).
+    pub fn image(&self, donor: &BucketImage) -> BucketImage {
+        let mut img = donor.clone();
+        img.rf = self.rf;
+        img.shard_count = self.shard_count;
+        img.vu = self.vu;
+        for (name, state) in &mut img.limits {
+            state.tk = self.balances.get(name).copied().unwrap_or(0);
+            state.tc = 0;
+        }
+        if let Some(w) = &mut img.wcu {
+            w.tk = w.cp;
+            w.tc = 0;
+        }
+        let quotas: Vec<String> = donor.quota_names().cloned().collect();
+        for name in quotas {
+            let q = img.quotas.entry(name).or_default();
+            q.gc = Some(i64::from(self.shard_count));
+            q.tu = None;
+        }
+        for (name, w) in &mut img.windows {
+            if let Some(&start) = self.windows.get(name) {
+                w.ws = Some(start);
+                w.wa = Some(start);
+            }
+            w.wtc = None;
+        }
+        img
+    }
+}
+
+/// A doubling of a bucket from `from` to `to` shards, written as one transaction (the
+/// split): every existing shard `i < from` gives part of each balance to the shard
+/// `i + from` it splits into, which the same transaction creates ([`Split`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitPlan {
+    /// The shard count read on shard 0 (every donor's, pinned).
+    pub from: u32,
+    /// The shard count written on every donor and new shard.
+    pub to: u32,
+    /// One per existing shard below `from`.
+    pub splits: Vec<Split>,
+}
+
+/// One existing shard's part of a split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Split {
+    /// The existing shard, `i < from`.
+    pub donor: u32,
+    /// Its rf-locked write (reference §3.7.2), materialised to now at `from` shards with
+    /// nothing consumed, each limit's balance less what it gives: the refill it earned at the
+    /// old share is kept, and `rf` moves to now, from where both halves refill at the new one.
+    pub write: RefillPlan,
+    /// The shard it splits into, created with what it was given; `None` when that shard
+    /// exists already (an item another writer left), which the split leaves alone.
+    pub shard: Option<NewShard>,
+}
+
+impl SplitPlan {
+    /// The millitokens of `limit` the split moves, over every new shard.
+    pub fn moved(&self, limit: &str) -> i64 {
+        self.splits
+            .iter()
+            .filter_map(|s| s.shard.as_ref()?.balances.get(limit))
+            .sum()
+    }
+}
+
+/// Plans the split of a bucket from `from` to `to = 2 × from` shards at `now`, given every
+/// shard read (strongly consistent) below `to`.
+///
+/// Each existing shard `i < from` is materialised by the rf-locked write a slow pass with
+/// nothing consumed would make (refill at the old share, a quota's new period, a session
+/// window applied or opened), then gives [`split_amount`] of each limit's balance to shard
+/// `i + from`: half in whole tokens, at least what it would hold above its new share (a
+/// dripping limit's ceiling falls to `cp // to`; a quota keeps its grant, so only the new
+/// shard's share bounds it), at most the new shard's share `cp_eff // to`. Nothing is handed
+/// out twice: what a donor gives it no longer holds. Nothing is stranded: the two hold what
+/// the donor held. The odd millitoken of a share that does not divide stays with the donor,
+/// and its next pass trims it when it is full; the whole-token rule keeps the fraction of a
+/// balance with the donor, where a later refill or request spends it.
+///
+/// `None` when the bucket cannot be split this way: shard 0 is missing, or an existing shard
+/// below `from` is disabled, carries what the core profile cannot interpret, or holds another
+/// shard count than `from` (the caller raises a lagging one first). A shard below `from` that
+/// is missing is left missing, with its twin: either is funded when it is created
+/// ([`plan_funding`]).
+pub fn plan_split(
+    shards: &[(u32, BucketImage)],
+    from: u32,
+    to: u32,
+    now: i64,
+) -> Option<SplitPlan> {
+    if !shards.iter().any(|(id, _)| *id == 0) {
+        return None;
+    }
+    let mut splits = Vec::new();
+    for (id, img) in shards.iter().filter(|(id, _)| *id < from) {
+        if img.disabled || img.unsupported_reason().is_some() || img.shards() != from.max(1) {
+            return None;
+        }
+        let Plan::Write(mut write) = plan_refill(
+            img,
+            &[],
+            &BTreeMap::new(),
+            now,
+            TtlAction::Keep,
+            &Stamps::default(),
+        ) else {
+            return None;
+        };
+        let twin = id + from;
+        let exists = shards.iter().any(|(s, _)| *s == twin);
+        let mut balances = BTreeMap::new();
+        let mut windows = BTreeMap::new();
+        for w in write.writes.iter_mut().filter(|w| w.seed.is_none()) {
+            if let Some(ws) = w.window.and_then(|win| win.ws) {
+                windows.insert(w.name.clone(), ws);
+            }
+            let Some(state) = img.limits.get(&w.name) else {
+                continue;
+            };
+            if exists {
+                continue;
+            }
+            let quota = img.resets.contains_key(&w.name) || img.window_length(&w.name).is_some();
+            let schedule = img.schedule(&w.name);
+            let (share, keep_max) = if quota {
+                let share = quota_params(state, schedule, i64::from(to), 0, now).ceiling;
+                (share, i64::MAX)
+            } else {
+                let share = state.params_at(schedule, to, now).ceiling;
+                (share, share)
+            };
+            let delta = w.add_tk;
+            let amount = split_amount(state.tk + delta, share, keep_max);
+            w.add_tk = delta - amount;
+            // The donor's balance may have been spent since the read: it must still cover
+            // what it gives (hard case 3's floor, with the move as the consumption).
+            w.floor = (amount - delta > 0).then_some(amount - delta);
+            balances.insert(w.name.clone(), amount);
+        }
+        let shard = (!exists).then_some(NewShard {
+            shard: twin,
+            shard_count: to,
+            rf: write.rf_new,
+            balances,
+            windows,
+            vu: write.vu.next,
+        });
+        splits.push(Split {
+            donor: *id,
+            write,
+            shard,
+        });
+    }
+    Some(SplitPlan { from, to, splits })
 }
 
 /// A per-limit guard of a credit (reference §3.9, hard case 5): the credit may land only while
@@ -1843,7 +2153,8 @@ pub fn shard_in(from: u32, to: u32, r: u32) -> u32 {
 /// The shard that `shard` was split from: the doubling that brought shard `k` into use
 /// (from a count of `2^m` with `2^m <= k < 2^(m+1)`) split shard `k - 2^m`. Shard 0 is its own.
 ///
-/// A new shard starts empty ([`plan_create`]); its older twin is where the split's tokens are.
+/// A split funds shard `k` from that shard ([`plan_split`]); a shard created later is funded
+/// from the nearest one of its line that exists ([`plan_funding`]).
 ///
 /// ```
 /// use dynalimit_core::decide::split_from;

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::bucket::WCU;
-use dynalimit_core::decide::{BucketImage, CreatePlan, LimitState, QuotaState, WindowState};
+use dynalimit_core::decide::{
+    BucketImage, CreatePlan, LimitState, NewShard, QuotaState, WindowState,
+};
 use dynalimit_core::schedule::{ResetSchedule, Schedule, Zone};
 
 use crate::attr::{self, BucketField, QuotaField, bucket_limit, parse_bucket_limit};
@@ -619,33 +621,34 @@ impl Meta {
     }
 }
 
-/// Shard `shard` of the bucket whose shard 0 now holds `image` with `count` shards, as an
-/// aggregator pre-creates it (§7.3, path 2): a copy of the image with the shard's keys (`PK`,
-/// `GSI2SK`, `GSI3SK`, `GSI4SK`), `shard_count = count`, `tc = 0`, `rf = now`, no `vu`
-/// unless a limit is scheduled or a quota (its schedules and boundary are shard 0's), a
-/// quota's grant count the new count and no top-ups, the `wcu` block full (it is never divided) and every limit empty: the tokens of the split
-/// bucket are held by the shards that existed before, so a new shard fills by refill, as
-/// `dynalimit_core::decide::plan_create` creates one.
-pub fn clone_for_shard(image: &Item, ns: &str, key: &BucketKey, count: u32, now: i64) -> Item {
+/// The item of a shard created from a donor shard's item `image` (a split, or an
+/// aggregator's pre-creation, §7.3 path 2), as `new` describes it
+/// ([`dynalimit_core::decide::NewShard`], whose `image` is this item's image): a copy of the
+/// donor with the shard's keys (`PK`, `GSI2SK`, `GSI3SK`, `GSI4SK`), `shard_count`, `rf` and
+/// `vu` (removed when `None`); every limit holding its balance (`tc = 0`); the `wcu` block
+/// full (it is never divided); a quota's grant count the new count and no top-ups; a session
+/// quota's window started where `new` says and applied (`wa = ws`), no `wtc`.
+pub fn clone_for_shard(image: &Item, ns: &str, key: &BucketKey, new: &NewShard) -> Item {
     let (entity, resource, shard) = (&key.entity_id, &key.resource, key.shard);
     let mut item = image.clone();
     let img = image_from_item(image);
-    if img.schedules.is_empty() && img.resets.is_empty() && img.windows.is_empty() {
-        item.remove(attr::VU);
-    }
-    // A quota's grant on the new shard is sized at the new count, and empty; the period's
-    // top-ups stay with the shards that hold them. A session quota keeps shard 0's window
-    // (its start, applied), and nothing spent on the new shard is charged to it (`wtc = 0`).
-    let quotas: Vec<String> = img.quota_names().cloned().collect();
-    for name in &quotas {
-        item.insert(
-            attr::bucket_quota(name, QuotaField::Gc),
-            num(i64::from(count)),
-        );
+    match new.vu {
+        Some(vu) => item.insert(attr::VU.to_owned(), num(vu)),
+        None => item.remove(attr::VU),
+    };
+    // A quota's grant on the new shard is sized at the new count; the period's top-ups stay
+    // with the shards that hold them.
+    let count = i64::from(new.shard_count);
+    for name in img.quota_names() {
+        item.insert(attr::bucket_quota(name, QuotaField::Gc), num(count));
         item.remove(&attr::bucket_quota(name, QuotaField::Tu));
-        if item.contains_key(&attr::bucket_quota(name, QuotaField::Wtc)) {
-            item.insert(attr::bucket_quota(name, QuotaField::Wtc), num(0));
+    }
+    for name in img.windows.keys() {
+        if let Some(&start) = new.windows.get(name) {
+            item.insert(attr::bucket_quota(name, QuotaField::Ws), num(start));
+            item.insert(attr::bucket_quota(name, QuotaField::Wa), num(start));
         }
+        item.remove(&attr::bucket_quota(name, QuotaField::Wtc));
     }
     for (name, value) in [
         (attr::PK, keys::bucket_pk(ns, entity, resource, shard)),
@@ -655,11 +658,14 @@ pub fn clone_for_shard(image: &Item, ns: &str, key: &BucketKey, count: u32, now:
     ] {
         item.insert(name.to_owned(), AttributeValue::S(value));
     }
-    item.insert(attr::SHARD_COUNT.to_owned(), num(i64::from(count)));
-    item.insert(attr::RF.to_owned(), num(now));
+    item.insert(attr::SHARD_COUNT.to_owned(), num(count));
+    item.insert(attr::RF.to_owned(), num(new.rf));
     let wcu = img.wcu.map(|w| (WCU.to_owned(), w.cp));
-    let empty = img.limits.keys().map(|name| (name.clone(), 0));
-    for (name, tk) in empty.chain(wcu) {
+    let balances = img
+        .limits
+        .keys()
+        .map(|name| (name.clone(), new.balances.get(name).copied().unwrap_or(0)));
+    for (name, tk) in balances.chain(wcu) {
         item.insert(bucket_limit(&name, BucketField::Tk), num(tk));
         item.insert(bucket_limit(&name, BucketField::Tc), num(0));
     }
@@ -820,7 +826,7 @@ mod tests {
     }
 
     #[test]
-    fn a_clone_starts_empty_with_a_full_wcu_and_its_own_keys() {
+    fn a_clone_holds_its_balances_a_full_wcu_and_its_own_keys() {
         let mut shard0 = key(keys::bucket_pk("ns1", "hot", "gpt-4", 0), keys::STATE_SK);
         for (k, v) in [
             ("rf", n(1_000_000)),
@@ -832,6 +838,11 @@ mod tests {
             ("b_rpm_ra", n(100_000)),
             ("b_rpm_rp", n(60_000)),
             ("b_rpm_tc", n(77_000)),
+            ("b_tpm_tk", n(9_000)),
+            ("b_tpm_cp", n(100_000)),
+            ("b_tpm_ra", n(100_000)),
+            ("b_tpm_rp", n(60_000)),
+            ("b_tpm_tc", n(1_000)),
             ("b_wcu_tk", n(10_000)),
             ("b_wcu_cp", n(1_000_000)),
             ("b_wcu_ra", n(1_000_000)),
@@ -841,7 +852,15 @@ mod tests {
             shard0.insert(k.to_owned(), v);
         }
         let key3 = BucketKey::new("hot", "gpt-4", 3);
-        let clone = clone_for_shard(&shard0, "ns1", &key3, 4, 2_000_000);
+        let new = NewShard {
+            shard: 3,
+            shard_count: 4,
+            rf: 2_000_000,
+            balances: [("rpm".to_owned(), 1_000)].into(),
+            windows: Default::default(),
+            vu: None,
+        };
+        let clone = clone_for_shard(&shard0, "ns1", &key3, &new);
         let num = |k: &str| get_i64(&clone, k);
         let text = |k: &str| get_str(&clone, k).map(str::to_owned);
         assert_eq!(text("PK"), Some(keys::bucket_pk("ns1", "hot", "gpt-4", 3)));
@@ -852,14 +871,72 @@ mod tests {
         assert_eq!(num("rf"), Some(2_000_000));
         assert_eq!(num("vu"), None);
         assert_eq!(num("ttl"), Some(99));
-        assert_eq!((num("b_rpm_tk"), num("b_rpm_tc")), (Some(0), Some(0)));
+        assert_eq!((num("b_rpm_tk"), num("b_rpm_tc")), (Some(1_000), Some(0)));
+        assert_eq!((num("b_tpm_tk"), num("b_tpm_tc")), (Some(0), Some(0)));
         assert_eq!(num("b_rpm_cp"), Some(100_000), "capacity stays undivided");
         assert_eq!(
             (num("b_wcu_tk"), num("b_wcu_tc")),
             (Some(1_000_000), Some(0))
         );
         assert_eq!(bucket_pk_of(&clone).map(|k| k.shard), Some(3));
-        assert_eq!(consumed(&shard0).collect::<Vec<_>>(), [("rpm", 77_000)]);
+        assert_eq!(
+            consumed(&shard0).collect::<BTreeMap<_, _>>(),
+            BTreeMap::from([("rpm", 77_000), ("tpm", 1_000)])
+        );
+        assert_eq!(
+            image_from_item(&clone),
+            new.image(&image_from_item(&shard0))
+        );
+    }
+
+    #[test]
+    fn a_clone_of_quotas_reads_as_the_core_describes_it() {
+        use dynalimit_core::schedule::Zone;
+        let limits = [
+            Limit::quota_per_day("q", 40, Zone::get("Europe/Paris").unwrap()),
+            Limit::session_quota("s", 40, 600),
+            Limit::per_minute("rpm", 40).soft(),
+        ];
+        let soft = Stamps {
+            names: ["rpm".to_owned()].into(),
+            until: T0 + 60_000,
+            restamp: true,
+            ..Stamps::default()
+        };
+        let Plan::Write(plan) = plan_create(&limits, &BTreeMap::new(), 2, 0, T0, Some(7), &soft)
+        else {
+            panic!("a create");
+        };
+        let owner = Owner {
+            cascade: true,
+            parent_id: Some("org".into()),
+            pgen: Some(3),
+            pinc: Some("i".into()),
+        };
+        let mut donor = create_item("ns1", &BucketKey::new("k", "r", 0), &plan, &owner);
+        donor.insert("b_q_tu".to_owned(), num(5_000));
+        donor.insert("b_q_rn".to_owned(), num(2));
+        donor.insert("b_s_wtc".to_owned(), num(3_000));
+        let new = NewShard {
+            shard: 2,
+            shard_count: 4,
+            rf: T0 + 5,
+            balances: [("q".to_owned(), 7_000), ("s".to_owned(), 2_000)].into(),
+            windows: [("s".to_owned(), T0 + 1)].into(),
+            vu: Some(T0 + 9),
+        };
+        let clone = clone_for_shard(&donor, "ns1", &BucketKey::new("k", "r", 2), &new);
+        let img = image_from_item(&clone);
+        assert_eq!(img, new.image(&image_from_item(&donor)));
+        assert!(img.unsupported.is_empty(), "{:?}", img.unsupported);
+        assert_eq!(img.quotas["q"].gc, Some(4));
+        assert_eq!((img.quotas["q"].tu, img.quotas["q"].rn), (None, Some(2)));
+        assert_eq!(img.windows["s"].ws, Some(T0 + 1));
+        assert_eq!(img.windows["s"].wa, Some(T0 + 1));
+        assert_eq!(img.windows["s"].wtc, None);
+        assert_eq!(img.soft["rpm"], T0 + 60_000);
+        assert_eq!((img.ttl, img.parent_id.as_deref()), (Some(7), Some("org")));
+        assert_eq!(img.limits["rpm"].tk, 0);
     }
 
     #[test]

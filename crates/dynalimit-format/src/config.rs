@@ -84,7 +84,8 @@ pub enum DisabledFlag {
     Disabled,
     /// `false`: explicitly enforced (overrides a disabled level below).
     Enabled,
-    /// `"bypass"`: limits not enforced (written by zae-limiter 0.17; dynalimit enforces them).
+    /// `"bypass"`: limits not enforced (zae-limiter 0.17): every request is admitted and
+    /// counted, and no balance is debited.
     Bypass,
 }
 

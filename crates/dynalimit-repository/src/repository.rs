@@ -1,12 +1,12 @@
 //! The [`Repository`]: one table, one namespace, shared clients and caches.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use aws_config::{Region, SdkConfig};
 use aws_sdk_dynamodb::Client;
+use dynalimit_core::bounded::BoundedMap;
 use dynalimit_core::{Clock, SystemClock, ids};
 use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::version::{self, VersionRecord};
@@ -28,6 +28,11 @@ pub const DEFAULT_CONFIG_CACHE_TTL: Duration = Duration::from_secs(60);
 /// The default bucket TTL multiplier (reference §2.6).
 pub const DEFAULT_BUCKET_TTL_MULTIPLIER: u32 = 7;
 
+/// The ids of at most this many namespaces are remembered per repository.
+pub(crate) const MAX_NAMESPACE_IDS: usize = 1_024;
+/// A namespace id not looked up for this long may be forgotten.
+const NAMESPACE_ID_IDLE: Duration = Duration::from_secs(3600);
+
 /// State shared by every namespace scope of one repository.
 pub(crate) struct Shared {
     pub(crate) client: Client,
@@ -37,8 +42,9 @@ pub(crate) struct Shared {
     pub(crate) bucket_ttl_multiplier: u32,
     /// Who is named as the principal of audit events.
     pub(crate) principal: Option<String>,
-    /// name → id of registered namespaces seen by this process.
-    pub(crate) namespace_ids: Mutex<HashMap<String, String>>,
+    /// name → id of registered namespaces seen by this process (at most
+    /// [`MAX_NAMESPACE_IDS`]; a forgotten one costs a read of its registry record).
+    pub(crate) namespace_ids: Mutex<BoundedMap<String, String>>,
     /// Whether the fast path may carry `UpdateItem`s.
     pub(crate) fast_path: bool,
     /// Handed to the fast path, which counts its requests there.
@@ -742,7 +748,7 @@ impl RepositoryBuilder {
                 .bucket_ttl_multiplier
                 .unwrap_or(DEFAULT_BUCKET_TTL_MULTIPLIER),
             principal: self.principal.clone(),
-            namespace_ids: Mutex::new(HashMap::new()),
+            namespace_ids: Mutex::new(BoundedMap::new(MAX_NAMESPACE_IDS, NAMESPACE_ID_IDLE)),
             fast_path: self.fast_path.unwrap_or_else(|| {
                 !std::env::var("DYNALIMIT_FAST_PATH")
                     .is_ok_and(|v| matches!(v.as_str(), "0" | "false" | "off"))

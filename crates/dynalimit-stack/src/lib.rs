@@ -90,6 +90,21 @@ pub struct StackOptions {
     /// DynamoDB deletion protection of the table (default on). The stack retains the table
     /// when it is deleted either way.
     pub deletion_protection: bool,
+    /// ARN of a customer managed KMS key (`arn:aws:kms:REGION:ACCOUNT:key/ID`, symmetric, in
+    /// the stack's region) that encrypts the table, its indexes, stream and backups, and the
+    /// aggregator's log group. `None` keeps the AWS owned keys. The code bucket and the
+    /// dead-letter queue hold no table data and keep their AWS managed encryption.
+    ///
+    /// With a key, the managed policy `TableKeyPolicy` (output `TableKeyPolicyArn`) grants
+    /// `kms:Decrypt` on it for this table's encryption context only: DynamoDB decrypts the
+    /// table key on behalf of whoever reads or writes an item. The roles the stack creates
+    /// carry it; a principal given one of the six policies, or an existing role given as
+    /// `aggregator_role_name`, needs it attached too. The key policy must let the account's IAM
+    /// policies grant its use (as the default key policy does) and let
+    /// `logs.REGION.amazonaws.com` use it; the principal that deploys needs
+    /// `kms:CreateGrant`, `kms:DescribeKey`, `kms:Encrypt`, `kms:Decrypt`, `kms:ReEncrypt*` and
+    /// `kms:GenerateDataKey*` on it.
+    pub kms_key_arn: Option<String>,
     /// CloudWatch alarms.
     pub alarms: bool,
     /// SNS topic the alarms notify.
@@ -126,6 +141,7 @@ impl Default for StackOptions {
             stream_max_retries: 3,
             pitr_recovery_days: Some(MAX_PITR_RECOVERY_DAYS),
             deletion_protection: true,
+            kms_key_arn: None,
             alarms: true,
             alarm_topic_arn: None,
             iterator_age_threshold_ms: 60_000,
@@ -237,6 +253,15 @@ impl StackOptions {
                 return Err(invalid(field, arn, "must be an ARN"));
             }
         }
+        if let Some(arn) = &self.kms_key_arn
+            && !is_kms_key_arn(arn)
+        {
+            return Err(invalid(
+                "kms key",
+                arn,
+                "must be the ARN of a KMS key (arn:aws:kms:REGION:ACCOUNT:key/ID), not an alias",
+            ));
+        }
         Ok(())
     }
 
@@ -257,6 +282,7 @@ impl StackOptions {
                     .to_string(),
             ),
             ("EnableDeletionProtection", flag(self.deletion_protection)),
+            ("KmsKeyArn", opt(&self.kms_key_arn)),
             ("EnableAggregator", flag(self.aggregator)),
             ("AggregatorArchitecture", self.architecture.clone()),
             ("LambdaMemorySize", self.lambda_memory_mb.to_string()),
@@ -290,6 +316,30 @@ impl StackOptions {
             ("RoleNameFormat", opt(&self.role_name_format)),
         ]
     }
+}
+
+/// Whether `arn` is what the template's `KmsKeyArn` accepts:
+/// `arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-zA-Z0-9-]+` (a key ARN; CloudWatch Logs
+/// takes no alias or bare key id).
+fn is_kms_key_arn(arn: &str) -> bool {
+    let parts: Vec<&str> = arn.split(':').collect();
+    let [scheme, partition, service, region, account, resource] = parts.as_slice() else {
+        return false;
+    };
+    let id = resource.strip_prefix("key/").unwrap_or_default();
+    *scheme == "arn"
+        && partition
+            .strip_prefix("aws")
+            .is_some_and(|rest| rest.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'))
+        && *service == "kms"
+        && !region.is_empty()
+        && region
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && account.len() == 12
+        && account.bytes().all(|b| b.is_ascii_digit())
+        && !id.is_empty()
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 /// The state of a stack.
@@ -527,32 +577,48 @@ impl StackManager {
         Ok(true)
     }
 
+    /// Deletes every object of `bucket`. The code bucket keeps versions, so each version and
+    /// delete marker is deleted by its id (an object of an unversioned bucket has the version
+    /// `null`); CloudFormation deletes only an empty bucket.
     async fn empty_bucket(&self, bucket: &str) -> Result<(), StackError> {
-        let mut pages = self
-            .s3
-            .list_objects_v2()
-            .bucket(bucket)
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = match page {
+        let mut key_marker = None;
+        let mut version_marker = None;
+        loop {
+            let page = match self
+                .s3
+                .list_object_versions()
+                .bucket(bucket)
+                .set_key_marker(key_marker)
+                .set_version_id_marker(version_marker)
+                .send()
+                .await
+            {
                 Ok(page) => page,
                 Err(e) if e.code() == Some("NoSuchBucket") => return Ok(()),
-                Err(e) => return Err(classify("ListObjectsV2", e)),
+                Err(e) => return Err(classify("ListObjectVersions", e)),
             };
-            for object in page.contents() {
-                if let Some(key) = object.key() {
-                    self.s3
-                        .delete_object()
-                        .bucket(bucket)
-                        .key(key)
-                        .send()
-                        .await
-                        .map_err(|e| classify("DeleteObject", e))?;
-                }
+            let versions = page.versions().iter().map(|v| (v.key(), v.version_id()));
+            let markers = page
+                .delete_markers()
+                .iter()
+                .map(|m| (m.key(), m.version_id()));
+            for (key, version) in versions.chain(markers) {
+                let Some(key) = key else { continue };
+                self.s3
+                    .delete_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .set_version_id(version.map(str::to_string))
+                    .send()
+                    .await
+                    .map_err(|e| classify("DeleteObject", e))?;
             }
+            if page.is_truncated() != Some(true) {
+                return Ok(());
+            }
+            key_marker = page.next_key_marker().map(str::to_string);
+            version_marker = page.next_version_id_marker().map(str::to_string);
         }
-        Ok(())
     }
 
     async fn expect_status(&self) -> Result<StackInfo, StackError> {
@@ -775,7 +841,7 @@ mod tests {
 
     #[test]
     fn bad_options_are_refused() {
-        let cases: [fn(&mut StackOptions); 9] = [
+        let cases: [fn(&mut StackOptions); 12] = [
             |o| o.architecture = "mips".into(),
             |o| o.lambda_memory_mb = 64,
             |o| o.lambda_timeout_seconds = 901,
@@ -785,12 +851,54 @@ mod tests {
             |o| o.pitr_recovery_days = Some(36),
             |o| o.role_name_format = Some("no-placeholder".into()),
             |o| o.alarm_topic_arn = Some("topic".into()),
+            |o| o.kms_key_arn = Some("alias/dynalimit".into()),
+            |o| o.kms_key_arn = Some("arn:aws:kms:eu-west-1:123456789012:alias/dynalimit".into()),
+            |o| o.kms_key_arn = Some(String::new()),
         ];
         for change in cases {
             let mut o = StackOptions::default();
             change(&mut o);
             assert!(matches!(o.validate(), Err(StackError::Validation(_))));
         }
+    }
+
+    #[test]
+    fn kms_keys_are_key_arns_of_any_partition() {
+        for good in [
+            "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+            "arn:aws-us-gov:kms:us-gov-west-1:123456789012:key/mrk-1234abcd12ab34cd56ef1234567890ab",
+            "arn:aws-cn:kms:cn-north-1:123456789012:key/k",
+        ] {
+            assert!(is_kms_key_arn(good), "{good}");
+            let o = StackOptions {
+                kms_key_arn: Some(good.into()),
+                ..StackOptions::default()
+            };
+            o.validate().unwrap();
+            assert!(o.parameters().contains(&("KmsKeyArn", good.to_string())));
+        }
+        for bad in [
+            "",
+            "1234abcd-12ab-34cd-56ef-1234567890ab",
+            "alias/dynalimit",
+            "arn:aws:kms:eu-west-1:123456789012:alias/dynalimit",
+            "arn:aws:kms:eu-west-1:12345678901:key/k",
+            "arn:aws:kms:eu-west-1:123456789012:key/",
+            "arn:aws:kms:eu-west-1:123456789012:key/k/extra",
+            "arn:aws:kms:eu-west-1:123456789012:key/k:x",
+            "arn:aws:s3:eu-west-1:123456789012:key/k",
+            "arn:gcp:kms:eu-west-1:123456789012:key/k",
+            "arn:aws:kms::123456789012:key/k",
+            "arn:aws:kms:EU-WEST-1:123456789012:key/k",
+        ] {
+            assert!(!is_kms_key_arn(bad), "{bad}");
+        }
+        // None leaves the parameter empty: the template then changes nothing.
+        assert!(
+            StackOptions::default()
+                .parameters()
+                .contains(&("KmsKeyArn", String::new()))
+        );
     }
 
     #[test]

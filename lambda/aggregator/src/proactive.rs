@@ -8,15 +8,18 @@
 //!   the `rf` lock with pins on `vu`, `shard_count` and each raised balance. A lost condition
 //!   means a client moved first; it is skipped silently.
 //! * **Doubling**: on shard 0, when `wcu` projected to now is below 20 % of its capacity, the
-//!   shard count doubles (cap 32) through the same conditional writes the acquire path uses.
+//!   bucket splits (cap 32) through the same transaction the acquire path uses
+//!   (`BucketStore::double_shards`): every shard gives part of its balances to the new shard
+//!   it splits into, created in the same transaction, so the split adds no token and the new
+//!   shards serve at once.
 //! * **Propagation**: when a record raised `shard_count` on shard 0 from `old` to `new` (a
-//!   client's doubling, another aggregator's, or this one's), the new count is set on shards
-//!   `1..old` under `shard_count < :new`, as the doubling writer itself does: a writer whose
-//!   propagation failed, or whose doubling answer was lost, leaves no shard on the old count
-//!   and the old share. Every shard is tried; the failures are reported. Then shards
-//!   `old..new` are pre-created empty as clones of shard 0's new image
-//!   (`dynalimit_format::bucket::clone_for_shard`) under `attribute_not_exists(PK)`; a clone
-//!   that finds its shard already created is left to the client that created it.
+//!   doubling by a writer that moves nothing, such as zae-limiter's), the new count is set on
+//!   shards `1..old` under `shard_count < :new`: a writer whose propagation failed leaves no
+//!   shard on the old count and the old share. Every shard is tried; the failures are
+//!   reported. Then each of shards `old..new` still missing is pre-created, funded as a
+//!   client's create funds it (`BucketStore::create_shard`: a clone of the nearest shard of
+//!   its line holding what moves from its siblings give it, in one transaction with their
+//!   debits); a shard already created (by a split, or by a client) is left alone.
 //!
 //! Items dynalimit cannot interpret (session windows, a schedule that does not decode) are left
 //! alone, as are disabled ones. A scheduled limit is refilled at the parameters in force; a
@@ -87,10 +90,9 @@ impl Passes<'_> {
         }
         let now = self.clock.epoch_millis();
         for shard in old..new {
-            match store
-                .create_shard(&key.with_shard(shard), image, new, now)
-                .await
-            {
+            // Boxed: the transaction's future is deep, and this pass runs inside the
+            // handler's.
+            match Box::pin(store.create_shard(&key.with_shard(shard), new, now)).await {
                 Ok(true) => report.shards_created += 1,
                 Ok(false) => {}
                 Err(e) => report
@@ -128,7 +130,7 @@ impl Passes<'_> {
             }
             if let Some((from, to)) = plan_proactive_doubling(&img, now) {
                 let key = BucketKey::new(bucket.entity_id.clone(), bucket.resource.clone(), 0);
-                match store.double_shards(&key, from, to).await {
+                match Box::pin(store.double_shards(&key, from, to, now)).await {
                     Ok(doubling) => {
                         if doubling.count == to {
                             report.shards_stamped += 1;

@@ -57,9 +57,9 @@ async fn busy_buckets_are_refilled_under_the_rf_lock_and_hot_ones_double() {
     assert!(again.errors.is_empty(), "{again:?}");
     assert_eq!(read(&table, &ns, 0).await, item);
 
-    // A hot shard 0: wcu at 10 % ⇒ the count doubles from 2 to 4. The doubling moves no
-    // tokens and stamps nothing: shard 0 keeps its balance (trimmed to the new 25-token share
-    // by its next materialising write) and the new shards start empty.
+    // A hot shard 0: wcu at 10 % ⇒ the bucket splits from 2 to 4 shards. Shard 0 (49 of its
+    // 50-token share) gives half in whole tokens (24) to shard 2, created with them, and
+    // keeps 25, its new share; shard 1 was never created, so neither is shard 3.
     let mut settings = Settings::new(table.name());
     settings.proactive_refill = false;
     let agg = Aggregator::with_clock(table.client().clone(), settings, clock);
@@ -72,7 +72,12 @@ async fn busy_buckets_are_refilled_under_the_rf_lock_and_hot_ones_double() {
     let item = read(&table, &ns, 0).await;
     assert_eq!(get_i64(&item, "shard_count"), Some(4));
     assert_eq!(get_i64(&item, "vu"), None);
-    assert_eq!(get_i64(&item, "b_rpm_tk"), Some(50_000 - 1_000));
+    assert_eq!(get_i64(&item, "b_rpm_tk"), Some(25_000));
+    let twin = read(&table, &ns, 2).await;
+    assert_eq!(get_i64(&twin, "shard_count"), Some(4));
+    assert_eq!(get_i64(&twin, "b_rpm_tk"), Some(24_000));
+    assert_eq!(get_i64(&twin, "b_rpm_tc"), Some(0));
+    assert_eq!(get_i64(&twin, "b_wcu_tk"), Some(1_000_000));
 }
 
 #[tokio::test]
@@ -111,14 +116,15 @@ async fn a_count_raised_by_another_writer_reaches_the_older_shards_and_the_new_o
     assert!(report.errors.is_empty(), "{report:?}");
     assert_eq!((report.shards_stamped, report.shards_created), (1, 2));
 
-    // Shard 1: the new count only; its balance is trimmed to the new share by its next
-    // materialising write.
+    // Shard 1: the new count; it gave its twin (shard 3) a share, and what it holds above
+    // its own is trimmed by its next materialising write.
     let shard1 = read(&table, &ns, 1).await;
     assert_eq!(get_i64(&shard1, "shard_count"), Some(4));
-    assert_eq!(get_i64(&shard1, "b_rpm_tk"), Some(100_000));
+    assert_eq!(get_i64(&shard1, "b_rpm_tk"), Some(75_000));
     assert_eq!(get_i64(&shard1, "vu"), None);
-    // Shards 2 and 3: clones of shard 0 with their own keys, starting empty (a funded clone
-    // would add tokens that the older shards still hold).
+    // Shards 2 and 3: clones of shards 0 and 1 with their own keys, each holding the share
+    // its donor moved to it in the clone's transaction (the donors held the doubling's
+    // tokens: nothing is added).
     let mut shares = 0;
     for shard in 0..4 {
         let item = read(&table, &ns, shard).await;
@@ -126,7 +132,7 @@ async fn a_count_raised_by_another_writer_reaches_the_older_shards_and_the_new_o
         assert_eq!(count, 4, "shard {shard}");
         shares += get_i64(&item, "b_rpm_cp").expect("cp") / count;
         if shard >= 2 {
-            assert_eq!(get_i64(&item, "b_rpm_tk"), Some(0));
+            assert_eq!(get_i64(&item, "b_rpm_tk"), Some(25_000));
             assert_eq!(get_i64(&item, "b_rpm_tc"), Some(0));
             assert_eq!(get_i64(&item, "b_wcu_tk"), Some(1_000_000));
             assert_eq!(get_i64(&item, "rf"), Some(T + 1_000));

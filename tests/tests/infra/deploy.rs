@@ -146,6 +146,79 @@ async fn deploy_update_with_code_and_delete_cycle() {
 }
 
 #[tokio::test]
+async fn a_kms_key_is_passed_through_and_a_versioned_code_bucket_is_emptied_on_delete() {
+    let Some(moto) = MotoServer::start() else {
+        return;
+    };
+    let name = "dynalimit-kms";
+    let key = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab";
+    let m = manager(&moto, name).await;
+    let mut options = StackOptions::default();
+    options.kms_key_arn = Some(key.to_owned());
+    let zip = b"PK\x05\x06 moto does not run it";
+    let info = m
+        .deploy(&options, Some(zip), &mut |_| {})
+        .await
+        .expect("create with a key and the code");
+    assert_eq!(info.parameters["KmsKeyArn"], key);
+    assert!(info.outputs.contains_key("AggregatorFunctionArn"));
+    let table = describe(&dynamodb(&moto).await, name).await.unwrap();
+    assert_eq!(schema_mismatches(&table), Vec::<String>::new());
+
+    assert!(info.outputs.contains_key("TableKeyPolicyArn"));
+    // (moto cannot update a table's encryption in place, so the key is not taken away here.)
+
+    // On AWS the template turns versioning on (moto ignores that property, so it is set
+    // here): a replaced and a deleted object leave old versions and a delete marker, which
+    // the stack's deletion removes too, or the bucket would outlive the stack.
+    let bucket = info.outputs["CodeBucketName"].clone();
+    let config = settings(moto.url()).await;
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&config)
+            .force_path_style(true)
+            .build(),
+    );
+    s3.put_bucket_versioning()
+        .bucket(&bucket)
+        .versioning_configuration(
+            aws_sdk_s3::types::VersioningConfiguration::builder()
+                .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("versioning on");
+    for body in [&b"first"[..], &b"second"[..]] {
+        s3.put_object()
+            .bucket(&bucket)
+            .key("aggregator/replaced.zip")
+            .body(body.to_vec().into())
+            .send()
+            .await
+            .expect("put");
+    }
+    s3.delete_object()
+        .bucket(&bucket)
+        .key("aggregator/replaced.zip")
+        .send()
+        .await
+        .expect("delete marker");
+    let versions = s3
+        .list_object_versions()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("versions");
+    assert!(versions.versions().len() >= 2 && !versions.delete_markers().is_empty());
+
+    assert!(m.delete(&mut |_| {}).await.expect("delete"));
+    assert_eq!(m.status().await.unwrap(), None);
+    let gone = s3.head_bucket().bucket(&bucket).send().await;
+    assert!(gone.is_err(), "the code bucket was deleted with the stack");
+    moto.drop_retained_table(name).await;
+}
+
+#[tokio::test]
 async fn repository_open_provisions_a_missing_table_through_the_stack() {
     let Some(moto) = MotoServer::start() else {
         return;

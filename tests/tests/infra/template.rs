@@ -8,7 +8,8 @@ use dynalimit_format::keys::WATERMARK_SK_PREFIX as MARKER_SK_PREFIX;
 use dynalimit_format::schema::TABLE_SCHEMA;
 use dynalimit_stack::StackOptions;
 use dynalimit_tests::template::{
-    condition_holds, created_resources, filter_matches, resources_of_type, template,
+    condition_holds, created_resources, filter_matches, policy_statements, resolve_conditions,
+    resources_of_type, template,
 };
 use serde_json::{Value, json};
 
@@ -339,12 +340,7 @@ fn aggregator_reads_the_stream_with_bisect_partial_batches_and_a_dead_letter_que
 #[test]
 fn iam_policies_separate_acquire_full_and_read_access_and_scope_namespaces() {
     let t = template();
-    let statements = |name: &str| -> Vec<Value> {
-        t["Resources"][name]["Properties"]["PolicyDocument"]["Statement"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{name}"))
-            .clone()
-    };
+    let statements = |name: &str| policy_statements(&t, name, &BTreeMap::new());
     let actions = |s: &Value| -> Vec<String> {
         match &s["Action"] {
             Value::String(a) => vec![a.clone()],
@@ -466,4 +462,198 @@ fn stack_options_set_exactly_the_template_parameters() {
         };
         assert_eq!(default, value, "{name}");
     }
+}
+
+/// A key ARN of the shape the template accepts.
+const KEY: &str = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab";
+
+#[test]
+fn the_code_bucket_keeps_versions_and_refuses_requests_without_tls() {
+    let t = template();
+    let bucket = &t["Resources"]["CodeBucket"]["Properties"];
+    assert_eq!(
+        bucket["VersioningConfiguration"],
+        json!({ "Status": "Enabled" })
+    );
+    // Replaced code stays recoverable for a while, not forever.
+    let rules = bucket["LifecycleConfiguration"]["Rules"]
+        .as_array()
+        .expect("lifecycle rules");
+    assert!(
+        rules.iter().any(|r| r["Status"] == "Enabled"
+            && r["NoncurrentVersionExpiration"]["NoncurrentDays"].is_u64())
+    );
+
+    let policy = &t["Resources"]["CodeBucketPolicy"];
+    assert_eq!(policy["Type"], "AWS::S3::BucketPolicy");
+    assert_eq!(
+        policy["Condition"],
+        t["Resources"]["CodeBucket"]["Condition"]
+    );
+    let p = &policy["Properties"];
+    assert_eq!(p["Bucket"], json!({ "Ref": "CodeBucket" }));
+    let statements = p["PolicyDocument"]["Statement"]
+        .as_array()
+        .expect("statements");
+    // Every request on the bucket and on each object, by anyone, without TLS.
+    assert!(
+        statements.iter().any(|s| *s
+            == json!({
+                "Sid": "DenyWithoutTLS",
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "s3:*",
+                "Resource": [
+                    { "Fn::GetAtt": ["CodeBucket", "Arn"] },
+                    { "Fn::Sub": "${CodeBucket.Arn}/*" },
+                ],
+                "Condition": { "Bool": { "aws:SecureTransport": "false" } },
+            })),
+        "{statements:?}"
+    );
+    // Nothing else is allowed or denied by it: access stays with IAM.
+    assert_eq!(statements.len(), 1);
+    // The policy exists exactly when the bucket does.
+    for parameters in [
+        BTreeMap::new(),
+        BTreeMap::from([("AggregatorCodeKey", "aggregator/x.zip")]),
+        BTreeMap::from([("EnableAggregator", "false")]),
+    ] {
+        let created = created_resources(&t, &parameters);
+        assert_eq!(
+            created.contains(&"CodeBucket".to_owned()),
+            created.contains(&"CodeBucketPolicy".to_owned()),
+            "{parameters:?}"
+        );
+    }
+}
+
+/// Every statement of the managed policies and of the aggregator's role the template creates
+/// for `parameters`, by resource.
+fn every_statement(t: &Value, parameters: &BTreeMap<&str, &str>) -> Vec<(String, Value)> {
+    let created = created_resources(t, parameters);
+    resources_of_type(t, "AWS::IAM::ManagedPolicy")
+        .into_iter()
+        .map(|(id, _)| id.clone())
+        .chain(["AggregatorRole".to_owned()])
+        .filter(|id| created.contains(id))
+        .flat_map(|id| {
+            policy_statements(t, &id, parameters)
+                .into_iter()
+                .map(move |s| (id.clone(), s))
+        })
+        .collect()
+}
+
+fn names_kms(value: &Value) -> bool {
+    value.to_string().contains("kms:")
+}
+
+/// The managed policies each role the stack creates carries, for `parameters`.
+fn role_policies(t: &Value, parameters: &BTreeMap<&str, &str>) -> BTreeMap<String, Value> {
+    ["AggregatorRole", "AppRole", "AdminRole", "ReadOnlyRole"]
+        .into_iter()
+        .map(|role| {
+            let p =
+                resolve_conditions(t, &t["Resources"][role]["Properties"], parameters).expect(role);
+            (role.to_owned(), p["ManagedPolicyArns"].clone())
+        })
+        .collect()
+}
+
+#[test]
+fn without_a_kms_key_the_template_is_as_before() {
+    let t = template();
+    assert_eq!(t["Parameters"]["KmsKeyArn"]["Default"], "");
+    let defaults = BTreeMap::from([("AggregatorCodeKey", "aggregator/x.zip")]);
+    assert!(!condition_holds(&t, "HasKmsKey", &defaults));
+    let resolved =
+        |id: &str| resolve_conditions(&t, &t["Resources"][id]["Properties"], &defaults).expect(id);
+    // DynamoDB's and CloudWatch Logs' own keys: the properties are absent.
+    assert!(
+        resolved("RateLimitsTable")
+            .get("SSESpecification")
+            .is_none()
+    );
+    assert!(resolved("AggregatorLogGroup").get("KmsKeyId").is_none());
+    // No key policy; the roles carry what they carried; no statement names KMS.
+    assert!(!created_resources(&t, &defaults).contains(&"TableKeyPolicy".to_owned()));
+    assert_eq!(
+        Value::from_iter(role_policies(&t, &defaults)),
+        json!({
+            "AggregatorRole": null,
+            "AppRole": [{ "Ref": "AcquireOnlyPolicy" }],
+            "AdminRole": [{ "Ref": "FullAccessPolicy" }],
+            "ReadOnlyRole": [{ "Ref": "ReadOnlyPolicy" }],
+        })
+    );
+    for (id, statement) in every_statement(&t, &defaults) {
+        assert!(!names_kms(&statement), "{id}: {statement}");
+    }
+}
+
+#[test]
+fn a_kms_key_encrypts_the_table_and_the_logs_and_is_granted_for_this_table_only() {
+    let t = template();
+    let param = &t["Parameters"]["KmsKeyArn"];
+    // A key ARN (CloudWatch Logs takes no alias), or empty.
+    assert_eq!(
+        param["AllowedPattern"],
+        "^(arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-zA-Z0-9-]+)?$"
+    );
+    let without_key = BTreeMap::from([("AggregatorCodeKey", "aggregator/x.zip")]);
+    let with_key = BTreeMap::from([
+        ("AggregatorCodeKey", "aggregator/x.zip"),
+        ("KmsKeyArn", KEY),
+    ]);
+    assert!(condition_holds(&t, "HasKmsKey", &with_key));
+    let resolved = |id: &str, parameters: &BTreeMap<&str, &str>| {
+        resolve_conditions(&t, &t["Resources"][id]["Properties"], parameters).expect(id)
+    };
+    let key = json!({ "Ref": "KmsKeyArn" });
+    assert_eq!(
+        resolved("RateLimitsTable", &with_key)["SSESpecification"],
+        json!({ "SSEEnabled": true, "SSEType": "KMS", "KMSMasterKeyId": key })
+    );
+    assert_eq!(resolved("AggregatorLogGroup", &with_key)["KmsKeyId"], key);
+    // The code bucket and the dead-letter queue hold no table data: unchanged by the key.
+    for id in ["CodeBucket", "AggregatorDLQ"] {
+        assert_eq!(resolved(id, &with_key), resolved(id, &without_key), "{id}");
+        assert!(!names_kms(&t["Resources"][id]), "{id}");
+    }
+
+    // DynamoDB decrypts the table key on behalf of each principal that reads or writes items
+    // (the aggregator also the stream): one policy grants kms:Decrypt on this key, for this
+    // table's encryption context, and nothing else of KMS.
+    assert!(created_resources(&t, &with_key).contains(&"TableKeyPolicy".to_owned()));
+    assert_eq!(
+        policy_statements(&t, "TableKeyPolicy", &with_key),
+        [json!({
+            "Sid": "TableKey",
+            "Effect": "Allow",
+            "Action": "kms:Decrypt",
+            "Resource": key,
+            "Condition": { "StringEquals": {
+                "kms:EncryptionContext:aws:dynamodb:tableName": { "Ref": "AWS::StackName" },
+            } },
+        })]
+    );
+    assert_eq!(
+        t["Outputs"]["TableKeyPolicyArn"]["Condition"],
+        t["Resources"]["TableKeyPolicy"]["Condition"]
+    );
+    // Every role the stack creates carries it beside its own policy.
+    let table_key = json!({ "Ref": "TableKeyPolicy" });
+    let without = role_policies(&t, &without_key);
+    for (role, policies) in role_policies(&t, &with_key) {
+        let mut expected: Vec<Value> = without[&role].as_array().cloned().unwrap_or_default();
+        expected.push(table_key.clone());
+        assert_eq!(policies, Value::Array(expected), "{role}");
+    }
+    // The other statements are those without the key.
+    let others: Vec<(String, Value)> = every_statement(&t, &with_key)
+        .into_iter()
+        .filter(|(id, _)| id != "TableKeyPolicy")
+        .collect();
+    assert_eq!(others, every_statement(&t, &without_key));
 }

@@ -30,6 +30,7 @@ mod schedules;
 mod sessions;
 mod snapshots;
 mod soft;
+mod splits;
 mod timed;
 mod walkthrough;
 

@@ -210,8 +210,8 @@ async fn a_quota_dynalimit_sharded_is_shared_with_zae_limiter_within_its_allowan
     sharded_and_hammered_by_both(&python, &repo).await;
 }
 
-/// Entity `k` of `repo` acquires 1 `requests` (shard 0 created), its bucket is doubled to 4
-/// shards, then both libraries hammer it ([`hammer_both`]): at most the allowance of 100 is
+/// Entity `k` of `repo` acquires 1 `requests` (shard 0 created), its bucket is split to 4
+/// shards (every shard created, holding part of the allowance), then both libraries hammer it ([`hammer_both`]): at most the allowance of 100 is
 /// admitted, at least 99, and every admission is counted once over the shards. The 4 shard
 /// items, for more assertions.
 pub(crate) async fn sharded_and_hammered_by_both(
@@ -229,7 +229,9 @@ pub(crate) async fn sharded_and_hammered_by_both(
         .unwrap();
     let key = BucketKey::new("k", "gpt-4", 0);
     for (from, to) in [(1, 2), (2, 4)] {
-        repo.buckets().double_shards(&key, from, to).await.unwrap();
+        let now = repo.clock().epoch_millis();
+        let split = repo.buckets().double_shards(&key, from, to, now).await;
+        assert_eq!(split.unwrap().count, to);
     }
     let (rust, py) = hammer_both(python, &limiter).await;
     let total = 1 + rust + py;

@@ -294,7 +294,8 @@ async fn a_pause_stamps_every_existing_shard() {
     spend_one(&limiter).await.unwrap();
     double_to_two(&table, &limiter).await;
     // Acquire until shard 1 exists (a draw of shard 1, or a probe once shard 0 is spent).
-    // Shard 1 starts empty, so once shard 0 is spent an acquire may be refused.
+    // Shard 1 holds half of what shard 0 held when it is created, so once both are spent an
+    // acquire may be refused.
     for _ in 0..10 {
         if bucket_items(&table, "user-1", "llm").await.len() == 2 {
             break;

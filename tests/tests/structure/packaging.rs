@@ -28,7 +28,7 @@ fn embeds(dir: &Path, out: &mut Vec<(std::path::PathBuf, String)>) {
 }
 
 /// `path` with `.` and `..` resolved without following links.
-fn lexical(path: &Path) -> std::path::PathBuf {
+pub(crate) fn lexical(path: &Path) -> std::path::PathBuf {
     let mut out = std::path::PathBuf::new();
     for part in path.components() {
         match part {

@@ -60,7 +60,7 @@ async fn client_for(
     url: &str,
     counter: &RequestCounter,
     credentials: Option<KeyRing>,
-    time: Option<Shifted>,
+    time: Option<impl TimeSource + 'static>,
 ) -> Client {
     let base = dynalimit_tests::client_with(Some(counter.clone())).await;
     let mut config = base.config().to_builder().endpoint_url(url).retry_config(
@@ -77,6 +77,18 @@ async fn client_for(
     Client::from_conf(config.build())
 }
 
+/// The SDK client's time source read off a [`ManualClock`] (the identity cache and the fast
+/// path's credential lifetimes read it; only the test moves it).
+#[derive(Debug, Clone)]
+struct Manual(ManualClock);
+
+impl TimeSource for Manual {
+    fn now(&self) -> SystemTime {
+        let ms = u64::try_from(self.0.epoch_millis()).unwrap();
+        SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+    }
+}
+
 /// A credential provider whose access key the test rotates, or which the test breaks.
 #[derive(Debug, Clone)]
 struct KeyRing {
@@ -85,6 +97,8 @@ struct KeyRing {
     calls: Arc<AtomicUsize>,
     /// Each resolution takes this long (milliseconds).
     delay_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// The expiry of the credentials handed out (none: static keys).
+    expiry: Arc<Mutex<Option<SystemTime>>>,
 }
 
 impl KeyRing {
@@ -94,6 +108,7 @@ impl KeyRing {
             failing: Arc::new(AtomicBool::new(false)),
             calls: Arc::new(AtomicUsize::new(0)),
             delay_ms: Arc::default(),
+            expiry: Arc::default(),
         }
     }
 
@@ -114,10 +129,11 @@ impl ProvideCredentials for KeyRing {
             )));
         }
         let key = self.key.lock().unwrap().clone();
+        let expiry = *self.expiry.lock().unwrap();
         let delay = Duration::from_millis(self.delay_ms.load(Ordering::SeqCst));
         future::ProvideCredentials::new(async move {
             tokio::time::sleep(delay).await;
-            Ok(Credentials::new(key, "secret", None, None, "keyring"))
+            Ok(Credentials::new(key, "secret", None, expiry, "keyring"))
         })
     }
 }
@@ -147,10 +163,10 @@ pub(crate) struct Rig {
 }
 
 async fn rig() -> Rig {
-    rig_with(None, None).await
+    rig_with(None, None::<Shifted>).await
 }
 
-async fn rig_with(credentials: Option<KeyRing>, time: Option<Shifted>) -> Rig {
+async fn rig_with(credentials: Option<KeyRing>, time: Option<impl TimeSource + 'static>) -> Rig {
     let table = dynalimit_tests::table().await;
     let proxy = FaultProxy::start().await;
     let counter = RequestCounter::default();
@@ -402,7 +418,7 @@ async fn denied_access_is_a_typed_permission_error_and_not_retried() {
 #[tokio::test]
 async fn after_a_key_rotation_the_refused_old_key_is_replaced_at_the_next_acquire() {
     let keys = KeyRing::new("AKIDOLD");
-    let r = rig_with(Some(keys.clone()), None).await;
+    let r = rig_with(Some(keys.clone()), None::<Shifted>).await;
     r.warm("a").await;
     let last_key = |r: &Rig| r.proxy.requests().last().unwrap().signed_by.0.clone();
     assert_eq!(last_key(&r), "AKIDOLD");
@@ -493,7 +509,7 @@ async fn one_request_refreshes_the_credentials_while_the_others_sign_with_the_cu
 #[tokio::test]
 async fn a_key_refused_again_after_the_new_resolution_is_reported_not_looped() {
     let keys = KeyRing::new("AKIDONLY");
-    let r = rig_with(Some(keys.clone()), None).await;
+    let r = rig_with(Some(keys.clone()), None::<Shifted>).await;
     r.warm("a").await;
     r.proxy.refuse_key("AKIDONLY");
     let before = r.proxy.requests().len();
@@ -512,9 +528,11 @@ async fn a_key_refused_again_after_the_new_resolution_is_reported_not_looped() {
 #[tokio::test]
 async fn a_failing_credential_provider_is_unavailable_and_admitted_degraded_under_allow() {
     let keys = KeyRing::new("AKIDDOWN");
-    let r = rig_with(Some(keys.clone()), None).await;
+    let clock = ManualClock::new(SystemClock.epoch_millis());
+    let r = rig_with(Some(keys.clone()), Some(Manual(clock.clone()))).await;
     keys.failing.store(true, Ordering::SeqCst);
     let before = r.proxy.requests().len();
+    let calls = keys.calls.load(Ordering::SeqCst);
     let lease = r
         .limiter
         .acquire("a", "gpt-4", [("rpm", 1)])
@@ -522,17 +540,71 @@ async fn a_failing_credential_provider_is_unavailable_and_admitted_degraded_unde
         .await
         .expect("admitted degraded while the provider is down");
     assert!(lease.is_degraded());
-    r.refused_as_unavailable("a").await;
+    // Within the interval the provider is not asked again: the acquires fail at once.
+    for _ in 0..10 {
+        let message = r.refused_as_unavailable("a").await;
+        assert!(message.contains("no credentials"), "{message}");
+        assert!(message.contains("asked again in"), "{message}");
+    }
+    assert_eq!(
+        keys.calls.load(Ordering::SeqCst) - calls,
+        1,
+        "one resolution"
+    );
     assert!(
         r.proxy.requests()[before..]
             .iter()
             .all(|q| q.operation != "UpdateItem"),
         "nothing was sent unsigned"
     );
-    // The provider recovers: so does the fast path.
+    // The provider recovers: so does the fast path, once the interval is over.
     keys.failing.store(false, Ordering::SeqCst);
+    clock.advance(Duration::from_secs(5));
     r.spend("a").await;
     assert_eq!(r.proxy.requests().last().unwrap().signed_by.0, "AKIDDOWN");
+    assert_eq!(keys.calls.load(Ordering::SeqCst) - calls, 2);
+}
+
+#[tokio::test]
+async fn credentials_handed_out_short_lived_are_resolved_once_per_interval() {
+    // Every resolution gives credentials with four minutes left: inside the five-minute
+    // refresh window from the start.
+    let keys = KeyRing::new("AKIDSHORT");
+    let clock = ManualClock::new(SystemClock.epoch_millis());
+    let expiry = SystemTime::UNIX_EPOCH
+        + Duration::from_millis(u64::try_from(clock.epoch_millis()).unwrap())
+        + Duration::from_secs(4 * 60);
+    *keys.expiry.lock().unwrap() = Some(expiry);
+    let r = rig_with(Some(keys.clone()), Some(Manual(clock.clone()))).await;
+    let spend = || async {
+        r.limiter
+            .acquire("a", "gpt-4", [("rpm", 1)])
+            .limits([rpm(100_000)])
+            .await
+            .expect("admitted")
+            .commit()
+            .await
+            .expect("commit");
+    };
+    spend().await;
+    let calls = keys.calls.load(Ordering::SeqCst);
+    let before = r.proxy.requests().len();
+    // 400 acquires, 100 ms apart: 40 seconds.
+    for _ in 0..400 {
+        clock.advance(Duration::from_millis(100));
+        spend().await;
+    }
+    let resolutions = keys.calls.load(Ordering::SeqCst) - calls;
+    assert!(
+        (7..=9).contains(&resolutions),
+        "one resolution per five seconds, not one per acquire: {resolutions}"
+    );
+    assert!(
+        r.proxy.requests()[before..]
+            .iter()
+            .all(|q| q.signed_by.0 == "AKIDSHORT"),
+        "every acquire signed"
+    );
 }
 
 #[tokio::test]

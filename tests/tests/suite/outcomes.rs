@@ -18,7 +18,7 @@ use dynalimit_repository::bucket::{BucketKey, BucketStore, CreateOutcome, MetaCh
 use dynalimit_repository::{DisabledFlag, Repository, RepositoryError};
 use dynalimit_tests::TestTable;
 use dynalimit_tests::fault::{FaultProxy, Lost};
-use dynalimit_tests::raw::put_shard;
+use dynalimit_tests::raw::{double_moving_nothing, put_shard};
 
 /// One minute after the buckets' `rf`.
 const NOW: i64 = 1_700_000_060_000;
@@ -34,7 +34,6 @@ enum Shape {
     Refill,
     Credit,
     TrimCredit,
-    Doubling,
     Propagation,
     PauseStamp,
     /// The rf-locked write that gives a daily quota its new period's grant (`SET b_gc`).
@@ -46,10 +45,7 @@ enum Shape {
 impl Shape {
     /// Whether the write's own condition refuses a second application (sent again).
     fn harmless(self) -> bool {
-        matches!(
-            self,
-            Shape::Doubling | Shape::Propagation | Shape::PauseStamp
-        )
+        matches!(self, Shape::Propagation | Shape::PauseStamp)
     }
 
     /// Text only the faulted request's body holds (the trim follows a guarded credit).
@@ -177,7 +173,6 @@ async fn write(shape: Shape, store: &BucketStore, entity: &str) -> Result<(), Re
             );
             store.apply_delta(&key, &plan).await.map(drop)
         }
-        Shape::Doubling => store.double_shards(&key, 1, 2).await.map(drop),
         Shape::Propagation => {
             let report = store.propagate_shard_count(&key, 2, 4).await;
             match report.failed.into_iter().next() {
@@ -214,6 +209,24 @@ async fn write(shape: Shape, store: &BucketStore, entity: &str) -> Result<(), Re
             store.apply_delta(&key, &plan).await.map(drop)
         }
     }
+}
+
+/// After `fault` was served on a write to `entity`'s bucket: its shards are exactly
+/// `expected`, its clean twin's (the write applied once).
+async fn applied_once(
+    (table, ns): (&TestTable, &str),
+    proxy: &FaultProxy,
+    fault: Fault,
+    entity: &str,
+    expected: &[Item],
+) {
+    assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
+    let shards = u32::try_from(expected.len()).expect("few shards");
+    assert_eq!(
+        state(table, ns, entity, shards).await,
+        expected,
+        "{fault:?}: applied once"
+    );
 }
 
 /// The buckets' `rpm` read as a daily quota of 100 (UTC).
@@ -342,11 +355,6 @@ async fn trim_credit() {
 }
 
 #[tokio::test]
-async fn doubling() {
-    every_fault(Shape::Doubling).await;
-}
-
-#[tokio::test]
 async fn propagation() {
     every_fault(Shape::Propagation).await;
 }
@@ -376,31 +384,48 @@ async fn pause_stamp() {
     every_fault(Shape::PauseStamp).await;
 }
 
-/// Creates shard 1 of a bucket whose shard 0 says 2 shards: a shard a doubling brought into
-/// use, created empty with nothing consumed (`plan_create` with `admitted` false).
-async fn create_empty_shard(
+/// Creates shard 1 of a bucket whose shard 0 says 2 shards (another writer doubled it and
+/// moved nothing): funded by a move from shard 0 ([`plan_funding`]), in the create's
+/// transaction.
+///
+/// [`plan_funding`]: dynalimit_core::decide::plan_funding
+async fn create_with_moves(
     store: &BucketStore,
     entity: &str,
 ) -> Result<CreateOutcome, RepositoryError> {
     let limits = [Limit::per_minute("rpm", 100)];
-    let demand: BTreeMap<String, i64> = [("rpm".to_string(), 1000)].into();
-    let Plan::Write(plan) = plan_create(&limits, &demand, 2, 1, NOW, None, &Stamps::default())
-    else {
-        panic!("an empty new shard is always written");
-    };
-    assert!(!plan.admitted);
     let key = BucketKey::new(entity, RESOURCE, 1);
+    let siblings = store.sibling_images(&key, 2).await?;
+    let (funded, moves) = dynalimit_core::decide::plan_funding(&limits, &siblings, 1, 2, NOW);
+    assert_eq!(moves.len(), 1, "shard 0 gives");
+    let demand: BTreeMap<String, i64> = [("rpm".to_string(), 1000)].into();
+    let soft = Stamps {
+        funded,
+        ..Stamps::default()
+    };
+    let Plan::Write(plan) = plan_create(&limits, &demand, 2, 1, NOW, None, &soft) else {
+        panic!("a funded new shard is written");
+    };
+    assert!(plan.admitted);
     store
-        .create(&key, &plan, &Owner::default(), &MetaCheck::Absent, &[])
+        .create(
+            &key,
+            &plan,
+            &Owner::default(),
+            &MetaCheck::Absent,
+            &moves,
+            &[],
+        )
         .await
 }
 
-/// The create of an empty new shard under every way of losing its answer: the transaction is
-/// sent again with the same `ClientRequestToken`, which DynamoDB answers without applying it a
-/// second time, so the shard exists once, exactly as its clean twin, and the create reports
-/// `Created` (the acquire then goes to the shard it was split from).
+/// The create of a new shard funded by a move from shard 0 under every way of losing its
+/// answer: the create and the donor's debit are one transaction, sent again with the same
+/// `ClientRequestToken`, which DynamoDB answers without applying it a second time, so the
+/// shard exists once and shard 0 is debited once, exactly as their clean twins, and the
+/// create reports `Created`.
 #[tokio::test]
-async fn create_of_an_empty_new_shard() {
+async fn create_with_a_move() {
     let table = dynalimit_tests::table().await;
     let proxy = FaultProxy::start().await;
     let repo = through(&table, &proxy).await;
@@ -408,23 +433,76 @@ async fn create_of_an_empty_new_shard() {
     let store = repo.buckets();
     for (i, fault) in FAULTS.into_iter().enumerate() {
         let (faulted, clean) = (format!("f{i}"), format!("c{i}"));
+        for entity in [&faulted, &clean] {
+            // Shard 0 of 2 spent 60 of its 100: its share of 50 is not trimmed yet.
+            put_shard(
+                &table,
+                &ns,
+                entity,
+                RESOURCE,
+                (0, 2),
+                &[("rpm", 100, 100, 60)],
+                &[("rpm", 40_000)],
+            )
+            .await;
+        }
         assert_eq!(
-            create_empty_shard(&store, &clean)
+            create_with_moves(&store, &clean)
                 .await
                 .expect("the clean create"),
             CreateOutcome::Created
         );
-        let expected = state_of_shard(&table, &ns, &clean, 1).await;
-        assert_eq!(get_i64(&expected, "b_rpm_tk"), Some(0), "empty");
-        fault.plan(&proxy, "TransactWriteItems", None);
-        let result = create_empty_shard(&store, &faulted).await;
-        assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
-        assert_eq!(result.ok(), Some(CreateOutcome::Created), "{fault:?}");
+        let expected = state(&table, &ns, &clean, 2).await;
         assert_eq!(
-            state_of_shard(&table, &ns, &faulted, 1).await,
-            expected,
-            "{fault:?}: created once, empty"
+            get_i64(&expected[0], "b_rpm_tk"),
+            Some(20_000),
+            "40 less 20"
         );
+        assert_eq!(get_i64(&expected[1], "b_rpm_tk"), Some(19_000), "20 less 1");
+        fault.plan(&proxy, "TransactWriteItems", None);
+        let result = create_with_moves(&store, &faulted).await;
+        applied_once((&table, &ns), &proxy, fault, &faulted, &expected).await;
+        assert_eq!(result.ok(), Some(CreateOutcome::Created), "{fault:?}");
+    }
+}
+
+/// The split of a bucket (its doubling, one transaction) under every way of losing its
+/// answer: the SDK sends it again with the same `ClientRequestToken`, which DynamoDB answers
+/// without applying it twice, so each shard ends as its clean twin (every donor debited
+/// once, every new shard created once with what it was given) and the split reports the
+/// new count.
+#[tokio::test]
+async fn split() {
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    let repo = through(&table, &proxy).await;
+    let ns = repo.namespace_id().to_owned();
+    let store = repo.buckets();
+    let double = |entity: String| {
+        let store = store.clone();
+        async move {
+            let key = BucketKey::new(entity.as_str(), RESOURCE, 0);
+            store.double_shards(&key, 2, 4, NOW).await
+        }
+    };
+    for (i, fault) in FAULTS.into_iter().enumerate() {
+        let (faulted, clean) = (format!("f{i}"), format!("c{i}"));
+        for entity in [&faulted, &clean] {
+            // Two shards of 50 spent 10 each, a minute before: refilled to the share, then
+            // halved.
+            bucket(&table, &ns, entity, 2, 60_000).await;
+        }
+        let doubled = double(clean.clone()).await.expect("the clean split");
+        assert_eq!(doubled.count, 4);
+        let expected = state(&table, &ns, &clean, 4).await;
+        for item in &expected {
+            assert_eq!(get_i64(item, "shard_count"), Some(4));
+            assert_eq!(get_i64(item, "b_rpm_tk"), Some(25_000));
+        }
+        fault.plan(&proxy, "TransactWriteItems", None);
+        let result = double(faulted.clone()).await;
+        applied_once((&table, &ns), &proxy, fault, &faulted, &expected).await;
+        assert_eq!(result.map(|d| d.count).ok(), Some(4), "{fault:?}");
     }
 }
 
@@ -463,10 +541,11 @@ async fn state_of_shard(table: &TestTable, ns: &str, entity: &str, shard: u32) -
     item
 }
 
-/// The aggregator's pre-created clone of a new shard (empty) under every way of losing its
-/// answer: the put is sent again and its `attribute_not_exists(PK)` refuses the second
-/// application, so the shard exists once, exactly as its clean twin; the call reports it
-/// created, or found (`false`) when the first attempt had landed.
+/// The aggregator's pre-created clone of a new shard (of a bucket another writer doubled to
+/// 4 shards, moving nothing) under every way of losing its answer: the clone and its donor's
+/// debit are one transaction, sent again with the same `ClientRequestToken`, so the shard
+/// exists once holding what shard 0 gave it and shard 0 is debited once, exactly as the
+/// clean twins; the call reports it created.
 #[tokio::test]
 async fn aggregator_clone_of_a_new_shard() {
     let table = dynalimit_tests::table().await;
@@ -475,29 +554,41 @@ async fn aggregator_clone_of_a_new_shard() {
     let ns = repo.namespace_id().to_owned();
     let store = repo.buckets();
     let clone = |entity: String| {
-        let (table, ns, store) = (&table, &ns, &store);
+        let store = store.clone();
         async move {
-            let shard0 = shard_item(table, ns, &entity, 0).await;
             let key = BucketKey::new(entity.as_str(), RESOURCE, 2);
-            store.create_shard(&key, &shard0, 4, NOW).await
+            store.create_shard(&key, 4, NOW).await
         }
     };
     for (i, fault) in FAULTS.into_iter().enumerate() {
         let (faulted, clean) = (format!("f{i}"), format!("c{i}"));
-        bucket(&table, &ns, &faulted, 2, 0).await;
-        bucket(&table, &ns, &clean, 2, 0).await;
+        for entity in [&faulted, &clean] {
+            for shard in 0..2 {
+                put_shard(
+                    &table,
+                    &ns,
+                    entity,
+                    RESOURCE,
+                    (shard, 4),
+                    &[("rpm", 100, 100, 60)],
+                    &[("rpm", 40_000)],
+                )
+                .await;
+            }
+        }
         assert!(clone(clean.clone()).await.expect("the clean clone"));
-        let expected = state_of_shard(&table, &ns, &clean, 2).await;
-        assert_eq!(get_i64(&expected, "b_rpm_tk"), Some(0), "empty");
-        fault.plan(&proxy, "PutItem", None);
-        let result = clone(faulted.clone()).await;
-        assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
-        assert!(result.is_ok(), "{fault:?}: {result:?}");
+        let expected = state(&table, &ns, &clean, 3).await;
         assert_eq!(
-            state_of_shard(&table, &ns, &faulted, 2).await,
-            expected,
-            "{fault:?}: created once, empty"
+            get_i64(&expected[0], "b_rpm_tk"),
+            Some(20_000),
+            "half given"
         );
+        assert_eq!(get_i64(&expected[2], "b_rpm_tk"), Some(20_000));
+        assert_eq!(get_i64(&expected[2], "b_rpm_tc"), Some(0));
+        fault.plan(&proxy, "TransactWriteItems", None);
+        let result = clone(faulted.clone()).await;
+        applied_once((&table, &ns), &proxy, fault, &faulted, &expected).await;
+        assert_eq!(result.ok(), Some(true), "{fault:?}");
     }
 }
 
@@ -748,10 +839,8 @@ async fn window_fan_out() {
                 .commit()
                 .await
                 .unwrap();
-            repo.buckets()
-                .double_shards(&BucketKey::new(entity.as_str(), RESOURCE, 0), 1, 2)
-                .await
-                .unwrap();
+            // Another writer doubles it and moves nothing: shard 1 is missing.
+            double_moving_nothing(&table, &ns, (entity.as_str(), RESOURCE), 1, 2).await;
         }
         tokio::time::sleep(Duration::from_millis(1_100)).await;
         // Shard 1 is created now: its window opens, and shard 0 is told.
@@ -780,7 +869,7 @@ async fn window_fan_out() {
                     pinc: None,
                 };
                 store
-                    .create(&key, &plan, &owner, &MetaCheck::Absent, &[])
+                    .create(&key, &plan, &owner, &MetaCheck::Absent, &[], &[])
                     .await
                     .unwrap();
                 store
@@ -815,7 +904,7 @@ async fn window_fan_out() {
 /// moved grant and the donor is debited once, exactly as the clean twins.
 #[tokio::test]
 async fn create_with_a_grant_move() {
-    use dynalimit_core::decide::plan_grant_moves;
+    use dynalimit_core::decide::plan_funding;
     let table = dynalimit_tests::table().await;
     let proxy = FaultProxy::start().await;
     let repo = through(&table, &proxy).await;
@@ -828,7 +917,7 @@ async fn create_with_a_grant_move() {
         async move {
             let key = BucketKey::new(entity.as_str(), RESOURCE, 1);
             let siblings = store.sibling_images(&key, 2).await.unwrap();
-            let (funded, moves) = plan_grant_moves(&limits, &siblings, 1, 2, NOW);
+            let (funded, moves) = plan_funding(&limits, &siblings, 1, 2, NOW);
             assert_eq!(moves.len(), 1, "shard 0's grant covers slot 1");
             let soft = Stamps {
                 funded,
@@ -839,7 +928,14 @@ async fn create_with_a_grant_move() {
                 panic!("the moved grant admits");
             };
             store
-                .create(&key, &plan, &Owner::default(), &MetaCheck::Absent, &moves)
+                .create(
+                    &key,
+                    &plan,
+                    &Owner::default(),
+                    &MetaCheck::Absent,
+                    &moves,
+                    &[],
+                )
                 .await
         }
     };
@@ -861,13 +957,9 @@ async fn create_with_a_grant_move() {
         assert_eq!(create(clean.clone()).await.unwrap(), CreateOutcome::Created);
         fault.plan(&proxy, "TransactWriteItems", None);
         let result = create(faulted.clone()).await;
-        assert_eq!(proxy.pending(), 0, "{fault:?}: the fault was served");
+        let expected = state(&table, &ns, &clean, 2).await;
+        applied_once((&table, &ns), &proxy, fault, &faulted, &expected).await;
         assert_eq!(result.ok(), Some(CreateOutcome::Created), "{fault:?}");
-        assert_eq!(
-            state(&table, &ns, &faulted, 2).await,
-            state(&table, &ns, &clean, 2).await,
-            "{fault:?}: applied once"
-        );
         let donor = state_of_shard(&table, &ns, &faulted, 0).await;
         assert_eq!(
             get_i64(&donor, "b_rpm_tk"),

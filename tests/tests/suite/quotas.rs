@@ -6,8 +6,10 @@
 //! The client's clock is a `ManualClock` set to chosen instants; frozen between steps.
 
 use dynalimit::{Error, Limit};
+use dynalimit_core::Clock as _;
 use dynalimit_core::schedule::Zone;
 use dynalimit_format::item::{get_i64, get_s};
+use dynalimit_tests::raw::double_moving_nothing;
 
 use crate::engine::{Rig, rig};
 
@@ -252,28 +254,26 @@ async fn a_monthly_quota_sharded_to_8_conserves_each_period_s_allowance() {
         .unwrap();
     let (first, _) = r.spend("requests", 1).await;
     assert_eq!(first, 1);
-    // A hot bucket doubles to 8 shards: shard 0 keeps July's grant (its grant count stays
-    // 1); the shards the doublings bring into use start empty, sized at 8.
+    // A hot bucket splits to 8 shards: each shard keeps the grant count it was created at
+    // (shard 0 July's whole grant, 1) and gives half of what it holds to the shard it splits
+    // into, whose grant is sized at the new count.
     let key = BucketKey::new("k", "gpt-4", 0);
     for (from, to) in [(1, 2), (2, 4), (4, 8)] {
-        r.repo
-            .buckets()
-            .double_shards(&key, from, to)
-            .await
-            .unwrap();
+        let now = r.clock.epoch_millis();
+        let split = r.repo.buckets().double_shards(&key, from, to, now).await;
+        assert_eq!(split.unwrap().count, to);
     }
     let july = 1 + contend(&r, 600, None).await;
     assert_eq!(july, 200, "July's allowance across 8 shards, exactly");
     let shards = r.buckets("k").await;
-    assert!(
-        shards.len() >= 6,
-        "the tasks spread over the shards: {}",
-        shards.len()
-    );
+    assert_eq!(shards.len(), 8, "the splits created every shard");
     for item in &shards {
-        let zero = get_s(item, "PK").is_some_and(|pk| pk.ends_with("#0"));
+        let shard: u32 = get_s(item, "PK")
+            .and_then(|pk| pk.rsplit('#').next()?.parse().ok())
+            .unwrap();
+        let created_at = if shard == 0 { 1 } else { 2 << shard.ilog2() };
         let gc = get_i64(item, "b_requests_gc");
-        assert_eq!(gc, Some(if zero { 1 } else { 8 }), "grant counts");
+        assert_eq!(gc, Some(created_at), "grant count of shard {shard}");
         assert_eq!(get_i64(item, "shard_count"), Some(8));
     }
     let after = contend(&r, 600, Some((60, august + 1))).await;
@@ -348,16 +348,19 @@ async fn hard_case_28_a_quota_doubled_from_1_to_32_mid_period_never_over_admits(
         .unwrap();
     let key = BucketKey::new("k", "gpt-4", 0);
     let mut admitted = 0;
-    // A round of 32 tasks between each doubling, 1 → 2 → … → 32, then until the demand is
-    // spent: the shards a doubling brings into use hold nothing of the period's allowance.
+    // A round of 32 tasks between each split, 1 → 2 → … → 32, then until the demand is
+    // spent: a split moves part of what its shards hold of the period's allowance, and
+    // grants none anew.
     admitted += contend(&r, 40, None).await;
     let mut count = 1;
     while count < 32 {
-        r.repo
+        let now = r.clock.epoch_millis();
+        let split = r
+            .repo
             .buckets()
-            .double_shards(&key, count, count * 2)
-            .await
-            .unwrap();
+            .double_shards(&key, count, count * 2, now)
+            .await;
+        assert_eq!(split.unwrap().count, count * 2);
         count *= 2;
         admitted += contend(&r, 40, None).await;
     }
@@ -376,7 +379,6 @@ async fn hard_case_28_a_quota_doubled_from_1_to_32_mid_period_never_over_admits(
 
 #[tokio::test]
 async fn a_new_quota_shard_is_funded_by_a_move_from_the_grant_that_covers_it() {
-    use dynalimit_format::bucket::BucketKey;
     let r = rig().await;
     r.clock.set_epoch_millis(NOON);
     r.repo
@@ -384,11 +386,9 @@ async fn a_new_quota_shard_is_funded_by_a_move_from_the_grant_that_covers_it() {
         .await
         .unwrap();
     assert_eq!(r.spend("requests", 10).await.0, 10);
-    r.repo
-        .buckets()
-        .double_shards(&BucketKey::new("k", "gpt-4", 0), 1, 2)
-        .await
-        .unwrap();
+    // Another writer doubles the bucket and moves nothing (as zae-limiter does).
+    let ns = r.repo.namespace_id().to_owned();
+    double_moving_nothing(&r.table, &ns, ("k", "gpt-4"), 1, 2).await;
     // Acquire until the new shard exists (the limiter draws among the shards).
     let mut admitted = 10;
     while r.buckets("k").await.len() < 2 {

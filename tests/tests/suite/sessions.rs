@@ -7,6 +7,7 @@
 //! The client's clock is a `ManualClock` set to chosen instants; frozen between steps.
 
 use dynalimit::Limit;
+use dynalimit_core::Clock as _;
 use dynalimit_format::bucket::BucketKey;
 use dynalimit_format::item::{get_i64, get_s};
 
@@ -142,13 +143,12 @@ async fn a_session_quota_sharded_to_4_admits_each_window_s_allowance_and_no_more
     assert_eq!(r.spend("requests", 1).await.0, 1);
     let key = BucketKey::new("k", "gpt-4", 0);
     for (from, to) in [(1, 2), (2, 4)] {
-        r.repo
-            .buckets()
-            .double_shards(&key, from, to)
-            .await
-            .unwrap();
+        let now = r.clock.epoch_millis();
+        let split = r.repo.buckets().double_shards(&key, from, to, now).await;
+        assert_eq!(split.unwrap().count, to);
     }
-    // The first window: the shards the doublings bring into use join it empty.
+    // The first window: the splits moved half of each shard's balance in it to the shard it
+    // split into, which joined the window.
     let first = 1 + contend(&r, 400).await;
     assert_eq!(first, 100, "the first window's allowance, exactly");
     let shards = r.buckets("k").await;

@@ -171,7 +171,7 @@ async fn a_throttling_brownout_is_not_amplified_beyond_the_retry_budget() {
         }
         // Three attempts each until the budget is spent, one each afterwards: the budget of
         // the SDK's standard retry quota (500 units) pays 100 retries after throttling (5
-        // each), as the README states.
+        // each), as docs/performance.md states.
         let retries = 500 / 5;
         assert_eq!(
             r.counter.count("UpdateItem"),

@@ -8,8 +8,8 @@ use dynalimit::{Error, Limit, RateLimiter};
 use dynalimit_core::ManualClock;
 use dynalimit_format::attr;
 use dynalimit_local::throttle::{PartitionLimits, ThrottleProxy};
+use dynalimit_repository::Repository;
 use dynalimit_repository::bucket::BucketKey;
-use dynalimit_repository::{OperationOptions, Repository};
 
 /// A repository of `table` whose requests pass `proxy`, with one attempt per request.
 async fn through(table: &dynalimit_tests::TestTable, proxy: &ThrottleProxy) -> Repository {
@@ -119,15 +119,9 @@ async fn each_shard_of_a_bucket_is_its_own_partition() {
         return;
     }
     let table = dynalimit_tests::table().await;
-    // The bucket, doubled to four shards as the aggregator doubles one (the new shards
-    // created from shard 0's image) and filled by a reset, straight on the emulator. A new
-    // shard starts empty, and while shard 0 holds tokens the acquires drawn to an empty one
-    // are served by shard 0.
+    // The bucket, split to four shards straight on the emulator: every shard holds a share
+    // of the tokens at once.
     let direct = table.repository("hot").await;
-    direct
-        .set_system_defaults(&limits(), None)
-        .await
-        .expect("limits");
     RateLimiter::new(direct.clone())
         .acquire("hot-key", "model", [("rpm", 1)])
         .limits(limits())
@@ -140,34 +134,11 @@ async fn each_shard_of_a_bucket_is_its_own_partition() {
     for count in [1, 2] {
         let doubled = direct
             .buckets()
-            .double_shards(&key, count, count * 2)
+            .double_shards(&key, count, count * 2, 0)
             .await
             .expect("double");
         assert_eq!(doubled.count, count * 2);
     }
-    let shard0 = table
-        .client()
-        .get_item()
-        .table_name(table.name())
-        .set_key(Some(key.key_map(direct.buckets().namespace_id())))
-        .consistent_read(true)
-        .send()
-        .await
-        .expect("shard 0")
-        .item
-        .expect("shard 0 exists");
-    for shard in 1..4 {
-        let created = direct
-            .buckets()
-            .create_shard(&key.with_shard(shard), &shard0, 4, 0)
-            .await
-            .expect("create shard");
-        assert!(created);
-    }
-    direct
-        .reset_bucket("hot-key", "model", &OperationOptions::new())
-        .await
-        .expect("reset");
     let (proxy, _clock) = frozen_proxy().await;
     let limiter = RateLimiter::new(through(&table, &proxy).await);
     let mut admitted = 0i64;

@@ -541,7 +541,14 @@ fn page() -> String {
          lists; keys are sorted. The tables below give each key, its type and its meaning, \
          which says when a key may be null or absent. Amounts of tokens are whole tokens; \
          times are UTC. The examples show the shapes; their values are made up, not \
-         measured.\n",
+         measured.\n\n\
+         Other writers share the table, so no string is printed with a character a terminal \
+         would act on instead of showing: control characters (C0, DEL, C1) and the \
+         bidirectional embeddings, overrides, isolates and marks (U+061C, U+200E, U+200F, \
+         U+202A–U+202E, U+2066–U+2069). The text form writes each as an escape (`\\n`, \
+         `\\r`, `\\t`, otherwise `\\u{1b}` with the code point in hexadecimal); the JSON \
+         form writes each as a JSON escape (`\\u001b`), which a parser reads back as \
+         stored.\n",
     );
     let mut shown = BTreeSet::new();
     for (title, entries) in sections() {

@@ -712,3 +712,75 @@ async fn bypass_cascade_policies_parent_moves_and_session_quotas() {
     assert_eq!(session["window_seconds"], 86_400);
     assert!(session["resets_at"].is_string(), "{session}");
 }
+
+/// What another writer of the table may store in an id, a resource or a principal: a colour
+/// escape, a right-to-left override and a line break.
+const HOSTILE: &str = "\u{1b}[31mevil\u{202e}txt\nnext";
+
+/// No character a terminal would act on (the layout's own line breaks aside).
+fn assert_inert(text: &str) {
+    assert!(
+        !text
+            .chars()
+            .any(|c| c != '\n' && (c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c))),
+        "{text:?}"
+    );
+}
+
+#[tokio::test]
+async fn strings_from_the_table_are_printed_inert_in_both_forms() {
+    use dynalimit_format::audit::{AuditAction, NewAuditEvent};
+    use dynalimit_format::entity::NewEntity;
+
+    let f = Fixture::new().await;
+    f.run(&["entity", "create", "key-1"]).json();
+    let repo = f.table.repository("default").await;
+    let ns = repo.namespace_id();
+    let now = dynalimit_core::Clock::epoch_millis(&dynalimit_core::SystemClock);
+    let event = NewAuditEvent {
+        entity_id: "key-1",
+        event_id: "01ZZZZZZZZZZZZZZZZZZZZZZZZ",
+        at: now,
+        action: AuditAction::LimitsSet,
+        principal: Some(HOSTILE),
+        resource: Some(HOSTILE),
+        details: Default::default(),
+        retention_days: 1,
+    }
+    .into_item(ns);
+    let child = NewEntity::new(HOSTILE)
+        .parent("key-1")
+        .meta_item(ns, now, "incarnation");
+    for item in [event, child] {
+        f.table
+            .client()
+            .put_item()
+            .table_name(f.table.name())
+            .set_item(Some(item))
+            .send()
+            .await
+            .expect("a raw write");
+    }
+    let escaped = r"\u{1b}[31mevil\u{202e}txt\nnext";
+    let url = dynalimit_tests::endpoint().url();
+    // The table form: one line per event (a heading, ours, entity_created), escaped.
+    let text = run_on(url, f.table.name(), &["audit", "--entity", "key-1"]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert_inert(&text.stdout);
+    assert_eq!(text.stdout.lines().count(), 3, "{}", text.stdout);
+    assert_eq!(text.stdout.matches(escaped).count(), 2, "{}", text.stdout);
+    let text = run_on(url, f.table.name(), &["entity", "children", "key-1"]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert_inert(&text.stdout);
+    assert_eq!(text.stdout.lines().count(), 2, "{}", text.stdout);
+    assert!(text.stdout.contains(escaped), "{}", text.stdout);
+    // The JSON form: escaped as JSON, read back as stored.
+    let json = f.run(&["audit", "--entity", "key-1"]);
+    assert_inert(&json.stdout);
+    let events = json.json();
+    assert_eq!(events[0]["principal"], HOSTILE);
+    assert_eq!(events[0]["resource"], HOSTILE);
+    let json = f.run(&["entity", "children", "key-1"]);
+    assert_inert(&json.stdout);
+    assert_eq!(json.json()[0]["id"], HOSTILE);
+}

@@ -111,6 +111,12 @@ fn deploy_refuses_bad_options_before_any_request() {
         &["deploy", "--log-retention-days", "2"],
     );
     run.fails(2, "log retention");
+    let run = run_on(
+        "http://127.0.0.1:9",
+        "x",
+        &["deploy", "--kms-key", "alias/dynalimit"],
+    );
+    run.fails(2, "kms key");
     let zip = temp_file("not.zip", "plain text");
     let run = run_on(
         "http://127.0.0.1:9",

@@ -64,6 +64,19 @@ fn created(plan: &CreatePlan) -> BucketImage {
                 tc: *tc,
             },
         );
+        if let Some(s) = l.schedule() {
+            img.schedules.insert(l.name().to_owned(), s.clone());
+        }
+        if let Some(r) = l.reset() {
+            img.resets.insert(l.name().to_owned(), r.clone());
+            img.quotas.insert(
+                l.name().to_owned(),
+                QuotaState {
+                    gc: Some(i64::from(plan.shard_count)),
+                    ..QuotaState::default()
+                },
+            );
+        }
         if let (Some(rsa), Some((ws, _))) = (l.window_seconds(), plan.windows.get(l.name())) {
             img.windows.insert(
                 l.name().to_owned(),
@@ -83,6 +96,8 @@ fn created(plan: &CreatePlan) -> BucketImage {
             );
         }
     }
+    img.soft.clone_from(&plan.soft);
+    img.bypass = plan.bypass;
     img
 }
 
@@ -612,58 +627,114 @@ proptest! {
     }
 }
 
+/// Applies a split as its transaction does: every donor's rf-locked write (with the new
+/// count), every new shard created from its donor as read; all or nothing.
+fn apply_split(shards: &mut BTreeMap<u32, BucketImage>, plan: &SplitPlan) -> bool {
+    let mut after = shards.clone();
+    for split in &plan.splits {
+        let read = &shards[&split.donor];
+        let donor = after.get_mut(&split.donor).unwrap();
+        if donor.shards() != plan.from || !apply_refill(donor, &split.write) {
+            return false;
+        }
+        donor.shard_count = plan.to;
+        if let Some(new) = &split.shard {
+            if after.contains_key(&new.shard) {
+                return false;
+            }
+            after.insert(new.shard, new.image(read));
+        }
+    }
+    *shards = after;
+    true
+}
+
+/// Creates missing shard `shard` at `count` as a slow pass does while other shards exist:
+/// funded by moves ([`plan_funding`]), applied with the create. The consumption admitted.
+fn create_funded(
+    shards: &mut BTreeMap<u32, BucketImage>,
+    limits: &[Limit],
+    d: &BTreeMap<String, i64>,
+    at: (u32, u32),
+    now: i64,
+) -> BTreeMap<String, i64> {
+    let (shard, count) = at;
+    let siblings: Vec<(u32, BucketImage)> =
+        shards.iter().map(|(i, img)| (*i, img.clone())).collect();
+    let (funded, moves) = plan_funding(limits, &siblings, shard, count, now);
+    let stamps = Stamps {
+        funded,
+        ..Stamps::default()
+    };
+    let Plan::Write(p) = plan_create(limits, d, count, shard, now, None, &stamps) else {
+        return BTreeMap::new();
+    };
+    for m in &moves {
+        let donor = shards.get_mut(&m.donor).unwrap();
+        let tk = &mut donor.limits.get_mut(&m.limit).unwrap().tk;
+        assert!(*tk >= m.amount, "a move never overdraws its donor");
+        *tk -= m.amount;
+    }
+    shards.insert(shard, created(&p));
+    p.consumed
+}
+
 proptest! {
     /// Any interleaving of fast consumes on random shards, slow passes (creating missing
-    /// shards, refilling existing ones), doublings (the count written on every existing shard,
-    /// as the doubling and its propagation do) and time admits no more than capacity plus
-    /// refill: a split never hands the same tokens out twice.
+    /// shards, refilling existing ones), splits, doublings by another writer that move
+    /// nothing (the count raised on every existing shard) and time admits no more than
+    /// capacity plus refill: a split never hands the same tokens out twice.
     #[test]
     fn doublings_never_over_admit(
-        ops in proptest::collection::vec((0u8..5, 0u32..32, 1i64..6, 0i64..300), 1..250),
+        ops in proptest::collection::vec((0u8..6, 0u32..32, 1i64..6, 0i64..300), 1..250),
     ) {
         // 40 tokens, 40 a minute: demand far above what refills.
         let limits = [Limit::custom("rpm", 40, 40, 60)];
         let clock = ManualClock::new(T0);
         let mut count = 1u32;
-        let mut shards: Vec<Option<BucketImage>> =
-            vec![Some(fresh(&limits, &BTreeMap::new(), 1, T0))];
+        let mut shards = BTreeMap::from([(0, fresh(&limits, &BTreeMap::new(), 1, T0))]);
         let mut admitted = 0i64;
         for (op, pick, n, dt) in ops {
             clock.advance(Duration::from_millis(dt.unsigned_abs()));
             let now = clock.epoch_millis();
-            shards.resize(count as usize, None);
-            let s = (pick % count) as usize;
+            let s = pick % count;
             let d = demand(&[("rpm", n)]);
             match op {
                 0 | 1 => {
-                    if let Some(img) = &mut shards[s]
+                    if let Some(img) = shards.get_mut(&s)
                         && fast_consume(img, &d, now)
                     {
                         admitted += n * MILLI;
                     }
                 }
-                2 | 3 => match shards[s].clone() {
+                2 | 3 => match shards.get(&s).cloned() {
                     None => {
-                        if let Plan::Write(p) = plan_create(&limits, &d, count, s as u32, now, None, &Stamps::default()) {
-                            if p.admitted {
-                                admitted += p.consumed["rpm"];
-                            }
-                            shards[s] = Some(created(&p));
-                        }
+                        let c = create_funded(&mut shards, &limits, &d, (s, count), now);
+                        admitted += c.get("rpm").copied().unwrap_or(0);
                     }
                     Some(mut img) => {
                         if let Plan::Write(p) = plan_refill(&img, &limits, &d, now, TtlAction::Keep, &Stamps::default())
                             && apply_refill(&mut img, &p)
                         {
                             admitted += p.consumed["rpm"];
-                            shards[s] = Some(img);
+                            shards.insert(s, img);
                         }
                     }
                 },
+                4 => {
+                    if count < 32 {
+                        let read: Vec<(u32, BucketImage)> =
+                            shards.iter().map(|(i, img)| (*i, img.clone())).collect();
+                        if let Some(plan) = plan_split(&read, count, count * 2, now) {
+                            prop_assert!(apply_split(&mut shards, &plan));
+                            count *= 2;
+                        }
+                    }
+                }
                 _ => {
                     if count < 32 {
                         count *= 2;
-                        for img in shards.iter_mut().flatten() {
+                        for img in shards.values_mut() {
                             img.shard_count = count;
                         }
                     }
@@ -678,46 +749,183 @@ proptest! {
 }
 
 #[test]
-fn hard_case_23_doubling_never_adds_tokens() {
-    // Shard 0 of rpm 3000 spent 1001 tokens, then doubles: it keeps its 1999 and the new
-    // shard starts empty, so the total spendable stays 1999 (the reference funds the new
-    // shard with 1500 more).
+fn hard_case_23_a_split_moves_tokens_and_never_adds_any() {
+    // Shard 0 of rpm 3000/h spent 1001 tokens, then splits: it gives half of its 1999 in
+    // whole tokens (999) to shard 1, which the same transaction creates, and keeps 1000. The
+    // bucket still holds 1999 (the reference funds the new shard with 1500 more).
     let limits = [Limit::per_hour("rpm", 3000)];
-    let mut shard0 = fresh(&limits, &demand(&[("rpm", 1001)]), 1, T0);
-    shard0.shard_count = 2;
-    let Plan::Write(p) = plan_create(
-        &limits,
-        &demand(&[("rpm", 1)]),
-        2,
-        1,
-        T0,
-        None,
-        &Stamps::default(),
-    ) else {
-        panic!("a new shard is written even when the request does not fit");
-    };
-    assert!(!p.admitted, "nothing in the new shard yet");
-    assert_eq!(p.consumed["rpm"], 0);
-    let shard1 = created(&p);
-    let total = shard0.limits["rpm"].tk + shard1.limits["rpm"].tk;
-    assert_eq!(total, 1_999_000);
-    // It fills by refill at its share of the rate: 1500 per hour, so 25 tokens a minute.
+    let shard0 = fresh(&limits, &demand(&[("rpm", 1001)]), 1, T0);
+    let plan = plan_split(&[(0, shard0.clone())], 1, 2, T0).expect("a split");
+    let split = &plan.splits[0];
+    let new = split.shard.as_ref().expect("shard 1 is created");
+    assert_eq!((new.shard, new.shard_count), (1, 2));
+    assert_eq!(new.balances["rpm"], 999_000);
+    assert_eq!(plan.moved("rpm"), 999_000);
+    let mut shards = BTreeMap::from([(0, shard0)]);
+    assert!(apply_split(&mut shards, &plan));
+    let (donor, twin) = (&shards[&0], &shards[&1]);
+    assert_eq!(donor.shard_count, 2);
+    assert_eq!(donor.limits["rpm"].tk, 1_000_000);
+    assert_eq!(
+        donor.limits["rpm"].tc, 1_001_000,
+        "the donor's count is kept"
+    );
+    assert_eq!(twin.limits["rpm"].tk, 999_000);
+    assert_eq!(twin.limits["rpm"].tc, 0);
+    assert_eq!(twin.wcu.map(|w| w.tk), Some(WCU_CAPACITY_MILLI));
+    // Both serve at once, and refill at the new share: 1500 an hour, 25 tokens a minute.
     let later = T0 + 60_000;
-    let Plan::Write(r) = plan_refill(
-        &shard1,
-        &limits,
-        &demand(&[("rpm", 25)]),
-        later,
-        TtlAction::Keep,
-        &Stamps::default(),
-    ) else {
-        panic!("25 tokens refilled in a minute");
-    };
-    assert_eq!(r.consumed["rpm"], 25_000);
-    // The refill pass of shard 0 trims it to its new share.
-    let p = hard_pass(&shard0, &limits, &BTreeMap::new(), T0, TtlAction::Keep);
-    assert!(apply_refill(&mut shard0, &p));
-    assert!(shard0.limits["rpm"].tk <= 1_500_000);
+    for img in [donor, twin] {
+        let p = hard_pass(img, &limits, &demand(&[("rpm", 1)]), later, TtlAction::Keep);
+        let w = p.writes.iter().find(|w| w.name == "rpm").unwrap();
+        assert_eq!(w.add_tk, 25_000 - 1_000);
+    }
+    // Applied twice, the split fails its own pins (the `rf` lock, the count): nothing moves
+    // twice.
+    assert!(!apply_split(&mut shards.clone(), &plan));
+}
+
+#[test]
+fn a_split_keeps_the_refill_earned_at_the_old_share_and_what_a_donor_cannot_give() {
+    let limits = [Limit::per_minute("rpm", 40)];
+    // Half a minute after the last pass, 20 tokens refilled at the whole rate: the donor
+    // materialises them before it gives half.
+    let shard0 = fresh(&limits, &demand(&[("rpm", 40)]), 1, T0);
+    let plan = plan_split(&[(0, shard0)], 1, 2, T0 + 30_000).unwrap();
+    assert_eq!(plan.splits[0].write.rf_new, T0 + 30_000);
+    assert_eq!(plan.moved("rpm"), 10_000);
+    let w = &plan.splits[0].write.writes[0];
+    assert_eq!((w.name.as_str(), w.add_tk), ("rpm", 20_000 - 10_000));
+    assert_eq!(w.floor, None, "the refill covers the move");
+    // What the donor gives must still be there at the write (a debit landing meanwhile).
+    let shard0 = fresh(&limits, &demand(&[("rpm", 10)]), 1, T0);
+    let plan = plan_split(&[(0, shard0)], 1, 2, T0).unwrap();
+    let w = &plan.splits[0].write.writes[0];
+    assert_eq!((w.add_tk, w.floor), (-15_000, Some(15_000)));
+    // A shard missing below the old count is left missing (its twin too); a twin that
+    // exists already is left alone, its donor only raised.
+    let shards = [
+        (0, fresh(&limits, &BTreeMap::new(), 4, T0)),
+        (2, fresh(&limits, &BTreeMap::new(), 4, T0)),
+        (6, fresh(&limits, &BTreeMap::new(), 8, T0)),
+    ];
+    let plan = plan_split(&shards, 4, 8, T0).unwrap();
+    let donors: Vec<(u32, Option<u32>)> = plan
+        .splits
+        .iter()
+        .map(|s| (s.donor, s.shard.as_ref().map(|n| n.shard)))
+        .collect();
+    assert_eq!(donors, [(0, Some(4)), (2, None)]);
+    // No split of a bucket whose shard 0 is missing, or whose shard below the old count is
+    // disabled, holds what the core profile cannot read, or lags behind shard 0's count.
+    assert!(plan_split(&shards[1..2], 4, 8, T0).is_none());
+    let changes: [fn(&mut BucketImage); 3] = [
+        |i| i.disabled = true,
+        |i| i.unsupported.push("b_rpm_x".into()),
+        |i| i.shard_count = 2,
+    ];
+    for change in changes {
+        let mut bad = shards.clone();
+        change(&mut bad[1].1);
+        assert!(plan_split(&bad, 4, 8, T0).is_none());
+    }
+}
+
+/// One limit of each kind, of `cap` tokens (a multiple of 32, so that every share and every
+/// move is whole), for the split conservation test: dripping, scheduled (twice `cap`,
+/// halved now), calendar quota, session quota, soft.
+fn of_kind(kind: u8, cap: i64) -> Limit {
+    use crate::schedule::{Entry, Schedule, Zone};
+    match kind {
+        0 => Limit::custom("l", cap, cap, 60),
+        1 => {
+            // T0 is 13 minutes into its hour: the halving is in force.
+            let half = Entry::scaled("0-29 * * * *", 0.5).unwrap();
+            Limit::custom("l", 2 * cap, 2 * cap, 60)
+                .with_schedule(Schedule::new(Zone::utc(), vec![half]).unwrap())
+        }
+        2 => Limit::quota_per_day("l", cap, Zone::utc()),
+        3 => Limit::session_quota("l", cap, 3600),
+        _ => Limit::custom("l", cap, cap, 60).soft(),
+    }
+}
+
+proptest! {
+    /// For every limit kind, any sequence of requests on random shards (fast or slow) and
+    /// splits up to 32 shards, with the clock still: the tokens the shards hold plus those
+    /// admitted are what one unsplit bucket allows, every admission is counted once, and
+    /// every whole token held can still be spent by ordinary requests afterwards (nothing
+    /// stranded). A soft limit admits beyond it, into debt, and still conserves.
+    #[test]
+    fn splits_strand_nothing_and_add_nothing(
+        kind in 0u8..5,
+        units in 1i64..8,
+        ops in proptest::collection::vec((0u8..4, 0u32..32, 1i64..9), 1..120),
+    ) {
+        let limit = of_kind(kind, 32 * units);
+        let limits = [limit.clone()];
+        let soft = Stamps {
+            names: if limit.is_soft() { ["l".to_owned()].into() } else { Default::default() },
+            until: T0 + 60_000,
+            restamp: true,
+            ..Stamps::default()
+        };
+        let allowance = limit.params_at(T0).capacity;
+        let now = T0;
+        let mut count = 1u32;
+        let first = match plan_create(&limits, &BTreeMap::new(), 1, 0, now, None, &soft) {
+            Plan::Write(p) => created(&p),
+            Plan::Reject(s) => panic!("{s:?}"),
+        };
+        let mut shards = BTreeMap::from([(0, first)]);
+        let mut admitted = 0i64;
+        for (op, pick, n) in ops {
+            let s = pick % count;
+            let d = demand(&[("l", n)]);
+            match op {
+                0 => {
+                    let img = shards.get_mut(&s).unwrap();
+                    if !limit.is_soft() && fast_consume(img, &d, now) {
+                        admitted += n * MILLI;
+                    }
+                }
+                1 | 2 => {
+                    let img = shards[&s].clone();
+                    let mut after = img.clone();
+                    if let Plan::Write(p) = plan_refill(&img, &limits, &d, now, TtlAction::Keep, &soft)
+                        && apply_refill(&mut after, &p)
+                    {
+                        admitted += p.consumed["l"];
+                        shards.insert(s, after);
+                    }
+                }
+                _ => {
+                    if count < 32 {
+                        let read: Vec<(u32, BucketImage)> =
+                            shards.iter().map(|(i, img)| (*i, img.clone())).collect();
+                        let plan = plan_split(&read, count, count * 2, now);
+                        prop_assert!(plan.is_some(), "every shard exists and agrees");
+                        prop_assert!(apply_split(&mut shards, &plan.unwrap()));
+                        count *= 2;
+                    }
+                }
+            }
+            let held: i64 = shards.values().map(|img| img.limits["l"].tk).sum();
+            prop_assert_eq!(held + admitted, allowance, "{} shards", count);
+            let tc: i64 = shards.values().map(|img| img.limits["l"].tc).sum();
+            prop_assert_eq!(tc, admitted, "every admission counted once");
+        }
+        if !limit.is_soft() {
+            // Spend what is held, one token at a time, as requests would.
+            for img in shards.values_mut() {
+                while img.limits["l"].tk >= MILLI {
+                    prop_assert!(fast_consume(img, &demand(&[("l", 1)]), now));
+                    admitted += MILLI;
+                }
+            }
+            prop_assert_eq!(admitted, allowance, "nothing stranded");
+        }
+    }
 }
 
 mod proactive {
@@ -1427,7 +1635,24 @@ mod quotas {
     }
 
     #[test]
-    fn a_new_quota_shard_starts_empty_with_its_grant_count() {
+    fn a_new_quota_shard_starts_with_what_funds_it_and_its_grant_count() {
+        let funded = Stamps {
+            funded: BTreeMap::from([("q".to_owned(), 2_000)]),
+            ..Stamps::default()
+        };
+        let plan = written(plan_create(
+            &[daily(10)],
+            &BTreeMap::new(),
+            4,
+            3,
+            T0,
+            None,
+            &funded,
+        ));
+        assert_eq!(plan.limits[0].1, 2_000, "what a sibling moved to it");
+        assert_eq!(plan.shard_count, 4);
+        assert_eq!(created(&plan).quotas["q"].gc, Some(4));
+        // Nothing to move from (the bucket's other shards are gone): its share.
         let plan = written(plan_create(
             &[daily(10)],
             &BTreeMap::new(),
@@ -1437,11 +1662,7 @@ mod quotas {
             None,
             &Stamps::default(),
         ));
-        assert_eq!(
-            plan.limits[0].1, 0,
-            "the split's tokens stay with the older shards"
-        );
-        assert_eq!(plan.shard_count, 4);
+        assert_eq!(plan.limits[0].1, 2_500);
     }
 
     #[test]
@@ -1686,10 +1907,17 @@ mod sessions {
         };
         let now = T0 + 60_000;
         let d = demand(&[("s", 1)]);
-        // Shard 1 of 2 joins the live window empty (its tokens are held by shard 0).
-        let plan = written(plan_create(&[session()], &d, 2, 1, now, None, &joined));
+        // Shard 1 of 2 joins the live window with what shard 0 moved to it.
+        let moved = Stamps {
+            funded: BTreeMap::from([("s".to_owned(), 0)]),
+            ..joined.clone()
+        };
+        let plan = written(plan_create(&[session()], &d, 2, 1, now, None, &moved));
         assert!(!plan.admitted);
         assert_eq!(plan.windows["s"], (T0, false));
+        let plan = written(plan_create(&[session()], &d, 2, 1, now, None, &joined));
+        assert!(plan.admitted);
+        assert_eq!(plan.limits[0].1, 4_000, "its share, less the request");
         assert_eq!(plan.vu, Some(T0 + HOUR));
         assert!(plan.opened_windows(1).is_empty());
         // With no live window it opens one with its whole share, and tells the others.
@@ -1834,7 +2062,7 @@ mod sessions {
     }
 }
 
-mod grant_moves {
+mod funding {
     use super::*;
     use crate::schedule::Zone;
 
@@ -1876,16 +2104,22 @@ mod grant_moves {
     fn a_new_shard_takes_its_share_from_the_sibling_whose_grant_covers_it() {
         // Shard 0 holds 70 of the day's 100 at a grant of 1: shard 1 (of 2) gets 50 from it.
         let siblings = [(0, shard(70_000, 1, 2, T0))];
-        let (funded, moves) = plan_grant_moves(&[daily(100)], &siblings, 1, 2, T0 + 1);
+        let (funded, moves) = plan_funding(&[daily(100)], &siblings, 1, 2, T0 + 1);
         assert_eq!(funded["q"], 50_000);
         assert_eq!(moves.len(), 1);
         assert_eq!((moves[0].donor, moves[0].amount), (0, 50_000));
-        assert_eq!(moves[0].donor_gc, Some(1));
         let edge = daily(100).reset().unwrap().prev_edge(T0 + 1).unwrap();
-        assert_eq!(moves[0].period, MovePeriod::Calendar { edge });
+        assert_eq!(
+            moves[0].pin,
+            MovePin::Grant {
+                donor_gc: Some(1),
+                donor_count: 2,
+                period: MovePeriod::Calendar { edge }
+            }
+        );
         // What the donor has left is all it can give.
         let siblings = [(0, shard(20_500, 1, 2, T0))];
-        let (funded, moves) = plan_grant_moves(&[daily(100)], &siblings, 1, 2, T0 + 1);
+        let (funded, moves) = plan_funding(&[daily(100)], &siblings, 1, 2, T0 + 1);
         assert_eq!(
             (funded["q"], moves[0].amount),
             (20_000, 20_000),
@@ -1893,7 +2127,7 @@ mod grant_moves {
         );
         // An exhausted donor gives nothing, and nothing is moved.
         let siblings = [(0, shard(0, 1, 2, T0))];
-        let (funded, moves) = plan_grant_moves(&[daily(100)], &siblings, 1, 2, T0 + 1);
+        let (funded, moves) = plan_funding(&[daily(100)], &siblings, 1, 2, T0 + 1);
         assert_eq!(funded["q"], 0);
         assert!(moves.is_empty());
     }
@@ -1903,22 +2137,67 @@ mod grant_moves {
         // At 4 shards: shard 0 granted at 1 covers every slot, shard 1 granted at 2 covers
         // the odd ones; slot 3 takes from shard 1, slot 2 from shard 0.
         let siblings = [(0, shard(40_000, 1, 4, T0)), (1, shard(30_000, 2, 4, T0))];
-        let (_, moves) = plan_grant_moves(&[daily(100)], &siblings, 3, 4, T0 + 1);
+        let (_, moves) = plan_funding(&[daily(100)], &siblings, 3, 4, T0 + 1);
         assert_eq!(moves[0].donor, 1);
-        let (_, moves) = plan_grant_moves(&[daily(100)], &siblings, 2, 4, T0 + 1);
+        let (_, moves) = plan_funding(&[daily(100)], &siblings, 2, 4, T0 + 1);
         assert_eq!(moves[0].donor, 0);
         // A day later the siblings' grants are of the past period: a fresh share.
-        let (funded, moves) = plan_grant_moves(&[daily(100)], &siblings, 3, 4, T0 + DAY);
+        let (funded, moves) = plan_funding(&[daily(100)], &siblings, 3, 4, T0 + DAY);
         assert_eq!(funded["q"], 25_000);
         assert!(moves.is_empty());
         // A slot no grant covers (siblings sized at the count) gets a fresh share too.
         let siblings = [(0, shard(25_000, 4, 4, T0)), (1, shard(25_000, 4, 4, T0))];
-        let (funded, moves) = plan_grant_moves(&[daily(100)], &siblings, 3, 4, T0 + 1);
+        let (funded, moves) = plan_funding(&[daily(100)], &siblings, 3, 4, T0 + 1);
         assert_eq!(funded["q"], 25_000);
         assert!(moves.is_empty());
-        // Dripping limits are not funded.
-        let (funded, _) = plan_grant_moves(&[rpm(10)], &siblings, 3, 4, T0 + 1);
-        assert!(funded.is_empty());
+        // A dripping limit its line's shards do not hold takes a fresh share.
+        let (funded, moves) = plan_funding(&[rpm(10)], &siblings, 3, 4, T0 + 1);
+        assert_eq!(funded["rpm"], 2_500);
+        assert!(moves.is_empty());
+    }
+
+    /// A shard of rpm 40/min at `count` shards holding `tk`.
+    fn dripping(tk: i64, count: u32) -> BucketImage {
+        let mut img = fresh(&[rpm(40)], &BTreeMap::new(), count, T0);
+        img.limits.get_mut("rpm").unwrap().tk = tk;
+        img
+    }
+
+    #[test]
+    fn a_dripping_limit_is_funded_by_the_nearest_shard_of_its_line() {
+        // Slot 5 of 8 splits from 1, which splits from 0: shard 1 is missing, so shard 0
+        // gives half of what it holds, in whole tokens.
+        let siblings = [(0, dripping(5_500, 8)), (2, dripping(5_000, 8))];
+        let (funded, moves) = plan_funding(&[rpm(40)], &siblings, 5, 8, T0 + 1);
+        assert_eq!(funded["rpm"], 2_000);
+        assert_eq!(
+            moves,
+            [Move {
+                limit: "rpm".into(),
+                donor: 0,
+                amount: 2_000,
+                pin: MovePin::Share { donor_count: 8 },
+            }]
+        );
+        // A donor above its share (another writer doubled without moving anything) gives
+        // at least the excess, at most the new shard's share.
+        let siblings = [(0, dripping(40_000, 2))];
+        let (funded, _) = plan_funding(&[rpm(40)], &siblings, 1, 2, T0 + 1);
+        assert_eq!(funded["rpm"], 20_000);
+        // A doubling by two levels at once: slot 3's nearest line shard (1) holds its share,
+        // shard 0 holds more; shard 0 gives.
+        let siblings = [(0, dripping(30_000, 4)), (1, dripping(10_000, 4))];
+        let (funded, moves) = plan_funding(&[rpm(40)], &siblings, 3, 4, T0 + 1);
+        assert_eq!((funded["rpm"], moves[0].donor), (10_000, 0));
+        // A donor in debt gives nothing; shard 0 itself has no line: a fresh share.
+        let siblings = [(0, dripping(-3_000, 2))];
+        let (funded, moves) = plan_funding(&[rpm(40)], &siblings, 1, 2, T0 + 1);
+        assert_eq!(funded["rpm"], 0);
+        assert!(moves.is_empty());
+        let siblings = [(1, dripping(20_000, 2))];
+        let (funded, moves) = plan_funding(&[rpm(40)], &siblings, 0, 2, T0 + 1);
+        assert_eq!(funded["rpm"], 20_000);
+        assert!(moves.is_empty());
     }
 
     proptest! {
@@ -1946,7 +2225,7 @@ mod grant_moves {
                     let siblings: Vec<(u32, BucketImage)> =
                         shards.iter().map(|(i, img)| (*i, img.clone())).collect();
                     let (funded, moves) =
-                        plan_grant_moves(std::slice::from_ref(&limit), &siblings, j, count, T0 + 1);
+                        plan_funding(std::slice::from_ref(&limit), &siblings, j, count, T0 + 1);
                     for m in &moves {
                         let donor = shards.get_mut(&m.donor).unwrap();
                         let tk = &mut donor.limits.get_mut("q").unwrap().tk;

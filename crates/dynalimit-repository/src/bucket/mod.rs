@@ -12,20 +12,22 @@
 //! | operation | request | condition |
 //! |---|---|---|
 //! | [`BucketStore::speculative_consume`] | `UpdateItem` | exists, `tk >= amount`, `wcu`, `ttl`, `disabled`, `vu`, no pause in force |
-//! | [`BucketStore::create`] | `TransactWriteItems` (Put + owner META check) | `attribute_not_exists(PK)` |
+//! | [`BucketStore::create`] | `TransactWriteItems` (Put + owner META check + donors' moves) | `attribute_not_exists(PK)`, donors' `tk >= amount` and pins |
 //! | [`BucketStore::refill`] | `UpdateItem` | `rf = :read`, no pause in force, floors, pins |
 //! | [`BucketStore::consume_only`] | `UpdateItem` | `tk >= amount`, no pause in force |
 //! | [`BucketStore::bypass_consume`] | `UpdateItem` | exists, a bypass stamp, no pause in force |
 //! | [`BucketStore::apply_delta`] | `UpdateItem` (then a trimming retry) | exists, ceiling guards |
 //! | [`BucketStore::stamp_access`] | `UpdateItem` | exists |
 //! | [`BucketStore::stamp_pause`] | `UpdateItem` on every existing shard | exists, stamp absent or earlier |
-//! | [`BucketStore::double_shards`] | `UpdateItem` on shard 0, then on shards `1..old` | `shard_count = :old` / `< :new` |
+//! | [`BucketStore::double_shards`] | `TransactWriteItems`: every shard below `old` (rf-locked, gives part of its balances) + a Put of its twin + owner META check | `rf = :read`, `shard_count = :old`, floors; `attribute_not_exists(PK)` |
+//! | [`BucketStore::create_shard`] | `TransactWriteItems` (Put of a clone + owner META check + donors' moves) | as a create |
 //! | [`BucketStore::propagate_shard_count`] | `UpdateItem` on shards `1..old` | `shard_count < :new` |
 
 mod consume;
 mod pause;
 #[cfg(test)]
 mod sizes;
+mod split;
 mod writes;
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,7 +44,7 @@ use aws_smithy_types::retry::RetryConfig;
 use bytes::Bytes;
 use dynalimit_core::Limit;
 use dynalimit_core::decide::{
-    BucketImage, CreatePlan, DeltaPlan, GrantMove, ProactiveRefill, RefillPlan,
+    BucketImage, CreatePlan, DeltaPlan, Move, ProactiveRefill, RefillPlan,
 };
 use dynalimit_core::operation::{OperationShard, ShardWrite};
 use futures::future::join_all;
@@ -122,12 +124,27 @@ pub enum CreateOutcome {
     Lost,
     /// The owner's META changed since it was read (moved, recreated, created).
     OwnerChanged,
-    /// A grant a quota was to move from a sibling changed since it was read (spent, granted
-    /// anew, or the period turned): nothing was written; plan again.
+    /// A balance to move from a sibling changed since it was read (spent, granted anew, the
+    /// period turned, the count raised), or a shard created with it exists already: nothing
+    /// was written; plan again.
     MoveLost,
     /// Transaction conflicts persisted through the retries.
     Contended,
 }
+
+/// What a bucket transaction came to.
+#[derive(Debug)]
+enum Transacted {
+    /// Applied.
+    Done,
+    /// Cancelled by a failed condition: the cancellation code of each item, in order.
+    Failed(Vec<String>),
+    /// Transaction conflicts persisted through the retries.
+    Contended,
+}
+
+/// The cancellation code of an item whose condition failed.
+const CONDITION_FAILED: &str = "ConditionalCheckFailed";
 
 /// Result of an rf-locked write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -648,15 +665,17 @@ impl BucketStore {
     }
 
     /// Creates a missing bucket item in one transaction with a `ConditionCheck` on the
-    /// owner's META as read (reference §3.7.3).
+    /// owner's META as read (reference §3.7.3), the donors' side of `moves` (a shard other
+    /// than 0 funded by its siblings, [`dynalimit_core::decide::plan_funding`]), and `others`:
+    /// the other shards of a bucket recreated whole after every shard was swept, each at its
+    /// share.
     ///
     /// A lost answer is sent again by the SDK with the same `ClientRequestToken`, which
     /// DynamoDB answers as the first time without applying the transaction again: the item
-    /// is created once (test
-    /// `suite::ambiguous::a_bucket_create_answered_5xx_after_it_landed_is_applied_once`). The
-    /// same holds for the empty create of a shard a doubling brought into use, which consumes
-    /// nothing, under every way of losing its answer: `Created`, and the shard exists once,
-    /// empty (test `suite::outcomes::create_of_an_empty_new_shard`).
+    /// is created once and the donors are debited once (tests
+    /// `suite::ambiguous::a_bucket_create_answered_5xx_after_it_landed_is_applied_once`,
+    /// `suite::outcomes::create_with_a_move` and `create_with_a_grant_move`). An error after
+    /// the SDK's attempts leaves the outcome unknown: applied once or not at all.
     ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
@@ -666,51 +685,99 @@ impl BucketStore {
         plan: &CreatePlan,
         owner: &Owner,
         check: &MetaCheck,
-        moves: &[GrantMove],
+        moves: &[Move],
+        others: &[(u32, CreatePlan)],
     ) -> Result<CreateOutcome, RepositoryError> {
-        let item = create_item(&self.ns, key, plan, owner);
-        let put_cond = crate::namespace::absent();
-        let put = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .with_expr(&put_cond)
-            .build()
-            .map_err(|e| build_error("TransactWriteItems", &e))?;
+        let absent = crate::namespace::absent();
+        let put = |key: &BucketKey, plan: &CreatePlan| {
+            Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(create_item(&self.ns, key, plan, owner)))
+                .with_expr(&absent)
+                .build()
+                .map(|put| TransactWriteItem::builder().put(put).build())
+                .map_err(|e| build_error("TransactWriteItems", &e))
+        };
+        let mut items = vec![put(key, plan)?, self.meta_check(&key.entity_id, check)?];
+        for (shard, other) in others {
+            items.push(put(&key.with_shard(*shard), other)?);
+        }
+        items.extend(self.move_updates(key, moves)?);
+        Ok(match self.transact(key, items).await? {
+            Transacted::Done => CreateOutcome::Created,
+            Transacted::Contended => CreateOutcome::Contended,
+            Transacted::Failed(reasons) => {
+                let failed = |i: usize| reasons.get(i).is_some_and(|r| r == CONDITION_FAILED);
+                if failed(0) {
+                    CreateOutcome::Lost
+                } else if failed(1) {
+                    CreateOutcome::OwnerChanged
+                } else {
+                    CreateOutcome::MoveLost
+                }
+            }
+        })
+    }
+
+    /// The `ConditionCheck` of a create on the owner's META as read.
+    fn meta_check(
+        &self,
+        entity_id: &str,
+        check: &MetaCheck,
+    ) -> Result<TransactWriteItem, RepositoryError> {
         let meta = meta_condition(check);
         let check = ConditionCheck::builder()
             .table_name(&self.table)
-            .set_key(Some(self.meta_key(&key.entity_id)))
+            .set_key(Some(self.meta_key(entity_id)))
             .with_expr(&meta)
             .build()
             .map_err(|e| build_error("TransactWriteItems", &e))?;
-        // One update per donor (a transaction touches an item once), after the Put and the
-        // owner check.
-        let mut donors: BTreeMap<u32, Vec<&GrantMove>> = BTreeMap::new();
+        Ok(TransactWriteItem::builder().condition_check(check).build())
+    }
+
+    /// The donors' side of `moves` to shards of `key`'s bucket: one update per donor (a
+    /// transaction touches an item once).
+    fn move_updates(
+        &self,
+        key: &BucketKey,
+        moves: &[Move],
+    ) -> Result<Vec<TransactWriteItem>, RepositoryError> {
+        let mut donors: BTreeMap<u32, Vec<&Move>> = BTreeMap::new();
         for m in moves {
             donors.entry(m.donor).or_default().push(m);
         }
-        let mut updates = Vec::with_capacity(donors.len());
-        for (donor, moved) in &donors {
-            let e = writes::grant_moves(moved);
-            let update = aws_sdk_dynamodb::types::Update::builder()
-                .table_name(&self.table)
-                .set_key(Some(key.with_shard(*donor).key_map(&self.ns)))
-                .with_expr(&e)
-                .build()
-                .map_err(|e| build_error("TransactWriteItems", &e))?;
-            updates.push(TransactWriteItem::builder().update(update).build());
-        }
+        donors
+            .iter()
+            .map(|(donor, moved)| {
+                let e = writes::moves(moved);
+                aws_sdk_dynamodb::types::Update::builder()
+                    .table_name(&self.table)
+                    .set_key(Some(key.with_shard(*donor).key_map(&self.ns)))
+                    .with_expr(&e)
+                    .build()
+                    .map(|update| TransactWriteItem::builder().update(update).build())
+                    .map_err(|e| build_error("TransactWriteItems", &e))
+            })
+            .collect()
+    }
+
+    /// Sends one transaction on `key`'s bucket, again while it loses to other transactions
+    /// (at most [`CONFLICT_ATTEMPTS`] attempts), in a span that records its outcome. The SDK
+    /// sends each attempt again after a lost answer with the same `ClientRequestToken`, which
+    /// DynamoDB answers without applying it twice.
+    async fn transact(
+        &self,
+        key: &BucketKey,
+        items: Vec<TransactWriteItem>,
+    ) -> Result<Transacted, RepositoryError> {
         let span = request_span("TransactWriteItems", key);
-        let sent = tracing::Instrument::instrument(
-            self.create_attempts(put, check, updates),
-            span.clone(),
-        )
-        .await;
+        let sent =
+            tracing::Instrument::instrument(self.transact_attempts(items), span.clone()).await;
         span.record(
             "outcome",
             match &sent {
-                Ok(CreateOutcome::Created) => "done",
-                Ok(CreateOutcome::Contended) => "conflict",
+                Ok(Transacted::Done) => "done",
+                Ok(Transacted::Contended) => "conflict",
                 Ok(_) => "condition_failed",
                 Err(_) => "error",
             },
@@ -718,32 +785,20 @@ impl BucketStore {
         sent
     }
 
-    /// The create's transaction, sent again while it loses to other transactions.
-    async fn create_attempts(
+    async fn transact_attempts(
         &self,
-        put: Put,
-        check: ConditionCheck,
-        updates: Vec<TransactWriteItem>,
-    ) -> Result<CreateOutcome, RepositoryError> {
+        items: Vec<TransactWriteItem>,
+    ) -> Result<Transacted, RepositoryError> {
         let mut attempt = 0;
         loop {
             let result = self
                 .client
                 .transact_write_items()
-                .set_transact_items(Some({
-                    let mut all = vec![
-                        TransactWriteItem::builder().put(put.clone()).build(),
-                        TransactWriteItem::builder()
-                            .condition_check(check.clone())
-                            .build(),
-                    ];
-                    all.extend(updates.iter().cloned());
-                    all
-                }))
+                .set_transact_items(Some(items.clone()))
                 .send()
                 .await;
             let err = match result {
-                Ok(_) => return Ok(CreateOutcome::Created),
+                Ok(_) => return Ok(Transacted::Done),
                 Err(err) => err,
             };
             let reasons: Vec<String> = match err.as_service_error() {
@@ -757,23 +812,12 @@ impl BucketStore {
                 }
                 _ => return Err(classify("TransactWriteItems", err)),
             };
-            let code = |i: usize| reasons.get(i).map(String::as_str);
-            if code(0) == Some("ConditionalCheckFailed") {
-                return Ok(CreateOutcome::Lost);
-            }
-            if code(1) == Some("ConditionalCheckFailed") {
-                return Ok(CreateOutcome::OwnerChanged);
-            }
-            if reasons
-                .iter()
-                .skip(2)
-                .any(|r| r == "ConditionalCheckFailed")
-            {
-                return Ok(CreateOutcome::MoveLost);
+            if reasons.iter().any(|r| r == CONDITION_FAILED) {
+                return Ok(Transacted::Failed(reasons));
             }
             if reasons.iter().any(|r| r == "TransactionConflict") {
                 if attempt + 1 >= CONFLICT_ATTEMPTS {
-                    return Ok(CreateOutcome::Contended);
+                    return Ok(Transacted::Contended);
                 }
                 crate::metrics::contention_retry("TransactWriteItems");
                 Backoff::CONFLICT.pause(attempt + 1).await;
@@ -789,7 +833,7 @@ impl BucketStore {
                 "TransactWriteItems",
                 None,
                 reason,
-                format!("bucket create cancelled: {reasons:?}"),
+                format!("bucket transaction cancelled: {reasons:?}"),
             ));
         }
     }
@@ -812,43 +856,6 @@ impl BucketStore {
             Update::Done(_) => Ok(true),
             Update::ConditionFailed(_) => Ok(false),
             Update::Conflict => Err(contended()),
-        }
-    }
-
-    /// Creates shard `key` from shard 0's image `shard0` with `count` shards, as
-    /// [`dynalimit_format::bucket::clone_for_shard`] builds it, at `now`, under
-    /// `attribute_not_exists(PK)`. Returns false when the shard exists already (a client
-    /// created it first, or a first attempt whose answer was lost landed: the SDK's retry of
-    /// the put finds it and leaves it).
-    ///
-    /// # Errors
-    /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
-    pub async fn create_shard(
-        &self,
-        key: &BucketKey,
-        shard0: &Item,
-        count: u32,
-        now: i64,
-    ) -> Result<bool, RepositoryError> {
-        let item = dynalimit_format::bucket::clone_for_shard(shard0, &self.ns, key, count, now);
-        let condition = crate::namespace::absent();
-        let sent = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .with_expr(&condition)
-            .send()
-            .await;
-        match sent {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(classify("PutItem", e)),
         }
     }
 
@@ -1027,69 +1034,6 @@ impl BucketStore {
             Update::ConditionFailed(_) => Ok(false),
             Update::Conflict => Err(contended()),
         }
-    }
-
-    /// Doubles the shard count of `(entity, resource)` from `from` to `to` on shard 0, then
-    /// propagates the new count to the older shards (reference §3.8) with
-    /// [`BucketStore::propagate_shard_count`]. Every shard keeps its balance, and a shard the
-    /// doubling brings into use is created empty (see
-    /// [`dynalimit_core::decide::plan_create`]), so the split never adds tokens.
-    ///
-    /// The propagation also runs when this call did not win cleanly, because it is idempotent
-    /// (each shard is written at most once, under `shard_count < :new`):
-    /// * the doubling's condition failed and shard 0 already holds a higher count: either
-    ///   another writer doubled (and may have failed to propagate), or this call's own write
-    ///   landed, its answer was lost, and the transport sent it again;
-    /// * the doubling ended in an error (its outcome is unknown: the write may have landed):
-    ///   shard 0 is read back, strongly consistent, and the count it holds is propagated.
-    ///   When it still holds `from`, the error is returned.
-    ///
-    /// Returns the count to use (`to` when this call won, the count shard 0 holds when it was
-    /// already raised, `from` on persistent conflicts) and the shards whose propagation
-    /// failed; the other shards are written regardless, and a later propagation heals the
-    /// failed ones.
-    ///
-    /// # Errors
-    /// [`RepositoryError`] when the doubling write fails and shard 0 cannot be read back or
-    /// still holds `from`.
-    pub async fn double_shards(
-        &self,
-        key: &BucketKey,
-        from: u32,
-        to: u32,
-    ) -> Result<Doubling, RepositoryError> {
-        let shard0 = key.with_shard(0);
-        let unchanged = |count: u32| Doubling {
-            count,
-            failed: Vec::new(),
-        };
-        // The count shard 0 holds after the attempt.
-        let seen = match self
-            .update(&shard0, &writes::double(from, to), false, Resend::Harmless)
-            .await
-        {
-            Ok(Update::Done(_)) => to,
-            Ok(Update::ConditionFailed(old)) => old
-                .as_ref()
-                .map(image_from_item)
-                .map_or(from, |img| img.shards()),
-            Ok(Update::Conflict) => return Ok(unchanged(from)),
-            Err(error) => match self.get(&shard0, true).await {
-                Ok(Some(image)) if image.shards() > from => image.shards(),
-                _ => return Err(error),
-            },
-        };
-        if seen <= from {
-            return Ok(unchanged(from));
-        }
-        // Counts only double, so the shards that existed before the last doubling are
-        // `1..seen / 2` (or `1..from` when that is more).
-        let prior = from.max(seen / 2);
-        let propagation = self.propagate_shard_count(key, prior, seen).await;
-        Ok(Doubling {
-            count: seen,
-            failed: propagation.failed,
-        })
     }
 
     /// Sets `shard_count = to` on shards `1..from` of `(entity, resource)` under

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use dynalimit_core::Limit;
 use dynalimit_core::bucket::WCU;
 use dynalimit_core::decide::{
-    CreditGuard, DeltaPlan, GrantMove, LimitWrite, MovePeriod, ProactiveDelta, ProactiveRefill,
+    CreditGuard, DeltaPlan, LimitWrite, Move, MovePeriod, MovePin, ProactiveDelta, ProactiveRefill,
     QuotaPin, RefillPlan, Seed, StampChange, TtlAction, VuWrite, WindowWrite,
 };
 use dynalimit_core::operation::{ShardWrite, WindowOp};
@@ -112,6 +112,17 @@ fn refill(n: usize, seeded: impl Fn(usize) -> bool) -> Expr {
 /// [`refill`] on an item that also holds `carried` limits of an earlier configuration, which
 /// the write refills too (each refilled, pinned, its soft stamp removed).
 fn refill_carrying(n: usize, seeded: impl Fn(usize) -> bool, carried: usize) -> Expr {
+    writes::refill_write(&refill_plan(n, seeded, carried), Some(&owner()))
+}
+
+/// A split donor's write: its rf-locked write of every limit (refilled, not seeded: a split
+/// materialises what the item holds) with the new shard count, pinned on the old one.
+fn split_donor(n: usize) -> Expr {
+    writes::split_donor(&refill_plan(n, |_| false, 0), 16, 32)
+}
+
+/// The plan of [`refill_carrying`].
+fn refill_plan(n: usize, seeded: impl Fn(usize) -> bool, carried: usize) -> RefillPlan {
     let schedules = limits(n);
     let mut writes: Vec<LimitWrite> = names(n)
         .into_iter()
@@ -166,7 +177,7 @@ fn refill_carrying(n: usize, seeded: impl Fn(usize) -> bool, carried: usize) -> 
         drop_top_up: false,
         window: None,
     });
-    let plan = RefillPlan {
+    RefillPlan {
         rf_read: NOW,
         rf_new: NOW + 1,
         writes,
@@ -186,8 +197,7 @@ fn refill_carrying(n: usize, seeded: impl Fn(usize) -> bool, carried: usize) -> 
         }),
         grant_pin: Some(32),
         resets_applied: true,
-    };
-    writes::refill_write(&plan, Some(&owner()))
+    }
 }
 
 fn quota_pin() -> QuotaPin {
@@ -219,21 +229,23 @@ fn credit(n: usize, trim: bool) -> Expr {
     writes::delta(&plan, trim)
 }
 
-/// The donor's update of a quota shard's create: `n` quotas moved, each pinned on an absent
-/// grant count (the longer pin) and on its session window.
-fn grant_moves(n: usize) -> Expr {
-    let moves: Vec<GrantMove> = names(n)
+/// The donor's update of a shard's create: `n` quotas moved, each pinned on an absent grant
+/// count (the longest pin) and on its session window.
+fn moves(n: usize) -> Expr {
+    let moves: Vec<Move> = names(n)
         .into_iter()
-        .map(|limit| GrantMove {
+        .map(|limit| Move {
             limit,
             donor: 0,
             amount: NOW,
-            donor_gc: None,
-            donor_count: 32,
-            period: MovePeriod::Session { wa: Some(NOW) },
+            pin: MovePin::Grant {
+                donor_gc: None,
+                donor_count: 32,
+                period: MovePeriod::Session { wa: Some(NOW) },
+            },
         })
         .collect();
-    writes::grant_moves(&moves.iter().collect::<Vec<_>>())
+    writes::moves(&moves.iter().collect::<Vec<_>>())
 }
 
 /// One shard's part of a reset or top-up of `n` limits, every part of it on (the top-ups
@@ -293,7 +305,7 @@ fn proactive(n: usize) -> Expr {
 type Shape = (&'static str, fn(usize) -> Expr);
 
 /// Every shape whose expressions grow with the number of limits.
-const SHAPES: [Shape; 14] = [
+const SHAPES: [Shape; 15] = [
     ("consume (fast path)", |n| {
         writes::speculative_consume(&demand(n), NOW)
     }),
@@ -310,7 +322,8 @@ const SHAPES: [Shape; 14] = [
     ("refill, n seeded + n carried", |n| {
         refill_carrying(n, |_| true, n)
     }),
-    ("create, grant moves", grant_moves),
+    ("create, moves", moves),
+    ("split, a donor's write", split_donor),
     ("commit/rollback credit", |n| credit(n, false)),
     ("credit, trimmed", |n| credit(n, true)),
     ("reset/top-up shard", operation),
@@ -336,7 +349,6 @@ fn fixed_shapes() -> Vec<(&'static str, Expr)> {
         ("owner stamp fan-out", writes::owner_fanout(&owner())),
         ("create, owner check", super::meta_condition(&present)),
         ("create, absent item", crate::namespace::absent()),
-        ("doubling", writes::double(16, 32)),
         ("shard count propagation", writes::propagate(32)),
         ("pause stamp", super::pause::stamp(NOW)),
         (

@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
 use dynalimit_core::bucket::{WCU, WCU_DEBIT_MILLI};
 use dynalimit_core::decide::{
-    DeltaPlan, GrantMove, MovePeriod, ProactiveRefill, QuotaPin, RefillPlan, StampChange,
+    DeltaPlan, Move, MovePeriod, MovePin, ProactiveRefill, QuotaPin, RefillPlan, StampChange,
     TtlAction, WindowWrite,
 };
 use dynalimit_core::operation::ShardWrite;
@@ -252,14 +252,15 @@ pub(crate) fn window_fanout(name: &str, start: i64, rsa: i64) -> Expr {
     e
 }
 
-/// The donor's side of the grant moves of one create (reference §12.3, ADR-145), merged into
-/// one update of the donor item (one transaction may touch an item once): per quota, `ADD
-/// b_{name}_tk -amount` under `b_{name}_tk >= amount`, the grant count read (or its absence
-/// with the item's `shard_count`) and the period read (`rf >= edge` for a calendar quota,
-/// `b_{name}_wa` as read for a session quota). Sent in the create's transaction, so it
-/// lands with the new shard or not at all; the transaction is sent again after a lost answer
-/// with its client request token, and applies once.
-pub(crate) fn grant_moves(moves: &[&GrantMove]) -> Expr {
+/// The donor's side of the moves of one create (reference §12.3, ADR-145, generalised),
+/// merged into one update of the donor item (one transaction may touch an item once): per
+/// limit, `ADD b_{name}_tk -amount` under `b_{name}_tk >= amount` and the pin of the move: a
+/// quota's grant count read (or its absence with the item's `shard_count`) and the period
+/// read (`rf >= edge` for a calendar quota, `b_{name}_wa` as read for a session quota); a
+/// dripping limit's `shard_count` read. Sent in the create's transaction, so it lands with
+/// the new shard or not at all; the transaction is sent again after a lost answer with its
+/// client request token, and applies once.
+pub(crate) fn moves(moves: &[&Move]) -> Expr {
     let mut e = Expr::default();
     let c = e.exists(attr::PK);
     e.when(c);
@@ -267,19 +268,31 @@ pub(crate) fn grant_moves(moves: &[&GrantMove]) -> Expr {
         e.add(&tk(&m.limit), -m.amount);
         let c = e.cmp(&tk(&m.limit), ">=", m.amount);
         e.when(c);
+        let (donor_gc, donor_count, period) = match m.pin {
+            MovePin::Share { donor_count } => {
+                let c = shard_count_pin(&mut e, donor_count);
+                e.when(c);
+                continue;
+            }
+            MovePin::Grant {
+                donor_gc,
+                donor_count,
+                period,
+            } => (donor_gc, donor_count, period),
+        };
         let gc = attr::bucket_quota(&m.limit, QuotaField::Gc);
-        let c = match m.donor_gc {
+        let c = match donor_gc {
             Some(g) => e.cmp(&gc, "=", g),
             None => {
                 let (none, count) = (
                     e.not_exists(&gc),
-                    e.cmp(attr::SHARD_COUNT, "=", m.donor_count),
+                    e.cmp(attr::SHARD_COUNT, "=", donor_count),
                 );
                 format!("{none} AND {count}")
             }
         };
         e.when(c);
-        let c = match m.period {
+        let c = match period {
             MovePeriod::Calendar { edge } => e.cmp(attr::RF, ">=", edge),
             MovePeriod::Session { wa } => {
                 let wa_attr = attr::bucket_quota(&m.limit, QuotaField::Wa);
@@ -665,23 +678,22 @@ pub(crate) fn operation_write(plan: &ShardWrite) -> Expr {
     e
 }
 
-/// The doubling write on shard 0 (reference §3.8): `SET shard_count = :new` if it still reads
-/// `:old`. The shard keeps its balance: a shard created later starts empty (see
-/// [`dynalimit_core::decide::plan_create`]), so the split never adds tokens, and the surplus
-/// above the smaller share is spent or trimmed by the next refill.
-pub(crate) fn double(from: u32, to: u32) -> Expr {
-    let mut e = Expr::default();
-    let c = e.exists(attr::PK);
-    e.when(c);
+/// A donor's write in a split (see `dynalimit_core::decide::plan_split`): its rf-locked
+/// materialising write ([`refill_write`], each balance less what it gives the new shard)
+/// with `SET shard_count = :to`, under `shard_count = :from` (an absent count reads as 1).
+/// Applied twice, the second fails its own `rf` lock and count.
+pub(crate) fn split_donor(plan: &RefillPlan, from: u32, to: u32) -> Expr {
+    let mut e = refill_write(plan, None);
     e.set(attr::SHARD_COUNT, num(i64::from(to)));
     let c = shard_count_pin(&mut e, from);
     e.when(c);
     e
 }
 
-/// Propagation of a new count to an existing shard: `shard_count < :new` (never
-/// `attribute_not_exists`, which would create a stub item); the balance is kept, as by
-/// [`double`].
+/// Propagation of a new count another writer doubled to, to an existing shard:
+/// `shard_count < :new` (never `attribute_not_exists`, which would create a stub item); the
+/// balance is kept (a shard created later is funded by a move from it, see
+/// `dynalimit_core::decide::plan_funding`).
 pub(crate) fn propagate(to: u32) -> Expr {
     let mut e = Expr::default();
     e.set(attr::SHARD_COUNT, num(i64::from(to)));
@@ -1080,10 +1092,60 @@ mod tests {
     }
 
     #[test]
-    fn doubling_and_propagation_conditions() {
+    fn a_move_is_pinned_on_the_share_or_the_grant_it_was_sized_against() {
+        let share = Move {
+            limit: "rpm".into(),
+            donor: 0,
+            amount: 3000,
+            pin: MovePin::Share { donor_count: 2 },
+        };
+        let grant = Move {
+            limit: "q".into(),
+            donor: 0,
+            amount: 1000,
+            pin: MovePin::Grant {
+                donor_gc: None,
+                donor_count: 2,
+                period: MovePeriod::Calendar { edge: 50 },
+            },
+        };
         assert_eq!(
-            render(&double(4, 8)),
-            "SET shard_count = 8 IF (attribute_exists(PK)) AND (shard_count = 4)"
+            render(&moves(&[&share, &grant])),
+            "ADD b_rpm_tk -3000, b_q_tk -1000 IF (attribute_exists(PK)) AND (b_rpm_tk >= 3000) \
+             AND (shard_count = 2) AND (b_q_tk >= 1000) AND (attribute_not_exists(b_q_gc) AND \
+             shard_count = 2) AND (rf >= 50)"
+        );
+    }
+
+    #[test]
+    fn doubling_and_propagation_conditions() {
+        let wcu = dynalimit_core::decide::wcu_seed();
+        let img = BucketImage {
+            rf: 7,
+            shard_count: 4,
+            wcu: Some(LimitState {
+                tk: wcu.tk,
+                cp: wcu.cp,
+                ra: wcu.ra,
+                rp: wcu.rp,
+                tc: 0,
+            }),
+            ..BucketImage::default()
+        };
+        let Plan::Write(plan) = plan_refill(
+            &img,
+            &[],
+            &BTreeMap::new(),
+            5,
+            TtlAction::Keep,
+            &Stamps::default(),
+        ) else {
+            panic!("nothing consumed");
+        };
+        assert_eq!(
+            render(&split_donor(&plan, 4, 8)),
+            "SET rf = 7, shard_count = 8 IF (rf = 7) AND (attribute_not_exists(dl_pause_until) \
+             OR dl_pause_until <= 7) AND (shard_count = 4)"
         );
         assert_eq!(
             render(&propagate(8)),

@@ -14,7 +14,8 @@
 //! them. Credentials come from the client's own credential provider, kept with the lifetimes
 //! of the SDK's identity cache (credentials without an expiry are resolved again after 15
 //! minutes); one request refreshes them five minutes before their end while the others keep
-//! signing, a provider failure is [`RepositoryError::Unavailable`], and a
+//! signing, resolutions are at least five seconds apart whatever they returned, a provider
+//! failure is [`RepositoryError::Unavailable`], and a
 //! request refused for its credentials is signed once more with newly resolved ones. Retries
 //! follow the client's retry configuration (attempts, exponential backoff with full jitter),
 //! paid from the repository's retry budget ([`crate::retry::Budget`]), within its attempt and
@@ -71,7 +72,7 @@ use http_body_util::{BodyExt, Collected, LengthLimitError, Limited};
 
 pub(crate) use json::{Fields, ObjectWriter, number_openings, plain_attributes};
 
-use credentials::{Decision, Lifetime, REFRESH_RETRY_MS};
+use credentials::{Decision, Lifetime, MIN_RESOLVE_INTERVAL_MS};
 
 use crate::RepositoryError;
 use crate::error::classify_code;
@@ -274,6 +275,46 @@ impl UpdateItem<'_> {
     }
 }
 
+/// Why the provider gave no credentials to sign with.
+#[derive(Debug, Clone)]
+enum NoCredentials {
+    /// It failed, or did not answer in time: the service is unreachable for now.
+    Failed(String),
+    /// What it gave is not an access key.
+    NotAnAccessKey,
+}
+
+impl NoCredentials {
+    /// The provider's last credentials have expired and it may not be asked yet.
+    #[cold]
+    fn expired(wait_ms: i64) -> RepositoryError {
+        NoCredentials::Failed("the credentials the provider gave have expired".into())
+            .error(Some(wait_ms))
+    }
+
+    /// The error of a request without credentials; `wait_ms`, when the provider is asked
+    /// again only in that time.
+    #[cold]
+    fn error(&self, wait_ms: Option<i64>) -> RepositoryError {
+        let later = wait_ms.map_or_else(String::new, |ms| {
+            format!(
+                "; the provider is asked again in {ms} ms (at most once every \
+                 {MIN_RESOLVE_INTERVAL_MS} ms)"
+            )
+        });
+        match self {
+            NoCredentials::Failed(why) => RepositoryError::Unavailable {
+                operation: OPERATION,
+                message: format!("no credentials: {why}{later}"),
+            },
+            NoCredentials::NotAnAccessKey => RepositoryError::PermissionDenied {
+                operation: OPERATION,
+                message: format!("no credentials: the identity is not an access key{later}"),
+            },
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Signing {
     credentials: Credentials,
@@ -300,8 +341,12 @@ pub struct FastPath {
     resolver: SharedIdentityResolver,
     signing: RwLock<Option<Arc<Signing>>>,
     refresh: tokio::sync::Mutex<()>,
-    /// No refresh starts before this instant, after a failed one.
-    refresh_retry_ms: AtomicI64,
+    /// No resolution starts before this instant ([`MIN_RESOLVE_INTERVAL_MS`] after the last).
+    next_resolve_ms: AtomicI64,
+    /// No resolution for refused credentials starts before this instant.
+    next_forced_ms: AtomicI64,
+    /// Why the last resolution failed, while no credentials are held.
+    last_failure: Mutex<Option<NoCredentials>>,
     retry: retry::Backoff,
     max_attempts: u32,
     budget: Arc<retry::Budget>,
@@ -415,7 +460,9 @@ impl FastPath {
             resolver,
             signing: RwLock::new(None),
             refresh: tokio::sync::Mutex::new(()),
-            refresh_retry_ms: AtomicI64::new(0),
+            next_resolve_ms: AtomicI64::new(i64::MIN),
+            next_forced_ms: AtomicI64::new(i64::MIN),
+            last_failure: Mutex::new(None),
             retry: retry::Backoff::of_client(config.retry_config()),
             max_attempts: retry::max_attempts(config.retry_config()),
             budget,
@@ -530,11 +577,9 @@ impl FastPath {
     /// The signing state for a request at `stamp` (see the `credentials` module).
     async fn signing(&self, stamp: &sigv4::Stamp) -> Result<Arc<Signing>, RepositoryError> {
         let now = self.credential_now_ms();
+        let next = self.next_resolve_ms.load(Ordering::Relaxed);
         if let Some(current) = self.current() {
-            match current
-                .lifetime
-                .decide(now, self.refresh_retry_ms.load(Ordering::Relaxed))
-            {
+            match current.lifetime.decide(now, next) {
                 Decision::Use => return Ok(self.for_day(current, stamp)),
                 Decision::UseAndRefresh => {
                     // One request refreshes; the others sign with the still-valid credentials.
@@ -543,35 +588,40 @@ impl FastPath {
                             .current()
                             .is_some_and(|latest| Arc::ptr_eq(&latest, &current));
                         if unchanged {
-                            match self.resolve(now, stamp).await {
+                            match self.resolve(stamp).await {
                                 Ok(fresh) => return Ok(fresh),
-                                Err(e) => {
-                                    self.refresh_retry_ms
-                                        .store(now + REFRESH_RETRY_MS, Ordering::Relaxed);
-                                    tracing::warn!(
-                                        error = %e,
-                                        "refreshing the fast path's credentials failed; \
-                                         signing with the current ones until they end"
-                                    );
-                                }
+                                Err(e) => tracing::warn!(
+                                    error = %e,
+                                    "refreshing the fast path's credentials failed; \
+                                     signing with the current ones until they end"
+                                ),
                             }
                         }
                     }
                     let latest = self.current().unwrap_or(current);
                     return Ok(self.for_day(latest, stamp));
                 }
+                Decision::Spent => return Err(NoCredentials::expired(next - now)),
                 Decision::Wait => {}
             }
         }
         let _one_refresh = self.refresh.lock().await;
         let now = self.credential_now_ms();
-        if let Some(current) = self
-            .current()
-            .filter(|s| s.lifetime.decide(now, i64::MAX) != Decision::Wait)
-        {
-            return Ok(self.for_day(current, stamp));
+        let next = self.next_resolve_ms.load(Ordering::Relaxed);
+        match self.current().map(|s| (s.lifetime.decide(now, next), s)) {
+            Some((Decision::Use | Decision::UseAndRefresh, current)) => {
+                Ok(self.for_day(current, stamp))
+            }
+            Some((Decision::Spent, _)) => Err(NoCredentials::expired(next - now)),
+            Some((Decision::Wait, _)) => self.resolve(stamp).await,
+            None if now >= next => self.resolve(stamp).await,
+            None => {
+                let why = self.last_failure.lock().ok().and_then(|f| f.clone());
+                Err(why
+                    .unwrap_or(NoCredentials::Failed("the service refused them".into()))
+                    .error(Some(next - now)))
+            }
         }
-        self.resolve(now, stamp).await
     }
 
     /// `signing`, with the key of `stamp`'s day (derived once a day, then shared).
@@ -601,13 +651,28 @@ impl FastPath {
         )
     }
 
-    /// Resolves new credentials and makes them the signing state.
-    async fn resolve(
-        &self,
-        now: i64,
-        stamp: &sigv4::Stamp,
-    ) -> Result<Arc<Signing>, RepositoryError> {
-        let credentials = self.resolve_credentials().await?;
+    /// Resolves new credentials and makes them the signing state; the next resolution may
+    /// start [`MIN_RESOLVE_INTERVAL_MS`] after this one ends, whatever it returned.
+    async fn resolve(&self, stamp: &sigv4::Stamp) -> Result<Arc<Signing>, RepositoryError> {
+        let resolved = self.resolve_credentials().await;
+        let now = self.credential_now_ms();
+        self.next_resolve_ms.store(
+            now.saturating_add(MIN_RESOLVE_INTERVAL_MS),
+            Ordering::Relaxed,
+        );
+        let credentials = match resolved {
+            Ok(credentials) => credentials,
+            Err(why) => {
+                let error = why.error(None);
+                if let Ok(mut last) = self.last_failure.lock() {
+                    *last = Some(why);
+                }
+                return Err(error);
+            }
+        };
+        if let Ok(mut last) = self.last_failure.lock() {
+            *last = None;
+        }
         let expiry_ms = credentials.expiry().map(epoch_millis);
         let signing = Arc::new(Signing {
             key: self.derive(&credentials, stamp),
@@ -617,28 +682,41 @@ impl FastPath {
         if let Ok(mut slot) = self.signing.write() {
             *slot = Some(signing.clone());
         }
-        self.refresh_retry_ms.store(0, Ordering::Relaxed);
         Ok(signing)
     }
 
-    /// Forgets `used` (unless it was replaced already), so the next request resolves
-    /// credentials again.
-    fn invalidate(&self, used: &Arc<Signing>) {
+    /// After the service refused `used`, forgets it (unless it was replaced already) so that
+    /// the next request resolves credentials at once; false when a refusal did so less than
+    /// [`MIN_RESOLVE_INTERVAL_MS`] ago (the refusal then stands).
+    fn forget_refused(&self, used: &Arc<Signing>) -> bool {
+        let now = self.credential_now_ms();
+        let allowed = self.next_forced_ms.load(Ordering::Relaxed);
+        if now < allowed
+            || self
+                .next_forced_ms
+                .compare_exchange(
+                    allowed,
+                    now.saturating_add(MIN_RESOLVE_INTERVAL_MS),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return false;
+        }
         if let Ok(mut slot) = self.signing.write()
             && slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, used))
         {
             *slot = None;
         }
+        self.next_resolve_ms.store(i64::MIN, Ordering::Relaxed);
+        true
     }
 
     /// The credentials of the client's own provider. A provider that fails or does not answer
     /// within [`CREDENTIALS_TIMEOUT`] leaves the service unreachable for now: the failure is
     /// [`RepositoryError::Unavailable`], so the limiter's `on_unavailable` policy applies.
-    async fn resolve_credentials(&self) -> Result<Credentials, RepositoryError> {
-        let unavailable = |message: String| RepositoryError::Unavailable {
-            operation: OPERATION,
-            message: format!("no credentials: {message}"),
-        };
+    async fn resolve_credentials(&self) -> Result<Credentials, NoCredentials> {
         let bag = ConfigBag::base();
         let identity = tokio::time::timeout(
             CREDENTIALS_TIMEOUT,
@@ -646,18 +724,15 @@ impl FastPath {
         )
         .await
         .map_err(|_| {
-            unavailable(format!(
+            NoCredentials::Failed(format!(
                 "the provider gave none within {CREDENTIALS_TIMEOUT:?}"
             ))
         })?
-        .map_err(|e| unavailable(e.to_string()))?;
+        .map_err(|e| NoCredentials::Failed(e.to_string()))?;
         identity
             .data::<Credentials>()
             .cloned()
-            .ok_or_else(|| RepositoryError::PermissionDenied {
-                operation: OPERATION,
-                message: "no credentials: the identity is not an access key".into(),
-            })
+            .ok_or(NoCredentials::NotAnAccessKey)
     }
 
     fn request(
@@ -854,11 +929,15 @@ impl FastPath {
                     // Signed again at once with the corrected time.
                 }
                 // Refused for its credentials, not its time: new credentials, one more try (the
-                // request was refused before anything was applied).
-                answer if !reauthenticated && refuses_credentials(&answer) => {
+                // request was refused before anything was applied), unless a refusal had them
+                // resolved less than the interval ago.
+                answer
+                    if !reauthenticated
+                        && refuses_credentials(&answer)
+                        && self.forget_refused(&signing) =>
+                {
                     maybe_applied.store(unknown_before, Ordering::Relaxed);
                     reauthenticated = true;
-                    self.invalidate(&signing);
                     tracing::warn!(
                         code = answer_code(&answer),
                         "the service refused the fast path's credentials; resolving them again"

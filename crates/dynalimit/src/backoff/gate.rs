@@ -1,17 +1,18 @@
 //! The per-scope pause, its waits and its slow start.
 
-use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use dynalimit_core::CoreError;
+use dynalimit_core::bounded::BoundedMap;
 use dynalimit_core::time::{Clock, TokioClock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 
-use super::store::PauseStore;
+use super::store::{MAX_SCOPES, PauseStore, SCOPE_IDLE};
 use crate::Error;
 use crate::rejection::Rejection;
 
@@ -85,18 +86,30 @@ struct ScopeState {
 struct Scope {
     tx: watch::Sender<Option<Duration>>,
     state: Mutex<ScopeState>,
+    /// Until when (monotonic nanoseconds) the scope's pause, slow start or quiet period runs:
+    /// forgetting it before then would change what the gate decides.
+    busy_until: AtomicU64,
 }
 
 impl Scope {
     fn state(&self) -> MutexGuard<'_, ScopeState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Whether the gate must keep `scope` at `now`: someone waits on it, or it is busy.
+    fn in_use(scope: &Arc<Scope>, now: Duration) -> bool {
+        Arc::strong_count(scope) > 1 || scope.busy_until.load(Ordering::Relaxed) > nanos(now)
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 struct Inner {
     clock: Arc<dyn Clock>,
     cfg: Config,
-    scopes: Mutex<HashMap<String, Arc<Scope>>>,
+    scopes: Mutex<BoundedMap<String, Arc<Scope>>>,
     store: Option<Arc<dyn PauseStore>>,
     rng: Mutex<StdRng>,
 }
@@ -133,22 +146,33 @@ impl Backoff {
         BackoffBuilder::default()
     }
 
-    fn scope(&self, name: &str) -> Arc<Scope> {
-        let mut scopes = self
-            .inner
+    fn scopes(&self) -> MutexGuard<'_, BoundedMap<String, Arc<Scope>>> {
+        self.inner
             .scopes
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(s) = scopes.get(name) {
-            return Arc::clone(s);
-        }
-        let (tx, _) = watch::channel(None);
-        let s = Arc::new(Scope {
-            tx,
-            state: Mutex::new(ScopeState::default()),
-        });
-        scopes.insert(name.to_owned(), Arc::clone(&s));
-        s
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The scope `name`, made when it is new (a use).
+    fn scope(&self, name: &str) -> Arc<Scope> {
+        let now = self.now();
+        let make = || {
+            let (tx, _) = watch::channel(None);
+            let scope = Scope {
+                tx,
+                state: Mutex::new(ScopeState::default()),
+                busy_until: AtomicU64::new(0),
+            };
+            (name.to_owned(), Arc::new(scope))
+        };
+        self.scopes()
+            .get_or_insert_with(name, now, make, |s| Arc::clone(s))
+    }
+
+    /// The scope `name` if the gate remembers it; a scope it does not is open, with no slow
+    /// start, and nothing is made for it.
+    fn find(&self, name: &str) -> Option<Arc<Scope>> {
+        self.scopes().get(name).cloned()
     }
 
     fn now(&self) -> Duration {
@@ -188,6 +212,14 @@ impl Backoff {
             st.deadline = Some(new);
             st.length = length;
             st.admitted = 0;
+            let cfg = &self.inner.cfg;
+            let after = cfg
+                .slow_start_step
+                .saturating_mul(cfg.slow_start_steps)
+                .max(cfg.quiet_period);
+            scope
+                .busy_until
+                .store(nanos(new.saturating_add(after)), Ordering::Relaxed);
             scope.tx.send_replace(Some(new));
             new - now
         } else {
@@ -228,14 +260,16 @@ impl Backoff {
     /// the past changes nothing. Returns the pause now in force, if any.
     pub fn observe(&self, scope: &str, until_epoch_ms: i64) -> Option<Pause> {
         let remaining = until_epoch_ms.saturating_sub(self.inner.clock.epoch_millis());
-        let s = self.scope(scope);
         if let Ok(ms) = u64::try_from(remaining)
             && ms > 0
         {
+            let s = self.scope(scope);
             let mut st = s.state();
             self.merge(&s, &mut st, Duration::from_millis(ms));
+            drop(st);
+            return self.pause_in_force(&s);
         }
-        self.pause_in_force(&s)
+        self.find(scope).and_then(|s| self.pause_in_force(&s))
     }
 
     /// Pauses locally like [`Backoff::pause`] and publishes the deadline to the shared store
@@ -262,7 +296,7 @@ impl Backoff {
         {
             return Ok(self.observe(scope, stamp));
         }
-        Ok(self.pause_in_force(&self.scope(scope)))
+        Ok(self.find(scope).and_then(|s| self.pause_in_force(&s)))
     }
 
     /// `Ok` when `scope` is open now, `Err` with the time left while it is paused. Does not wait
@@ -272,7 +306,7 @@ impl Backoff {
     /// A [`Rejection`] ([`Reason::Paused`](crate::Reason::Paused)) while the deadline has not
     /// passed.
     pub fn check(&self, scope: &str) -> Result<(), Rejection> {
-        match self.pause_in_force(&self.scope(scope)) {
+        match self.find(scope).and_then(|s| self.pause_in_force(&s)) {
             Some(p) => Err(p.into()),
             None => Ok(()),
         }
@@ -288,9 +322,15 @@ impl Backoff {
         }
     }
 
-    /// Pauses that started while `scope` was open (extensions of a running pause not counted).
+    /// Pauses that started while `scope` was open (extensions of a running pause not counted),
+    /// since the gate last forgot the scope (see [`SCOPE_IDLE`]).
     pub fn incidents(&self, scope: &str) -> u64 {
-        self.scope(scope).state().incidents
+        self.find(scope).map_or(0, |s| s.state().incidents)
+    }
+
+    /// How many scopes the gate remembers (at most [`MAX_SCOPES`]).
+    pub fn scope_count(&self) -> usize {
+        self.scopes().len()
     }
 
     /// When `scope` may next be called: `None` if open now.
@@ -318,7 +358,9 @@ impl Backoff {
     /// Waits until `scope` is open, then through the slow start. Returns at once when the scope
     /// is open and no slow start is running.
     pub async fn wait(&self, scope: &str) {
-        let scope = self.scope(scope);
+        let Some(scope) = self.find(scope) else {
+            return;
+        };
         let mut rx = scope.tx.subscribe();
         let mut release: Option<Duration> = None;
         loop {
@@ -356,7 +398,7 @@ impl Backoff {
     /// # Errors
     /// A [`Rejection`] ([`Reason::Paused`](crate::Reason::Paused)) with the time left.
     pub async fn wait_timeout(&self, scope: &str, budget: Duration) -> Result<(), Rejection> {
-        if let Some(p) = self.pause_in_force(&self.scope(scope))
+        if let Some(p) = self.find(scope).and_then(|s| self.pause_in_force(&s))
             && p.retry_after > budget
         {
             return Err(p.into());
@@ -479,7 +521,7 @@ impl BackoffBuilder {
                     .clock
                     .unwrap_or_else(|| Arc::new(TokioClock::from_system())),
                 cfg,
-                scopes: Mutex::new(HashMap::new()),
+                scopes: Mutex::new(BoundedMap::new(MAX_SCOPES, SCOPE_IDLE).keeping(Scope::in_use)),
                 store: self.store,
                 rng: Mutex::new(rng),
             }),

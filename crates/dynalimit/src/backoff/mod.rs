@@ -15,6 +15,11 @@
 //!   (`U(0, min(max_jitter, pause / 10))`), until the ramp is over.
 //! - [`Backoff::check`] is the non-blocking form, for code that must not wait.
 //!
+//! A gate keyed by caller meets ever new scopes, so it remembers at most [`MAX_SCOPES`] of
+//! them: a scope is made by a pause (never by a check or a wait), and one whose pause, slow
+//! start and quiet period are over and that nobody used for [`SCOPE_IDLE`] may be forgotten,
+//! which changes nothing but its [`Backoff::incidents`] count.
+//!
 //! Across processes, a [`PauseStore`] carries the deadline as wall-clock epoch milliseconds:
 //! [`Backoff::report`] pauses locally and publishes, [`Backoff::refresh`] reads the shared stamp
 //! and [`Backoff::observe`] merges a stamp read elsewhere (for instance on a bucket item).
@@ -41,4 +46,4 @@ mod store;
 mod tests;
 
 pub use gate::{Backoff, BackoffBuilder, Pause};
-pub use store::{MemoryPauseStore, PauseStore, bucket_scope};
+pub use store::{MAX_SCOPES, MemoryPauseStore, PauseStore, SCOPE_IDLE, bucket_scope};

@@ -1,12 +1,25 @@
 //! Where a pause is shared between processes.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use dynalimit_core::bounded::BoundedMap;
+use dynalimit_core::time::{Clock, SystemClock};
 use futures::future::BoxFuture;
 
 use crate::Error;
+
+/// The gate remembers at most this many scopes. Beyond it the least recently used ones
+/// without a pause, slow start or quiet period running are forgotten first; only when more
+/// than a quarter of the bound is in use at once are paused ones forgotten too (a forgotten
+/// pause costs the downstream the calls it refuses again, which pause the scope again).
+pub const MAX_SCOPES: usize = 100_000;
+
+/// A scope whose pause, slow start and quiet period are over, and that nobody used for this
+/// long, may be forgotten (while other scopes are paused, it is gone within twice as long):
+/// forgetting it changes nothing but its `Backoff::incidents` count.
+pub const SCOPE_IDLE: Duration = Duration::from_secs(600);
 
 /// A shared record of pause deadlines, as wall-clock epoch milliseconds per scope.
 ///
@@ -60,18 +73,67 @@ pub fn bucket_scope(entity_id: &str, resource: &str) -> String {
 
 /// A [`PauseStore`] in memory, shared by clones: for tests, and for several gates inside one
 /// process.
-#[derive(Debug, Clone, Default)]
+///
+/// It holds at most [`MAX_SCOPES`](MAX_SCOPES) stamps. A stamp that has passed (on the
+/// store's clock) says nothing a reader acts on, and goes once it was not published for
+/// [`SCOPE_IDLE`](SCOPE_IDLE); beyond the bound, the least recently published go first,
+/// live ones last.
+#[derive(Clone)]
 pub struct MemoryPauseStore {
-    stamps: Arc<Mutex<HashMap<String, i64>>>,
+    stamps: Arc<Mutex<BoundedMap<String, i64>>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl fmt::Debug for MemoryPauseStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryPauseStore")
+            .field("stamps", &self.stamps().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryPauseStore {
+    fn default() -> Self {
+        Self::with_clock(SystemClock)
+    }
+}
+
+/// Whether a stamp is live at `now` (epoch milliseconds, as a duration since the epoch).
+fn live(stamp: &i64, now: Duration) -> bool {
+    u64::try_from(*stamp).is_ok_and(|ms| ms > u64::try_from(now.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl MemoryPauseStore {
-    /// An empty store.
+    /// An empty store on the system clock.
     pub fn new() -> Self {
         Self::default()
     }
 
-    fn stamps(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+    /// An empty store that tells live stamps by `clock`'s wall reading.
+    pub fn with_clock(clock: impl Clock) -> Self {
+        MemoryPauseStore {
+            stamps: Arc::new(Mutex::new(
+                BoundedMap::new(MAX_SCOPES, SCOPE_IDLE).keeping(live),
+            )),
+            clock: Arc::new(clock),
+        }
+    }
+
+    /// How many stamps the store holds (at most [`MAX_SCOPES`](MAX_SCOPES)).
+    pub fn len(&self) -> usize {
+        self.stamps().len()
+    }
+
+    /// Whether the store holds no stamp.
+    pub fn is_empty(&self) -> bool {
+        self.stamps().is_empty()
+    }
+
+    fn now(&self) -> Duration {
+        Duration::from_millis(u64::try_from(self.clock.epoch_millis()).unwrap_or(0))
+    }
+
+    fn stamps(&self) -> std::sync::MutexGuard<'_, BoundedMap<String, i64>> {
         self.stamps
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -84,12 +146,16 @@ impl PauseStore for MemoryPauseStore {
         scope: &'a str,
         until_epoch_ms: i64,
     ) -> BoxFuture<'a, Result<i64, Error>> {
-        let stored = {
-            let mut stamps = self.stamps();
-            let slot = stamps.entry(scope.to_owned()).or_insert(until_epoch_ms);
-            *slot = (*slot).max(until_epoch_ms);
-            *slot
-        };
+        let now = self.now();
+        let stored = self.stamps().get_or_insert_with(
+            scope,
+            now,
+            || (scope.to_owned(), until_epoch_ms),
+            |slot| {
+                *slot = (*slot).max(until_epoch_ms);
+                *slot
+            },
+        );
         Box::pin(async move { Ok(stored) })
     }
 

@@ -99,6 +99,73 @@ fn bad_settings_are_refused() {
     );
 }
 
+#[test]
+fn a_million_paused_scopes_keep_the_gate_at_its_bound() {
+    let clock = ManualClock::new(0);
+    let gate = Backoff::builder().clock(clock.clone()).build().unwrap();
+    let mut most = 0;
+    for i in 0..1_000_000 {
+        gate.pause(&format!("caller-{i}"), Some(Duration::from_millis(1)));
+        most = most.max(gate.scope_count());
+        if i % 1_000 == 0 {
+            clock.advance(secs(1));
+        }
+    }
+    assert!(most <= MAX_SCOPES, "{most} scopes");
+    // Checks and waits on scopes never paused make nothing.
+    let before = gate.scope_count();
+    for i in 0..1_000 {
+        assert!(gate.check(&format!("stranger-{i}")).is_ok());
+        assert_eq!(gate.incidents(&format!("stranger-{i}")), 0);
+    }
+    assert_eq!(gate.scope_count(), before);
+}
+
+#[test]
+fn idle_scopes_are_forgotten_and_busy_ones_kept() {
+    let clock = ManualClock::new(0);
+    let gate = Backoff::builder().clock(clock.clone()).build().unwrap();
+    gate.pause("short", Some(secs(1)));
+    gate.pause("long", Some(secs(3 * 600 + 100)));
+    gate.pause("ended", Some(secs(1)));
+    // Three idle times later, other scopes are paused (each pause may turn the generations).
+    for step in 1..=3 {
+        clock.advance(SCOPE_IDLE);
+        gate.pause(&format!("new-{step}"), Some(secs(1)));
+    }
+    assert!(gate.check("long").is_err(), "its pause is still in force");
+    assert_eq!(gate.incidents("long"), 1, "remembered");
+    assert_eq!(gate.incidents("short"), 0, "forgotten");
+    assert_eq!(gate.scope_count(), 3, "long, new-2 and new-3");
+    // A forgotten scope pauses afresh, its backoff restarted as after a quiet period.
+    let p = gate.pause("ended", None);
+    assert!(p.retry_after() <= secs(1), "{:?}", p.retry_after());
+}
+
+#[test]
+fn a_memory_store_holds_at_most_its_bound_and_keeps_live_stamps() {
+    let clock = ManualClock::new(1_000_000);
+    let store = MemoryPauseStore::with_clock(clock.clone());
+    futures::executor::block_on(async {
+        store.publish("live", 1_000_000 + 3_600_000).await.unwrap();
+        for i in 0..1_000_000 {
+            store
+                .publish(&format!("caller-{i}"), 1_000_000 + 1)
+                .await
+                .unwrap();
+            assert!(store.len() <= MAX_SCOPES);
+            if i % 10_000 == 0 {
+                clock.advance(Duration::from_millis(2));
+            }
+        }
+        assert_eq!(
+            store.load("live").await.unwrap(),
+            Some(1_000_000 + 3_600_000),
+            "a live stamp survives a flood of passed ones"
+        );
+    });
+}
+
 /// A gate on tokio's (paused) clock with the default settings.
 fn tokio_gate() -> Backoff {
     Backoff::builder()

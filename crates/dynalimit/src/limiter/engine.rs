@@ -8,10 +8,10 @@ use dynalimit_core::bucket::bucket_ttl;
 use dynalimit_core::decide::{
     BucketImage, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, Stamps, TtlAction,
     WcuDecision, classify_fast_failure, consumption_retry, decide_wcu_exhaustion,
-    fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create, plan_delta, plan_refill,
-    shard_in, split_from, stamp_deadline, statuses_from_image,
+    fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create, plan_delta, plan_funding,
+    plan_refill, shard_in, stamp_deadline, statuses_from_image,
 };
-use dynalimit_core::decide::{QuotaPin, QuotaState, WindowState, plan_grant_moves};
+use dynalimit_core::decide::{CreatePlan, QuotaPin, QuotaState, WindowState};
 use dynalimit_core::schedule::{ResetSchedule, Schedule};
 use dynalimit_format::config::{self, walk};
 use dynalimit_repository::bucket::{
@@ -118,14 +118,6 @@ pub(crate) enum Role {
 enum Next {
     Done(Box<Entry>),
     Slow { shard: u32, shard_count: u32 },
-}
-
-/// What one slow pass produced.
-enum Slow {
-    Done(Box<Entry>),
-    /// A shard other than 0 cannot take the request (statuses): it was missing and has been
-    /// created empty, or it holds too little.
-    Short(Vec<LimitStatus>),
 }
 
 /// A shard drawn among `[0, count)` leaving out the ones known short (some shard is not).
@@ -317,20 +309,7 @@ impl Inner {
                     }
                     WcuDecision::SlowPath => Ok(slow_here(img.shards())),
                     WcuDecision::Double { from, to } => {
-                        let doubling = self.store.double_shards(key, from, to).await?;
-                        for (shard, error) in &doubling.failed {
-                            tracing::warn!(
-                                entity_id = %key.entity_id, resource = %key.resource, shard,
-                                to = doubling.count, %error,
-                                "shard count not propagated; the next propagation retries it"
-                            );
-                        }
-                        let count = doubling.count;
-                        self.raise_shard_count(&key.entity_id, &key.resource, count);
-                        tracing::info!(
-                            entity_id = %key.entity_id, resource = %key.resource,
-                            from, to = count, "shard count doubled"
-                        );
+                        let count = self.split(key, from, to).await?;
                         Ok(Next::Slow {
                             shard: if count > from {
                                 random_shard(from, count)
@@ -363,9 +342,8 @@ impl Inner {
         }
     }
 
-    /// Tries the fast path on up to two other shards (reference §3.5): first the shards this
-    /// one was split from, nearest first (a shard a doubling brought into use starts empty, and
-    /// the split's tokens are held by those older shards), then random ones.
+    /// Tries the fast path on up to two other shards, drawn at random among the untried ones
+    /// (reference §3.5).
     async fn probe_other_shards(
         &self,
         key: &BucketKey,
@@ -375,21 +353,14 @@ impl Inner {
     ) -> Result<Option<Next>, Refusal> {
         let count = img.shards();
         let mut tried = vec![key.shard];
-        let mut older = key.shard;
         for _ in 0..2 {
             if tried.len() as u32 >= count {
                 break;
             }
-            let shard = if older > 0 {
-                older = split_from(older);
-                older
-            } else {
-                let mut shard = random_shard(0, count);
-                while tried.contains(&shard) {
-                    shard = (shard + 1) % count;
-                }
-                shard
-            };
+            let mut shard = random_shard(0, count);
+            while tried.contains(&shard) {
+                shard = (shard + 1) % count;
+            }
             tried.push(shard);
             let probe = key.with_shard(shard);
             match self.store.speculative_consume(&probe, demand, now).await? {
@@ -422,10 +393,7 @@ impl Inner {
         Ok(None)
     }
 
-    /// The slow path on `key`'s shard. When a shard other than 0 cannot take the request
-    /// (a shard a doubling brought into use starts empty, see [`plan_create`], and the split's
-    /// tokens are held by the shard it was split from), the request goes to the shard it was
-    /// split from, and so on down to shard 0: at most one pass per doubling.
+    /// The slow path on `key`'s shard.
     async fn slow_path(
         &self,
         key: &BucketKey,
@@ -434,17 +402,42 @@ impl Inner {
         limits: Option<&[Limit]>,
         role: Role,
     ) -> Result<Entry, Refusal> {
-        let mut key = key.clone();
-        loop {
-            match self
-                .slow_pass(&key, shard_count, demand, limits, role)
-                .await?
-            {
-                Slow::Done(entry) => return Ok(*entry),
-                Slow::Short(statuses) if key.shard == 0 => return Err(reject(statuses)),
-                Slow::Short(_) => key = key.with_shard(split_from(key.shard)),
-            }
+        self.slow_pass(key, shard_count, demand, limits, role)
+            .await
+            .map(|entry| *entry)
+    }
+
+    /// Splits `key`'s bucket from `from` to `to` shards ([`BucketStore::double_shards`]),
+    /// once per process at a time: a task that finds another of this limiter splitting the
+    /// same bucket waits for it and uses the count it reached. The count to use.
+    ///
+    /// [`BucketStore::double_shards`]: dynalimit_repository::bucket::BucketStore::double_shards
+    async fn split(&self, key: &BucketKey, from: u32, to: u32) -> Result<u32, RepositoryError> {
+        let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
+        let gate = self.split_gate(entity, resource);
+        let _held = gate.lock().await;
+        let known = self.shard_count(entity, resource);
+        if known > from {
+            return Ok(known);
         }
+        let now = self.clock.epoch_millis();
+        let doubling = self.store.double_shards(key, from, to, now).await?;
+        for (shard, error) in &doubling.failed {
+            tracing::warn!(
+                entity_id = %key.entity_id, resource = %key.resource, shard,
+                to = doubling.count, %error,
+                "shard count not propagated; the next propagation retries it"
+            );
+        }
+        let count = doubling.count;
+        self.raise_shard_count(entity, resource, count);
+        if count > from {
+            tracing::info!(
+                entity_id = %key.entity_id, resource = %key.resource,
+                from, to = count, "shard count doubled"
+            );
+        }
+        Ok(count)
     }
 
     /// Read → plan → conditional write on the given shard (reference §3.7).
@@ -465,7 +458,7 @@ impl Inner {
         demand: &BTreeMap<String, i64>,
         limits: Option<&[Limit]>,
         role: Role,
-    ) -> Result<Slow, Refusal> {
+    ) -> Result<Box<Entry>, Refusal> {
         let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
         let mut replanned = false;
         // One owner-META re-plan after a changed owner.
@@ -520,22 +513,25 @@ impl Inner {
                 .filter_map(|l| Some((l.name().to_owned(), l.window_seconds()?)))
                 .collect();
             let count = image.as_ref().map_or(shard_count, BucketImage::shards);
-            // A quota shard other than 0 being created is funded by a move of part of a
-            // sibling's grant (reference §12.3, ADR-145): one strongly consistent read of the
-            // siblings, shard 0 among them, which also gives the live windows to join.
+            // A shard created while its bucket has others is funded by moves from them
+            // (reference §12.3, ADR-145, generalised to every limit): one strongly consistent
+            // read of the siblings, shard 0 among them, which also gives the live windows to
+            // join. A bucket none of whose shards exists any more (swept by the TTL) is
+            // created whole: every shard of the count at its share, in one transaction.
             let mut moves = Vec::new();
-            if image.is_none()
-                && key.shard > 0
-                && shard_count > 1
-                && limits.iter().any(Limit::is_quota)
-            {
+            let mut whole = false;
+            if image.is_none() && shard_count > 1 {
                 let siblings = self.store.sibling_images(key, shard_count).await?;
-                let shard0 = siblings.iter().find(|(s, _)| *s == 0).map(|(_, img)| img);
-                access.soft.joined = live_windows_of(shard0, &seeded, now);
-                let (funded, planned) =
-                    plan_grant_moves(limits, &siblings, key.shard, shard_count, now);
-                access.soft.funded = funded;
-                moves = planned;
+                if siblings.is_empty() {
+                    whole = true;
+                } else if key.shard > 0 {
+                    let shard0 = siblings.iter().find(|(s, _)| *s == 0).map(|(_, img)| img);
+                    access.soft.joined = live_windows_of(shard0, &seeded, now);
+                    let (funded, planned) =
+                        plan_funding(limits, &siblings, key.shard, shard_count, now);
+                    access.soft.funded = funded;
+                    moves = planned;
+                }
             } else if key.shard > 0 && count > 1 && !seeded.is_empty() {
                 access.soft.joined = self.store.live_windows(key, &seeded, now).await?;
             }
@@ -553,27 +549,51 @@ impl Inner {
                     Plan::Reject(statuses) => return Err(reject(statuses)),
                 };
                 let owner = meta.owner(access.cascade.unwrap_or(meta.cascade));
+                let others: Vec<(u32, CreatePlan)> = if whole {
+                    (0..shard_count)
+                        .filter(|s| *s != key.shard)
+                        .filter_map(|s| {
+                            let nothing = BTreeMap::new();
+                            match plan_create(
+                                limits,
+                                &nothing,
+                                shard_count,
+                                s,
+                                now,
+                                ttl,
+                                &access.soft,
+                            ) {
+                                Plan::Write(p) => Some((s, p)),
+                                Plan::Reject(_) => None,
+                            }
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 match self
                     .store
-                    .create(key, &plan, &owner, &meta.check, &moves)
+                    .create(key, &plan, &owner, &meta.check, &moves, &others)
                     .await?
                 {
                     CreateOutcome::Created => {
                         self.learn_count(entity, resource, plan.shard_count, &owner);
-                        let opened = plan.opened_windows(key.shard);
-                        self.store
-                            .fan_out_windows(key, plan.shard_count, &opened)
-                            .await;
+                        if !whole {
+                            let opened = plan.opened_windows(key.shard);
+                            self.store
+                                .fan_out_windows(key, plan.shard_count, &opened)
+                                .await;
+                        }
                         if !plan.admitted {
-                            // An empty new shard: created so that it starts refilling.
-                            return Ok(Slow::Short(plan.statuses));
+                            // A shard other than 0 holding too little for the request: created
+                            // all the same, so that what was moved to it serves others.
+                            return Err(reject(plan.statuses));
                         }
                         let states = plan
                             .limits
                             .iter()
                             .map(|(l, tk, _)| {
-                                let mut state =
-                                    LimitState::created(l, plan.shard_count, key.shard, now);
+                                let mut state = LimitState::starting(l, plan.shard_count, now);
                                 state.tk = *tk;
                                 (l.name().to_owned(), state)
                             })
@@ -619,7 +639,7 @@ impl Inner {
                                 windows.insert(l.name().to_owned(), rsa);
                             }
                         }
-                        return Ok(Slow::Done(Box::new(Entry {
+                        return Ok(Box::new(Entry {
                             key: key.clone(),
                             consumed: plan.consumed,
                             states,
@@ -633,16 +653,16 @@ impl Inner {
                             overdrawn: plan.overdrawn,
                             bypassed: false,
                             refund: false,
-                        })));
+                        }));
                     }
-                    // Another writer created it first: an empty shard's plan consumed nothing,
-                    // so the item as created is read and planned again.
+                    // Another writer created it first: a plan that consumed nothing is planned
+                    // again from the item as created.
                     CreateOutcome::Lost if !plan.admitted => continue,
                     CreateOutcome::Lost => {
                         return self
                             .consume_only(key, &plan.consumed, &demand)
                             .await
-                            .map(|e| Slow::Done(Box::new(e)));
+                            .map(Box::new);
                     }
                     CreateOutcome::OwnerChanged | CreateOutcome::MoveLost => continue,
                     CreateOutcome::Contended => return Err(contended()),
@@ -663,7 +683,7 @@ impl Inner {
                         let mut entry = self.entry_from_image(key, img, &demand, now);
                         entry.bypassed = true;
                         entry.refund = false;
-                        return Ok(Slow::Done(Box::new(entry)));
+                        return Ok(Box::new(entry));
                     }
                     ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
                     ConsumeOutcome::Failed(_) => continue,
@@ -679,9 +699,6 @@ impl Inner {
                 Plan::Write(p) => p,
                 Plan::Reject(statuses) => {
                     self.remember_refusal(key, &img, &demand, now);
-                    if key.shard > 0 {
-                        return Ok(Slow::Short(statuses));
-                    }
                     return Err(reject(statuses));
                 }
             };
@@ -790,7 +807,7 @@ impl Inner {
                 RefillOutcome::LostLock => self.consume_only(key, &plan.consumed, &demand).await,
                 RefillOutcome::Contended => Err(contended()),
             };
-            return entry.map(|e| Slow::Done(Box::new(e)));
+            return entry.map(Box::new);
         }
         Err(contended())
     }

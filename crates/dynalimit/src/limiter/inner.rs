@@ -2,12 +2,18 @@
 //! clock, the configuration fallbacks, what was learnt about each bucket (shard count,
 //! cascade, parent) and the count of background writes that
 //! [`RateLimiter::settle`](super::RateLimiter::settle) waits for.
+//!
+//! What was learnt is kept for at most [`MAX_KNOWN_PAIRS`] (entity, resource) pairs, and a
+//! pair no acquire used for [`KNOWN_IDLE`] may be forgotten ([`BoundedMap`]). A forgotten pair
+//! costs its next acquire what a first one costs: it draws shard 0 (which every bucket has)
+//! and learns the count from the item, and it learns the cascade before debiting a parent.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dynalimit_core::bounded::{BoundedMap, Pair, PairRef};
 use dynalimit_core::decide::BucketImage;
 use dynalimit_core::{Clock, Limit};
 use dynalimit_repository::bucket::{BucketStore, Owner};
@@ -17,12 +23,21 @@ use tokio::sync::Notify;
 use super::rejections::{DEFAULT_REJECTION_CACHE_TTL, RejectionCache};
 use crate::Error;
 
+/// At most this many (entity, resource) pairs are known; beyond it the least recently used
+/// are forgotten.
+pub(super) const MAX_KNOWN_PAIRS: usize = 100_000;
+/// What was learnt about a pair that no acquire used for this long may be forgotten (while
+/// other pairs are learnt, it is gone within twice as long).
+pub(super) const KNOWN_IDLE: Duration = Duration::from_secs(15 * 60);
+
 #[derive(Debug, Clone, Default)]
 struct Known {
     shard_count: u32,
     cascade: bool,
     parent_id: Option<String>,
     seen: bool,
+    /// Held while a task of this limiter splits the bucket (made at the first split).
+    split_gate: Option<Arc<tokio::sync::Mutex<()>>>,
 }
 
 pub(crate) struct Inner {
@@ -32,8 +47,8 @@ pub(crate) struct Inner {
     pub(super) repo: Repository,
     pub(super) on_unavailable: Option<OnUnavailable>,
     pub(super) last_on_unavailable: Mutex<Option<OnUnavailable>>,
-    /// What the items said, per entity, then per resource (looked up without allocating).
-    known: Mutex<HashMap<String, HashMap<String, Known>>>,
+    /// What the items said, per (entity, resource) pair (looked up without allocating).
+    known: Mutex<BoundedMap<Pair, Known>>,
     pub(super) pending: AtomicUsize,
     pub(super) settled: Notify,
     pub(super) rejections: RejectionCache,
@@ -57,44 +72,70 @@ impl Inner {
             repo,
             on_unavailable,
             last_on_unavailable: Mutex::new(None),
-            known: Mutex::new(HashMap::new()),
+            known: Mutex::new(BoundedMap::new(MAX_KNOWN_PAIRS, KNOWN_IDLE)),
             pending: AtomicUsize::new(0),
             settled: Notify::new(),
             rejections: RejectionCache::new(DEFAULT_REJECTION_CACHE_TTL),
         }
     }
 
-    fn with_known<T>(&self, entity: &str, resource: &str, f: impl FnOnce(&mut Known) -> T) -> T {
-        let mut map = self
-            .known
+    fn known(&self) -> std::sync::MutexGuard<'_, BoundedMap<Pair, Known>> {
+        self.known
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(known) = map.get_mut(entity).and_then(|r| r.get_mut(resource)) {
-            return f(known);
-        }
-        f(map
-            .entry(entity.to_owned())
-            .or_default()
-            .entry(resource.to_owned())
-            .or_insert_with(|| Known {
-                shard_count: 1,
-                ..Known::default()
-            }))
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `f` of what is known about the pair, if anything (not counted as a use).
+    fn read_known<T>(
+        &self,
+        entity: &str,
+        resource: &str,
+        f: impl FnOnce(&Known) -> T,
+    ) -> Option<T> {
+        self.known().get(&(entity, resource) as &dyn PairRef).map(f)
+    }
+
+    /// Changes what is known about the pair (a use), starting from a single shard; returns
+    /// what `f` returns.
+    fn learn_known<T>(&self, entity: &str, resource: &str, f: impl FnOnce(&mut Known) -> T) -> T {
+        let now = self.clock.monotonic();
+        self.known().get_or_insert_with(
+            &(entity, resource) as &dyn PairRef,
+            now,
+            || {
+                let fresh = Known {
+                    shard_count: 1,
+                    ..Known::default()
+                };
+                (Pair::new(entity, resource), fresh)
+            },
+            f,
+        )
     }
 
     pub(super) fn shard_count(&self, entity: &str, resource: &str) -> u32 {
-        self.with_known(entity, resource, |k| k.shard_count.max(1))
+        self.read_known(entity, resource, |k| k.shard_count.max(1))
+            .unwrap_or(1)
+    }
+
+    /// What a task holds while it splits the bucket of `(entity, resource)`.
+    pub(super) fn split_gate(&self, entity: &str, resource: &str) -> Arc<tokio::sync::Mutex<()>> {
+        // Evicted with its pair, a gate held by one task may be replaced by a new one; the
+        // doubling's own condition still lets only one split land.
+        self.learn_known(entity, resource, |k| {
+            Arc::clone(k.split_gate.get_or_insert_with(Arc::default))
+        })
     }
 
     pub(super) fn raise_shard_count(&self, entity: &str, resource: &str, count: u32) {
-        self.with_known(entity, resource, |k| {
+        self.learn_known(entity, resource, |k| {
             k.shard_count = k.shard_count.max(count)
         });
     }
 
     /// Learns shard count (only ever up), cascade and parent from an item image.
     pub(super) fn learn(&self, entity: &str, resource: &str, img: &BucketImage) {
-        self.with_known(entity, resource, |k| {
+        self.learn_known(entity, resource, |k| {
             k.shard_count = k.shard_count.max(img.shards());
             k.cascade = img.cascade;
             k.parent_id.clone_from(&img.parent_id);
@@ -103,7 +144,7 @@ impl Inner {
     }
 
     pub(super) fn learn_count(&self, entity: &str, resource: &str, count: u32, owner: &Owner) {
-        self.with_known(entity, resource, |k| {
+        self.learn_known(entity, resource, |k| {
             k.shard_count = k.shard_count.max(count);
             k.cascade = owner.cascade;
             k.parent_id.clone_from(&owner.parent_id);
@@ -113,9 +154,10 @@ impl Inner {
 
     /// The parent to debit concurrently, when the cascade is known.
     pub(super) fn known_parent(&self, entity: &str, resource: &str) -> Option<Option<String>> {
-        self.with_known(entity, resource, |k| {
+        self.read_known(entity, resource, |k| {
             k.seen.then(|| k.parent_id.clone().filter(|_| k.cascade))
         })
+        .flatten()
     }
 }
 
@@ -170,6 +212,58 @@ pub(super) fn remaining(until: i64, now: i64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "memory")]
+    #[tokio::test]
+    async fn a_million_pairs_keep_the_knowledge_at_its_bound() {
+        use dynalimit_core::ManualClock;
+
+        let clock = ManualClock::new(1_700_000_000_000);
+        let repo = Repository::builder()
+            .in_memory()
+            .clock(Arc::new(clock.clone()))
+            .open()
+            .await
+            .unwrap();
+        let inner = Inner::new(repo, None);
+        let sharded = BucketImage {
+            shard_count: 4,
+            cascade: true,
+            parent_id: Some("parent".into()),
+            ..BucketImage::default()
+        };
+        inner.learn("hot", "r", &sharded);
+        let mut most = 0;
+        for i in 0..1_000_000 {
+            inner.learn(&format!("caller-{i}"), "r", &sharded);
+            if i % 10_000 == 0 {
+                // The hot pair is used all along.
+                inner.learn("hot", "r", &sharded);
+            }
+            most = most.max(inner.known().len());
+        }
+        assert!(most <= MAX_KNOWN_PAIRS, "{most} pairs");
+        assert_eq!(inner.shard_count("hot", "r"), 4);
+        // A forgotten pair is a first acquire again: one shard, the cascade unknown.
+        assert_eq!(inner.shard_count("caller-0", "r"), 1);
+        assert_eq!(inner.known_parent("caller-0", "r"), None);
+        assert_eq!(
+            inner.known_parent("hot", "r"),
+            Some(Some("parent".to_owned()))
+        );
+        // Idle pairs go: two turns of the generations later only what was used is left.
+        inner.learn("hot", "r", &sharded);
+        clock.advance(KNOWN_IDLE);
+        inner.learn("fresh", "r", &sharded);
+        clock.advance(KNOWN_IDLE);
+        inner.learn("hot", "r", &sharded);
+        assert_eq!(inner.known().len(), 2, "hot and fresh");
+        // Reading is not learning: asking about unknown pairs makes nothing.
+        for i in 0..1_000 {
+            assert_eq!(inner.shard_count(&format!("stranger-{i}"), "r"), 1);
+        }
+        assert_eq!(inner.known().len(), 2);
+    }
 
     #[test]
     fn remaining_never_goes_negative() {

@@ -2,8 +2,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), dynalimit::Error> {
-//! use dynalimit::{Limit, RateLimiter};
-//! use dynalimit_repository::Repository;
+//! use dynalimit::{Limit, RateLimiter, Repository};
 //!
 //! let repo = Repository::open("tenant-alpha").await.expect("table");
 //! let limiter = RateLimiter::new(repo);

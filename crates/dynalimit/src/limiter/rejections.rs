@@ -13,22 +13,32 @@
 //! other processes are seen only when the entry expires: the cost is at most the time to live
 //! of refusals this process makes that the table would have admitted (default 1 s).
 //!
+//! The cache holds at most [`MAX_PAIRS`] (entity, resource) pairs, each with at most
+//! [`MAX_SHARD_COUNT`] shards ([`BoundedMap`], its idle time the time to live): under more
+//! pairs the least recently refused are forgotten, which costs their next acquire a request.
+//! The count of shards a refusal needs is the largest of the limiter's and the remembered
+//! images' own, so a pair whose shard count the limiter forgot is never refused for a shard
+//! it did not see.
+//!
 //! [`Repository::config_generation`]: dynalimit_repository::Repository::config_generation
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use dynalimit_core::Limit;
+use dynalimit_core::bounded::{BoundedMap, Pair, PairRef};
+use dynalimit_core::bucket::MAX_SHARD_COUNT;
 use dynalimit_core::decide::{BucketImage, LimitStatus, remembered_rejection};
 use dynalimit_repository::bucket::BucketKey;
 
 /// How long a shard's refusing image is remembered unless configured otherwise.
 pub const DEFAULT_REJECTION_CACHE_TTL: Duration = Duration::from_secs(1);
 
-/// At most this many shards are remembered; a full cache forgets its oldest entries first.
-pub(super) const MAX_ENTRIES: usize = 10_000;
+/// At most this many (entity, resource) pairs are remembered; a full cache forgets the least
+/// recently refused first.
+pub(super) const MAX_PAIRS: usize = 10_000;
 
 /// When a use happens: the clock's reading (epoch ms) and the repository's configuration
 /// generation ([`Repository::config_generation`]).
@@ -38,6 +48,13 @@ pub(super) const MAX_ENTRIES: usize = 10_000;
 pub(super) struct Moment {
     pub(super) now: i64,
     pub(super) generation: u64,
+}
+
+impl Moment {
+    /// The reading as the bounded map takes it.
+    fn elapsed(self) -> Duration {
+        Duration::from_millis(u64::try_from(self.now).unwrap_or(0))
+    }
 }
 
 /// What the cache says about an acquire.
@@ -59,42 +76,28 @@ struct Remembered {
 
 type Shards = BTreeMap<u32, Remembered>;
 
-#[derive(Default)]
 struct Entries {
-    /// entity → resource → shard → image: two levels, so that a look-up by `&str` allocates
-    /// nothing (every acquire looks up while anything is remembered).
-    pairs: HashMap<String, HashMap<String, Shards>>,
+    /// (entity, resource) → shard → image, looked up by `(&str, &str)` without allocating
+    /// (every acquire looks up while anything is remembered).
+    pairs: BoundedMap<Pair, Shards>,
     /// The repository's configuration generation the entries were remembered under.
     generation: u64,
 }
 
 impl Entries {
-    fn shards(&mut self, entity: &str, resource: &str) -> Option<&mut Shards> {
-        self.pairs.get_mut(entity)?.get_mut(resource)
-    }
-
-    /// Removes the pair's shards (all of them, or only when none is left); returns how many
-    /// were removed.
-    fn remove_pair(&mut self, entity: &str, resource: &str, only_if_empty: bool) -> usize {
-        let Some(resources) = self.pairs.get_mut(entity) else {
-            return 0;
-        };
-        let removed = match resources.get(resource) {
-            Some(shards) if !only_if_empty || shards.is_empty() => shards.len(),
-            _ => return 0,
-        };
-        resources.remove(resource);
-        if resources.is_empty() {
-            self.pairs.remove(entity);
+    fn new(ttl_ms: i64) -> Self {
+        let idle = Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(0));
+        Entries {
+            pairs: BoundedMap::new(MAX_PAIRS, idle),
+            generation: 0,
         }
-        removed
     }
 }
 
 /// The cache of one limiter (shared by its clones).
 pub(super) struct RejectionCache {
     ttl_ms: AtomicI64,
-    /// Shards remembered; zero keeps the common path to one atomic load.
+    /// Pairs remembered; zero keeps the common path to one atomic load.
     len: AtomicUsize,
     entries: Mutex<Entries>,
     /// Uses that refused without a request (for tests and metrics).
@@ -115,20 +118,24 @@ impl RejectionCache {
         let cache = RejectionCache {
             ttl_ms: AtomicI64::new(0),
             len: AtomicUsize::new(0),
-            entries: Mutex::new(Entries::default()),
+            entries: Mutex::new(Entries::new(0)),
             refused: AtomicU64::new(0),
         };
         cache.set_ttl(ttl);
         cache
     }
 
-    /// Sets the time to live; zero turns the cache off (and forgets everything).
+    /// Sets the time to live (and forgets everything); zero turns the cache off.
     pub(super) fn set_ttl(&self, ttl: Duration) {
         let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         self.ttl_ms.store(ms, Ordering::Relaxed);
-        if ms == 0 {
-            self.clear();
-        }
+        let mut entries = self.lock();
+        let generation = entries.generation;
+        *entries = Entries {
+            generation,
+            ..Entries::new(ms)
+        };
+        self.len.store(0, Ordering::Relaxed);
     }
 
     pub(super) fn ttl(&self) -> Duration {
@@ -146,54 +153,69 @@ impl RejectionCache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Counts the pairs held after a change.
+    fn counted(&self, entries: &Entries) {
+        self.len.store(entries.pairs.len(), Ordering::Relaxed);
+    }
+
     /// What is known about `demand` (with the acquire's explicit `limits`, if any) on the
     /// `shard_count` shards of (entity, resource).
     pub(super) fn check(
         &self,
-        (entity, resource): (&str, &str),
+        pair: (&str, &str),
         shard_count: u32,
         demand: &BTreeMap<String, i64>,
         limits: Option<&[Limit]>,
         at: Moment,
     ) -> Verdict {
-        let Moment { now, generation } = at;
+        let now = at.now;
         if self.len.load(Ordering::Relaxed) == 0 {
             return Verdict::Unknown;
         }
         let mut entries = self.lock();
-        if entries.generation != generation {
-            self.forget_all(&mut entries, generation);
+        if entries.generation != at.generation {
+            self.forget_all(&mut entries, at.generation);
             return Verdict::Unknown;
         }
-        let Some(shards) = entries.shards(entity, resource) else {
-            return Verdict::Unknown;
-        };
-        let before = shards.len();
-        shards.retain(|_, r| r.until > now);
-        let expired = before - shards.len();
-        let mut short = Vec::new();
-        let mut soonest: Option<Vec<LimitStatus>> = None;
-        for (&shard, r) in shards.iter() {
-            if shard >= shard_count {
-                continue;
-            }
-            if let Some(statuses) = remembered_rejection(&r.image, demand, limits, now) {
-                short.push(shard);
-                let wait = |s: &[LimitStatus]| s.iter().map(|s| s.retry_after_ms).max();
-                if soonest
-                    .as_deref()
-                    .is_none_or(|best| wait(&statuses) < wait(best))
-                {
-                    soonest = Some(statuses);
+        entries.pairs.expire(at.elapsed());
+        let key = &pair as &dyn PairRef;
+        let found = entries.pairs.get_mut(key, at.elapsed(), |shards| {
+            shards.retain(|_, r| r.until > now);
+            // A count the limiter forgot (or never learnt) is no reason to refuse: the images
+            // say how many shards they saw.
+            let count = shards
+                .values()
+                .map(|r| r.image.shards())
+                .fold(shard_count, u32::max);
+            let mut short = Vec::new();
+            let mut soonest: Option<Vec<LimitStatus>> = None;
+            for (&shard, r) in shards.iter() {
+                if shard >= count {
+                    continue;
+                }
+                if let Some(statuses) = remembered_rejection(&r.image, demand, limits, now) {
+                    short.push(shard);
+                    let wait = |s: &[LimitStatus]| s.iter().map(|s| s.retry_after_ms).max();
+                    if soonest
+                        .as_deref()
+                        .is_none_or(|best| wait(&statuses) < wait(best))
+                    {
+                        soonest = Some(statuses);
+                    }
                 }
             }
+            (shards.is_empty(), short, soonest, count)
+        });
+        let Some((empty, short, soonest, count)) = found else {
+            self.counted(&entries);
+            return Verdict::Unknown;
+        };
+        if empty {
+            entries.pairs.remove(key);
         }
-        entries.remove_pair(entity, resource, true);
-        if expired > 0 {
-            self.len.fetch_sub(expired, Ordering::Relaxed);
-        }
+        self.counted(&entries);
         match soonest {
-            Some(statuses) if short.len() as u32 >= shard_count => {
+            Some(statuses) if short.len() as u32 >= count => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 Verdict::Refuse(statuses)
             }
@@ -213,29 +235,28 @@ impl RejectionCache {
     ) {
         let Moment { now, generation } = at;
         let ttl = self.ttl_ms.load(Ordering::Relaxed);
-        if ttl <= 0 || remembered_rejection(image, demand, None, now).is_none() {
+        if ttl <= 0
+            || key.shard >= MAX_SHARD_COUNT
+            || remembered_rejection(image, demand, None, now).is_none()
+        {
             return;
         }
         let mut entries = self.lock();
         if entries.generation != generation {
             self.forget_all(&mut entries, generation);
         }
-        if self.len.load(Ordering::Relaxed) >= MAX_ENTRIES {
-            self.evict_oldest(&mut entries);
-        }
         let remembered = Remembered {
             image: image.clone(),
             until: now.saturating_add(ttl),
         };
-        let shards = entries
-            .pairs
-            .entry(key.entity_id.clone())
-            .or_default()
-            .entry(key.resource.clone())
-            .or_default();
-        if shards.insert(key.shard, remembered).is_none() {
-            self.len.fetch_add(1, Ordering::Relaxed);
-        }
+        let pair = (key.entity_id.as_str(), key.resource.as_str());
+        entries.pairs.get_or_insert_with(
+            &pair as &dyn PairRef,
+            at.elapsed(),
+            || (Pair::new(pair.0, pair.1), Shards::new()),
+            |shards| shards.insert(key.shard, remembered),
+        );
+        self.counted(&entries);
     }
 
     /// Forgets the shard of `key` (this process changed its balance).
@@ -244,12 +265,16 @@ impl RejectionCache {
             return;
         }
         let mut entries = self.lock();
-        if let Some(shards) = entries.shards(&key.entity_id, &key.resource)
-            && shards.remove(&key.shard).is_some()
-        {
-            self.len.fetch_sub(1, Ordering::Relaxed);
-            entries.remove_pair(&key.entity_id, &key.resource, true);
+        let pair = (key.entity_id.as_str(), key.resource.as_str());
+        let pair = &pair as &dyn PairRef;
+        let emptied = entries.pairs.peek_mut(pair).is_some_and(|shards| {
+            shards.remove(&key.shard);
+            shards.is_empty()
+        });
+        if emptied {
+            entries.pairs.remove(pair);
         }
+        self.counted(&entries);
     }
 
     /// Forgets every shard of (entity, resource).
@@ -257,43 +282,15 @@ impl RejectionCache {
         if self.len.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let removed = self.lock().remove_pair(entity, resource, false);
-        self.len.fetch_sub(removed, Ordering::Relaxed);
-    }
-
-    fn clear(&self) {
         let mut entries = self.lock();
-        let generation = entries.generation;
-        self.forget_all(&mut entries, generation);
+        entries.pairs.remove(&(entity, resource) as &dyn PairRef);
+        self.counted(&entries);
     }
 
     fn forget_all(&self, entries: &mut Entries, generation: u64) {
         entries.pairs.clear();
         entries.generation = generation;
         self.len.store(0, Ordering::Relaxed);
-    }
-
-    /// Drops the entry that expires first (a full cache).
-    fn evict_oldest(&self, entries: &mut Entries) {
-        let oldest = entries
-            .pairs
-            .iter()
-            .flat_map(|(entity, resources)| {
-                resources.iter().flat_map(move |(resource, shards)| {
-                    shards
-                        .iter()
-                        .map(move |(shard, r)| (r.until, entity, resource, *shard))
-                })
-            })
-            .min_by_key(|(until, ..)| *until)
-            .map(|(_, entity, resource, shard)| (entity.clone(), resource.clone(), shard));
-        if let Some((entity, resource, shard)) = oldest
-            && let Some(shards) = entries.shards(&entity, &resource)
-            && shards.remove(&shard).is_some()
-        {
-            self.len.fetch_sub(1, Ordering::Relaxed);
-            entries.remove_pair(&entity, &resource, true);
-        }
     }
 }
 
@@ -433,30 +430,79 @@ mod tests {
     }
 
     #[test]
-    fn a_full_cache_forgets_the_entry_that_expires_first() {
-        let cache = RejectionCache::new(DEFAULT_REJECTION_CACHE_TTL);
-        let read_at = |rf: i64| BucketImage { rf, ..image(0, 1) };
-        for i in 0..MAX_ENTRIES as i64 {
-            let when = T0 + i;
+    fn a_full_cache_forgets_the_least_recently_refused_pairs() {
+        let cache = RejectionCache::new(Duration::from_secs(3600));
+        for i in 0..MAX_PAIRS as i64 {
             cache.remember(
                 &key(&format!("e{i}"), 0),
-                &read_at(when),
+                &image(0, 1),
                 &demand(1),
-                at(when, 0),
+                at(T0, 0),
             );
         }
-        assert_eq!(cache.len.load(Ordering::Relaxed), MAX_ENTRIES);
-        let when = T0 + 20_000;
-        cache.remember(&key("new", 0), &read_at(when), &demand(1), at(when, 0));
-        assert_eq!(cache.len.load(Ordering::Relaxed), MAX_ENTRIES);
+        assert_eq!(cache.len.load(Ordering::Relaxed), MAX_PAIRS);
+        cache.remember(&key("new", 0), &image(0, 1), &demand(1), at(T0, 0));
+        assert!(cache.len.load(Ordering::Relaxed) <= MAX_PAIRS);
         assert_eq!(
-            cache.check(("e0", "r"), 1, &demand(1), None, at(T0 + 1, 0)),
+            cache.check(("e0", "r"), 1, &demand(1), None, at(T0, 0)),
             Verdict::Unknown,
             "the oldest went"
         );
         assert!(matches!(
-            cache.check(("new", "r"), 1, &demand(1), None, at(T0 + 20_001, 0)),
+            cache.check(("new", "r"), 1, &demand(1), None, at(T0, 0)),
             Verdict::Refuse(_)
         ));
+    }
+
+    #[test]
+    fn a_million_refused_pairs_stay_within_the_bound() {
+        let cache = RejectionCache::new(DEFAULT_REJECTION_CACHE_TTL);
+        let base = image(0, 1);
+        let mut most = 0;
+        for i in 0..1_000_000_i64 {
+            // A thousand refusals a second, each on a pair of its own, read as it refused.
+            let when = T0 + i;
+            let spent = BucketImage {
+                rf: when,
+                ..base.clone()
+            };
+            cache.remember(
+                &key(&format!("caller-{i}"), 0),
+                &spent,
+                &demand(1),
+                at(when, 0),
+            );
+            most = most.max(cache.len.load(Ordering::Relaxed));
+        }
+        assert!(most <= MAX_PAIRS, "{most} pairs");
+        let held = cache.lock().pairs.len();
+        assert!(
+            held <= 2_000,
+            "about two seconds of refusals are held: {held}"
+        );
+    }
+
+    #[test]
+    fn a_forgotten_shard_count_never_refuses_for_shards_unseen() {
+        let cache = RejectionCache::new(DEFAULT_REJECTION_CACHE_TTL);
+        // Shard 0 of a four-shard bucket refused; the limiter's own count is gone (1).
+        cache.remember(&key("e", 0), &image(0, 4), &demand(1), at(T0, 0));
+        assert_eq!(
+            cache.check(("e", "r"), 1, &demand(1), None, at(T0, 0)),
+            Verdict::Avoid(vec![0]),
+            "three shards the cache knows nothing of may serve"
+        );
+    }
+
+    #[test]
+    fn shards_past_the_largest_count_are_not_remembered() {
+        let cache = RejectionCache::new(DEFAULT_REJECTION_CACHE_TTL);
+        cache.remember(
+            &key("e", MAX_SHARD_COUNT),
+            &image(0, 1),
+            &demand(1),
+            at(T0, 0),
+        );
+        assert_eq!(cache.len.load(Ordering::Relaxed), 0);
     }
 }

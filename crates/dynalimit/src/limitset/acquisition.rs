@@ -5,7 +5,7 @@ use std::fmt;
 use smallvec::SmallVec;
 
 use super::backing::{Backing, InProcess, Settle};
-use super::set::{Config, LimitSet, Plan, Role};
+use super::set::{Config, LimitSet, MAX_LIMITS, Plan, Role};
 use crate::Error;
 
 /// What a [`LimitSet`] granted: a guard that gives everything back when released or dropped.
@@ -43,7 +43,7 @@ pub struct Acquisition<'a, B: Backing = InProcess> {
 struct Extra {
     /// This acquisition's own copy of the config, once edited.
     config: Option<Config>,
-    /// Keys already warned about in `update`.
+    /// Keys already warned about in `update` (at most [`MAX_LIMITS`]).
     warned: Vec<String>,
 }
 
@@ -146,8 +146,8 @@ impl<'a, B: Backing> Acquisition<'a, B> {
     }
 
     /// Reports actual usage. Later updates of a key replace earlier ones. Keys not held are
-    /// skipped with a warning (once per key and acquisition); resources need no update and
-    /// ignore one.
+    /// skipped with a warning (once per key and acquisition, for the first [`MAX_LIMITS`]
+    /// such keys); resources need no update and ignore one.
     ///
     /// # Errors
     /// The pairs are applied in order; an invalid one stops the update (earlier pairs stay
@@ -214,7 +214,9 @@ impl<'a, B: Backing> Acquisition<'a, B> {
         if warned.iter().any(|k| k == key) {
             return;
         }
-        warned.push(key.to_owned());
+        if warned.len() < MAX_LIMITS {
+            warned.push(key.to_owned());
+        }
         tracing::warn!(
             key,
             "update for {key:?} skipped: this acquisition does not hold it; held keys: {:?}",

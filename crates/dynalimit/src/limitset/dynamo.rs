@@ -33,10 +33,9 @@ const MIN_RETRY: Duration = Duration::from_millis(1);
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), dynalimit::Error> {
-/// use dynalimit::RateLimiter;
 /// use dynalimit::limitset::{Algorithm, CallLimit, Distributed, RateLimit};
 /// use dynalimit::pool::LimitPool;
-/// use dynalimit_repository::Repository;
+/// use dynalimit::{RateLimiter, Repository};
 ///
 /// let limiter = RateLimiter::new(Repository::open("tenant-alpha").await.expect("table"));
 /// let mut sets = Vec::new();

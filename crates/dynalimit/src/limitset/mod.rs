@@ -36,5 +36,5 @@ pub use limit::{
     CALL_COUNT_KEY, CallLimit, RateLimit, RateLimitBuilder, ResourceLimit, SetLimit, WindowSpec,
 };
 pub(crate) use set::Plan;
-pub use set::{Config, LimitSet, LimitSetBuilder, MAX_LIMITS, NO_AMOUNTS};
+pub use set::{Config, LimitSet, LimitSetBuilder, MAX_LIMITS, MAX_WARNED_KEYS, NO_AMOUNTS};
 pub use stats::LimitStats;

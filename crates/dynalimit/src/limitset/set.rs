@@ -12,6 +12,7 @@ use super::limit::SetLimit;
 use super::queue::WaitQueue;
 use super::stats::LimitStats;
 use crate::{Error, Rejection};
+use dynalimit_core::bounded::BoundedMap;
 use dynalimit_core::time::{Clock, SystemClock};
 
 /// Free-form metadata of a LimitSet (account, region, endpoint, …), visible on every
@@ -24,6 +25,13 @@ pub const NO_AMOUNTS: [(&str, f64); 0] = [];
 
 /// The most limits one LimitSet can hold.
 pub const MAX_LIMITS: usize = 64;
+
+/// Unknown keys are warned about once per key among the last this many of them (a set asked
+/// for ever new unknown keys warns again about a key it forgot).
+pub const MAX_WARNED_KEYS: usize = 1_024;
+
+/// An unknown key not asked for this long may be warned about again.
+const WARNED_IDLE: Duration = Duration::from_secs(3600);
 
 /// A plan: the amounts to take, in request order then auto-included limits.
 pub(crate) type Plan = SmallVec<[Take; 4]>;
@@ -53,7 +61,8 @@ pub(crate) struct Shared<B> {
     /// Call and resource limits whose capacity is below 1, so that taking them once fails.
     auto_too_small: u64,
     pub(crate) config: Config,
-    warned: Mutex<HashSet<String>>,
+    /// Unknown keys already warned about (true once warned).
+    warned: Mutex<BoundedMap<String, bool>>,
     pub(crate) queue: WaitQueue,
     pub(crate) clock: Arc<dyn Clock>,
 }
@@ -110,11 +119,17 @@ impl<B: Backing> Shared<B> {
     }
 
     fn warn_unknown(&self, key: &str) {
+        let now = self.clock.monotonic();
         let first_time = self
             .warned
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(key.to_owned());
+            .get_or_insert_with(
+                key,
+                now,
+                || (key.to_owned(), false),
+                |warned| !std::mem::replace(warned, true),
+            );
         if first_time {
             tracing::warn!(
                 key,
@@ -132,7 +147,8 @@ impl<B: Backing> Shared<B> {
 /// A request is a list of `(key, amount)` pairs. Listed keys take the given amounts; every
 /// call and resource limit not listed is taken once; plain rate limits not listed are not
 /// taken. An empty request ([`NO_AMOUNTS`]) is refused when the set has plain rate limits.
-/// Unknown keys are ignored with a warning, once per key and set. Every final amount is
+/// Unknown keys are ignored with a warning, once per key and set (among the last
+/// [`MAX_WARNED_KEYS`] unknown keys asked for). Every final amount is
 /// checked before any waiting: negative, non-finite or (for counting limits) fractional
 /// amounts are [`Error::InvalidAmount`], amounts above a capacity are
 /// [`Error::ExceedsCapacity`]. Zero is a valid amount (a plain rate limit taken with zero
@@ -316,7 +332,7 @@ impl<B: Backing> LimitSet<B> {
                 first_rate,
                 auto_too_small,
                 config,
-                warned: Mutex::new(HashSet::new()),
+                warned: Mutex::new(BoundedMap::new(MAX_WARNED_KEYS, WARNED_IDLE)),
                 queue: WaitQueue::default(),
                 clock,
             }),
@@ -550,6 +566,38 @@ mod tests {
         ) {
             prop_assert_eq!(Fingerprint::of(&a) == Fingerprint::of(&b), a == b);
         }
+    }
+
+    #[test]
+    fn a_million_unknown_keys_are_warned_about_within_the_bound() {
+        let clock = dynalimit_core::ManualClock::new(0);
+        let set = LimitSet::builder()
+            .limit(ResourceLimit::new("connections", 10).unwrap())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let warned = |key: &str| {
+            let map = set.shared.warned.lock().unwrap();
+            map.get(key).copied()
+        };
+        set.shared.warn_unknown("typo");
+        assert_eq!(warned("typo"), Some(true));
+        let mut most = 0;
+        for i in 0..1_000_000 {
+            set.shared.warn_unknown(&format!("key-{i}"));
+            most = most.max(set.shared.warned.lock().unwrap().len());
+        }
+        assert!(most <= MAX_WARNED_KEYS, "{most} keys");
+        assert_eq!(warned("typo"), None, "forgotten under the flood");
+        // A key not asked for is forgotten at the second turn of the generations after it
+        // (a turn comes with a new key once the idle time has passed).
+        set.shared.warn_unknown("typo");
+        clock.advance(WARNED_IDLE * 2);
+        set.shared.warn_unknown("other");
+        assert_eq!(warned("typo"), Some(true), "one turn is not enough");
+        clock.advance(WARNED_IDLE);
+        set.shared.warn_unknown("third");
+        assert_eq!(warned("typo"), None);
     }
 
     #[test]
