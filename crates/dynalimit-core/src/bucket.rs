@@ -26,8 +26,7 @@ pub const WCU_REFILL_MILLI: i64 = 1_000_000;
 pub const WCU_PERIOD_MS: i64 = 1000;
 /// What one fast-path write debits from `wcu` (one token).
 pub const WCU_DEBIT_MILLI: i64 = 1000;
-/// Largest shard count any writer may set.
-pub const MAX_SHARD_COUNT: u32 = 32;
+pub use crate::bounds::MAX_SHARD_COUNT;
 /// Default multiplier of the bucket TTL horizon (reference §2.6).
 pub const DEFAULT_TTL_MULTIPLIER: i64 = 7;
 

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::bounds::{MAX_STORED_MILLI, Stamp};
 use crate::bucket::{
     MAX_SHARD_COUNT, ShardParams, WCU, WCU_CAPACITY_MILLI, WCU_DEBIT_MILLI, WCU_PERIOD_MS,
     WCU_REFILL_MILLI, available_tokens, doubled_shard_count, refill, retry_after_ms, try_consume,
@@ -177,10 +178,16 @@ impl WindowState {
     }
 
     /// The balance of a shard applying a new window: its share, less what it spent after
-    /// the window reached it (`tc - wtc`, when a fan-out recorded `wtc`).
+    /// the window reached it (`tc - wtc`, when a fan-out recorded `wtc`). The counters may
+    /// hold any value another writer stored: the difference is taken exactly and the balance
+    /// is never below `-MAX_STORED_MILLI`.
     pub fn roll_target(&self, share: i64, tc: i64) -> i64 {
         match self.wtc {
-            Some(wtc) => share - (tc - wtc).max(0),
+            Some(wtc) => {
+                let spent = (i128::from(tc) - i128::from(wtc)).max(0);
+                let target = (i128::from(share) - spent).max(-i128::from(MAX_STORED_MILLI));
+                i64::try_from(target).unwrap_or(share)
+            }
             None => share,
         }
     }
@@ -277,20 +284,36 @@ impl BucketImage {
         self.shard_count.max(1)
     }
 
-    /// Whether the item carries a bypass stamp still live at `now`.
+    /// Whether the item carries a bypass stamp live at `now`: later than `now`, and no
+    /// further ahead than a stamp lives ([`Stamp::Deadline`]).
     pub fn bypass_at(&self, now: i64) -> bool {
-        self.bypass.is_some_and(|until| until > now)
+        self.bypass
+            .is_some_and(|until| Stamp::Deadline.live(until, now))
     }
 
-    /// Whether limit `name` carries a soft stamp still live at `now`.
+    /// Whether the item carries a bypass stamp that is not live at `now` (expired, or
+    /// further ahead than a stamp lives): the fast path refuses it so that a slow pass
+    /// renews or removes it.
+    fn bypass_expired(&self, now: i64) -> bool {
+        self.bypass
+            .is_some_and(|until| !Stamp::Deadline.live(until, now))
+    }
+
+    /// Whether limit `name` carries a soft stamp live at `now` (as [`BucketImage::bypass_at`]).
     pub fn soft_at(&self, name: &str, now: i64) -> bool {
-        self.soft.get(name).is_some_and(|&until| until > now)
+        self.soft
+            .get(name)
+            .is_some_and(|&until| Stamp::Deadline.live(until, now))
     }
 
-    /// Whether one of the `names` carries a soft stamp that has expired at `now` (the fast
+    /// Whether one of the `names` carries a soft stamp that is not live at `now` (the fast
     /// path refuses it so that a slow pass renews or removes it).
     fn soft_expired<'a>(&self, mut names: impl Iterator<Item = &'a String>, now: i64) -> bool {
-        names.any(|name| self.soft.get(name).is_some_and(|&until| until <= now))
+        names.any(|name| {
+            self.soft
+                .get(name)
+                .is_some_and(|&until| !Stamp::Deadline.live(until, now))
+        })
     }
 
     /// The parameter schedule stored on the item for limit `name`.
@@ -465,11 +488,15 @@ impl BucketImage {
     /// Whether a `vu` stamp at or before `now` asks for a slow pass: always on an item with a
     /// schedule; on one without, `vu = 0` only asks for a trim, which an ordinary exhausted
     /// consume already implies.
+    ///
+    /// A `vu` further ahead than a boundary lies ([`Stamp::Boundary`]) asks for one too: the
+    /// slow pass writes the item's true boundary.
     fn boundary_passed(&self, now: i64) -> bool {
         let scheduled =
             !self.schedules.is_empty() || !self.resets.is_empty() || !self.windows.is_empty();
-        self.vu
-            .is_some_and(|vu| vu <= now && (vu != 0 || scheduled))
+        self.vu.is_some_and(|vu| {
+            (vu <= now && (vu != 0 || scheduled)) || vu > Stamp::Boundary.horizon(now)
+        })
     }
 
     /// Why this item must not be materialised (reference §12.8), if it must not: a quota,
@@ -531,7 +558,7 @@ pub fn classify_fast_failure(
     if img.disabled {
         return FastFailure::Disabled;
     }
-    if img.bypass.is_some_and(|until| until <= now) || img.soft_expired(demand.keys(), now) {
+    if img.bypass_expired(now) || img.soft_expired(demand.keys(), now) {
         return FastFailure::ScheduleBoundary;
     }
     let bypassed = img.bypass_at(now);
@@ -776,7 +803,9 @@ pub fn remembered_rejection(
 ) -> Option<Vec<LimitStatus>> {
     if img.disabled
         || !img.unsupported.is_empty()
-        || img.vu.is_some_and(|vu| vu <= now)
+        || img
+            .vu
+            .is_some_and(|vu| vu <= now || vu > Stamp::Boundary.horizon(now))
         || img.bypass.is_some()
         || demand.keys().any(|name| img.soft.contains_key(name))
     {
@@ -898,16 +927,14 @@ impl VuWrite {
     }
 }
 
-/// How long a soft or bypass stamp lasts at the most (reference §2.7: the default stamp
-/// time-to-live).
-pub const STAMP_TTL_MS: i64 = 60_000;
+pub use crate::bounds::STAMP_TTL_MS;
 
 /// The deadline of a stamp written from a configuration read at `read_at`: the stamp
 /// time-to-live times `0.8 + 0.2 × draw` (`draw` uniform in `[0, 1)`, so writers spread their
 /// renewals).
 pub fn stamp_deadline(read_at: i64, draw: f64) -> i64 {
     let share = 0.8 + 0.2 * draw.clamp(0.0, 1.0);
-    read_at + (STAMP_TTL_MS as f64 * share) as i64
+    read_at.saturating_add((STAMP_TTL_MS as f64 * share) as i64)
 }
 
 /// What the configuration read uncached on a slow pass says about a bucket's stamps
@@ -2266,5 +2293,7 @@ pub fn plan_proactive_doubling(img: &BucketImage, now: i64) -> Option<(u32, u32)
     doubled_shard_count(img.shards()).map(|to| (img.shards(), to))
 }
 
+#[cfg(test)]
+mod extremes;
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,7 @@
 pub mod adaptive;
 pub mod algorithms;
 pub mod bounded;
+pub mod bounds;
 pub mod bucket;
 pub mod decide;
 pub mod error;

@@ -331,9 +331,9 @@ pub fn validate_limit(limit: &Limit) -> Result<(), CoreError> {
 /// long their names are.
 ///
 /// DynamoDB refuses, with a `ValidationException`, an expression longer than 4 KB or with
-/// more than 300 operators and functions. The conditions grow by about 15 operators per
-/// limit: at 16 limits a lease's credit has 261 and the consume of every acquire 247
-/// (2647 bytes); they overflow at 19 and 20 limits.
+/// more than 300 operators and functions. The conditions grow by about 12 to 16 operators
+/// per limit: at 16 limits a lease's credit has 261 and the consume of every acquire 218
+/// (2981 bytes); they overflow at 19 and 23 limits.
 ///
 /// [`validate_limits`] refuses more before anything is stored or sent. The repository's
 /// tests render every request shape at this count (with 64-character names) and check it

@@ -144,7 +144,11 @@ impl NewAuditEvent<'_> {
             (attr::DETAILS, AttributeValue::M(self.details)),
             (
                 attr::TTL,
-                item::n(self.at.div_euclid(1000) + self.retention_days * 86_400),
+                item::n(
+                    self.at
+                        .div_euclid(1000)
+                        .saturating_add(self.retention_days.saturating_mul(86_400)),
+                ),
             ),
             (attr::GSI4PK, item::s(ns)),
             (attr::GSI4SK, item::s(keys::audit_pk(ns, self.entity_id))),

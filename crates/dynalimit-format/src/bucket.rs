@@ -4,16 +4,18 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use dynalimit_core::bounds;
 use dynalimit_core::bucket::WCU;
 use dynalimit_core::decide::{
     BucketImage, CreatePlan, LimitState, NewShard, QuotaState, WindowState,
 };
 use dynalimit_core::schedule::{ResetSchedule, Schedule, Zone};
 
+use crate::FormatError;
 use crate::attr::{self, BucketField, QuotaField, bucket_limit, parse_bucket_limit};
 use crate::config::Access;
 use crate::expr::{Expr, num};
-use crate::item::{Item, get_i64, get_s as get_str, key as key_map, parse_number};
+use crate::item::{Item, describe_key, get_i64, get_s as get_str, key as key_map, parse_number};
 use crate::keys;
 use crate::schedule::{self, UNSCHEDULED};
 
@@ -148,30 +150,141 @@ impl<'a> Scalars<'a> {
 /// dynalimit cannot interpret are listed in `unsupported`; soft and bypass stamps are
 /// read (a stamp that is not a number, such as a pre-release `bypass = true`, reads as
 /// expired).
-pub fn image_from_item(item: &Item) -> BucketImage {
+///
+/// Every value the image carries is bounded ([`dynalimit_core::bounds`]): a limit's fields
+/// (present when both its `tk` and its `cp` are) are integers with `tk`, `cp`, `ra` within
+/// ±2 × 10^18 and `rp` at most 10^12; `rf` and a session window's `ws` and `wa` lie between
+/// 1970 and 2500; `shard_count` and a quota's `gc` are in `1..=32`, a quota's `tu` within
+/// ±2 × 10^18, a window's `rsa` in `1..=10^9`. Stamps (`bypass`, `vu`, soft stamps) are kept
+/// as stored: the decisions judge them against the time.
+///
+/// # Errors
+/// [`FormatError::Corrupt`] naming the item and the attribute whose value is outside them.
+pub fn image_from_item(item: &Item) -> Result<BucketImage, FormatError> {
     let attrs = item
         .iter()
         .map(|(name, value)| (name.as_str(), Value::of(value)));
-    decode_image(attrs, Some(item)).expect("an image decoded with its whole item always decodes")
+    match decode_image(attrs, Some(item)) {
+        Ok(image) => Ok(image.expect("an image decoded with its whole item always decodes")),
+        Err(bad) => Err(bad.at(describe_key(item))),
+    }
 }
 
 /// Decodes a bucket item from its attributes, as [`image_from_item`] does, without an SDK
 /// item: the warm acquire reads its image straight from the bytes of DynamoDB's answer.
 ///
-/// `None` when the item carries a schedule or a quota (`sched`, `rsched`, a limit's own
+/// `Ok(None)` when the item carries a schedule or a quota (`sched`, `rsched`, a limit's own
 /// schedule, a quota's grant, top-ups, reset counter or session window): those are decoded
 /// from the whole item by [`image_from_item`].
-pub fn image_from_attributes(attrs: &[(&str, Value<'_>)]) -> Option<BucketImage> {
-    decode_image(attrs.iter().copied(), None)
+///
+/// # Errors
+/// [`FormatError::Corrupt`] as for [`image_from_item`].
+pub fn image_from_attributes(
+    attrs: &[(&str, Value<'_>)],
+) -> Result<Option<BucketImage>, FormatError> {
+    decode_image(attrs.iter().copied(), None).map_err(|bad| {
+        let text = |name: &str| {
+            attrs
+                .iter()
+                .find_map(|(n, v)| (*n == name).then(|| v.string()).flatten())
+                .unwrap_or("?")
+        };
+        bad.at(format!("{}|{}", text(attr::PK), text(attr::SK)))
+    })
+}
+
+/// An attribute holding what the decoder does not accept, and why.
+#[derive(Debug)]
+struct Bad {
+    attribute: String,
+    message: String,
+}
+
+impl Bad {
+    fn new(attribute: impl Into<String>, value: Value<'_>, expected: &str) -> Self {
+        let attribute = attribute.into();
+        let shown = match value {
+            Value::N(n) => n.chars().take(48).collect(),
+            Value::S(s) => format!("{:?}", s.chars().take(48).collect::<String>()),
+            Value::Bool(b) => b.to_string(),
+            Value::Other => "a value of another type".to_owned(),
+        };
+        Bad {
+            message: format!("{attribute} = {shown} is not {expected}"),
+            attribute,
+        }
+    }
+
+    /// The error of the item whose key is `key`.
+    fn at(self, key: String) -> FormatError {
+        FormatError::corrupt_attribute(key, self.attribute, self.message)
+    }
+}
+
+/// A value read for a bounded field: its integer, when it is one inside `range`.
+fn bounded(
+    attribute: impl FnOnce() -> String,
+    value: Value<'_>,
+    range: std::ops::RangeInclusive<i64>,
+    expected: &str,
+) -> Result<i64, Bad> {
+    match value.number() {
+        Some(n) if range.contains(&n) => Ok(n),
+        _ => Err(Bad::new(attribute(), value, expected)),
+    }
+}
+
+/// What a time read from an item must be.
+const A_TIME: &str = "an epoch time in milliseconds from 1970 to 2500";
+/// What a millitoken amount read from an item must be.
+const AN_AMOUNT: &str = "a whole number of millitokens within ±2 × 10^18";
+/// What a shard count or a grant count must be.
+const A_SHARD_COUNT: &str = "a shard count from 1 to 32";
+const TIMES: std::ops::RangeInclusive<i64> = bounds::EARLIEST_TIME_MS..=bounds::LATEST_TIME_MS;
+const AMOUNTS: std::ops::RangeInclusive<i64> = -bounds::MAX_STORED_MILLI..=bounds::MAX_STORED_MILLI;
+const SHARD_COUNTS: std::ops::RangeInclusive<i64> = 1..=bounds::MAX_SHARD_COUNT as i64;
+
+/// One limit's stored fields as read: its `tk`, `cp`, `ra`, `rp` and `tc` values (present or
+/// not), checked into a [`LimitState`] when the limit exists (both `tk` and `cp` present).
+fn limit_state(name: &str, fields: [Option<Value<'_>>; 5]) -> Result<Option<LimitState>, Bad> {
+    let [Some(tk), Some(cp), ra, rp, tc] = fields else {
+        return Ok(None);
+    };
+    let attribute = |f| move || bucket_limit(name, f);
+    let amount = |f, v| bounded(attribute(f), v, AMOUNTS, AN_AMOUNT);
+    Ok(Some(LimitState {
+        tk: amount(BucketField::Tk, tk)?,
+        cp: amount(BucketField::Cp, cp)?,
+        ra: ra.map_or(Ok(0), |v| amount(BucketField::Ra, v))?,
+        // A period of 0 or less reads as 1 ms, as it always has.
+        rp: rp
+            .map_or(Ok(1), |v| {
+                bounded(
+                    attribute(BucketField::Rp),
+                    v,
+                    i64::MIN..=bounds::MAX_PERIOD_MS,
+                    "a refill period of at most 10^12 ms",
+                )
+            })?
+            .max(1),
+        tc: tc.map_or(Ok(0), |v| {
+            bounded(
+                attribute(BucketField::Tc),
+                v,
+                i64::MIN..=i64::MAX,
+                "an integer",
+            )
+        })?,
+    }))
 }
 
 /// The image of the attributes `attrs`, in one pass over them; `item` is the whole item, which
-/// schedules and quotas are decoded from (`None` without it when the item carries them).
+/// schedules and quotas are decoded from (`Ok(None)` without it when the item carries them).
 fn decode_image<'a>(
     attrs: impl IntoIterator<Item = (&'a str, Value<'a>)>,
     item: Option<&Item>,
-) -> Option<BucketImage> {
-    let mut partial: BTreeMap<&str, [Option<i64>; 5]> = BTreeMap::new();
+) -> Result<Option<BucketImage>, Bad> {
+    let mut partial: BTreeMap<&str, [Option<Value<'a>>; 5]> = BTreeMap::new();
     let mut unsupported = Vec::new();
     let mut soft = BTreeMap::new();
     let mut schedules_or_quotas = false;
@@ -195,10 +308,21 @@ fn decode_image<'a>(
             BucketField::Rp => 3,
             BucketField::Tc => 4,
         };
-        if let Value::N(n) = value {
-            partial.entry(name).or_default()[slot] = parse_number(n);
-        }
+        partial.entry(name).or_default()[slot].get_or_insert(value);
     }
+    let rf = match scalars.rf {
+        None => 0,
+        Some(v) => bounded(|| attr::RF.to_owned(), v, TIMES, A_TIME)?,
+    };
+    let shard_count = match scalars.shard_count {
+        None => 1,
+        Some(v) => bounded(
+            || attr::SHARD_COUNT.to_owned(),
+            v,
+            SHARD_COUNTS,
+            A_SHARD_COUNT,
+        )? as u32,
+    };
     let disabled = match scalars.disabled {
         None => false,
         Some(Value::Bool(true)) => true,
@@ -209,16 +333,9 @@ fn decode_image<'a>(
     };
     let mut limits = BTreeMap::new();
     let mut wcu = None;
-    for (name, [tk, cp, ra, rp, tc]) in partial {
-        let (Some(tk), Some(cp)) = (tk, cp) else {
+    for (name, fields) in partial {
+        let Some(state) = limit_state(name, fields)? else {
             continue;
-        };
-        let state = LimitState {
-            tk,
-            cp,
-            ra: ra.unwrap_or(0),
-            rp: rp.unwrap_or(0).max(1),
-            tc: tc.unwrap_or(0),
         };
         if name == WCU {
             wcu = Some(state);
@@ -228,39 +345,25 @@ fn decode_image<'a>(
     }
     // Most items carry no schedule and no quota: their decoding looks no attribute up.
     let (schedules, resets, quotas, windows) = if schedules_or_quotas {
-        let item = item?;
+        let Some(item) = item else {
+            return Ok(None);
+        };
         let schedules = stored_schedules(item, &limits, &mut unsupported);
         // A reset schedule makes a quota of a limit that does not drip; on one that drips it
         // is still decoded (one that does not decode makes the item unavailable) but not used.
         let mut resets = stored_resets(item, &limits, &mut unsupported);
         resets.retain(|name, _| limits.get(name).is_some_and(|l| l.ra == 0));
-        let quotas = limits
-            .keys()
-            .filter_map(|name| {
-                let read = |f| get_i64(item, &attr::bucket_quota(name, f));
-                let q = QuotaState {
-                    gc: read(QuotaField::Gc),
-                    tu: read(QuotaField::Tu),
-                    rn: read(QuotaField::Rn),
-                };
-                (q != QuotaState::default()).then(|| (name.clone(), q))
-            })
-            .collect();
-        let windows = stored_windows(item, &limits, &mut unsupported);
+        let quotas = stored_quotas(item, &limits)?;
+        let windows = stored_windows(item, &limits, &mut unsupported)?;
         (schedules, resets, quotas, windows)
     } else {
         Default::default()
     };
     unsupported.sort();
     soft.retain(|name, _| limits.contains_key(name));
-    Some(BucketImage {
-        rf: scalars.rf.and_then(Value::number).unwrap_or(0),
-        shard_count: scalars
-            .shard_count
-            .and_then(Value::number)
-            .and_then(|n| u32::try_from(n).ok())
-            .unwrap_or(1)
-            .max(1),
+    Ok(Some(BucketImage {
+        rf,
+        shard_count,
         cascade: scalars.cascade == Some(Value::Bool(true)),
         parent_id: scalars.parent_id.and_then(Value::string).map(str::to_owned),
         pgen: scalars.pgen.and_then(Value::number),
@@ -277,17 +380,45 @@ fn decode_image<'a>(
         resets,
         quotas,
         windows,
-    })
+    }))
+}
+
+/// The grant counts, top-ups and reset counters of the limits on a bucket item (reference
+/// §12.3), per limit that carries any: `gc` in `1..=32`, `tu` within ±2 × 10^18, `rn` any
+/// integer (it is only pinned).
+fn stored_quotas(
+    item: &Item,
+    limits: &BTreeMap<String, LimitState>,
+) -> Result<BTreeMap<String, QuotaState>, Bad> {
+    let mut quotas = BTreeMap::new();
+    for name in limits.keys() {
+        let read = |f: QuotaField, range, expected| {
+            let attribute = attr::bucket_quota(name, f);
+            item.get(&attribute)
+                .map(|v| bounded(|| attribute.clone(), Value::of(v), range, expected))
+                .transpose()
+        };
+        let q = QuotaState {
+            gc: read(QuotaField::Gc, SHARD_COUNTS, A_SHARD_COUNT)?,
+            tu: read(QuotaField::Tu, AMOUNTS, AN_AMOUNT)?,
+            rn: get_i64(item, &attr::bucket_quota(name, QuotaField::Rn)),
+        };
+        if q != QuotaState::default() {
+            quotas.insert(name.clone(), q);
+        }
+    }
+    Ok(quotas)
 }
 
 /// The session windows of the limits on a bucket item (reference §12.3): `b_{name}_rsa`,
 /// `_ws`, `_wa`, `_wtc`, per limit that carries any. A value that is not a whole number makes
-/// the item unavailable (reported in `unsupported`).
+/// the item unavailable (reported in `unsupported`); a whole number outside the bounds
+/// (`rsa` in `1..=10^9`, `ws` and `wa` times) makes it corrupt.
 fn stored_windows(
     item: &Item,
     limits: &BTreeMap<String, LimitState>,
     unsupported: &mut Vec<String>,
-) -> BTreeMap<String, WindowState> {
+) -> Result<BTreeMap<String, WindowState>, Bad> {
     let mut windows = BTreeMap::new();
     for name in limits.keys() {
         let mut w = WindowState::default();
@@ -298,18 +429,27 @@ fn stored_windows(
                 continue;
             };
             any = true;
-            let number = match value {
-                AttributeValue::N(n) => parse_number(n),
-                _ => None,
-            };
-            let Some(n) = number else {
+            let value = Value::of(value);
+            let Some(n) = value.number() else {
                 unsupported.push(format!("{attr_name} (not a whole number)"));
                 continue;
             };
+            let check = |range: std::ops::RangeInclusive<i64>, expected| {
+                if range.contains(&n) {
+                    Ok(Some(n))
+                } else {
+                    Err(Bad::new(attr_name.clone(), value, expected))
+                }
+            };
             match field {
-                QuotaField::Rsa => w.rsa = Some(n),
-                QuotaField::Ws => w.ws = Some(n),
-                QuotaField::Wa => w.wa = Some(n),
+                QuotaField::Rsa => {
+                    w.rsa = check(
+                        1..=bounds::MAX_PERIOD_SECONDS,
+                        "a window of 1 to 10^9 seconds",
+                    )?;
+                }
+                QuotaField::Ws => w.ws = check(TIMES, A_TIME)?,
+                QuotaField::Wa => w.wa = check(TIMES, A_TIME)?,
                 _ => w.wtc = Some(n),
             }
         }
@@ -317,7 +457,7 @@ fn stored_windows(
             windows.insert(name.clone(), w);
         }
     }
-    windows
+    Ok(windows)
 }
 
 /// Whether a bucket item's attribute is a schedule (`sched`, `rsched`, a limit's own) or a
@@ -423,8 +563,22 @@ pub struct Owner {
 }
 
 /// The shard count stamped on a raw bucket item, if any.
-pub fn shard_count(item: &Item) -> Option<u32> {
-    get_i64(item, attr::SHARD_COUNT).and_then(|n| u32::try_from(n).ok())
+///
+/// # Errors
+/// [`FormatError::Corrupt`] when the item holds one outside `1..=32` (or not an integer).
+pub fn shard_count(item: &Item) -> Result<Option<u32>, FormatError> {
+    item.get(attr::SHARD_COUNT)
+        .map(|v| {
+            bounded(
+                || attr::SHARD_COUNT.to_owned(),
+                Value::of(v),
+                SHARD_COUNTS,
+                A_SHARD_COUNT,
+            )
+            .map(|n| n as u32)
+            .map_err(|bad| bad.at(describe_key(item)))
+        })
+        .transpose()
 }
 
 /// The `tc` counters of a raw bucket item's limits: limit name → milli-tokens consumed (the
@@ -455,9 +609,17 @@ pub fn is_soft(item: &Item, name: &str) -> bool {
     item.contains_key(&attr::bucket_soft(name))
 }
 
-/// The refill timestamp (`rf`, epoch ms) of a raw bucket item.
-pub fn refilled_at(item: &Item) -> Option<i64> {
-    get_i64(item, attr::RF)
+/// The refill timestamp (`rf`, epoch ms) of a raw bucket item, if any.
+///
+/// # Errors
+/// [`FormatError::Corrupt`] when the item holds one outside 1970 to 2500 (or not an integer).
+pub fn refilled_at(item: &Item) -> Result<Option<i64>, FormatError> {
+    item.get(attr::RF)
+        .map(|v| {
+            bounded(|| attr::RF.to_owned(), Value::of(v), TIMES, A_TIME)
+                .map_err(|bad| bad.at(describe_key(item)))
+        })
+        .transpose()
 }
 
 /// Whether a raw item is a bucket item (`SK = #STATE`), and its key when it is.
@@ -628,17 +790,33 @@ impl Meta {
 /// `vu` (removed when `None`); every limit holding its balance (`tc = 0`); the `wcu` block
 /// full (it is never divided); a quota's grant count the new count and no top-ups; a session
 /// quota's window started where `new` says and applied (`wa = ws`), no `wtc`.
-pub fn clone_for_shard(image: &Item, ns: &str, key: &BucketKey, new: &NewShard) -> Item {
+///
+/// # Errors
+/// [`FormatError::Corrupt`] when `image` does not decode ([`image_from_item`]), or when
+/// `new`'s shard count is not one of 1 to 32 above the shard created.
+pub fn clone_for_shard(
+    image: &Item,
+    ns: &str,
+    key: &BucketKey,
+    new: &NewShard,
+) -> Result<Item, FormatError> {
     let (entity, resource, shard) = (&key.entity_id, &key.resource, key.shard);
+    let count = i64::from(new.shard_count);
+    if !SHARD_COUNTS.contains(&count) || i64::from(shard) >= count {
+        return Err(FormatError::corrupt_attribute(
+            describe_key(image),
+            attr::SHARD_COUNT,
+            format!("shard {shard} of {count} is not a shard of 1 to 32"),
+        ));
+    }
     let mut item = image.clone();
-    let img = image_from_item(image);
+    let img = image_from_item(image)?;
     match new.vu {
         Some(vu) => item.insert(attr::VU.to_owned(), num(vu)),
         None => item.remove(attr::VU),
     };
     // A quota's grant on the new shard is sized at the new count; the period's top-ups stay
     // with the shards that hold them.
-    let count = i64::from(new.shard_count);
     for name in img.quota_names() {
         item.insert(attr::bucket_quota(name, QuotaField::Gc), num(count));
         item.remove(&attr::bucket_quota(name, QuotaField::Tu));
@@ -669,7 +847,7 @@ pub fn clone_for_shard(image: &Item, ns: &str, key: &BucketKey, new: &NewShard) 
         item.insert(bucket_limit(&name, BucketField::Tk), num(tk));
         item.insert(bucket_limit(&name, BucketField::Tc), num(0));
     }
-    item
+    Ok(item)
 }
 
 /// The access stamp of one bucket (reference §4.3, §12.1): `disabled = true` and no
@@ -702,9 +880,11 @@ pub fn pause_stamp(item: &Item) -> Option<i64> {
     get_i64(item, attr::PAUSE_UNTIL)
 }
 
-/// The deadline of a pause still in force at `now` on a raw bucket item.
+/// The deadline of a pause in force at `now` on a raw bucket item: later than `now` and no
+/// further ahead than a pause lasts ([`bounds::Stamp::Pause`]: a day, plus the clock-skew
+/// allowance). A stamp further ahead is not in force.
 pub fn live_pause(item: &Item, now: i64) -> Option<i64> {
-    pause_stamp(item).filter(|&until| until > now)
+    pause_stamp(item).filter(|&until| bounds::Stamp::Pause.live(until, now))
 }
 
 #[cfg(test)]
@@ -792,7 +972,7 @@ mod tests {
         assert_eq!(n("b_tpm_tc"), 500_000);
         assert!(matches!(item["cascade"], AttributeValue::Bool(false)));
         // Decoding gives the same state back.
-        let img = image_from_item(&item);
+        let img = image_from_item(&item).unwrap();
         assert_eq!(img.limits["rpm"].tk, 99_000);
         assert_eq!(img.wcu.unwrap().cp, 1_000_000);
         assert!(img.unsupported.is_empty());
@@ -812,7 +992,7 @@ mod tests {
             ("vu".to_owned(), num(0)),
             ("parent_id".to_owned(), AttributeValue::Null(true)),
         ]);
-        let img = image_from_item(&item);
+        let img = image_from_item(&item).unwrap();
         assert!(!img.limits.contains_key("x"));
         assert_eq!(img.limits["y"].cp, 2);
         assert_eq!(
@@ -823,6 +1003,156 @@ mod tests {
         assert_eq!(img.vu, Some(0));
         assert_eq!(img.parent_id, None);
         assert_eq!(img.shard_count, 1);
+    }
+
+    /// A valid bucket item of one limit, `rpm`, at the bounds' edges where given.
+    fn bounded_item(changes: &[(&str, AttributeValue)]) -> Item {
+        let mut item = key(keys::bucket_pk("ns1", "u1", "gpt-4", 0), keys::STATE_SK);
+        for (k, v) in [
+            ("rf", n(T0)),
+            ("shard_count", n(1)),
+            ("b_rpm_tk", n(1000)),
+            ("b_rpm_cp", n(100_000)),
+            ("b_rpm_ra", n(100_000)),
+            ("b_rpm_rp", n(60_000)),
+            ("b_rpm_tc", n(0)),
+        ] {
+            item.insert(k.to_owned(), v);
+        }
+        for (k, v) in changes {
+            item.insert((*k).to_owned(), v.clone());
+        }
+        item
+    }
+
+    /// Decodes `item` both ways (the whole item, and its attributes as the fast path reads
+    /// them, falling back to the whole item), which must agree.
+    fn decode_both(item: &Item) -> Result<BucketImage, FormatError> {
+        let whole = image_from_item(item);
+        let attrs: Vec<(&str, Value<'_>)> = item
+            .iter()
+            .map(|(k, v)| (k.as_str(), Value::of(v)))
+            .collect();
+        match image_from_attributes(&attrs) {
+            Ok(None) => {}
+            in_place => assert_eq!(in_place, whole.clone().map(Some)),
+        }
+        whole
+    }
+
+    #[test]
+    fn values_out_of_bounds_make_the_item_corrupt_naming_the_attribute() {
+        let max = bounds::MAX_STORED_MILLI;
+        let s = |v: &str| AttributeValue::S(v.to_owned());
+        for (attribute, value) in [
+            ("shard_count", n(0)),
+            ("shard_count", n(33)),
+            ("shard_count", n(4_294_967_295_i64)),
+            ("shard_count", n(-1)),
+            ("shard_count", s("4")),
+            ("rf", n(-1)),
+            ("rf", n(bounds::LATEST_TIME_MS + 1)),
+            ("rf", n(i64::MAX)),
+            ("rf", AttributeValue::N("1e30".into())),
+            ("b_rpm_tk", n(max + 1)),
+            ("b_rpm_tk", n(-max - 1)),
+            ("b_rpm_tk", AttributeValue::N("99999999999999999999".into())),
+            ("b_rpm_tk", AttributeValue::N("1.5".into())),
+            ("b_rpm_cp", s("100")),
+            ("b_rpm_ra", n(i64::MIN)),
+            ("b_rpm_rp", n(bounds::MAX_PERIOD_MS + 1)),
+            ("b_rpm_tc", AttributeValue::Bool(true)),
+            ("b_wcu_tk", n(max + 1)),
+            ("b_rpm_gc", n(33)),
+            ("b_rpm_gc", n(0)),
+            ("b_rpm_tu", n(max + 1)),
+            ("b_rpm_rsa", n(0)),
+            ("b_rpm_rsa", n(bounds::MAX_PERIOD_SECONDS + 1)),
+            ("b_rpm_ws", n(-1)),
+            ("b_rpm_wa", n(i64::MAX)),
+        ] {
+            let mut item = bounded_item(&[(attribute, value.clone())]);
+            if attribute == "b_wcu_tk" {
+                item.insert("b_wcu_cp".into(), n(1_000_000));
+            }
+            match decode_both(&item) {
+                Err(FormatError::Corrupt {
+                    key,
+                    attribute: Some(named),
+                    message,
+                }) => {
+                    assert_eq!(named, attribute, "{value:?}");
+                    assert_eq!(key, "ns1/BUCKET#u1#gpt-4#0|#STATE");
+                    assert!(message.starts_with(attribute), "{message}");
+                }
+                other => panic!("{attribute} = {value:?}: {other:?}"),
+            }
+        }
+        // At the bounds, and a bare `tk` (no limit) or a stamp anywhere: accepted.
+        for (attribute, value) in [
+            ("shard_count", n(32)),
+            ("rf", n(bounds::LATEST_TIME_MS)),
+            ("rf", n(0)),
+            ("b_rpm_tk", n(-max)),
+            ("b_rpm_cp", n(max)),
+            ("b_rpm_rp", n(bounds::MAX_PERIOD_MS)),
+            ("b_rpm_rp", n(-5)),
+            ("b_rpm_tc", n(i64::MIN)),
+            ("b_x_tk", n(i64::MAX)),
+            ("bypass", n(i64::MAX)),
+            ("vu", n(i64::MIN)),
+            ("b_rpm_soft", n(i64::MAX)),
+            ("b_rpm_gc", n(32)),
+            ("b_rpm_rsa", n(bounds::MAX_PERIOD_SECONDS)),
+            ("b_rpm_wtc", n(i64::MIN)),
+        ] {
+            let item = bounded_item(&[(attribute, value.clone())]);
+            assert!(decode_both(&item).is_ok(), "{attribute} = {value:?}");
+        }
+        let item = bounded_item(&[("shard_count", n(33))]);
+        assert!(matches!(
+            shard_count(&item),
+            Err(FormatError::Corrupt { attribute: Some(a), .. }) if a == "shard_count"
+        ));
+        assert_eq!(shard_count(&bounded_item(&[])), Ok(Some(1)));
+        let item = bounded_item(&[("rf", n(-1))]);
+        assert!(refilled_at(&item).is_err());
+        let key1 = BucketKey::new("u1", "gpt-4", 1);
+        let new = |shard_count| NewShard {
+            shard: 1,
+            shard_count,
+            rf: T0,
+            balances: BTreeMap::new(),
+            windows: BTreeMap::new(),
+            vu: None,
+        };
+        assert!(
+            clone_for_shard(&item, "ns1", &key1, &new(2)).is_err(),
+            "corrupt image"
+        );
+        let valid = bounded_item(&[]);
+        for count in [0, 1, 33] {
+            assert!(
+                clone_for_shard(&valid, "ns1", &key1, &new(count)).is_err(),
+                "{count}"
+            );
+        }
+        assert!(clone_for_shard(&valid, "ns1", &key1, &new(32)).is_ok());
+    }
+
+    #[test]
+    fn a_pause_is_in_force_up_to_a_day_and_the_skew_ahead() {
+        let item = |until: i64| bounded_item(&[(attr::PAUSE_UNTIL, n(until))]);
+        let horizon = T0 + bounds::MAX_PAUSE_MS + bounds::CLOCK_SKEW_MS;
+        assert_eq!(live_pause(&item(T0 + 1), T0), Some(T0 + 1));
+        assert_eq!(live_pause(&item(horizon), T0), Some(horizon));
+        assert_eq!(live_pause(&item(horizon + 1), T0), None);
+        assert_eq!(live_pause(&item(T0), T0), None);
+        assert_eq!(
+            pause_stamp(&item(i64::MAX)),
+            Some(i64::MAX),
+            "read as stored"
+        );
     }
 
     #[test]
@@ -860,7 +1190,7 @@ mod tests {
             windows: Default::default(),
             vu: None,
         };
-        let clone = clone_for_shard(&shard0, "ns1", &key3, &new);
+        let clone = clone_for_shard(&shard0, "ns1", &key3, &new).unwrap();
         let num = |k: &str| get_i64(&clone, k);
         let text = |k: &str| get_str(&clone, k).map(str::to_owned);
         assert_eq!(text("PK"), Some(keys::bucket_pk("ns1", "hot", "gpt-4", 3)));
@@ -884,8 +1214,8 @@ mod tests {
             BTreeMap::from([("rpm", 77_000), ("tpm", 1_000)])
         );
         assert_eq!(
-            image_from_item(&clone),
-            new.image(&image_from_item(&shard0))
+            image_from_item(&clone).unwrap(),
+            new.image(&image_from_item(&shard0).unwrap())
         );
     }
 
@@ -925,9 +1255,9 @@ mod tests {
             windows: [("s".to_owned(), T0 + 1)].into(),
             vu: Some(T0 + 9),
         };
-        let clone = clone_for_shard(&donor, "ns1", &BucketKey::new("k", "r", 2), &new);
-        let img = image_from_item(&clone);
-        assert_eq!(img, new.image(&image_from_item(&donor)));
+        let clone = clone_for_shard(&donor, "ns1", &BucketKey::new("k", "r", 2), &new).unwrap();
+        let img = image_from_item(&clone).unwrap();
+        assert_eq!(img, new.image(&image_from_item(&donor).unwrap()));
         assert!(img.unsupported.is_empty(), "{:?}", img.unsupported);
         assert_eq!(img.quotas["q"].gc, Some(4));
         assert_eq!((img.quotas["q"].tu, img.quotas["q"].rn), (None, Some(2)));
@@ -981,7 +1311,7 @@ mod tests {
             ("b_tpm_cp".to_owned(), num(2)),
             ("b_tpm_sched".to_owned(), AttributeValue::S("-".into())),
         ]);
-        let img = image_from_item(&item);
+        let img = image_from_item(&item).unwrap();
         assert!(img.schedules.contains_key("rpm"), "the default applies");
         assert!(
             !img.schedules.contains_key("tpm"),
@@ -989,7 +1319,7 @@ mod tests {
         );
         assert!(img.unsupported.is_empty());
         item.insert("sched".to_owned(), AttributeValue::S("h9-17s500".into()));
-        let img = image_from_item(&item);
+        let img = image_from_item(&item).unwrap();
         assert!(
             img.unsupported_reason().is_some(),
             "no version marker: unavailable"

@@ -6,12 +6,15 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum FormatError {
-    /// The item does not have the shape the format prescribes.
+    /// The item does not have the shape the format prescribes, or holds a value outside the
+    /// range a reader accepts (`dynalimit_core::bounds`).
     #[error("malformed item {key}: {message}")]
     Corrupt {
         /// The item's key (`PK|SK`).
         key: String,
-        /// What is wrong.
+        /// The attribute at fault, when one is.
+        attribute: Option<String>,
+        /// What is wrong (naming the attribute, when there is one).
         message: String,
     },
 
@@ -64,6 +67,20 @@ impl FormatError {
     pub(crate) fn corrupt(key: impl Into<String>, message: impl Into<String>) -> Self {
         FormatError::Corrupt {
             key: key.into(),
+            attribute: None,
+            message: message.into(),
+        }
+    }
+
+    /// The error of an item whose attribute `attribute` holds what a reader does not accept.
+    pub(crate) fn corrupt_attribute(
+        key: impl Into<String>,
+        attribute: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        FormatError::Corrupt {
+            key: key.into(),
+            attribute: Some(attribute.into()),
             message: message.into(),
         }
     }

@@ -159,12 +159,17 @@ pub enum RepositoryError {
         message: String,
     },
 
-    /// An item in the table does not have the shape the format prescribes.
+    /// An item in the table does not have the shape the format prescribes, or holds a value
+    /// outside the range a reader accepts (`dynalimit_core::bounds`: a shard count above 32,
+    /// a time beyond the year 2500, an amount beyond 2 × 10^18 millitokens). dynalimit refuses
+    /// to act on it; acquires treat this as unavailable (governed by `on_unavailable`).
     #[error("malformed item {key}: {message}")]
     Corrupt {
         /// The item's key.
         key: String,
-        /// What is wrong.
+        /// The attribute at fault, when one is.
+        attribute: Option<String>,
+        /// What is wrong (naming the attribute, when there is one).
         message: String,
     },
 
@@ -293,6 +298,7 @@ impl RepositoryError {
     pub(crate) fn corrupt(key: impl Into<String>, message: impl Into<String>) -> Self {
         RepositoryError::Corrupt {
             key: key.into(),
+            attribute: None,
             message: message.into(),
         }
     }
@@ -311,7 +317,15 @@ impl RepositoryError {
 impl From<FormatError> for RepositoryError {
     fn from(e: FormatError) -> Self {
         match e {
-            FormatError::Corrupt { key, message } => RepositoryError::Corrupt { key, message },
+            FormatError::Corrupt {
+                key,
+                attribute,
+                message,
+            } => RepositoryError::Corrupt {
+                key,
+                attribute,
+                message,
+            },
             FormatError::Unsupported { key, feature } => {
                 RepositoryError::Unsupported { key, feature }
             }
@@ -323,6 +337,7 @@ impl From<FormatError> for RepositoryError {
             }
             other => RepositoryError::Corrupt {
                 key: String::new(),
+                attribute: None,
                 message: other.to_string(),
             },
         }

@@ -152,9 +152,11 @@ impl UsageSummary {
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
         for s in snapshots {
             out.snapshot_count += 1;
-            out.total_events += s.total_events;
+            // Counters are what the table holds: their sums saturate rather than wrap.
+            out.total_events = out.total_events.saturating_add(s.total_events);
             for (name, v) in &s.counters {
-                *out.total.entry(name.clone()).or_default() += v;
+                let total = out.total.entry(name.clone()).or_default();
+                *total = total.saturating_add(*v);
                 *counts.entry(name.clone()).or_default() += 1;
             }
             if out

@@ -147,11 +147,14 @@ impl Aggregator {
     /// Usage already counted by an earlier delivery is skipped (see the crate documentation);
     /// the report lists the records whose usage could not be committed, which the caller must
     /// deliver again. Proactive refill and sharding run afterwards; their failures are logged
-    /// in the report but never fail a record.
+    /// in the report but never fail a record. A record whose new image holds a value out of
+    /// bounds (a `shard_count` above 32, an `rf` beyond 2500) is left out and reported as an
+    /// error: it is not counted, nothing is written for it, and it is not delivered again.
     pub async fn process(&self, records: &[StreamRecord]) -> BatchReport {
         let extracted = processor::extract(records);
         let mut report = BatchReport {
             records: records.len(),
+            errors: extracted.corrupt.clone(),
             ..BatchReport::default()
         };
         let usage_records: BTreeSet<&SequenceNumber> =

@@ -22,7 +22,9 @@
 //!   debits); a shard already created (by a split, or by a client) is left alone.
 //!
 //! Items dynalimit cannot interpret (session windows, a schedule that does not decode) are left
-//! alone, as are disabled ones. A scheduled limit is refilled at the parameters in force; a
+//! alone, as are disabled ones and items holding a value out of bounds
+//! (`dynalimit_core::bounds`: such an item is reported in the batch's errors, and no shard is
+//! stamped or created for it). A scheduled limit is refilled at the parameters in force; a
 //! quota is neither refilled nor trimmed (its next slow pass gives the new period's grant),
 //! and the `vu` stamp is left for the slow pass to move.
 
@@ -30,6 +32,7 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::Client;
 use dynalimit_core::Clock;
+use dynalimit_core::bucket::MAX_SHARD_COUNT;
 use dynalimit_core::decide::{plan_proactive_doubling, plan_proactive_refill};
 use dynalimit_format::bucket::{BucketKey, image_from_item, shard_count};
 use dynalimit_format::item::Item;
@@ -76,7 +79,6 @@ impl Passes<'_> {
         (old, new): (u32, u32),
         report: &mut ProactiveReport,
     ) {
-        let img = image_from_item(image);
         let key = BucketKey::new(bucket.entity_id.clone(), bucket.resource.clone(), 0);
         let done = store.propagate_shard_count(&key, old, new).await;
         report.shards_stamped += done.updated.len();
@@ -85,11 +87,15 @@ impl Passes<'_> {
                 "propagation of shard_count {new} to shard {shard} of {bucket:?}: {e}"
             ));
         }
+        // The image decoded already ([`Passes::run`]); `new` is its shard count, at most 32.
+        let Ok(img) = image_from_item(image) else {
+            return;
+        };
         if img.disabled || img.unsupported_reason().is_some() {
             return;
         }
         let now = self.clock.epoch_millis();
-        for shard in old..new {
+        for shard in old..new.min(MAX_SHARD_COUNT) {
             // Boxed: the transaction's future is deep, and this pass runs inside the
             // handler's.
             match Box::pin(store.create_shard(&key.with_shard(shard), new, now)).await {
@@ -108,10 +114,18 @@ impl Passes<'_> {
     ) -> ProactiveReport {
         let mut report = ProactiveReport::default();
         for (bucket, act) in activity {
-            let img = image_from_item(&act.image);
+            // An item holding a value out of bounds is left alone (and reported).
+            let (img, stored_count) = match image_from_item(&act.image)
+                .and_then(|img| Ok((img, shard_count(&act.image)?.map(i64::from))))
+            {
+                Ok(read) => read,
+                Err(e) => {
+                    report.errors.push(format!("{bucket:?} left alone: {e}"));
+                    continue;
+                }
+            };
             let now = self.clock.epoch_millis();
             let store = self.store(bucket);
-            let stored_count = shard_count(&act.image).map(i64::from);
             if self.refill
                 && let Some(plan) = plan_proactive_refill(&img, stored_count, &act.consumed, now)
             {

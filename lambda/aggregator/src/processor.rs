@@ -142,10 +142,20 @@ pub struct Extracted {
     pub activity: BTreeMap<BucketRef, BucketActivity>,
     /// Records that are not bucket modifications (inserts, removes, other items).
     pub ignored: usize,
+    /// Records left out because their new image holds a value out of bounds
+    /// (`dynalimit_core::bounds`: a `shard_count` above 32, an `rf` beyond the year 2500),
+    /// one line each naming the item and the attribute. Nothing is counted or written for
+    /// them.
+    pub corrupt: Vec<String>,
 }
 
-fn shard_count(image: &Item) -> u32 {
-    bucket::shard_count(image).unwrap_or(1).max(1)
+/// The bounded shard count and refill time of a new image: `(shard_count, rf)`, 1 and 0 when
+/// absent.
+fn bounded(image: &Item) -> Result<(u32, i64), dynalimit_format::FormatError> {
+    Ok((
+        bucket::shard_count(image)?.unwrap_or(1),
+        bucket::refilled_at(image)?.unwrap_or(0),
+    ))
 }
 
 fn bucket_of(image: &Item) -> Option<BucketRef> {
@@ -176,7 +186,13 @@ pub fn extract(records: &[StreamRecord]) -> Extracted {
             out.ignored += 1;
             continue;
         };
-        let at_ms = bucket::refilled_at(new).unwrap_or(0);
+        let (new_sc, at_ms) = match bounded(new) {
+            Ok(read) => read,
+            Err(e) => {
+                out.corrupt.push(e.to_string());
+                continue;
+            }
+        };
         let mut deltas: Vec<LimitDelta> = consumed(new)
             .filter_map(|(name, new_tc)| {
                 let old_tc = match old {
@@ -198,8 +214,9 @@ pub fn extract(records: &[StreamRecord]) -> Extracted {
             .collect();
         deltas.sort_by(|a, b| a.limit.cmp(&b.limit));
 
-        let new_sc = shard_count(new);
-        let old_sc = old.map_or(new_sc, shard_count);
+        // An old image out of bounds raises nothing.
+        let old_sc = old.map_or(Ok(Some(new_sc)), bucket::shard_count);
+        let old_sc = old_sc.ok().map_or(new_sc, |sc| sc.unwrap_or(1));
         let entry = out
             .activity
             .entry(bucket.clone())
@@ -210,7 +227,8 @@ pub fn extract(records: &[StreamRecord]) -> Extracted {
             });
         entry.image = new.clone();
         for d in &deltas {
-            *entry.consumed.entry(d.limit.clone()).or_default() += d.milli;
+            let sum = entry.consumed.entry(d.limit.clone()).or_default();
+            *sum = sum.saturating_add(d.milli);
         }
         if new_sc > old_sc {
             let from = entry
@@ -351,12 +369,16 @@ impl Builder {
                 snap.windows
                     .sort_by_key(|w| windows.iter().position(|c| c == w));
             }
+            // Sums saturate: counters another writer drove to the ends of the range stay
+            // there rather than wrap.
             for d in &usage.deltas {
-                *snap.counters.entry(d.limit.clone()).or_default() += d.tokens;
+                let sum = snap.counters.entry(d.limit.clone()).or_default();
+                *sum = sum.saturating_add(d.tokens);
                 if d.overdrawn {
-                    *snap.overdrawn.entry(d.limit.clone()).or_default() += 1;
+                    let sum = snap.overdrawn.entry(d.limit.clone()).or_default();
+                    *sum = sum.saturating_add(1);
                 }
-                snap.total_events += 1;
+                snap.total_events = snap.total_events.saturating_add(1);
             }
         }
         self.markers
@@ -520,6 +542,90 @@ mod tests {
     fn assert_one_operation_per_item(tx: &Transaction) {
         let keys: BTreeSet<&str> = tx.snapshots.iter().map(|s| s.window_key.as_str()).collect();
         assert_eq!(keys.len(), tx.snapshots.len(), "{tx:?}");
+    }
+
+    /// A MODIFY of shard 0 from `old` to `new`, each given as `(attribute, number)` pairs on
+    /// a bucket item of `u1` on gpt-4.
+    fn modify(seq: u64, old: &[(&str, i64)], new: &[(&str, i64)]) -> StreamRecord {
+        let image = |pairs: &[(&str, i64)]| {
+            let mut it = dynalimit_format::item::key(
+                keys::bucket_pk("ns", "u1", "gpt-4", 0),
+                keys::STATE_SK,
+            );
+            for (k, v) in pairs {
+                it.insert((*k).to_owned(), dynalimit_format::item::n(v));
+            }
+            it
+        };
+        StreamRecord {
+            event_id: format!("e{seq}"),
+            kind: EventKind::Modify,
+            sequence_number: SequenceNumber::parse(&seq.to_string()).unwrap(),
+            old_image: Some(image(old)),
+            new_image: Some(image(new)),
+        }
+    }
+
+    #[test]
+    fn a_record_whose_new_image_is_out_of_bounds_is_left_out_and_reported() {
+        let records = [
+            // A shard count no writer may set: no usage, no activity, no shards to create.
+            modify(
+                1,
+                &[("rf", MAR10_0020), ("shard_count", 1), ("b_rpm_tc", 0)],
+                &[
+                    ("rf", MAR10_0020),
+                    ("shard_count", 4_294_967_295),
+                    ("b_rpm_tc", 1000),
+                ],
+            ),
+            // A refill time past 2500.
+            modify(
+                2,
+                &[("rf", MAR10_0020), ("b_rpm_tc", 0)],
+                &[("rf", i64::MAX), ("b_rpm_tc", 1000)],
+            ),
+        ];
+        let out = extract(&records);
+        assert!(out.usage.is_empty() && out.activity.is_empty(), "{out:?}");
+        assert_eq!(out.corrupt.len(), 2);
+        assert!(out.corrupt[0].contains("shard_count"), "{:?}", out.corrupt);
+        assert!(out.corrupt[1].contains("rf"), "{:?}", out.corrupt);
+        // An old image out of bounds raises nothing: the new count is taken as the old.
+        let out = extract(&[modify(
+            3,
+            &[("rf", MAR10_0020), ("shard_count", 0)],
+            &[("rf", MAR10_0020), ("shard_count", 4)],
+        )]);
+        assert_eq!(out.activity[&bucket(0)].shard_count_raised, None);
+    }
+
+    #[test]
+    fn sums_of_counters_at_the_ends_of_the_range_saturate() {
+        // Two records each consuming almost i64::MAX millitokens: the batch's consumption
+        // stays at the top of the range, and so do the snapshot's counters.
+        let big = i64::MAX - 1;
+        let records = [
+            modify(1, &[("b_rpm_tc", 0)], &[("b_rpm_tc", big)]),
+            modify(2, &[("b_rpm_tc", -1)], &[("b_rpm_tc", big)]),
+        ];
+        let out = extract(&records);
+        assert_eq!(out.activity[&bucket(0)].consumed["rpm"], i64::MAX);
+        let (tx, _) = one_transaction(&out.usage, &[Window::Hourly]);
+        assert_eq!(tx.snapshots[0].counters["rpm"], (big / 1000) * 2);
+        let many: Vec<Usage> = (0..3)
+            .map(|i| {
+                let half = LimitDelta {
+                    limit: "rpm".into(),
+                    milli: i64::MAX,
+                    tokens: i64::MAX / 2,
+                    overdrawn: false,
+                };
+                usage(0, i, MAR10_0020, vec![half])
+            })
+            .collect();
+        let (tx, _) = one_transaction(&many, &[Window::Hourly]);
+        assert_eq!(tx.snapshots[0].counters["rpm"], i64::MAX);
     }
 
     #[test]

@@ -329,22 +329,28 @@ async fn a_stored_configuration_over_the_maximum_is_an_invalid_request_and_write
 }
 
 /// An `UpdateItem` of one attribute on `table` under `condition` (every `#a` one attribute,
-/// every `:one` one value).
+/// every `:one`, or every `:v`, one value).
 async fn conditioned(
     table: &dynalimit_tests::TestTable,
     condition: &str,
 ) -> Result<(), aws_sdk_dynamodb::error::SdkError<UpdateItemError>> {
+    // The value's placeholder: `:v` when the condition uses it (a shorter text), else `:one`.
+    let value = if condition.contains(":v") {
+        ":v"
+    } else {
+        ":one"
+    };
     table
         .client()
         .update_item()
         .table_name(table.name())
         .key("PK", AttributeValue::S("limits/PROBE".into()))
         .key("SK", AttributeValue::S("#STATE".into()))
-        .update_expression("SET #b = :one")
+        .update_expression(format!("SET #b = {value}"))
         .condition_expression(condition)
         .expression_attribute_names("#a", "a")
         .expression_attribute_names("#b", "b")
-        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+        .expression_attribute_values(value, AttributeValue::N("1".into()))
         .send()
         .await
         .map(|_| ())
@@ -365,6 +371,28 @@ async fn the_table_refuses_a_condition_over_300_operators_or_4_kb_as_invalid() {
     );
     let refused = conditioned(&table, &ors(151)).await.unwrap_err();
     assert_eq!(refused.code(), Some("ValidationException"), "{refused:?}");
+    // `BETWEEN` counts once (its `AND` is not an operator): 150 of them joined by `OR` are
+    // 299, 151 are 301.
+    let betweens = |k: usize| vec!["#a BETWEEN :one AND :one"; k].join(" OR ");
+    let short = |text: String| text.replace(":one", ":v");
+    let taken = conditioned(&table, &short(betweens(150)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        taken.code(),
+        Some("ConditionalCheckFailedException"),
+        "150 BETWEEN: {taken:?}"
+    );
+    let refused = conditioned(&table, &short(betweens(151)))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some("ValidationException"), "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .is_some_and(|m| m.contains("operator count: 301")),
+        "{refused:?}"
+    );
     let long = format!("#a = :one{}", " ".repeat(4096));
     let refused = conditioned(&table, &long).await.unwrap_err();
     assert_eq!(refused.code(), Some("ValidationException"), "{refused:?}");

@@ -5,6 +5,7 @@ mod access;
 mod ambiguous;
 mod audit;
 mod blocking;
+mod bounds;
 mod bucket_limits;
 mod bypass;
 mod cascade;

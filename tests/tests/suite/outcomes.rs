@@ -181,7 +181,7 @@ async fn write(shape: Shape, store: &BucketStore, entity: &str) -> Result<(), Re
             }
         }
         Shape::PauseStamp => store
-            .stamp_pause(entity, RESOURCE, NOW + 30_000)
+            .stamp_pause(entity, RESOURCE, NOW + 30_000, NOW)
             .await
             .map(drop),
         Shape::QuotaGrant => {

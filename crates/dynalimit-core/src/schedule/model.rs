@@ -4,6 +4,7 @@ use super::cron::Cron;
 use super::scan;
 use super::zone::Zone;
 use crate::CoreError;
+use crate::bounds::MAX_STORED_MILLI;
 use crate::units::{MAX_PERIOD_SECONDS, MAX_TOKENS, MILLI};
 
 /// Largest scale a schedule entry may apply.
@@ -170,13 +171,16 @@ impl Entry {
     /// The parameters this entry puts in force over `base`.
     ///
     /// A scale multiplies in floating point and truncates, floored at one millitoken (a
-    /// refill amount of 0 stays 0); absolute values replace the base's.
+    /// refill amount of 0 stays 0) and capped at
+    /// [`MAX_STORED_MILLI`](crate::bounds::MAX_STORED_MILLI); absolute values replace the
+    /// base's.
     pub fn params(&self, base: Params) -> Params {
         match self.modifier {
             Modifier::Scale { per_mille } => {
                 let scale = f64::from(per_mille) / 1000.0;
-                let scaled =
-                    |v: i64| ((v as f64 * scale) as i128).clamp(1, i64::MAX as i128) as i64;
+                let scaled = |v: i64| {
+                    ((v as f64 * scale) as i128).clamp(1, i128::from(MAX_STORED_MILLI)) as i64
+                };
                 Params {
                     capacity: scaled(base.capacity),
                     refill_amount: if base.refill_amount == 0 {

@@ -54,7 +54,7 @@ pub fn retry_after_ms(
             if let Some(edge) = edge
                 && boundary.is_none_or(|b| edge <= b)
             {
-                return edge - now_ms + 1;
+                return wait_until(edge, now_ms);
             }
             match boundary {
                 Some(b) => {
@@ -71,13 +71,13 @@ pub fn retry_after_ms(
         if let Some(edge) = edge
             && edge <= window_end.min(clears_at)
         {
-            return edge - now_ms + 1;
+            return wait_until(edge, now_ms);
         }
         if clears_at <= window_end {
-            return clears_at - now_ms + 1;
+            return wait_until(clears_at, now_ms);
         }
-        remaining -=
-            i128::from(window_end - cursor) * i128::from(rate) / i128::from(params.refill_period);
+        remaining -= (i128::from(window_end) - i128::from(cursor)) * i128::from(rate)
+            / i128::from(params.refill_period);
         cursor = window_end;
     }
     // Past the walk: the base rate, or the next reset edge from now.
@@ -85,8 +85,13 @@ pub fn retry_after_ms(
     if flat_rate <= 0 {
         return reset
             .and_then(|r| r.next_edge(now_ms))
-            .map_or(0, |edge| edge - now_ms + 1);
+            .map_or(0, |edge| wait_until(edge, now_ms));
     }
     let wait = i128::from(deficit) * i128::from(base.refill_period) / i128::from(flat_rate);
     i64::try_from(wait + 1).unwrap_or(i64::MAX)
+}
+
+/// Milliseconds from `now_ms` until just after `at` (`at - now + 1`), saturating.
+fn wait_until(at: i64, now_ms: i64) -> i64 {
+    at.saturating_sub(now_ms).saturating_add(1)
 }

@@ -17,6 +17,18 @@ use super::zone::{Local, MINUTE_MS, Unit, Zone, ceil_minute, floor_minute};
 
 const DAY_MS: i64 = 86_400_000;
 
+/// The instants a scan starts from: within this many milliseconds of the epoch (years
+/// −5952 to 9892). The calendar reaches years −9999 to 9999, and a scan steps at most a year
+/// (or one cycle of its pattern) past its start, so inside this range every probe is a
+/// calendar time and every step moves forward. A scan asked to start outside it finds
+/// nothing, so no time read from an item can make one run without end.
+pub(crate) const SCAN_LIMIT_MS: i64 = 250_000_000_000_000;
+
+/// Whether a scan may start at `ms` ([`SCAN_LIMIT_MS`]).
+pub(crate) fn scannable(ms: i64) -> bool {
+    (-SCAN_LIMIT_MS..=SCAN_LIMIT_MS).contains(&ms)
+}
+
 /// Whether the local time matches the pattern.
 pub(crate) fn matches_local(cron: &Cron, local: &Local) -> bool {
     let dt = local.dt;
@@ -153,7 +165,8 @@ fn latest_where(
     None
 }
 
-/// The first rising edge strictly after `now`, within `cap`.
+/// The first rising edge strictly after `now`, within `cap` (none from a `now` a scan does
+/// not start from, [`scannable`]).
 pub(crate) fn next_rising_edge(
     cron: &Cron,
     zone: &Zone,
@@ -161,6 +174,9 @@ pub(crate) fn next_rising_edge(
     unit: Unit,
     cap: i64,
 ) -> Option<i64> {
+    if !scannable(now) {
+        return None;
+    }
     let horizon = now.saturating_add(cap);
     let mut start = (now.div_euclid(MINUTE_MS) + 1) * MINUTE_MS;
     if matches(cron, zone, now) {
@@ -170,7 +186,8 @@ pub(crate) fn next_rising_edge(
     earliest_where(cron, zone, true, start, horizon, unit)
 }
 
-/// The latest rising edge at or before `now`, within `cap`.
+/// The latest rising edge at or before `now`, within `cap` (none from a `now` a scan does
+/// not start from, [`scannable`]).
 pub(crate) fn prev_rising_edge(
     cron: &Cron,
     zone: &Zone,
@@ -178,6 +195,9 @@ pub(crate) fn prev_rising_edge(
     unit: Unit,
     cap: i64,
 ) -> Option<i64> {
+    if !scannable(now) {
+        return None;
+    }
     let floor = now.saturating_sub(cap);
     let on = latest_where(cron, zone, true, now, floor, unit)?;
     let off = latest_where(cron, zone, false, on - MINUTE_MS, floor, unit)?;
@@ -198,15 +218,19 @@ pub(crate) fn active<'a>(
 }
 
 /// The earliest instant after `now` where the first matching entry changes, or `now + cap`
-/// when none is in reach (one re-materialisation per cap).
+/// when none is in reach (one re-materialisation per cap; also from a `now` a scan does not
+/// start from, [`scannable`]).
 pub(crate) fn next_param_change<'a>(
     crons: impl Iterator<Item = &'a Cron> + Clone,
     zone: &Zone,
     now: i64,
 ) -> i64 {
     let (unit, cap) = granularity(crons.clone());
-    let current = active(crons.clone(), zone, now);
     let horizon = now.saturating_add(cap);
+    if !scannable(now) {
+        return horizon;
+    }
+    let current = active(crons.clone(), zone, now);
     let mut lo = floor_minute(now);
     let mut probe = next_probe(zone, now, unit);
     while probe <= horizon {

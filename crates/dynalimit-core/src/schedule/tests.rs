@@ -331,3 +331,53 @@ proptest! {
         }
     }
 }
+
+/// Any instant at all: the ends of the `i64` range, the ends of the calendar, the edges of
+/// the range a scan starts from, and the times an item may hold.
+fn any_instant() -> impl Strategy<Value = i64> {
+    prop_oneof![
+        Just(i64::MIN),
+        Just(i64::MAX),
+        Just(i64::MAX - 1),
+        Just(scan::SCAN_LIMIT_MS),
+        Just(scan::SCAN_LIMIT_MS + 1),
+        Just(-scan::SCAN_LIMIT_MS),
+        Just(-scan::SCAN_LIMIT_MS - 1),
+        Just(crate::bounds::LATEST_TIME_MS),
+        Just(0),
+        any::<i64>(),
+        -scan::SCAN_LIMIT_MS..=scan::SCAN_LIMIT_MS,
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Every scan returns from any instant (a time read from an item, say `rf` near
+    /// `i64::MAX`), and its answer lies on the right side of it.
+    #[test]
+    fn scans_from_any_instant_return_on_the_right_side_of_it(
+        patterns in prop::collection::vec(pattern(), 1..3),
+        zone in zone(),
+        now in any_instant(),
+        deficit in prop_oneof![Just(i64::MAX), 1i64..=i64::MAX],
+    ) {
+        let entries = patterns.iter().map(|p| Entry::scaled(p, MAX_SCALE).unwrap()).collect();
+        let s = Schedule::new(zone.clone(), entries).unwrap();
+        let _ = s.params(Params::new(i64::MAX, i64::MAX, 1), now);
+        prop_assert!(s.next_change(now) >= now);
+        let crons = patterns.iter().map(|p| cron(p)).collect();
+        let r = ResetSchedule::new(zone, crons).unwrap();
+        if let Some(prev) = r.prev_edge(now) {
+            prop_assert!(prev <= now);
+        }
+        if let Some(next) = r.next_edge(now) {
+            prop_assert!(next > now);
+        }
+        prop_assert!(r.next_edge_or_horizon(now) >= now);
+        for (schedule, reset) in [(Some(&s), None), (None, Some(&r)), (Some(&s), Some(&r))] {
+            let base = Params::new(1_000_000, 1, 1_000_000_000_000);
+            prop_assert!(retry_after_ms(deficit, base, schedule, reset, now, 32) >= 0);
+        }
+    }
+}

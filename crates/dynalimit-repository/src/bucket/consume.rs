@@ -9,10 +9,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
+use dynalimit_core::bounds::Stamp;
 use dynalimit_core::bucket::WCU_DEBIT_MILLI;
 use dynalimit_core::decide::BucketImage;
 use dynalimit_format::bucket::{image_from_attributes, image_from_item};
-use dynalimit_format::{attr, keys};
+use dynalimit_format::{FormatError, attr, keys};
 use smallvec::SmallVec;
 
 use super::writes;
@@ -66,12 +67,14 @@ impl ConsumeShape {
     }
 
     /// The values of a consume of `demand` at `now`, in the order in which
-    /// [`writes::speculative_consume`] declares them: the time, then per limit its amount, the
-    /// debit and the balance it needs, then the write-capacity debit, credit and need, the
-    /// `ttl` bound (seconds), the `vu` bound and the pause bound.
+    /// [`writes::speculative_consume`] declares them: the first instant a stamp must be past
+    /// and the horizon of a bypass or soft stamp, then per limit its amount, the debit and the
+    /// balance it needs, then the write-capacity debit, credit and need, the `ttl` bound
+    /// (seconds), the horizon of `vu`, and the pause's bounds.
     pub(crate) fn numbers(demand: &BTreeMap<String, i64>, now: i64) -> Numbers {
+        let next = now.saturating_add(1);
         let mut v = Numbers::new();
-        v.push(now);
+        v.extend([next, Stamp::Deadline.horizon(now)]);
         for &m in demand.values() {
             v.extend([m, -m, m]);
         }
@@ -80,8 +83,9 @@ impl ConsumeShape {
             WCU_DEBIT_MILLI,
             WCU_DEBIT_MILLI,
             now.div_euclid(1000),
-            now,
-            now,
+            Stamp::Boundary.horizon(now),
+            next,
+            Stamp::Pause.horizon(now).max(next),
         ]);
         v
     }
@@ -112,13 +116,14 @@ impl ConsumeShape {
 
 /// The image of the item a successful consume's answer carries (`None` when it carries none),
 /// read straight from the answer's bytes; an answer of another shape (a schedule or a quota on
-/// the item, an escaped string, a type the image does not read) is read as a whole.
-pub(crate) fn image_of_answer(answer: &[u8]) -> Option<BucketImage> {
+/// the item, an escaped string, a type the image does not read) is read as a whole. An item
+/// holding a value out of bounds is an error ([`image_from_item`]).
+pub(crate) fn image_of_answer(answer: &[u8]) -> Option<Result<BucketImage, FormatError>> {
     if let Some(attrs) = plain_attributes(answer) {
         if attrs.is_empty() {
             return None;
         }
-        if let Some(image) = image_from_attributes(&attrs) {
+        if let Some(image) = image_from_attributes(&attrs).transpose() {
             return Some(image);
         }
     }

@@ -18,7 +18,7 @@
 //! | [`BucketStore::bypass_consume`] | `UpdateItem` | exists, a bypass stamp, no pause in force |
 //! | [`BucketStore::apply_delta`] | `UpdateItem` (then a trimming retry) | exists, ceiling guards |
 //! | [`BucketStore::stamp_access`] | `UpdateItem` | exists |
-//! | [`BucketStore::stamp_pause`] | `UpdateItem` on every existing shard | exists, stamp absent or earlier |
+//! | [`BucketStore::stamp_pause`] | `UpdateItem` on every existing shard | exists, stamp absent, earlier, or further ahead than a pause lasts |
 //! | [`BucketStore::double_shards`] | `TransactWriteItems`: every shard below `old` (rf-locked, gives part of its balances) + a Put of its twin + owner META check | `rf = :read`, `shard_count = :old`, floors; `attribute_not_exists(PK)` |
 //! | [`BucketStore::create_shard`] | `TransactWriteItems` (Put of a clone + owner META check + donors' moves) | as a create |
 //! | [`BucketStore::propagate_shard_count`] | `UpdateItem` on shards `1..old` | `shard_count < :new` |
@@ -55,7 +55,7 @@ use dynalimit_format::config::{self, Access, ConfigLevel, LimitConfig};
 use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::item::{self, Item, get_s as get_str};
 use dynalimit_format::schema::{GSI2, GSI3, GSI4};
-use dynalimit_format::{attr, keys};
+use dynalimit_format::{FormatError, attr, keys};
 
 use crate::RepositoryError;
 use crate::batch::{batch_get_items, get_item};
@@ -198,8 +198,8 @@ impl Write<'_> {
 #[allow(clippy::large_enum_variant)]
 enum Update {
     /// Applied; the item after the write when it was asked for (`ALL_NEW`) and the answer
-    /// carries one.
-    Done(Option<BucketImage>),
+    /// carries one (an error when it holds a value out of bounds).
+    Done(Option<Result<BucketImage, FormatError>>),
     ConditionFailed(Option<Item>),
     Conflict,
 }
@@ -491,7 +491,9 @@ impl BucketStore {
     ) -> Result<ConsumeOutcome, RepositoryError> {
         Ok(
             match self.update_write(key, write, true, Resend::Never).await? {
-                Update::Done(Some(image)) => ConsumeOutcome::Consumed(image),
+                // Applied to an item holding a value out of bounds: the debit stands (the
+                // item's own balance admitted it) and the item is reported corrupt.
+                Update::Done(Some(image)) => ConsumeOutcome::Consumed(image?),
                 // Applied, but the answer lacks the item asked for (`ALL_NEW`). The write stands;
                 // the item is read back, strongly consistent, so the caller still learns the
                 // owner stamps (cascade, parent) and the limits for its credit guards. An empty
@@ -509,7 +511,7 @@ impl BucketStore {
                 Update::ConditionFailed(old) => match old.as_ref().and_then(|i| live_pause(i, now))
                 {
                     Some(until) => ConsumeOutcome::Paused(until),
-                    None => ConsumeOutcome::Failed(old.as_ref().map(image_from_item)),
+                    None => ConsumeOutcome::Failed(old.as_ref().map(image_from_item).transpose()?),
                 },
                 Update::Conflict => ConsumeOutcome::Contended,
             },
@@ -897,17 +899,12 @@ impl BucketStore {
             .filter(|s| *s != key.shard)
             .map(|s| (key.with_shard(s).pk(&self.ns), keys::STATE_SK.to_owned()))
             .collect();
-        let mut out: Vec<(u32, BucketImage)> = self
-            .batch_get(&keys, true)
-            .await?
-            .into_iter()
-            .filter_map(|((pk, _), found)| {
-                Some((
-                    BucketKey::parse(&self.ns, &pk)?.shard,
-                    image_from_item(&found),
-                ))
-            })
-            .collect();
+        let mut out: Vec<(u32, BucketImage)> = Vec::with_capacity(keys.len());
+        for ((pk, _), found) in self.batch_get(&keys, true).await? {
+            if let Some(key) = BucketKey::parse(&self.ns, &pk) {
+                out.push((key.shard, image_from_item(&found)?));
+            }
+        }
         out.sort_by_key(|(s, _)| *s);
         Ok(out)
     }
@@ -1052,14 +1049,23 @@ impl BucketStore {
     /// an item, balances kept), concurrently. A write whose answer is lost is sent again and
     /// lands once: the second application fails its own condition, which means "already
     /// raised".
+    ///
+    /// Only shard counts a writer may set are written: nothing when `to` is above
+    /// [`MAX_SHARD_COUNT`](dynalimit_core::bucket::MAX_SHARD_COUNT), and only the first 32
+    /// of `shards` that lie below `to`.
     pub async fn raise_shard_count(
         &self,
         key: &BucketKey,
         shards: impl IntoIterator<Item = u32>,
         to: u32,
     ) -> Propagation {
+        const MAX: u32 = dynalimit_core::bucket::MAX_SHARD_COUNT;
         let propagate = writes::propagate(to);
-        let writes = shards.into_iter().map(|s| {
+        let shards = shards
+            .into_iter()
+            .take(MAX as usize)
+            .filter(|s| to <= MAX && *s < to);
+        let writes = shards.map(|s| {
             let k = key.with_shard(s);
             let e = &propagate;
             async move { (s, self.update(&k, e, false, Resend::Harmless).await) }
@@ -1113,7 +1119,7 @@ impl BucketStore {
             levels.push((level, config));
         }
         Ok(SlowRead {
-            image: found(&bucket).map(image_from_item),
+            image: found(&bucket).map(image_from_item).transpose()?,
             meta: found(&meta).map_or_else(Meta::absent, Meta::from_item),
             pause: [&bucket, &first]
                 .into_iter()
@@ -1137,7 +1143,7 @@ impl BucketStore {
         consistent: bool,
     ) -> Result<Option<BucketImage>, RepositoryError> {
         let found = get_item(&self.client, &self.table, key.key_map(&self.ns), consistent).await?;
-        Ok(found.as_ref().map(image_from_item))
+        Ok(found.as_ref().map(image_from_item).transpose()?)
     }
 
     /// Reads items by `(PK, SK)`, 100 per `BatchGetItem` (strongly consistent when
@@ -1173,9 +1179,12 @@ impl BucketStore {
     /// Every shard of `(entity_id, resource)`, strongly consistent, for a reset or top-up
     /// (reference §12.6). GSI3 discovery is eventually consistent and may miss a shard created
     /// just before, so shard 0 is always read by key, and so is every slot below the highest
-    /// stored `shard_count` that discovery did not list. Sorted by shard.
+    /// stored `shard_count` that discovery did not list. Sorted by shard. An item numbered
+    /// 32 or above is no shard of the bucket and is left out.
     ///
     /// # Errors
+    /// [`RepositoryError::Corrupt`] when a shard holds a value out of bounds (a
+    /// `shard_count` above 32, say: nothing is collected beyond the cap);
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
     pub async fn operation_shards(
         &self,
@@ -1193,6 +1202,8 @@ impl BucketStore {
             .iter()
             .filter_map(|found| BucketKey::parse(&self.ns, get_str(found, attr::PK)?))
             .filter(|k| k.entity_id == entity_id && k.resource == resource)
+            // No writer numbers a shard 32 or above: such an item is not part of the bucket.
+            .filter(|k| k.shard < dynalimit_core::bucket::MAX_SHARD_COUNT)
             .map(|k| k.shard)
             .chain([0])
             .collect();
@@ -1209,8 +1220,8 @@ impl BucketStore {
                 if let Some(key) = BucketKey::parse(&self.ns, &pk) {
                     shards.push(OperationShard {
                         shard: key.shard,
-                        stored_count: dynalimit_format::bucket::shard_count(&found),
-                        image: image_from_item(&found),
+                        stored_count: dynalimit_format::bucket::shard_count(&found)?,
+                        image: image_from_item(&found)?,
                     });
                 }
             }
@@ -1263,12 +1274,12 @@ impl BucketStore {
             })
             .collect();
         let items = self.batch_get(&keys, false).await?;
-        let mut found: Vec<_> = items
-            .iter()
-            .filter_map(|((pk, _), item)| {
-                Some((BucketKey::parse(&self.ns, pk)?, image_from_item(item)))
-            })
-            .collect();
+        let mut found = Vec::with_capacity(items.len());
+        for ((pk, _), item) in &items {
+            if let Some(key) = BucketKey::parse(&self.ns, pk) {
+                found.push((key, image_from_item(item)?));
+            }
+        }
         found.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(found)
     }
@@ -1294,7 +1305,7 @@ impl BucketStore {
             if let Some(key) =
                 get_str(&found_item, attr::PK).and_then(|pk| BucketKey::parse(&self.ns, pk))
             {
-                found.push((key, image_from_item(&found_item)));
+                found.push((key, image_from_item(&found_item)?));
             }
         }
         found.sort_by(|a, b| a.0.cmp(&b.0));
@@ -1425,7 +1436,7 @@ fn request_span(operation: &'static str, key: &BucketKey) -> tracing::Span {
 }
 
 /// The image of the item an answer carries, when it was asked for and is not empty.
-fn image_if(return_new: bool, item: Option<Item>) -> Option<BucketImage> {
+fn image_if(return_new: bool, item: Option<Item>) -> Option<Result<BucketImage, FormatError>> {
     item.filter(|i| return_new && !i.is_empty())
         .map(|i| image_from_item(&i))
 }

@@ -25,10 +25,11 @@ struct Shards {
 }
 
 impl Shards {
-    fn images(&self) -> Vec<(u32, BucketImage)> {
+    /// The images of the shards read; an error for one holding a value out of bounds.
+    fn images(&self) -> Result<Vec<(u32, BucketImage)>, RepositoryError> {
         self.items
             .iter()
-            .map(|(shard, item)| (*shard, image_from_item(item)))
+            .map(|(shard, item)| Ok((*shard, image_from_item(item)?)))
             .collect()
     }
 }
@@ -88,8 +89,9 @@ impl BucketStore {
     /// the split kept losing) and the shards whose propagation failed.
     ///
     /// # Errors
-    /// [`RepositoryError`] when a read fails, or when the transaction fails and shard 0 still
-    /// holds `from`.
+    /// [`RepositoryError::Corrupt`] when a shard read holds a value out of bounds (nothing is
+    /// written); [`RepositoryError`] when a read fails, or when the transaction fails and
+    /// shard 0 still holds `from`.
     pub async fn double_shards(
         &self,
         key: &BucketKey,
@@ -103,7 +105,7 @@ impl BucketStore {
         };
         for _ in 0..PLAN_ATTEMPTS {
             let read = self.shards_below(key, to).await?;
-            let images = read.images();
+            let images = read.images()?;
             let Some((_, zero)) = images.iter().find(|(s, _)| *s == 0) else {
                 return Ok(unchanged);
             };
@@ -183,7 +185,7 @@ impl BucketStore {
         item: &Item,
         new: &NewShard,
     ) -> Result<TransactWriteItem, RepositoryError> {
-        let clone = clone_for_shard(item, &self.ns, &key.with_shard(new.shard), new);
+        let clone = clone_for_shard(item, &self.ns, &key.with_shard(new.shard), new)?;
         let absent = crate::namespace::absent();
         Put::builder()
             .table_name(&self.table)
@@ -211,6 +213,8 @@ impl BucketStore {
     /// leaves it applied once or not at all.
     ///
     /// # Errors
+    /// [`RepositoryError::Corrupt`] when a shard read holds a value out of bounds, or `count`
+    /// is not a shard count (`1..=32`) above `key`'s shard (nothing is written);
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
     pub async fn create_shard(
         &self,
@@ -226,11 +230,11 @@ impl BucketStore {
             let Some(donor) = line_of(key.shard).find_map(|s| read.items.get(&s)) else {
                 return Ok(false);
             };
-            let image = image_from_item(donor);
+            let image = image_from_item(donor)?;
             if image.disabled || image.unsupported_reason().is_some() {
                 return Ok(false);
             }
-            let siblings = read.images();
+            let siblings = read.images()?;
             let limits = image.stored_limits();
             let (balances, moves) = plan_funding(&limits, &siblings, key.shard, count, now);
             let scheduled = !image.schedules.is_empty()

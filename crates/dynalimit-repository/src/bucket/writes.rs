@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
+use dynalimit_core::bounds::Stamp;
 use dynalimit_core::bucket::{WCU, WCU_DEBIT_MILLI};
 use dynalimit_core::decide::{
     DeltaPlan, Move, MovePeriod, MovePin, ProactiveRefill, QuotaPin, RefillPlan, StampChange,
@@ -32,27 +33,49 @@ fn tc(name: &str) -> String {
 /// renews or removes it), write capacity, `ttl`, `disabled` and `vu` (which a live bypass
 /// outlasts), and on the absence of a pause stamp in force. On an item found bypassed the
 /// caller gives the balances back (`tc` keeps the count).
+///
+/// A stamp is live from the next millisecond up to its horizon
+/// ([`dynalimit_core::bounds::Stamp`]): `stamp BETWEEN :next AND :horizon`, so a stamp further
+/// ahead counts as expired, here as in the client's decisions. The bypass term, the same for
+/// every limit, is taken out of the per-limit terms (`bypass OR (limit AND limit …)`) to
+/// keep the expression short.
+///
+/// The values are declared in the order [`super::consume::ConsumeShape::numbers`] writes
+/// them.
 pub(crate) fn speculative_consume(demand: &BTreeMap<String, i64>, now: i64) -> Expr {
     let mut e = Expr::default();
     let c = e.exists(attr::PK);
     e.when(c);
-    let at = e.num(now);
-    let bypassed = format!("{} > {at}", e.name(attr::BYPASS));
+    let (next, horizon) = (
+        e.num(now.saturating_add(1)),
+        e.num(Stamp::Deadline.horizon(now)),
+    );
+    let live =
+        |e: &mut Expr, stamp: &str| format!("{} BETWEEN {next} AND {horizon}", e.name(stamp));
+    let bypassed = live(&mut e, attr::BYPASS);
+    let mut balances = Vec::with_capacity(demand.len());
     for (name, &m) in demand {
         e.add(&tc(name), m);
         e.add(&tk(name), -m);
         let soft = attr::bucket_soft(name);
-        let live = format!("{} > {at}", e.name(&soft));
+        let live = live(&mut e, &soft);
         let (has_cp, has_tk) = (
             e.exists(&bucket_limit(name, BucketField::Cp)),
             e.exists(&tk(name)),
         );
         let enough = e.cmp(&tk(name), ">=", m);
-        e.when(format!(
-            "{bypassed} OR ({live} AND {has_cp} AND {has_tk}) OR {enough}"
-        ));
+        balances.push(format!("({live} AND {has_cp} AND {has_tk}) OR {enough}"));
         let unstamped = e.not_exists(&soft);
         e.when(format!("{unstamped} OR {live}"));
+    }
+    // DynamoDB refuses parentheses around what is already one term.
+    match balances.as_slice() {
+        [] => {}
+        [one] => e.when(format!("{bypassed} OR {one}")),
+        many => {
+            let all: Vec<String> = many.iter().map(|b| format!("({b})")).collect();
+            e.when(format!("{bypassed} OR ({})", all.join(" AND ")));
+        }
     }
     let unstamped = e.not_exists(attr::BYPASS);
     e.when(format!("{unstamped} OR {bypassed}"));
@@ -67,9 +90,12 @@ pub(crate) fn speculative_consume(demand: &BTreeMap<String, i64>, now: i64) -> E
     e.when(format!("{missing} OR {live}"));
     let c = e.not_exists(attr::DISABLED);
     e.when(c);
-    let (missing, live) = (e.not_exists(attr::VU), e.cmp(attr::VU, ">", now));
-    e.when(format!("{bypassed} OR {missing} OR {live}"));
-    not_paused(&mut e, now);
+    let (missing, boundary) = (e.not_exists(attr::VU), e.name(attr::VU));
+    let far = e.num(Stamp::Boundary.horizon(now));
+    e.when(format!(
+        "{bypassed} OR {missing} OR {boundary} BETWEEN {next} AND {far}"
+    ));
+    not_paused(&mut e, now, now);
     e
 }
 
@@ -86,7 +112,7 @@ pub(crate) fn bypass_consume(demand: &BTreeMap<String, i64>, until: i64, now: i6
     e.when(c);
     let c = e.exists(attr::BYPASS);
     e.when(c);
-    not_paused(&mut e, now);
+    not_paused(&mut e, now, now);
     e
 }
 
@@ -102,7 +128,7 @@ pub(crate) fn refill_write(plan: &RefillPlan, owner: Option<&Owner>) -> Expr {
     if let Some(owner) = owner {
         owner_stamp(&mut e, owner);
     }
-    not_paused(&mut e, plan.rf_new);
+    not_paused(&mut e, plan.rf_new, plan.now);
     e.set(attr::RF, num(plan.rf_new));
     match plan.ttl {
         TtlAction::Set(t) => e.set(attr::TTL, num(t)),
@@ -405,9 +431,15 @@ pub(crate) fn owner_fanout(owner: &Owner) -> Expr {
     e
 }
 
-/// `b_{name}_soft > now`.
+/// `b_{name}_soft` live at `now`: after it, and no further ahead than a stamp lives
+/// ([`Stamp::Deadline`]).
 fn soft_live(e: &mut Expr, name: &str, now: i64) -> String {
-    e.cmp(&attr::bucket_soft(name), ">", now)
+    let stamp = e.name(&attr::bucket_soft(name));
+    let (next, horizon) = (
+        e.num(now.saturating_add(1)),
+        e.num(Stamp::Deadline.horizon(now)),
+    );
+    format!("{stamp} BETWEEN {next} AND {horizon}")
 }
 
 /// A stamp change (a soft or the bypass stamp, reference §12.1, §12.4), pinned on the value
@@ -449,7 +481,7 @@ pub(crate) fn consumption_only(retry: &[(String, i64)], now: i64) -> Expr {
         let cond = e.cmp(&tk(name), ">=", *c);
         e.when(format!("{cond} OR ({live} AND {has_cp} AND {has_tk})"));
     }
-    not_paused(&mut e, now);
+    not_paused(&mut e, now, now);
     e
 }
 
@@ -889,15 +921,20 @@ mod tests {
         assert_eq!(
             text,
             "ADD b_rpm_tc 1000, b_rpm_tk -1000, b_wcu_tk -1000, b_wcu_tc 1000 IF \
-             (attribute_exists(PK)) AND (bypass > 1700000000500 OR (b_rpm_soft > 1700000000500 \
+             (attribute_exists(PK)) AND \
+             (attribute_not_exists(b_rpm_soft) OR \
+             b_rpm_soft BETWEEN 1700000000501 AND 1700000120500) AND \
+             (bypass BETWEEN 1700000000501 AND 1700000120500 OR \
+             (b_rpm_soft BETWEEN 1700000000501 AND 1700000120500 \
              AND attribute_exists(b_rpm_cp) AND attribute_exists(b_rpm_tk)) OR b_rpm_tk >= 1000) \
-             AND (attribute_not_exists(b_rpm_soft) OR b_rpm_soft > 1700000000500) AND \
-             (attribute_not_exists(bypass) OR bypass > 1700000000500) AND \
-             (b_wcu_tk >= 1000) AND \
+             AND (attribute_not_exists(bypass) OR bypass BETWEEN 1700000000501 AND 1700000120500) \
+             AND (b_wcu_tk >= 1000) AND \
              (attribute_not_exists(ttl) OR ttl > 1700000000) AND \
              (attribute_not_exists(disabled)) AND \
-             (bypass > 1700000000500 OR attribute_not_exists(vu) OR vu > 1700000000500) AND \
-             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 1700000000500)"
+             (bypass BETWEEN 1700000000501 AND 1700000120500 OR attribute_not_exists(vu) OR \
+             vu BETWEEN 1700000000501 AND 2700000060500) AND \
+             (attribute_not_exists(dl_pause_until) OR \
+             NOT (dl_pause_until BETWEEN 1700000000501 AND 1700086460500))"
         );
         assert_eq!(
             render(&bypass_consume(
@@ -907,7 +944,21 @@ mod tests {
             )),
             "SET bypass = 1700000050000 ADD b_rpm_tc 1000 IF (attribute_exists(PK)) AND \
              (attribute_exists(bypass)) AND \
-             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 1700000000500)"
+             (attribute_not_exists(dl_pause_until) OR \
+             NOT (dl_pause_until BETWEEN 1700000000501 AND 1700086460500))"
+        );
+        // With two limits the live bypass is taken out of both balance terms once.
+        let two = BTreeMap::from([("rpm".to_owned(), 1000), ("tpm".to_owned(), 5000)]);
+        let text = render(&speculative_consume(&two, 1_700_000_000_500));
+        assert!(
+            text.contains(
+                "(bypass BETWEEN 1700000000501 AND 1700000120500 OR \
+                 (((b_rpm_soft BETWEEN 1700000000501 AND 1700000120500 AND \
+                 attribute_exists(b_rpm_cp) AND attribute_exists(b_rpm_tk)) OR b_rpm_tk >= 1000) \
+                 AND ((b_tpm_soft BETWEEN 1700000000501 AND 1700000120500 AND \
+                 attribute_exists(b_tpm_cp) AND attribute_exists(b_tpm_tk)) OR b_tpm_tk >= 5000)))"
+            ),
+            "{text}"
         );
     }
 
@@ -948,7 +999,9 @@ mod tests {
              b_tpm_rp = 60000, b_tpm_sched = \"-\", b_tpm_rsched = \"-\", \
              b_wcu_tk = 1000000, b_wcu_cp = 1000000, b_wcu_ra = 1000000, b_wcu_rp = 1000 \
              ADD b_rpm_tc 1000, b_tpm_tc 5000, b_wcu_tc 0 REMOVE vu IF (rf = 1000) AND \
-             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 7000) AND (vu = 0) AND (attribute_not_exists(shard_count) OR shard_count = 1) AND \
+             (attribute_not_exists(dl_pause_until) OR \
+             NOT (dl_pause_until BETWEEN 7001 AND 86467000)) AND (vu = 0) AND \
+             (attribute_not_exists(shard_count) OR shard_count = 1) AND \
              (b_rpm_tk <= 0) AND \
              (attribute_not_exists(b_tpm_cp) OR attribute_not_exists(b_tpm_tk)) AND \
              (attribute_not_exists(b_wcu_cp) OR attribute_not_exists(b_wcu_tk))"
@@ -1043,8 +1096,9 @@ mod tests {
             "SET rf = 1000, b_wcu_tk = 1000000, b_wcu_cp = 1000000, b_wcu_ra = 1000000, \
              b_wcu_rp = 1000, b_rpm_soft = 60000 ADD b_rpm_tk -2000, b_rpm_tc 2000, \
              b_tpm_tk -1000, b_tpm_tc 1000, b_wcu_tc 0 REMOVE b_tpm_soft IF (rf = 1000) AND \
-             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 1000) AND \
-             (b_tpm_soft > 1000 OR b_tpm_tk >= 1000) AND \
+             (attribute_not_exists(dl_pause_until) OR \
+             NOT (dl_pause_until BETWEEN 1001 AND 86461000)) AND \
+             (b_tpm_soft BETWEEN 1001 AND 121000 OR b_tpm_tk >= 1000) AND \
              (attribute_not_exists(b_wcu_cp) OR attribute_not_exists(b_wcu_tk)) AND \
              (attribute_not_exists(b_rpm_soft)) AND (b_tpm_soft = 900)"
         );
@@ -1085,9 +1139,13 @@ mod tests {
     #[test]
     fn the_pause_stamp_max_merges_on_existing_items() {
         assert_eq!(
-            render(&super::super::pause::stamp(1_700_000_060_000)),
+            render(&super::super::pause::stamp(
+                1_700_000_060_000,
+                1_700_000_000_000
+            )),
             "SET dl_pause_until = 1700000060000 IF (attribute_exists(PK)) AND \
-             (attribute_not_exists(dl_pause_until) OR dl_pause_until < 1700000060000)"
+             (attribute_not_exists(dl_pause_until) OR dl_pause_until < 1700000060000 OR \
+             dl_pause_until > 1700086460000)"
         );
     }
 
@@ -1145,7 +1203,7 @@ mod tests {
         assert_eq!(
             render(&split_donor(&plan, 4, 8)),
             "SET rf = 7, shard_count = 8 IF (rf = 7) AND (attribute_not_exists(dl_pause_until) \
-             OR dl_pause_until <= 7) AND (shard_count = 4)"
+             OR NOT (dl_pause_until BETWEEN 8 AND 86460005)) AND (shard_count = 4)"
         );
         assert_eq!(
             render(&propagate(8)),
@@ -1154,9 +1212,10 @@ mod tests {
         assert_eq!(
             render(&consumption_only(&[("rpm".to_owned(), 1000)], 5000)),
             "ADD b_rpm_tk -1000, b_rpm_tc 1000 IF (attribute_exists(PK)) AND (b_rpm_tk >= 1000 \
-             OR (b_rpm_soft > 5000 AND attribute_exists(b_rpm_cp) AND \
+             OR (b_rpm_soft BETWEEN 5001 AND 125000 AND attribute_exists(b_rpm_cp) AND \
              attribute_exists(b_rpm_tk))) AND \
-             (attribute_not_exists(dl_pause_until) OR dl_pause_until <= 5000)"
+             (attribute_not_exists(dl_pause_until) OR \
+             NOT (dl_pause_until BETWEEN 5001 AND 86465000))"
         );
     }
 }

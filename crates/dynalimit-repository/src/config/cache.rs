@@ -27,7 +27,7 @@ pub(crate) fn to_entry(found: Option<&Item>) -> Entry {
     let unusable = match found.map(config::decode).transpose() {
         Ok(c) => return Ok(c),
         Err(FormatError::Unsupported { key, feature }) => Unusable::Unsupported { key, feature },
-        Err(FormatError::Corrupt { key, message }) => Unusable::Unsupported {
+        Err(FormatError::Corrupt { key, message, .. }) => Unusable::Unsupported {
             key,
             feature: format!("corrupt item: {message}"),
         },

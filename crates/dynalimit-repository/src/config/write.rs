@@ -85,8 +85,8 @@ impl Repository {
     /// stamped on every existing bucket of the entity for that resource.
     ///
     /// One bucket carries at most [`MAX_LIMITS_PER_BUCKET`](attr::MAX_LIMITS_PER_BUCKET) (16)
-    /// limits: with more, DynamoDB would refuse the bucket's requests (the expression of every
-    /// acquire would pass its limit of 300 operators), so more are refused here, at every
+    /// limits: with more, DynamoDB would refuse some of the bucket's requests (a lease's
+    /// credit passes its limit of 300 operators at 19), so more are refused here, at every
     /// level, before anything is sent (`docs/limits-per-bucket.md`).
     ///
     /// # Errors

@@ -83,6 +83,24 @@ pub(crate) enum Cond {
     Contains(Operand, Operand),
 }
 
+impl Cond {
+    /// The terms of a chain of one connective (`a AND b AND c`), left to right; `[self]` for
+    /// any other condition. The parser folds a chain to the left, so its depth is its length:
+    /// walking the left spine here keeps the readers of a 300-operator condition from
+    /// recursing that deep.
+    pub(crate) fn chain(&self) -> Vec<&Cond> {
+        let mut terms = Vec::new();
+        let mut left = self;
+        while let (Cond::And(..), Cond::And(a, b)) | (Cond::Or(..), Cond::Or(a, b)) = (self, left) {
+            terms.push(&**b);
+            left = a;
+        }
+        terms.push(left);
+        terms.reverse();
+        terms
+    }
+}
+
 /// A parsed update expression.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Update {
@@ -651,7 +669,10 @@ impl Cond {
             Cond::In(a, list) => {
                 1 + a.operators() + list.iter().map(Operand::operators).sum::<usize>()
             }
-            Cond::And(a, b) | Cond::Or(a, b) => 1 + a.operators() + b.operators(),
+            Cond::And(..) | Cond::Or(..) => {
+                let terms = self.chain();
+                terms.len() - 1 + terms.iter().map(|t| t.operators()).sum::<usize>()
+            }
             Cond::Not(a) => 1 + a.operators(),
             Cond::Exists(_) | Cond::NotExists(_) => 1,
             Cond::Type(_, t) => 1 + t.operators(),
@@ -790,6 +811,29 @@ mod tests {
             e.message
                 .starts_with("Invalid UpdateExpression: Expression size")
         );
+    }
+
+    /// A chain of 299 operators is as deep as it is long; its readers walk it without
+    /// recursing, so a small stack holds them.
+    #[test]
+    fn a_long_chain_is_read_without_deep_recursion() {
+        let small_stack = std::thread::Builder::new().stack_size(64 * 1024);
+        let read = small_stack
+            .spawn(|| {
+                let text = vec!["#a = :two"; 149]
+                    .into_iter()
+                    .chain(["#a = :one"])
+                    .collect::<Vec<_>>()
+                    .join(" OR ");
+                let cond = condition(&text, &mut placeholders()).expect("parsed");
+                let item = [("rf".to_owned(), AttributeValue::N("1".into()))].into();
+                let holds = super::super::eval::holds(&item, &cond).expect("evaluated");
+                (cond.operators(), cond.chain().len(), holds)
+            })
+            .expect("thread")
+            .join()
+            .expect("no stack overflow");
+        assert_eq!(read, (299, 150, true));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use dynalimit_core::Limit;
-use dynalimit_core::bucket::bucket_ttl;
+use dynalimit_core::bucket::{MAX_SHARD_COUNT, bucket_ttl};
 use dynalimit_core::decide::{
     BucketImage, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, Stamps, TtlAction,
     WcuDecision, classify_fast_failure, consumption_retry, decide_wcu_exhaustion,
@@ -122,6 +122,7 @@ enum Next {
 
 /// A shard drawn among `[0, count)` leaving out the ones known short (some shard is not).
 fn shard_avoiding(count: u32, short: &[u32]) -> u32 {
+    let count = count.clamp(1, MAX_SHARD_COUNT);
     let open: Vec<u32> = (0..count).filter(|s| !short.contains(s)).collect();
     match open.len() {
         0 => random_shard(0, count),

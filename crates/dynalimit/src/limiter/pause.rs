@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use dynalimit_core::bounds::MAX_PAUSE_MS;
 use dynalimit_core::ids::{validate_entity_id, validate_resource};
 use dynalimit_core::{Clock, CoreError};
 use futures::future::BoxFuture;
@@ -11,8 +12,10 @@ use super::rate_limiter::RateLimiter;
 use crate::Error;
 use crate::backoff::PauseStore;
 
-/// The longest pause [`RateLimiter::pause`] accepts (one day).
-pub const MAX_PAUSE: Duration = Duration::from_secs(86_400);
+/// The longest pause [`RateLimiter::pause`] accepts (one day). A pause stamp further ahead
+/// (plus a minute's clock-skew allowance) is no pause to any reader
+/// ([`dynalimit_core::bounds::Stamp::Pause`]).
+pub const MAX_PAUSE: Duration = Duration::from_millis(MAX_PAUSE_MS as u64);
 
 impl RateLimiter {
     /// Pauses every acquire on `entity_id`'s bucket for `resource`, in every process sharing
@@ -48,18 +51,22 @@ impl RateLimiter {
         self.stamp(entity_id, resource, until).await
     }
 
-    /// Stamps a pause until `until` (epoch ms) on every shard of the pair; this process's
-    /// remembered refusals of the pair are dropped, so that its acquires report the pause.
+    /// Stamps a pause until `until` (epoch ms, at most [`MAX_PAUSE`] from now: a later
+    /// deadline is stamped as now plus [`MAX_PAUSE`]) on every shard of the pair; this
+    /// process's remembered refusals of the pair are dropped, so that its acquires report the
+    /// pause.
     async fn stamp(
         &self,
         entity_id: &str,
         resource: &str,
         until: i64,
     ) -> Result<Option<i64>, Error> {
+        let now = self.inner.clock.epoch_millis();
+        let until = until.min(now.saturating_add(MAX_PAUSE_MS));
         let stamped = self
             .inner
             .store
-            .stamp_pause(entity_id, resource, until)
+            .stamp_pause(entity_id, resource, until, now)
             .await
             .map_err(|e| repo_error(entity_id, resource, e));
         self.inner.rejections.forget_pair(entity_id, resource);
@@ -67,7 +74,8 @@ impl RateLimiter {
     }
 
     /// The pause deadline (epoch ms) stamped on `entity_id`'s bucket for `resource`, if any;
-    /// it may lie in the past.
+    /// it may lie in the past. A stamp further ahead than a pause lasts ([`MAX_PAUSE`] and a
+    /// minute's clock-skew allowance) is no pause and reads as `None`.
     ///
     /// # Errors
     /// [`Error::Invalid`] for bad identifiers; [`Error::PermissionDenied`],
@@ -79,9 +87,10 @@ impl RateLimiter {
     ) -> Result<Option<i64>, Error> {
         validate_entity_id(entity_id)?;
         validate_resource(resource)?;
+        let now = self.inner.clock.epoch_millis();
         self.inner
             .store
-            .read_pause(entity_id, resource)
+            .read_pause(entity_id, resource, now)
             .await
             .map_err(|e| repo_error(entity_id, resource, e))
     }
@@ -99,7 +108,8 @@ impl RateLimiter {
 
 /// The [`PauseStore`] that keeps deadlines on bucket items (see
 /// [`RateLimiter::pause_store`]). Scopes must be [`bucket_scope`](crate::backoff::bucket_scope)
-/// strings, `"{entity_id}#{resource}"`.
+/// strings, `"{entity_id}#{resource}"`. A deadline more than [`MAX_PAUSE`] ahead is stored as
+/// now plus [`MAX_PAUSE`] (a gate whose `max_pause` is longer still pauses locally for it).
 #[derive(Debug, Clone)]
 pub struct DynamoPauseStore {
     limiter: RateLimiter,

@@ -390,7 +390,9 @@ impl RateLimiter {
                 Refusal::Rejected { statuses, .. } => {
                     statuses.iter().map(|s| s.retry_after_ms).max()
                 }
-                Refusal::Paused(until) => Some(until - self.inner.clock.epoch_millis()),
+                Refusal::Paused(until) => {
+                    Some(until.saturating_sub(self.inner.clock.epoch_millis()))
+                }
                 _ => None,
             })
             .max();
@@ -618,9 +620,9 @@ impl Acquire<'_> {
     /// Uses these limits instead of the stored configuration.
     ///
     /// At most [`MAX_LIMITS_PER_BUCKET`](dynalimit_format::attr::MAX_LIMITS_PER_BUCKET) (16):
-    /// DynamoDB refuses the requests of a bucket with more (the consume of every acquire would
-    /// pass its limit of 300 operators in an expression). More, or limits the table cannot
-    /// store, fail the acquire with [`Error::Invalid`] before any request.
+    /// DynamoDB refuses some requests of a bucket with more (a lease's credit passes its limit
+    /// of 300 operators in an expression at 19). More, or limits the table cannot store, fail
+    /// the acquire with [`Error::Invalid`] before any request.
     pub fn limits(mut self, limits: impl IntoIterator<Item = Limit>) -> Self {
         self.request.limits = Some(limits.into_iter().collect());
         self
