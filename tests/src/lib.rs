@@ -42,6 +42,8 @@ pub mod guide {
     pub mod readme {}
     #[doc = include_str!("../../docs/concepts.md")]
     pub mod concepts {}
+    #[doc = include_str!("../../docs/cascade.md")]
+    pub mod cascade {}
     #[doc = include_str!("../../docs/service.md")]
     pub mod service {}
     #[doc = include_str!("../../docs/operating.md")]

@@ -12,6 +12,7 @@
 //! | `warm-acquire` | acquire `rpm=1, tpm=100` on an existing bucket, then commit |
 //! | `first-touch` | the first acquire of a bucket (new resource on the hot entity, new entity otherwise), then commit |
 //! | `warm-cascade` | a warm acquire by a child whose bucket cascades to its parent, then commit |
+//! | `gateway-cascade` | an LLM gateway's request: a key declaring only `rpm` cascades to a project declaring only `tpm`; acquire `rpm=1, tpm=500`, adjust `tpm` to the real count, commit (due: one request per bucket for the acquire, one for the commit) |
 //! | `adjust` | a warm acquire, `adjust(tpm, +50)`, commit |
 //! | `rejected-flood` | an acquire on a spent bucket (1 request an hour), refused: with the limiter's rejection cache, most cost no request |
 //!
@@ -21,6 +22,8 @@
 //! Each case first runs a quarter of its operations (at most 500) unmeasured, so that the
 //! emulator's compilation of a new kind of request is not charged to it.
 //! `scripts/client-instructions` counts the client's instructions per operation by component.
+//! After the cases, the `tpm` consumed on every shard of the gateway case's project buckets is
+//! held against the tokens its committed leases reported (the adjusted counts).
 //!
 //! Then the admission case (`admission`), once per concurrency: that many tasks acquire 1 of a
 //! refill-bound limit (10 a second, capacity 10) on one fresh bucket for `--admission-seconds`,
@@ -30,7 +33,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::output::bench::{Admission, Case, Machine, Processor, Report, Verdict};
@@ -111,6 +114,7 @@ pub(crate) enum Op {
     WarmAcquire,
     FirstTouch,
     WarmCascade,
+    GatewayCascade,
     Adjust,
     RejectedFlood,
     /// The refill-bound admission case (measured apart from the latency cases).
@@ -118,12 +122,13 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    const ALL: [Op; 9] = [
+    const ALL: [Op; 10] = [
         Op::RawSdk,
         Op::RawUpdate,
         Op::StoreConsume,
         Op::WarmAcquire,
         Op::WarmCascade,
+        Op::GatewayCascade,
         Op::Adjust,
         Op::FirstTouch,
         Op::RejectedFlood,
@@ -142,6 +147,7 @@ impl Op {
             Op::WarmAcquire => "warm-acquire",
             Op::FirstTouch => "first-touch",
             Op::WarmCascade => "warm-cascade",
+            Op::GatewayCascade => "gateway-cascade",
             Op::Adjust => "adjust",
             Op::RejectedFlood => "rejected-flood",
             Op::Admission => "admission",
@@ -223,6 +229,9 @@ struct Bench {
     entities: u64,
     /// Distinguishes first-touch buckets across cases.
     fresh: Arc<AtomicUsize>,
+    /// The tokens the gateway case's committed leases report for the projects' `tpm`: the
+    /// estimate, adjusted to the real count where a lease was adjusted.
+    gateway_tokens: Arc<AtomicI64>,
 }
 
 /// The resource of every latency case.
@@ -293,7 +302,31 @@ pub(crate) struct Measured {
     pub(crate) cases: Vec<Figures>,
     /// The admission runs, one per concurrency (none when not asked for).
     pub(crate) admission: Vec<AdmissionRun>,
+    /// The gateway case's check of the projects' `tpm` (none when it did not run).
+    pub(crate) gateway_debit: Option<GatewayDebit>,
 }
+
+/// What the gateway case's projects were debited against what its leases reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GatewayDebit {
+    /// The tokens the committed leases report (the adjusted counts, the estimate where a
+    /// lease was not adjusted).
+    pub(crate) reported: i64,
+    /// The `tpm` consumed (`tc`) on every shard of every project bucket, in tokens.
+    pub(crate) debited: i64,
+}
+
+/// The gateway case's key limit (`rpm` only) and project limit (`tpm` only), stored for
+/// each entity; hourly and far above what a run spends, as [`bench_limits`].
+fn gateway_limits() -> (Limit, Limit) {
+    (
+        Limit::per_hour("rpm", 1_000_000_000_000),
+        Limit::per_hour("tpm", 1_000_000_000_000),
+    )
+}
+
+/// What the gateway case charges first: one request and an estimate of 500 tokens.
+const GATEWAY_CHARGE: [(&str, i64); 2] = [("rpm", 1), ("tpm", 500)];
 
 /// The limits of the spent buckets the rejected flood acquires on: one request an hour.
 fn spent_limits() -> [Limit; 2] {
@@ -331,6 +364,7 @@ pub(crate) async fn run(
     let Measured {
         cases: results,
         admission,
+        gateway_debit,
     } = outcome?;
     let limit = admission_limit();
     let admission: Vec<Admission> = admission
@@ -345,7 +379,7 @@ pub(crate) async fn run(
             entities: args.entities,
             results: results.iter().map(Figures::to_output).collect(),
             admission,
-            targets: targets(&results),
+            targets: targets(&results, gateway_debit),
             aggregator: processor.map(|records_per_s| Processor {
                 batch: PROCESSOR_BATCH,
                 records_per_s_one_core: records_per_s.round(),
@@ -356,7 +390,7 @@ pub(crate) async fn run(
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         if !results.is_empty() {
-            print_results(&results);
+            print_results(&results, gateway_debit);
         }
         if !admission.is_empty() {
             println!();
@@ -456,6 +490,7 @@ pub(crate) async fn measure(
         counter,
         entities: args.entities,
         fresh: Arc::new(AtomicUsize::new(0)),
+        gateway_tokens: Arc::new(AtomicI64::new(0)),
     };
     prepare(&bench, &repo).await?;
 
@@ -495,9 +530,15 @@ pub(crate) async fn measure(
             runs.push(run);
         }
     }
+    let gateway_debit = if ops.contains(&Op::GatewayCascade) {
+        Some(bench.gateway_debit().await?)
+    } else {
+        None
+    };
     Ok(Measured {
         cases: results,
         admission: runs,
+        gateway_debit,
     })
 }
 
@@ -513,7 +554,29 @@ async fn prepare(bench: &Bench, repo: &Repository) -> anyhow::Result<()> {
                 .cascade(true),
         )
         .await?;
+        // The gateway shape: the key declares only rpm, its project only tpm.
+        let (key_limit, project_limit) = gateway_limits();
+        repo.create_entity(NewEntity::new(format!("gp-{i}")))
+            .await?;
+        repo.create_entity(
+            NewEntity::new(format!("gk-{i}"))
+                .parent(format!("gp-{i}"))
+                .cascade(true),
+        )
+        .await?;
+        repo.set_limits(&format!("gk-{i}"), RESOURCE, &[key_limit])
+            .await?;
+        repo.set_limits(&format!("gp-{i}"), RESOURCE, &[project_limit])
+            .await?;
         let limiter = &bench.limiter;
+        limiter
+            .acquire(&format!("gk-{i}"), RESOURCE, GATEWAY_CHARGE)
+            .await?
+            .commit()
+            .await?;
+        bench
+            .gateway_tokens
+            .fetch_add(GATEWAY_CHARGE[1].1, Ordering::Relaxed);
         for entity in [format!("e-{i}"), format!("c-{i}")] {
             limiter
                 .acquire(&entity, RESOURCE, [("rpm", 1), ("tpm", 1)])
@@ -559,6 +622,25 @@ where
 }
 
 impl Bench {
+    /// The `tpm` consumed on the gateway case's project buckets (every shard, read strongly
+    /// consistently after the cases) against the tokens its committed leases reported.
+    async fn gateway_debit(&self) -> anyhow::Result<GatewayDebit> {
+        let max = dynalimit_core::bucket::MAX_SHARD_COUNT;
+        let mut millitokens = 0i64;
+        for i in 0..self.entities {
+            // A shard index past every shard: all of 0..max are its siblings.
+            let past = BucketKey::new(format!("gp-{i}"), RESOURCE, max);
+            for (_, image) in self.store.sibling_images(&past, max).await? {
+                let tc = image.limits.get("tpm").map_or(0, |state| state.tc);
+                millitokens = millitokens.saturating_add(tc);
+            }
+        }
+        Ok(GatewayDebit {
+            reported: self.gateway_tokens.load(Ordering::Relaxed),
+            debited: millitokens / 1000,
+        })
+    }
+
     fn entity_index(&self, shape: Shape, i: u64) -> u64 {
         match shape {
             Shape::Hot => 0,
@@ -627,6 +709,18 @@ impl Bench {
                     .acquire(&format!("{prefix}-{e}"), RESOURCE, consume)
                     .await?;
                 Ok(lease.commit().await?)
+            }
+            Op::GatewayCascade => {
+                let lease = self
+                    .limiter
+                    .acquire(&format!("gk-{e}"), RESOURCE, GATEWAY_CHARGE)
+                    .await?;
+                // The model's real count, known after the call.
+                let real = i64::try_from(i % 1000)?;
+                lease.adjust("tpm", real - GATEWAY_CHARGE[1].1)?;
+                lease.commit().await?;
+                self.gateway_tokens.fetch_add(real, Ordering::Relaxed);
+                Ok(())
             }
             Op::Adjust => {
                 let lease = self
@@ -840,8 +934,8 @@ fn find(results: &[Figures], op: Op, shape: Shape, concurrency: usize) -> Option
         .find(|f| f.op == op && f.shape == shape && f.concurrency == concurrency)
 }
 
-/// The three targets, evaluated on this run's figures.
-fn targets(results: &[Figures]) -> Vec<Verdict> {
+/// The targets, evaluated on this run's figures and the gateway case's check.
+fn targets(results: &[Figures], gateway_debit: Option<GatewayDebit>) -> Vec<Verdict> {
     let mut out = Vec::new();
     for shape in [Shape::Hot, Shape::Many] {
         if let (Some(raw), Some(warm)) = (
@@ -876,6 +970,31 @@ fn targets(results: &[Figures]) -> Vec<Verdict> {
                 met: None,
             });
         }
+    }
+    // The gateway's cascade stays on the fast path: the key's and the project's writes for
+    // the acquire, the project's `tpm` correction for the commit. On the hot pair each bucket
+    // spends its write capacity (`wcu`, 1000) once every thousand writes, and the slow pass
+    // that refills it costs two more requests: about 0.004 per operation.
+    for (shape, bound) in [(Shape::Hot, 3.01), (Shape::Many, 3.0)] {
+        if let Some(gateway) = find(results, Op::GatewayCascade, shape, 1) {
+            out.push(Verdict {
+                target: format!(
+                    "DynamoDB requests per gateway-cascade acquire and commit <= {bound} (c=1, {})",
+                    shape.name()
+                ),
+                value: (gateway.requests_per_op * 1000.0).round() / 1000.0,
+                met: Some(gateway.requests_per_op <= bound),
+            });
+        }
+    }
+    // Each commit corrects the project's `tpm` to the real count.
+    if let Some(debit) = gateway_debit {
+        out.push(Verdict {
+            target: "gateway-cascade projects' tpm debited / tokens the leases reported = 1"
+                .to_owned(),
+            value: (debit.debited as f64 / debit.reported.max(1) as f64 * 1000.0).round() / 1000.0,
+            met: Some(debit.debited == debit.reported),
+        });
     }
     if let Some(flood) = find(results, Op::RejectedFlood, Shape::Hot, 1) {
         out.push(Verdict {
@@ -976,7 +1095,7 @@ pub(crate) fn print_admission(runs: &[Admission]) {
     }
 }
 
-fn print_results(results: &[Figures]) {
+fn print_results(results: &[Figures], gateway_debit: Option<GatewayDebit>) {
     let m = Machine::this_host();
     println!(
         "\nMachine: {} CPUs, {}, {} GiB",
@@ -1010,7 +1129,7 @@ fn print_results(results: &[Figures]) {
     }
     print_table(&rows);
     println!("\nTargets:");
-    for t in targets(results) {
+    for t in targets(results, gateway_debit) {
         println!(
             "  [{}] {}: {}",
             match t.met {
@@ -1051,12 +1170,15 @@ mod tests {
 
     #[test]
     fn a_target_is_reported_only_when_its_cases_were_measured() {
-        let raw_only = targets(&[figures(Op::RawUpdate, 60.0)]);
+        let raw_only = targets(&[figures(Op::RawUpdate, 60.0)], None);
         assert!(
             names(&raw_only).iter().all(|n| !n.contains("client CPU")),
             "{raw_only:?}"
         );
-        let warm = targets(&[figures(Op::RawUpdate, 60.0), figures(Op::WarmAcquire, 70.0)]);
+        let warm = targets(
+            &[figures(Op::RawUpdate, 60.0), figures(Op::WarmAcquire, 70.0)],
+            None,
+        );
         let cpu = warm
             .iter()
             .find(|t| t.target.contains("per warm acquire"))
@@ -1071,11 +1193,14 @@ mod tests {
 
     #[test]
     fn client_cpu_is_held_against_the_raw_request_of_the_same_run() {
-        let run = targets(&[
-            figures(Op::RawUpdate, 60.0),
-            figures(Op::WarmAcquire, 70.0),
-            figures(Op::WarmCascade, 150.0),
-        ]);
+        let run = targets(
+            &[
+                figures(Op::RawUpdate, 60.0),
+                figures(Op::WarmAcquire, 70.0),
+                figures(Op::WarmCascade, 150.0),
+            ],
+            None,
+        );
         let ratio = |case: &str| {
             run.iter()
                 .find(|t| t.target.starts_with(case) && t.target.contains("x raw UpdateItem"))
@@ -1084,5 +1209,22 @@ mod tests {
         };
         assert_eq!(ratio("warm-acquire client CPU"), (1.167, Some(true)));
         assert_eq!(ratio("warm-cascade client CPU"), (2.5, Some(false)));
+    }
+
+    #[test]
+    fn the_gateway_check_is_met_only_when_the_projects_hold_exactly_what_was_reported() {
+        let verdict = |reported, debited| {
+            let debit = GatewayDebit { reported, debited };
+            targets(&[], Some(debit))
+                .into_iter()
+                .find(|t| t.target.contains("tpm debited"))
+                .map(|t| (t.value, t.met))
+                .expect("reported")
+        };
+        assert_eq!(verdict(1_000_000, 1_000_000), (1.0, Some(true)));
+        // Every token the estimate overcharged is a miss, however small next to the total.
+        assert_eq!(verdict(1_000_000, 1_002_000), (1.002, Some(false)));
+        assert_eq!(verdict(1_000_000, 999_999), (1.0, Some(false)));
+        assert!(targets(&[], None).is_empty());
     }
 }

@@ -578,12 +578,16 @@ pub fn classify_fast_failure(
 }
 
 /// One limit's verdict, reported per shard (reference §2.5): the limit is this shard's share,
-/// `available` the refilled balance in whole tokens.
+/// `available` the refilled balance in whole tokens. [`LimitStatus::bucket_limit`] and
+/// [`LimitStatus::bucket_available`] give the whole bucket's view.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitStatus {
     /// The shard's share of the limit (capacity and refill divided by the shard count, floored
     /// at 1 token), or the undivided limit for an entity-wide availability check.
     pub limit: Limit,
+    /// The whole bucket's limit in force (undivided, the schedule applied; for a quota its
+    /// allowance for the period, without top-ups): what a caller is told its limit is.
+    pub bucket_limit: Limit,
     /// Whole tokens available after refill (floor; negative in debt).
     pub available: i64,
     /// Whole tokens requested.
@@ -598,6 +602,37 @@ pub struct LimitStatus {
     /// A session quota's live window's end, epoch ms: when its allowance comes back whole
     /// (`None` for other limits, or when no window is live).
     pub resets_at_ms: Option<i64>,
+}
+
+impl LimitStatus {
+    /// The whole bucket's balance in whole tokens, estimated from the shard's: `available`
+    /// scaled by the bucket's capacity over the shard's (an acquire draws its shard at random,
+    /// so each shard carries an even share of the traffic and holds an even share of what is
+    /// left), at most the bucket's capacity (negative in debt). Exact on a bucket of one
+    /// shard and for an entity-wide availability check.
+    ///
+    /// ```
+    /// use dynalimit_core::Limit;
+    /// use dynalimit_core::decide::LimitStatus;
+    /// let bucket = Limit::per_minute("rpm", 100);
+    /// let status = LimitStatus {
+    ///     limit: bucket.shard_share(4), // 25 a minute on each of 4 shards
+    ///     bucket_limit: bucket,
+    ///     available: 10,
+    ///     requested: 1,
+    ///     exceeded: false,
+    ///     retry_after_ms: 0,
+    ///     overdrawn: false,
+    ///     resets_at_ms: None,
+    /// };
+    /// assert_eq!(status.bucket_available(), 40);
+    /// ```
+    pub fn bucket_available(&self) -> i64 {
+        let whole = self.bucket_limit.capacity();
+        let share = i128::from(self.limit.capacity().max(1));
+        let scaled = (i128::from(self.available) * i128::from(whole)).div_euclid(share);
+        i64::try_from(scaled.min(i128::from(whole))).unwrap_or(i64::MIN)
+    }
 }
 
 /// A soft limit's status: never exceeded, whatever its balance (reference §12.4).
@@ -649,18 +684,30 @@ fn status(
         }
     };
     let stored = state.limit(name);
-    let limit = if reset.is_some() || sched.window.is_some() {
-        // A quota reports its grant in force, `cp // gc + tu` (reference §2.5).
+    let (limit, bucket_limit) = if reset.is_some() || sched.window.is_some() {
+        // A quota reports its grant in force, `cp // gc + tu` (reference §2.5); the
+        // bucket's allowance is the capacity in force.
         let gc = sched.gc.unwrap_or(i64::from(shards.max(1)));
-        let p = quota_params(state, schedule, gc, sched.tu, now);
-        let capacity = p.ceiling.div_euclid(crate::limit::MILLI).max(1);
-        Limit::custom(name, capacity, 0, state.rp.div_euclid(1000).max(1))
-            .with_optional_reset(reset.cloned())
-            .with_optional_window(sched.window.map(|(rsa, _)| rsa))
+        let quota = |ceiling: i64| {
+            let capacity = ceiling.div_euclid(crate::limit::MILLI).max(1);
+            Limit::custom(name, capacity, 0, state.rp.div_euclid(1000).max(1))
+                .with_optional_reset(reset.cloned())
+                .with_optional_window(sched.window.map(|(rsa, _)| rsa))
+        };
+        (
+            quota(quota_params(state, schedule, gc, sched.tu, now).ceiling),
+            quota(quota_params(state, schedule, 1, 0, now).ceiling),
+        )
     } else {
         match schedule {
-            None => stored.shard_share(shards),
-            Some(s) => stored.with_schedule(s.clone()).shard_share_at(shards, now),
+            None => (stored.shard_share(shards), stored.shard_share(1)),
+            Some(s) => {
+                let scheduled = stored.with_schedule(s.clone());
+                (
+                    scheduled.shard_share_at(shards, now),
+                    scheduled.shard_share_at(1, now),
+                )
+            }
         }
     };
     let resets_at_ms = sched.window.and_then(|(rsa, ws)| {
@@ -672,6 +719,7 @@ fn status(
     });
     LimitStatus {
         limit,
+        bucket_limit,
         available: available_tokens(after_refill),
         requested: want.div_euclid(crate::limit::MILLI),
         exceeded,
@@ -2166,6 +2214,7 @@ pub fn availability(
             };
             let mut st = status(limit.name(), &state, view, 1, balance, want, now);
             st.limit = limit.clone();
+            st.bucket_limit = limit.clone();
             st
         })
         .collect()

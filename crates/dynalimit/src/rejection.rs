@@ -187,7 +187,8 @@ impl Rejection {
     }
 
     /// Every declared limit's status on the shard that was tried (the limit reported is that
-    /// shard's share, see [`LimitStatus`]); empty unless the reason is [`Reason::Limits`].
+    /// shard's share, with the bucket's in [`LimitStatus::bucket_limit`]); empty unless the
+    /// reason is [`Reason::Limits`].
     pub fn statuses(&self) -> &[LimitStatus] {
         &self.statuses
     }
@@ -270,6 +271,7 @@ mod tests {
     fn status(name: &str, exceeded: bool, wait: i64) -> LimitStatus {
         LimitStatus {
             limit: Limit::per_minute(name, 10),
+            bucket_limit: Limit::per_minute(name, 10),
             available: 0,
             requested: 1,
             exceeded,

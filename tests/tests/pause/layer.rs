@@ -3,12 +3,14 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use axum::Router;
 use axum::body::Body;
 use axum::http::StatusCode;
 use axum::routing::get;
+use dynalimit::time::Clock as _;
 use dynalimit::tower::{Charge, RateLimiterLayer};
-use dynalimit::{Limit, RateLimiter};
+use dynalimit::{Limit, NewEntity, RateLimiter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -72,6 +74,31 @@ async fn get_with(addr: SocketAddr, path: &str, key: Option<&str>) -> Answer {
     }
 }
 
+/// Serves `app` on a loopback port.
+async fn serve_app(app: Router) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, server)
+}
+
+/// `/llm`, whose answer says it used 137 tokens (`x-tokens-used`).
+fn llm() -> Router {
+    Router::new().route(
+        "/llm",
+        get(|| async { ([("x-tokens-used", "137")], "answer") }),
+    )
+}
+
+/// The `tpm` an answer's `x-tokens-used` header reports (the layer's `usage`).
+fn tokens_used(headers: &http::HeaderMap) -> Vec<(String, i64)> {
+    let used = headers
+        .get("x-tokens-used")
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    used.map(|n| vec![("tpm".to_owned(), n)])
+        .unwrap_or_default()
+}
+
 /// Serves `/ok` (200) and `/fail` (500) behind the layer: the `x-api-key` header names the
 /// entity, the resource is `search`, each request costs one `rpm` of a 2-per-minute limit;
 /// requests without a key are not limited.
@@ -85,10 +112,7 @@ async fn serve(limiter: RateLimiter) -> (SocketAddr, tokio::task::JoinHandle<()>
         .route("/ok", get(|| async { "ok" }))
         .route("/fail", get(|| async { StatusCode::INTERNAL_SERVER_ERROR }))
         .layer(layer);
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (addr, server)
+    serve_app(app).await
 }
 
 #[tokio::test]
@@ -190,23 +214,11 @@ async fn the_answer_adjusts_the_lease_to_what_the_request_really_used() {
         Some(Charge::new(key, "search").consume("tpm", 500))
     })
     .limits([Limit::per_minute("tpm", 10_000)])
-    .usage(|headers| {
-        let used = headers
-            .get("x-tokens-used")
-            .and_then(|v| v.to_str().ok()?.parse().ok());
-        used.map(|n| vec![("tpm".to_owned(), n)])
-            .unwrap_or_default()
-    });
-    let app = Router::new()
-        .route(
-            "/llm",
-            get(|| async { ([("x-tokens-used", "137")], "answer") }),
-        )
+    .usage(tokens_used);
+    let app = llm()
         .route("/silent", get(|| async { "no usage reported" }))
         .layer(layer);
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (addr, server) = serve_app(app).await;
 
     let answer = get_raw(addr, "/llm", Some("k1")).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
@@ -225,5 +237,124 @@ async fn the_answer_adjusts_the_lease_to_what_the_request_really_used() {
     get_raw(addr, "/silent", Some("k1")).await;
     let (_, _, counted) = balances_of(&bucket_item(&table, "k1", "search").await, "tpm");
     assert_eq!(counted, 637_000);
+    server.abort();
+}
+
+/// Serves `/llm` behind a layer charging `rpm=1, tpm=500` on `search` to the key in
+/// `x-api-key` (limits from the stored configuration), corrected to the answer's
+/// `x-tokens-used` (137).
+async fn serve_gateway(limiter: RateLimiter) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let layer = RateLimiterLayer::new(limiter, |req: &http::Request<Body>| {
+        let key = req.headers().get("x-api-key")?.to_str().ok()?;
+        Some(
+            Charge::new(key, "search")
+                .consume("rpm", 1)
+                .consume("tpm", 500),
+        )
+    })
+    .usage(tokens_used);
+    serve_app(llm().layer(layer)).await
+}
+
+#[tokio::test]
+async fn a_key_s_usage_reaches_its_project_s_token_budget_and_the_headers_name_both() {
+    let table = dynalimit_tests::table().await;
+    let repo = table.repository(NS).await;
+    // The gateway's shape: per-key rpm on the key, a tpm budget on the project.
+    repo.create_entity(NewEntity::new("proj")).await.unwrap();
+    repo.create_entity(NewEntity::new("k1").parent("proj").cascade(true))
+        .await
+        .unwrap();
+    repo.set_limits("k1", "search", &[Limit::per_minute("rpm", 100)])
+        .await
+        .unwrap();
+    repo.set_limits("proj", "search", &[Limit::per_minute("tpm", 100_000)])
+        .await
+        .unwrap();
+    let (limiter, _clock) = limiter(&table, NS).await;
+    let (addr, server) = serve_gateway(limiter).await;
+    let answer = get_raw(addr, "/llm", Some("k1")).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // rpm from the key's bucket, tpm from the project's, at the real count.
+    assert_eq!(
+        ratelimit_headers(&answer),
+        (
+            Some("\"rpm\";q=100;w=60, \"tpm\";q=100000;w=60".to_owned()),
+            Some("\"rpm\";r=99;t=1, \"tpm\";r=99863;t=1".to_owned())
+        )
+    );
+    get_raw(addr, "/llm", Some("k1")).await;
+    let (_, _, counted) = balances_of(&bucket_item(&table, "proj", "search").await, "tpm");
+    assert_eq!(
+        counted, 274_000,
+        "the project's tpm committed at the real counts"
+    );
+    let (_, _, requests) = balances(&bucket_item(&table, "k1", "search").await);
+    assert_eq!(requests, 2000);
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_sharded_bucket_s_headers_report_the_bucket_and_a_quota_its_period() {
+    let table = dynalimit_tests::table().await;
+    let (limiter, clock) = limiter(&table, NS).await;
+    let day = Limit::quota_per_day("tpd", 1_000, dynalimit::schedule::Zone::utc());
+    let layer = RateLimiterLayer::new(limiter, |req: &http::Request<Body>| {
+        let key = req.headers().get("x-api-key")?.to_str().ok()?;
+        Some(
+            Charge::new(key, "search")
+                .consume("rpm", 1)
+                .consume("tpd", 10),
+        )
+    })
+    .limits([Limit::per_minute("rpm", 100), day]);
+    let app = Router::new()
+        .route("/ok", get(|| async { "ok" }))
+        .layer(layer);
+    let (addr, server) = serve_app(app).await;
+    let until_midnight = |now: i64| (86_400_000 - now.rem_euclid(86_400_000) + 999) / 1000;
+    let first = get_raw(addr, "/ok", Some("k1")).await;
+    assert_eq!(
+        ratelimit_headers(&first),
+        (
+            Some("\"rpm\";q=100;w=60, \"tpd\";q=1000;w=86400".to_owned()),
+            Some(format!(
+                "\"rpm\";r=99;t=1, \"tpd\";r=990;t={}",
+                until_midnight(clock.epoch_millis())
+            ))
+        )
+    );
+    // Split four ways, as a doubling twice leaves it, each shard holding its share: the
+    // headers still speak of the bucket, its balance scaled from the shard that answered.
+    let pk = bucket_item(&table, "k1", "search").await["PK"]
+        .as_s()
+        .unwrap()
+        .clone();
+    let n = |v: &str| AttributeValue::N(v.into());
+    table
+        .client()
+        .update_item()
+        .table_name(table.name())
+        .key("PK", AttributeValue::S(pk))
+        .key("SK", AttributeValue::S("#STATE".into()))
+        .update_expression("SET shard_count = :four, b_rpm_tk = :rpm, b_tpd_tk = :tpd")
+        .expression_attribute_values(":four", n("4"))
+        .expression_attribute_values(":rpm", n("25000"))
+        .expression_attribute_values(":tpd", n("240000"))
+        .send()
+        .await
+        .unwrap();
+    let split = get_raw(addr, "/ok", Some("k1")).await;
+    assert_eq!(
+        ratelimit_headers(&split),
+        (
+            Some("\"rpm\";q=100;w=60, \"tpd\";q=1000;w=86400".to_owned()),
+            // rpm: 24 of a 25 share, so 96 of 100, full in 2.4 s; tpd: 230 of 250, so 920.
+            Some(format!(
+                "\"rpm\";r=96;t=3, \"tpd\";r=920;t={}",
+                until_midnight(clock.epoch_millis())
+            ))
+        )
+    );
     server.abort();
 }

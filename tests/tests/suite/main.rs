@@ -15,6 +15,7 @@ mod entities;
 mod fast_path;
 mod foreign_items;
 mod format;
+mod gateway;
 mod kit;
 mod multi;
 mod namespaces;

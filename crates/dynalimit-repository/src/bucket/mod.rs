@@ -1099,12 +1099,11 @@ impl BucketStore {
         let bucket = pair(key.key_map(ns));
         let first = pair(key.with_shard(0).key_map(ns));
         let meta = pair(self.meta_key(entity));
-        let slots = config::levels(entity, resource);
-        let level_keys: Vec<_> = slots.iter().map(|(_, s)| pair(s.key(ns))).collect();
+        let levels = Levels::of(ns, entity, resource);
         let wanted: Vec<(String, String)> = [&bucket, &meta, &first]
             .into_iter()
-            .chain(&level_keys)
             .flatten()
+            .chain(&levels.keys)
             .cloned()
             .collect();
         let span = request_span("BatchGetItem", key);
@@ -1113,11 +1112,6 @@ impl BucketStore {
         span.record("outcome", if items.is_ok() { "done" } else { "error" });
         let items = items?;
         let found = |k: &Option<(String, String)>| k.as_ref().and_then(|k| items.get(k));
-        let mut levels = Vec::with_capacity(slots.len());
-        for ((level, _), k) in slots.into_iter().zip(&level_keys) {
-            let config = found(k).map(config::decode).transpose()?;
-            levels.push((level, config));
-        }
         Ok(SlowRead {
             image: found(&bucket).map(image_from_item).transpose()?,
             meta: found(&meta).map_or_else(Meta::absent, Meta::from_item),
@@ -1125,8 +1119,30 @@ impl BucketStore {
                 .into_iter()
                 .filter_map(|k| live_pause(found(k)?, now))
                 .max(),
-            levels,
+            levels: levels.decode(&items)?,
         })
+    }
+
+    /// The configuration levels that answer for `entity` on `resource` (reference §4.1), in
+    /// precedence order, read uncached in one `BatchGetItem`: a cascading child's slow pass
+    /// reads its parent's to refuse, before its own write, a consumed name that neither
+    /// bucket declares.
+    ///
+    /// # Errors
+    /// As [`BucketStore::read_for_slow_path`].
+    pub async fn read_levels(
+        &self,
+        entity: &str,
+        resource: &str,
+    ) -> Result<Vec<(ConfigLevel, Option<LimitConfig>)>, RepositoryError> {
+        let levels = Levels::of(&self.ns, entity, resource);
+        let key = BucketKey::new(entity, resource, 0);
+        let span = request_span("BatchGetItem", &key);
+        let items =
+            tracing::Instrument::instrument(self.batch_get(&levels.keys, false), span.clone())
+                .await;
+        span.record("outcome", if items.is_ok() { "done" } else { "error" });
+        levels.decode(&items?)
     }
 
     /// Reads one bucket item (eventually consistent).
@@ -1508,5 +1524,37 @@ impl crate::Repository {
         )
         .with_fast_path(self.shared.wire.get().cloned())
         .with_retry_budget(Arc::clone(&self.shared.budget))
+    }
+}
+
+/// The configuration levels of one `(entity, resource)` and the keys of their items.
+struct Levels {
+    levels: Vec<ConfigLevel>,
+    keys: Vec<(String, String)>,
+}
+
+impl Levels {
+    fn of(ns: &str, entity: &str, resource: &str) -> Self {
+        let (levels, keys) = config::levels(entity, resource)
+            .into_iter()
+            .map(|(level, slot)| {
+                let key = slot.key(ns);
+                let (pk, sk) = item::key_of(&key).unwrap_or_default();
+                (level, (pk.to_owned(), sk.to_owned()))
+            })
+            .unzip();
+        Levels { levels, keys }
+    }
+
+    /// Each level with its configuration among `items` (`None` where it has no item).
+    fn decode(
+        self,
+        items: &HashMap<(String, String), Item>,
+    ) -> Result<Vec<(ConfigLevel, Option<LimitConfig>)>, RepositoryError> {
+        self.levels
+            .into_iter()
+            .zip(&self.keys)
+            .map(|(level, k)| Ok((level, items.get(k).map(config::decode).transpose()?)))
+            .collect()
     }
 }

@@ -20,7 +20,7 @@ use dynalimit_repository::bucket::{
 use dynalimit_repository::{ConfigLevel, LimitConfig, RepositoryError};
 use rand::Rng;
 
-use super::inner::Inner;
+use super::inner::{Demand, Inner};
 use super::rejections::{Moment, Verdict};
 use crate::Rejection;
 
@@ -103,15 +103,54 @@ fn contended() -> Refusal {
     }
 }
 
-/// Which owner of an acquire a debit is for.
+/// Which owner of an acquire a debit is for, and what the acquire consumes in all (`whole`):
+/// a slow pass debits every consumed name its configuration declares, so that a limit newly
+/// configured for a bucket is debited from its next slow pass on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
+pub(crate) enum Role<'a> {
     /// The acquiring entity; `probe` allows trying two other shards on an exhausted shard of
     /// a sharded, non-cascading owner (never for a cascading child, which must not bypass its
-    /// parent).
-    Entity { probe: bool },
-    /// The cascade parent of the acquiring entity.
-    Parent,
+    /// parent). `parent` is what its cascade parent is sent at the same time (a warm
+    /// cascade), `None` when the parent is written after it, or not at all.
+    Entity {
+        probe: bool,
+        whole: &'a Demand,
+        parent: Option<&'a Demand>,
+    },
+    /// The cascade parent of the acquiring entity, whose bucket is sent `child`.
+    Parent {
+        whole: &'a Demand,
+        child: &'a Demand,
+    },
+}
+
+impl<'a> Role<'a> {
+    /// The acquiring entity alone, or a cascading child written before its parent.
+    pub(crate) fn entity(whole: &'a Demand, probe: bool) -> Self {
+        Role::Entity {
+            probe,
+            whole,
+            parent: None,
+        }
+    }
+
+    fn is_parent(self) -> bool {
+        matches!(self, Role::Parent { .. })
+    }
+
+    fn whole(self) -> &'a Demand {
+        match self {
+            Role::Entity { whole, .. } | Role::Parent { whole, .. } => whole,
+        }
+    }
+
+    /// What the other bucket of the cascade is sent, when it is known.
+    fn other(self) -> Option<&'a Demand> {
+        match self {
+            Role::Entity { parent, .. } => parent,
+            Role::Parent { child, .. } => Some(child),
+        }
+    }
 }
 
 /// Where the slow path goes next.
@@ -204,9 +243,9 @@ impl Inner {
         resource: &str,
         demand: &BTreeMap<String, i64>,
         limits: Option<&[Limit]>,
-        role: Role,
+        role: Role<'_>,
     ) -> Result<Entry, Refusal> {
-        let probe = matches!(role, Role::Entity { probe: true }) || role == Role::Parent;
+        let probe = matches!(role, Role::Entity { probe: true, .. } | Role::Parent { .. });
         let now = self.clock.epoch_millis();
         let known = self.shard_count(entity_id, resource);
         let at = Moment {
@@ -244,10 +283,11 @@ impl Inner {
         let entry = match next {
             Next::Done(entry) => *entry,
             Next::Slow { shard, shard_count } => {
-                Box::pin(self.slow_path(&key.with_shard(shard), shard_count, demand, limits, role))
-                    .await?
+                Box::pin(self.slow_path(&key.with_shard(shard), shard_count, limits, role)).await?
             }
         };
+        // What the item declares after the write: what a warm cascade sends it next.
+        self.learn_names(entity_id, resource, entry.states.keys());
         Ok(self.unbypass(entry).await)
     }
 
@@ -399,11 +439,10 @@ impl Inner {
         &self,
         key: &BucketKey,
         shard_count: u32,
-        demand: &BTreeMap<String, i64>,
         limits: Option<&[Limit]>,
-        role: Role,
+        role: Role<'_>,
     ) -> Result<Entry, Refusal> {
-        self.slow_pass(key, shard_count, demand, limits, role)
+        self.slow_pass(key, shard_count, limits, role)
             .await
             .map(|entry| *entry)
     }
@@ -447,18 +486,19 @@ impl Inner {
     /// (uncached: the access walk must see the current `disabled` and cascade flags); the
     /// limits come from `limits` when given, else from the first level that has any.
     ///
-    /// A consumed name that is not among the resolved limits refuses the acquire before the
-    /// write ([`Refusal::UnknownLimit`]) when nobody else could gate it: the acquiring entity
-    /// without a cascade parent. In a cascade the child and the parent may each gate a subset
-    /// of the names (per-key `rpm` on the child, `tpm` on the parent), so each debits the
-    /// names it knows and ignores the others with a warning.
+    /// Each bucket of a cascade debits the consumed names (of the whole acquire) it declares:
+    /// per-key `rpm` on the child, a `tpm` budget on the parent. A consumed name that is not
+    /// among the resolved limits refuses the acquire before this write
+    /// ([`Refusal::UnknownLimit`]) unless the cascade's other bucket takes it: it is sent to
+    /// that bucket at the same time, or, for a cascading child, the parent's configuration
+    /// declares it (read uncached, one `BatchGetItem`, only when the child lacks a name the
+    /// parent is not sent).
     async fn slow_pass(
         &self,
         key: &BucketKey,
         shard_count: u32,
-        demand: &BTreeMap<String, i64>,
         limits: Option<&[Limit]>,
-        role: Role,
+        role: Role<'_>,
     ) -> Result<Box<Entry>, Refusal> {
         let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
         let mut replanned = false;
@@ -482,20 +522,35 @@ impl Inner {
             if let Some(until) = pause {
                 return Err(Refusal::Paused(until));
             }
-            let cascades = match &image {
-                Some(img) => img.cascade && img.parent_id.is_some(),
-                None => {
-                    let owner = meta.owner(access.cascade.unwrap_or(meta.cascade));
-                    owner.cascade && owner.parent_id.is_some()
+            let whole = role.whole();
+            if super::inner::unknown_name(whole, limits).is_some() {
+                let parent = match &image {
+                    Some(img) => img.parent_id.clone().filter(|_| img.cascade),
+                    None => {
+                        let owner = meta.owner(access.cascade.unwrap_or(meta.cascade));
+                        owner.parent_id.filter(|_| owner.cascade)
+                    }
+                };
+                // The names neither this bucket declares nor the other bucket is sent.
+                let other = role
+                    .other()
+                    .filter(|_| parent.is_some() || role.is_parent());
+                let mut open = whole
+                    .keys()
+                    .filter(|n| !declared(limits, n) && !other.is_some_and(|o| o.contains_key(*n)));
+                let undeclared = match (role, parent) {
+                    (Role::Entity { .. }, Some(parent)) => {
+                        let theirs = self.store.read_levels(&parent, resource).await?;
+                        let theirs = resolve_access(theirs, None, now).limits;
+                        open.find(|n| !declared(&theirs, n))
+                    }
+                    _ => open.next(),
+                };
+                if let Some(name) = undeclared {
+                    return Err(Refusal::UnknownLimit(name.clone()));
                 }
-            };
-            if matches!(role, Role::Entity { .. })
-                && !cascades
-                && let Some(name) = super::inner::unknown_name(demand, limits)
-            {
-                return Err(Refusal::UnknownLimit(name.clone()));
             }
-            let demand = known_demand(demand, limits);
+            let demand = known_demand(whole, limits);
             // Entity-level configuration keeps its buckets; resource/system configuration
             // and explicit limits give them a TTL so unused buckets are swept (§2.6).
             let ttl = match access.source {
@@ -900,17 +955,17 @@ fn resolve_access(
     access
 }
 
-/// The demand restricted to the resolved limits; other names are ignored with a warning.
+/// Whether `limits` hold one named `name`.
+fn declared(limits: &[Limit], name: &str) -> bool {
+    limits.iter().any(|l| l.name() == name)
+}
+
+/// The demand restricted to the resolved limits (the names another bucket of the cascade
+/// declares, which the caller has checked).
 fn known_demand(demand: &BTreeMap<String, i64>, limits: &[Limit]) -> BTreeMap<String, i64> {
     demand
         .iter()
-        .filter(|(name, _)| {
-            let known = limits.iter().any(|l| l.name() == name.as_str());
-            if !known {
-                tracing::warn!(limit = %name, "consumed limit is not configured; ignored");
-            }
-            known
-        })
+        .filter(|(name, _)| declared(limits, name))
         .map(|(n, m)| (n.clone(), *m))
         .collect()
 }

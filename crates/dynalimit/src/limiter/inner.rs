@@ -8,6 +8,7 @@
 //! costs its next acquire what a first one costs: it draws shard 0 (which every bucket has)
 //! and learns the count from the item, and it learns the cascade before debiting a parent.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -38,6 +39,9 @@ struct Known {
     seen: bool,
     /// Held while a task of this limiter splits the bucket (made at the first split).
     split_gate: Option<Arc<tokio::sync::Mutex<()>>>,
+    /// The limit names the item declared after this process's last write to it, sorted;
+    /// `None` until then.
+    names: Option<Vec<String>>,
 }
 
 pub(crate) struct Inner {
@@ -152,6 +156,75 @@ impl Inner {
         });
     }
 
+    /// Remembers the limit names a bucket's item declares after a write (`names` sorted).
+    pub(super) fn learn_names<'a, I>(&self, entity: &str, resource: &str, names: I)
+    where
+        I: Iterator<Item = &'a String> + Clone,
+    {
+        self.learn_known(entity, resource, |k| {
+            if k.names
+                .as_ref()
+                .is_none_or(|known| !known.iter().eq(names.clone()))
+            {
+                k.names = Some(names.cloned().collect());
+            }
+        });
+    }
+
+    /// How a warm cascade shares `demand` between `child` and `parent`: each bucket is sent
+    /// the consumed names its item declares (learnt from this process's last write to it).
+    /// `None` when either bucket's names are not known yet, or a consumed name is declared by
+    /// neither: the sequential path decides then (a bucket's slow pass seeds a newly
+    /// configured limit, and a name no bucket declares is refused before any write).
+    pub(super) fn share<'d>(
+        &self,
+        child: &str,
+        parent: &str,
+        resource: &str,
+        demand: &'d Demand,
+    ) -> Option<(Cow<'d, Demand>, Cow<'d, Demand>)> {
+        let map = self.known();
+        let names = |entity: &str| {
+            map.get(&(entity, resource) as &dyn PairRef)?
+                .names
+                .as_deref()
+        };
+        let (mine, theirs) = (names(child)?, names(parent)?);
+        if demand
+            .keys()
+            .any(|name| !declares(mine, name) && !declares(theirs, name))
+        {
+            return None;
+        }
+        Some((
+            part(demand, |name| declares(mine, name)),
+            part(demand, |name| declares(theirs, name)),
+        ))
+    }
+
+    /// What a cascade parent is sent after its child debited `debited`: the consumed names
+    /// its item declares (when known) and every name the child did not debit; the whole
+    /// demand when its names are not known (its slow pass leaves out the names it does not
+    /// declare and the child debited).
+    pub(super) fn parent_part<'d>(
+        &self,
+        parent: &str,
+        resource: &str,
+        demand: &'d Demand,
+        debited: &Demand,
+    ) -> Cow<'d, Demand> {
+        let map = self.known();
+        let Some(names) = map
+            .get(&(parent, resource) as &dyn PairRef)
+            .and_then(|k| k.names.as_deref())
+        else {
+            return Cow::Borrowed(demand);
+        };
+        part(demand, |name| {
+            declares(names, name) || !debited.contains_key(name)
+        })
+    }
+
     /// The parent to debit concurrently, when the cascade is known.
     pub(super) fn known_parent(&self, entity: &str, resource: &str) -> Option<Option<String>> {
         self.read_known(entity, resource, |k| {
@@ -177,6 +250,28 @@ impl Drop for Pending {
         self.0.pending.fetch_sub(1, Ordering::SeqCst);
         self.0.settled.notify_waiters();
     }
+}
+
+/// Millitokens to consume per limit name.
+pub(crate) type Demand = BTreeMap<String, i64>;
+
+/// Whether the sorted `names` hold `name`.
+fn declares(names: &[String], name: &str) -> bool {
+    names.binary_search_by(|n| n.as_str().cmp(name)).is_ok()
+}
+
+/// The part of `demand` whose names `keep` (borrowed when that is all of it).
+fn part<'d>(demand: &'d Demand, keep: impl Fn(&str) -> bool) -> Cow<'d, Demand> {
+    if demand.keys().all(|name| keep(name)) {
+        return Cow::Borrowed(demand);
+    }
+    Cow::Owned(
+        demand
+            .iter()
+            .filter(|(name, _)| keep(name))
+            .map(|(n, m)| (n.clone(), *m))
+            .collect(),
+    )
 }
 
 /// The first consumed name that is not among `limits`.

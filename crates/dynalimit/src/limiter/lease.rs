@@ -83,53 +83,48 @@ impl Lease {
         self.inner.is_none()
     }
 
-    /// Whole tokens consumed per declared limit, including adjustments so far (the entity's
-    /// own bucket; a cascade parent was debited the same amounts).
+    /// Whole tokens consumed per limit, including adjustments so far: every consumed limit
+    /// that a bucket of the acquire declares (the entity's own, or in a cascade its parent's;
+    /// a limit both declare was debited the same amount on both).
     pub fn consumed(&self) -> BTreeMap<String, i64> {
         let state = self.lock();
-        self.entries
-            .first()
-            .map(|e| {
-                e.consumed
-                    .iter()
-                    .map(|(n, c)| {
-                        let adj = state.adjustments.get(n).copied().unwrap_or(0);
-                        (n.clone(), (c + adj).div_euclid(1000))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+        let mut consumed = BTreeMap::new();
+        for e in &self.entries {
+            for (n, c) in &e.consumed {
+                if !consumed.contains_key(n) {
+                    let adj = state.adjustments.get(n).copied().unwrap_or(0);
+                    consumed.insert(n.clone(), (c + adj).div_euclid(1000));
+                }
+            }
+        }
+        consumed
     }
 
-    /// Each declared limit on the entity's own bucket after this acquire and the adjustments
-    /// recorded so far: the shard's share of the limit, the whole tokens left on the shard
-    /// (negative in debt) and the whole tokens consumed. Empty for a degraded lease. What a
-    /// service reports to its callers (the tower layer's `RateLimit` headers).
+    /// Each consumed limit after this acquire and the adjustments recorded so far, on the
+    /// bucket that binds it: the entity's own, or in a cascade its parent's for a limit only
+    /// the parent declares or where the parent has less left (the smaller
+    /// [`LimitStatus::bucket_available`]). A status holds the shard's share of the limit and
+    /// the whole tokens left on the shard (negative in debt), the bucket's limit, and the
+    /// whole tokens consumed. Empty for a degraded lease. What a service reports to its
+    /// callers (the tower layer's `RateLimit` headers).
     pub fn statuses(&self) -> Vec<LimitStatus> {
         let state = self.lock();
-        let Some(entry) = self.entries.first() else {
-            return Vec::new();
-        };
         let now = self.inner.as_ref().map_or(0, |i| i.clock.epoch_millis());
-        entry
-            .consumed
-            .iter()
-            .filter_map(|(name, consumed)| {
-                let adjusted = state.adjustments.get(name).copied().unwrap_or(0);
-                let mut after = *entry.states.get(name)?;
-                after.tk = after.tk.saturating_sub(adjusted);
-                let schedule = (
-                    entry.schedules.get(name),
-                    entry.resets.get(name),
-                    entry.windows.get(name).copied(),
-                );
-                let shards = entry.shard_count;
-                let mut st =
-                    admitted_status(name, &after, schedule, shards, consumed + adjusted, now);
-                st.overdrawn = entry.overdrawn.contains(name);
-                Some(st)
-            })
-            .collect()
+        let mut binding: BTreeMap<&str, LimitStatus> = BTreeMap::new();
+        for entry in &self.entries {
+            for (name, consumed) in &entry.consumed {
+                let Some(st) = status_after(entry, name, *consumed, &state, now) else {
+                    continue;
+                };
+                match binding.get(name.as_str()) {
+                    Some(held) if held.bucket_available() <= st.bucket_available() => {}
+                    _ => {
+                        binding.insert(name, st);
+                    }
+                }
+            }
+        }
+        binding.into_values().collect()
     }
 
     /// The soft limits (reference §12.4) this acquire debited below zero on the entity's own
@@ -152,19 +147,20 @@ impl Lease {
             .collect()
     }
 
-    /// Records a correction of `delta` whole tokens for a declared limit (positive = consume
-    /// more, negative = give back). Nothing is written until [`Lease::commit`]. A degraded
-    /// lease records nothing.
+    /// Records a correction of `delta` whole tokens for a consumed limit (positive = consume
+    /// more, negative = give back). Nothing is written until [`Lease::commit`], which writes
+    /// it to every bucket of the acquire that declares the limit: in a cascade the child's,
+    /// the parent's, or both. A degraded lease records nothing.
     ///
     /// # Errors
-    /// Before recording anything: [`Error::UnknownLimit`] for a limit the acquire did not
-    /// consume; [`Error::Invalid`] when `|delta|` exceeds 10^15 tokens or the lease's net
-    /// adjustment of the limit would (an adjustment never wraps around).
+    /// Before recording anything: [`Error::UnknownLimit`] for a limit no bucket of the
+    /// acquire debited; [`Error::Invalid`] when `|delta|` exceeds 10^15 tokens or the lease's
+    /// net adjustment of the limit would (an adjustment never wraps around).
     pub fn adjust(&self, limit: &str, delta: i64) -> Result<(), Error> {
-        let Some(first) = self.entries.first() else {
+        if self.entries.is_empty() {
             return Ok(());
-        };
-        if !first.consumed.contains_key(limit) {
+        }
+        if !self.entries.iter().any(|e| e.consumed.contains_key(limit)) {
             return Err(Error::UnknownLimit {
                 key: limit.to_owned(),
             });
@@ -201,9 +197,9 @@ impl Lease {
         Some(std::mem::take(&mut state.adjustments))
     }
 
-    /// Writes the adjustments: one `UpdateItem` per debited bucket, each conditioned on the
-    /// item still existing (a swept bucket is skipped, never resurrected); nothing is sent when
-    /// nothing was adjusted. The writes run in the awaiting task and finish even if this future
+    /// Writes the adjustments: one `UpdateItem` per debited bucket that declares an adjusted
+    /// limit, each conditioned on the item still existing (a swept bucket is skipped, never
+    /// resurrected); nothing is sent when nothing was adjusted. The writes run in the awaiting task and finish even if this future
     /// is dropped part-way (the rest then runs on a task of its own).
     ///
     /// # Errors
@@ -318,6 +314,29 @@ impl Lease {
             }
         }
     }
+}
+
+/// Limit `name`'s status on `entry`'s shard after its debit of `consumed` millitokens and the
+/// adjustments recorded in `state`.
+fn status_after(
+    entry: &Entry,
+    name: &str,
+    consumed: i64,
+    state: &State,
+    now: i64,
+) -> Option<LimitStatus> {
+    let adjusted = state.adjustments.get(name).copied().unwrap_or(0);
+    let mut after = *entry.states.get(name)?;
+    after.tk = after.tk.saturating_sub(adjusted);
+    let schedule = (
+        entry.schedules.get(name),
+        entry.resets.get(name),
+        entry.windows.get(name).copied(),
+    );
+    let shards = entry.shard_count;
+    let mut st = admitted_status(name, &after, schedule, shards, consumed + adjusted, now);
+    st.overdrawn = entry.overdrawn.iter().any(|n| n == name);
+    Some(st)
 }
 
 /// Runs lease writes counted by [`RateLimiter::settle`](super::RateLimiter::settle), in the

@@ -17,13 +17,22 @@
 //! ```
 //!
 //! # How an acquire works
-//! One conditional `UpdateItem` debits every declared limit and one write-capacity token on a
+//! One conditional `UpdateItem` debits every consumed limit and one write-capacity token on a
 //! randomly chosen shard of the entity's bucket (a warm acquire is exactly one request). If the
 //! condition fails, the item returned with the failure decides: reject at once (refill cannot
 //! help), materialise the refill with an `rf`-locked write, create the bucket, or double the
 //! shard count when the partition is hot. A child entity whose bucket says "cascade" also
 //! debits its parent's bucket, concurrently once the cascade is known; when the parent refuses,
 //! the child's debit is given back.
+//!
+//! In a cascade each bucket is written with the consumed names it declares: an LLM gateway's
+//! key that keeps `rpm` cascading to a project that keeps a `tpm` budget is debited `rpm`,
+//! the project `tpm`, one request each. A lease's adjustment reaches every bucket that
+//! declares the limit. A consumed name that no bucket of the cascade declares is refused
+//! with [`Error::UnknownLimit`](crate::Error::UnknownLimit) before any write, as for a single
+//! entity. A process learns what each bucket declares from its first write to it; until
+//! then, and whenever a consumed name is not among what it learnt, the child is written
+//! first with every consumed name and the parent after it (see `docs/cascade.md`).
 //!
 //! # Leases and dropped leases
 //! A [`Lease`] holds what was consumed. [`Lease::adjust`] records corrections in memory;

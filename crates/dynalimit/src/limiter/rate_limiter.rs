@@ -1,5 +1,6 @@
 //! [`RateLimiter`]: acquires through the engine, cascades to parents, availability queries.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -16,7 +17,7 @@ use dynalimit_repository::{OnUnavailable, Repository, RepositoryError};
 
 use super::detach::Detach;
 use super::engine::{Entry, Refusal, Role};
-use super::inner::{Inner, Pending, remaining, repo_error, unknown_name};
+use super::inner::{Demand, Inner, Pending, remaining, repo_error, unknown_name};
 use super::lease::Lease;
 use crate::{Error, Rejection};
 
@@ -91,14 +92,15 @@ impl RateLimiter {
     /// stored configuration names more limits than one bucket carries (under every
     /// `on_unavailable` mode), [`Error::UnknownLimit`] for a consumed name that is not among the
     /// limits (before any I/O for [`Acquire::limits`]; for stored limits once they are read,
-    /// before the bucket write, unless the entity cascades, see below),
-    /// [`Error::Rejected`] when the request does not fit, [`Error::ResourceDisabled`],
-    /// [`Error::NoLimits`], [`Error::PermissionDenied`], and [`Error::Unavailable`] under
-    /// `block`.
+    /// before any bucket write; in a cascade, a name neither the entity nor its parent
+    /// declares), [`Error::Rejected`] when the request does not fit,
+    /// [`Error::ResourceDisabled`], [`Error::NoLimits`], [`Error::PermissionDenied`], and
+    /// [`Error::Unavailable`] under `block`.
     ///
-    /// In a cascade the child and its parent may each keep a subset of the stored limits, so
-    /// a name unknown to one of them is debited where it is known and ignored (with a
-    /// warning) where it is not; a name neither knows is then not refused.
+    /// In a cascade the child and its parent may each keep a subset of the stored limits
+    /// (per-key `rpm` on the key, a `tpm` budget on the project): each bucket is debited the
+    /// consumed names it declares, and a warm acquire is one request per bucket. Explicit
+    /// [`Acquire::limits`] are every bucket's limits.
     ///
     /// # Panics (when awaited)
     /// Outside a Tokio runtime: the requests need Tokio's I/O and timers (see [`Acquire`]).
@@ -503,83 +505,147 @@ impl RateLimiter {
     }
 
     /// Debits the entity and, when it cascades, its direct parent (never the grandparent).
+    ///
+    /// Each bucket is sent the consumed names it declares, so that a child and a parent
+    /// that keep different limits (per-key `rpm` on the key, a `tpm` budget on the project)
+    /// both stay on the fast path. With explicit limits both are given every limit, and
+    /// both are sent the whole demand.
     async fn cascade_acquire(
         &self,
         entity_id: &str,
         resource: &str,
-        demand: &BTreeMap<String, i64>,
+        demand: &Demand,
         limits: Option<&[Limit]>,
     ) -> Result<Vec<Entry>, (String, Refusal)> {
         let inner = &self.inner;
-        let tag = |owner: &str| {
-            let owner = owner.to_owned();
-            move |r: Refusal| (owner, r)
-        };
         if let Some(Some(parent)) = inner.known_parent(entity_id, resource) {
-            // Warm cascade: both writes at once.
-            // Boxed: two writes' futures side by side would double the size of every
-            // acquire's future, cascading or not.
-            let (child, up) = Box::pin(async {
-                futures::join!(
-                    inner.acquire_one(
-                        entity_id,
-                        resource,
-                        demand,
-                        limits,
-                        Role::Entity { probe: false }
-                    ),
-                    inner.acquire_one(&parent, resource, demand, limits, Role::Parent),
-                )
-            })
-            .await;
-            return match (child, up) {
-                (Ok(c), Ok(p)) => {
-                    if c.cascade && c.parent_id.as_deref() == Some(parent.as_str()) {
-                        Ok(vec![c, p])
-                    } else {
-                        // The item says the cascade changed: the item wins.
-                        Box::pin(inner.compensate(&p)).await;
-                        Box::pin(self.cold_parent(c, resource, demand, limits)).await
-                    }
-                }
-                (Ok(c), Err(r)) => {
-                    Box::pin(inner.compensate(&c)).await;
-                    Err((parent, r))
-                }
-                (Err(r), Ok(p)) => {
-                    Box::pin(inner.compensate(&p)).await;
-                    Err((entity_id.to_owned(), r))
-                }
-                (Err(r), Err(_)) => Err((entity_id.to_owned(), r)),
+            let shares = match limits {
+                Some(_) => Some((Cow::Borrowed(demand), Cow::Borrowed(demand))),
+                None => inner.share(entity_id, &parent, resource, demand),
             };
+            if let Some((mine, theirs)) = shares {
+                // Boxed: two writes' futures side by side would double the size of every
+                // acquire's future, cascading or not.
+                let parts = (mine.as_ref(), theirs.as_ref());
+                return Box::pin(
+                    self.warm_cascade(entity_id, &parent, resource, demand, parts, limits),
+                )
+                .await;
+            }
         }
-        let child = inner
+        self.cold_cascade(entity_id, resource, demand, limits).await
+    }
+
+    /// The cascade known: the child's part of `demand` and the parent's (`parts`) written at
+    /// once.
+    async fn warm_cascade(
+        &self,
+        entity_id: &str,
+        parent: &str,
+        resource: &str,
+        demand: &Demand,
+        (mine, theirs): (&Demand, &Demand),
+        limits: Option<&[Limit]>,
+    ) -> Result<Vec<Entry>, (String, Refusal)> {
+        let inner = &self.inner;
+        let (child, up) = futures::join!(
+            inner.acquire_one(
+                entity_id,
+                resource,
+                mine,
+                limits,
+                Role::Entity {
+                    probe: false,
+                    whole: demand,
+                    parent: Some(theirs),
+                }
+            ),
+            inner.acquire_one(
+                parent,
+                resource,
+                theirs,
+                limits,
+                Role::Parent {
+                    whole: demand,
+                    child: mine,
+                }
+            ),
+        );
+        match (child, up) {
+            (Ok(c), Ok(p)) => {
+                if c.cascade && c.parent_id.as_deref() == Some(parent) {
+                    return Ok(vec![c, p]);
+                }
+                // The item says the cascade changed: the item wins.
+                Box::pin(inner.compensate(&p)).await;
+                if demand.keys().all(|name| c.consumed.contains_key(name)) {
+                    return Box::pin(self.cold_parent(c, resource, demand, limits)).await;
+                }
+                // The child was sent only its part: the whole demand is decided again.
+                Box::pin(inner.compensate(&c)).await;
+                Box::pin(self.cold_cascade(entity_id, resource, demand, limits)).await
+            }
+            (Ok(c), Err(r)) => {
+                Box::pin(inner.compensate(&c)).await;
+                Err((parent.to_owned(), r))
+            }
+            (Err(r), Ok(p)) => {
+                Box::pin(inner.compensate(&p)).await;
+                Err((entity_id.to_owned(), r))
+            }
+            (Err(r), Err(_)) => Err((entity_id.to_owned(), r)),
+        }
+    }
+
+    /// The child first, with the whole demand (its slow pass leaves out the names its parent
+    /// declares and it does not, and refuses the names neither declares), then the parent
+    /// its item names.
+    async fn cold_cascade(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        demand: &Demand,
+        limits: Option<&[Limit]>,
+    ) -> Result<Vec<Entry>, (String, Refusal)> {
+        let child = self
+            .inner
             .acquire_one(
                 entity_id,
                 resource,
                 demand,
                 limits,
-                Role::Entity { probe: true },
+                Role::entity(demand, true),
             )
             .await
-            .map_err(tag(entity_id))?;
+            .map_err(|r| (entity_id.to_owned(), r))?;
         self.cold_parent(child, resource, demand, limits).await
     }
 
-    /// After the child's debit: debit the parent named by the child's item, if it cascades.
+    /// After the child's debit: debit the parent named by the child's item, if it cascades,
+    /// with the names it declares and every name the child did not debit.
     async fn cold_parent(
         &self,
         child: Entry,
         resource: &str,
-        demand: &BTreeMap<String, i64>,
+        demand: &Demand,
         limits: Option<&[Limit]>,
     ) -> Result<Vec<Entry>, (String, Refusal)> {
         let Some(parent) = child.parent_id.clone().filter(|_| child.cascade) else {
             return Ok(vec![child]);
         };
+        let theirs = match limits {
+            Some(_) => Cow::Borrowed(demand),
+            None => self
+                .inner
+                .parent_part(&parent, resource, demand, &child.consumed),
+        };
+        let role = Role::Parent {
+            whole: demand,
+            child: &child.consumed,
+        };
         match Box::pin(
             self.inner
-                .acquire_one(&parent, resource, demand, limits, Role::Parent),
+                .acquire_one(&parent, resource, &theirs, limits, role),
         )
         .await
         {

@@ -9,6 +9,7 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::time::Clock as _;
 use crate::{Error, Lease, Limit, LimitStatus, RateLimiter};
 
 /// What one request consumes, and on which bucket: the entity, the resource and the whole
@@ -62,10 +63,18 @@ type UsageFn = dyn Fn(&http::HeaderMap) -> Vec<(String, i64)> + Send + Sync;
 ///
 /// Admitted and refused answers carry the `RateLimit-Policy` and `RateLimit` fields of the
 /// IETF rate-limit headers draft (draft-ietf-httpapi-ratelimit-headers), one list item per
-/// limit of the charge on the entity's bucket: `"rpm";q=100;w=60` (the quota `q` of whole
-/// tokens that refills in `w` seconds) and `"rpm";r=41;t=36` (`r` tokens remain, the bucket
-/// is full again in `t` seconds; on a refusal, a limit that did not fit has `t` equal to
-/// `Retry-After`). On a sharded bucket they describe the shard that answered.
+/// limit of the charge: `"rpm";q=100;w=60` (the bucket's limit: `q` whole tokens that refill
+/// in `w` seconds) and `"rpm";r=41;t=36` (`r` tokens remain, the bucket is full again in `t`
+/// seconds; on a refusal, a limit that did not fit has `t` equal to `Retry-After`). A quota
+/// reports its allowance as `q`, its period as `w` (the time between the reset edges around
+/// now, or the session window's length) and the time to its next reset as `t`.
+///
+/// An admitted answer describes each limit on the bucket that binds it: the entity's own,
+/// or in a cascade its parent's for a limit only the parent declares or where the parent has
+/// less left (see [`Lease::statuses`]). A refusal describes the bucket that refused. On a
+/// sharded bucket `r` is estimated from the shard that answered, scaled to the whole bucket
+/// ([`LimitStatus::bucket_available`]): an acquire draws its shard at random, so each shard
+/// holds an even share of what is left.
 ///
 /// ```no_run
 /// # async fn demo(limiter: dynalimit::RateLimiter) {
@@ -187,40 +196,83 @@ impl<S: fmt::Debug, B> fmt::Debug for RateLimiterService<S, B> {
     }
 }
 
-/// Seconds, rounded up, for `tokens` of `limit` to refill.
+/// Seconds, rounded up, for `tokens` of `limit` to refill (in `u128`: tokens up to 10^15
+/// times a period up to 10^9 seconds do not fit an `i64`); at most `i64::MAX`.
 fn refill_seconds(limit: &Limit, tokens: i64) -> i64 {
-    let (amount, period) = (limit.refill_amount().max(1), limit.refill_period_seconds());
-    (tokens.max(0) * period + amount - 1) / amount
+    let amount = u128::from(limit.refill_amount().max(1).unsigned_abs());
+    let period = u128::from(limit.refill_period_seconds().max(0).unsigned_abs());
+    let tokens = u128::from(tokens.max(0).unsigned_abs());
+    i64::try_from((tokens * period).div_ceil(amount)).unwrap_or(i64::MAX)
 }
 
-/// The `RateLimit-Policy` and `RateLimit` fields of `statuses`; `wait` is the `t` of a limit
-/// that did not fit (the refusal's `Retry-After`).
-fn ratelimit_fields(statuses: &[LimitStatus], wait: Option<u64>) -> Option<(String, String)> {
+/// Whole seconds in `ms` milliseconds, rounded up; never negative.
+fn seconds_up(ms: i64) -> i64 {
+    ms.max(0).saturating_add(999) / 1000
+}
+
+/// A quota's period and the seconds until it resets, at `now` (epoch ms): a calendar
+/// quota's period is the time between the reset edges around now (its longest cycle when an
+/// edge is out of reach), a session quota's is its window, which resets when the live window
+/// ends (none live: the whole allowance is there, 0). `None` for a limit that refills.
+fn quota_period(status: &LimitStatus, now: i64) -> Option<(i64, i64)> {
+    let limit = &status.bucket_limit;
+    if let Some(reset) = limit.reset() {
+        let next = reset.next_edge(now);
+        let period = match (reset.prev_edge(now), next) {
+            (Some(prev), Some(next)) => seconds_up(next.saturating_sub(prev)),
+            _ => reset.cycle_seconds(),
+        };
+        let resets_in = next.map_or(period, |next| seconds_up(next.saturating_sub(now)));
+        return Some((period, resets_in));
+    }
+    let window = limit.window_seconds()?;
+    let resets_in = status
+        .resets_at_ms
+        .map_or(0, |end| seconds_up(end.saturating_sub(now)));
+    Some((window, resets_in))
+}
+
+/// The `RateLimit-Policy` and `RateLimit` fields of `statuses` at `now` (epoch ms): each
+/// bucket's limit and its estimated balance; `wait` is the `t` of a limit that did not fit
+/// (the refusal's `Retry-After`).
+fn ratelimit_fields(
+    statuses: &[LimitStatus],
+    wait: Option<u64>,
+    now: i64,
+) -> Option<(String, String)> {
     if statuses.is_empty() {
         return None;
     }
     let mut policy = Vec::with_capacity(statuses.len());
     let mut state = Vec::with_capacity(statuses.len());
     for st in statuses {
-        let quota = st.limit.capacity();
-        let name = st.limit.name();
-        policy.push(format!(
-            "\"{name}\";q={quota};w={}",
-            refill_seconds(&st.limit, quota)
-        ));
-        let remaining = st.available.clamp(0, quota);
+        let limit = &st.bucket_limit;
+        let (name, quota) = (limit.name(), limit.capacity());
+        let remaining = st.bucket_available().clamp(0, quota);
+        let (window, full_in) = quota_period(st, now).unwrap_or_else(|| {
+            (
+                refill_seconds(limit, quota),
+                refill_seconds(limit, quota - remaining),
+            )
+        });
+        policy.push(format!("\"{name}\";q={quota};w={window}"));
         let reset = match wait {
             Some(seconds) if st.exceeded => i64::try_from(seconds).unwrap_or(i64::MAX),
-            _ => refill_seconds(&st.limit, quota - remaining),
+            _ => full_in,
         };
         state.push(format!("\"{name}\";r={remaining};t={reset}"));
     }
     Some((policy.join(", "), state.join(", ")))
 }
 
-/// Adds the rate-limit fields of `statuses` to `response`.
-fn with_ratelimit<R>(response: &mut Response<R>, statuses: &[LimitStatus], wait: Option<u64>) {
-    let Some((policy, state)) = ratelimit_fields(statuses, wait) else {
+/// Adds the rate-limit fields of `statuses` at `now` to `response`.
+fn with_ratelimit<R>(
+    response: &mut Response<R>,
+    statuses: &[LimitStatus],
+    wait: Option<u64>,
+    now: i64,
+) {
+    let Some((policy, state)) = ratelimit_fields(statuses, wait, now) else {
         return;
     };
     for (name, value) in [("ratelimit-policy", policy), ("ratelimit", state)] {
@@ -232,8 +284,8 @@ fn with_ratelimit<R>(response: &mut Response<R>, statuses: &[LimitStatus], wait:
     }
 }
 
-/// The response answering a refused or failed acquire.
-fn refusal<R: Default>(error: &Error) -> Response<R> {
+/// The response answering a refused or failed acquire at `now` (epoch ms).
+fn refusal<R: Default>(error: &Error, now: i64) -> Response<R> {
     let (status, retry_after) = match error {
         Error::Rejected(rejection) => (
             StatusCode::TOO_MANY_REQUESTS,
@@ -252,7 +304,7 @@ fn refusal<R: Default>(error: &Error) -> Response<R> {
             .insert(http::header::RETRY_AFTER, HeaderValue::from(seconds));
     }
     if let Error::Rejected(rejection) = error {
-        with_ratelimit(&mut response, rejection.statuses(), retry_after);
+        with_ratelimit(&mut response, rejection.statuses(), retry_after, now);
     }
     response
 }
@@ -304,6 +356,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let key = (self.layer.key)(&request);
         let limiter = self.layer.limiter.clone();
+        let clock = Arc::clone(limiter.repository().clock());
         let limits = self.layer.limits.clone();
         let usage = self.layer.usage.clone();
         Box::pin(async move {
@@ -316,7 +369,7 @@ where
             }
             let lease = match acquire.await {
                 Ok(lease) => lease,
-                Err(e) => return Ok(refusal(&e)),
+                Err(e) => return Ok(refusal(&e, clock.epoch_millis())),
             };
             let mut result = inner.call(request).await;
             let succeeded = matches!(&result, Ok(r) if !r.status().is_server_error());
@@ -324,7 +377,7 @@ where
                 if let Some(usage) = &usage {
                     adjust_to_usage(&lease, &usage(response.headers()));
                 }
-                with_ratelimit(response, &lease.statuses(), None);
+                with_ratelimit(response, &lease.statuses(), None, clock.epoch_millis());
             }
             settle(lease, succeeded).await;
             result
@@ -335,10 +388,13 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schedule::Zone;
 
-    fn status(limit: Limit, available: i64, exceeded: bool) -> LimitStatus {
+    /// A status of one shard's share of `bucket` split `shards` ways.
+    fn status(bucket: Limit, shards: u32, available: i64, exceeded: bool) -> LimitStatus {
         LimitStatus {
-            limit,
+            limit: bucket.shard_share(shards),
+            bucket_limit: bucket,
             available,
             requested: 1,
             exceeded,
@@ -351,20 +407,21 @@ mod tests {
     #[test]
     fn fields_describe_each_limit_as_the_draft_spells_them() {
         let statuses = [
-            status(Limit::per_minute("rpm", 100), 41, false),
+            status(Limit::per_minute("rpm", 100), 1, 41, false),
             status(
                 Limit::per_minute("tpm", 10_000).with_burst(20_000),
+                1,
                 -5,
                 true,
             ),
         ];
-        let (policy, state) = ratelimit_fields(&statuses, Some(31)).unwrap();
+        let (policy, state) = ratelimit_fields(&statuses, Some(31), 0).unwrap();
         assert_eq!(policy, "\"rpm\";q=100;w=60, \"tpm\";q=20000;w=120");
         // 59 tokens at 100/min take 35.4 s (rounded up); tpm did not fit: Retry-After.
         assert_eq!(state, "\"rpm\";r=41;t=36, \"tpm\";r=0;t=31");
-        let (_, admitted) = ratelimit_fields(&statuses[..1], None).unwrap();
+        let (_, admitted) = ratelimit_fields(&statuses[..1], None, 0).unwrap();
         assert_eq!(admitted, "\"rpm\";r=41;t=36");
-        assert!(ratelimit_fields(&[], None).is_none());
+        assert!(ratelimit_fields(&[], None, 0).is_none());
         assert_eq!(refill_seconds(&Limit::per_hour("rph", 7), 7), 3600);
         assert_eq!(refill_seconds(&Limit::per_hour("rph", 7), 0), 0);
     }
@@ -376,14 +433,71 @@ mod tests {
             code: "ValidationException".into(),
             message: "too many operators".into(),
         };
-        let response: Response<()> = refusal(&Error::InvalidRequest(refused));
+        let response: Response<()> = refusal(&Error::InvalidRequest(refused), 0);
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
         let down = Error::Unavailable {
             entity_id: "e".into(),
             resource: "r".into(),
             message: "down".into(),
         };
-        let response: Response<()> = refusal(&down);
+        let response: Response<()> = refusal(&down, 0);
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[test]
+    fn a_sharded_bucket_reports_its_limit_and_its_balance_scaled_from_the_shard() {
+        // 100 a minute over 8 shards: a shard holds 12; one with 3 left stands for 25 of 100.
+        let statuses = [status(Limit::per_minute("rpm", 100), 8, 3, false)];
+        let (policy, state) = ratelimit_fields(&statuses, None, 0).unwrap();
+        assert_eq!(policy, "\"rpm\";q=100;w=60");
+        assert_eq!(state, "\"rpm\";r=25;t=45");
+        // A full shard: the whole bucket, never more.
+        let full = [status(Limit::per_minute("rpm", 100), 3, 33, false)];
+        let (_, state) = ratelimit_fields(&full, None, 0).unwrap();
+        assert_eq!(state, "\"rpm\";r=100;t=0");
+    }
+
+    #[test]
+    fn a_quota_reports_its_period_and_the_time_to_its_next_reset() {
+        let utc = Zone::utc();
+        // 2026-03-10T18:00:00Z: the daily quota resets in 6 h, its month in 22 days.
+        let now = 1_773_165_600_000;
+        let day = Limit::quota_per_day("tpd", 1_000_000, utc.clone());
+        let month = Limit::quota_per_month("tpmo", 5_000, utc);
+        let statuses = [status(day, 2, 125_000, false), status(month, 1, 0, true)];
+        let (policy, state) = ratelimit_fields(&statuses, Some(9), now).unwrap();
+        assert_eq!(
+            policy,
+            "\"tpd\";q=1000000;w=86400, \"tpmo\";q=5000;w=2678400"
+        );
+        assert_eq!(state, "\"tpd\";r=250000;t=21600, \"tpmo\";r=0;t=9");
+        // A session quota: its window; resetting when the live one ends, else full now.
+        let mut session = status(Limit::session_quota("tps", 500, 3600), 1, 100, false);
+        session.resets_at_ms = Some(now + 1_500);
+        let (policy, state) = ratelimit_fields(std::slice::from_ref(&session), None, now).unwrap();
+        assert_eq!(policy, "\"tps\";q=500;w=3600");
+        assert_eq!(state, "\"tps\";r=100;t=2");
+        session.resets_at_ms = None;
+        let (_, state) = ratelimit_fields(&[session], None, now).unwrap();
+        assert_eq!(state, "\"tps\";r=100;t=0");
+    }
+
+    #[test]
+    fn the_largest_limits_never_overflow() {
+        use dynalimit_core::limit::{MAX_PERIOD_SECONDS, MAX_TOKENS};
+        let huge = Limit::custom("big", MAX_TOKENS, 1, MAX_PERIOD_SECONDS);
+        // 10^15 tokens at one every 10^9 s: 10^24 s, beyond i64, reported as its maximum.
+        assert_eq!(refill_seconds(&huge, MAX_TOKENS), i64::MAX);
+        let statuses = [status(huge, 32, 0, false)];
+        let (policy, state) = ratelimit_fields(&statuses, None, 0).unwrap();
+        assert_eq!(policy, format!("\"big\";q={MAX_TOKENS};w={}", i64::MAX));
+        assert_eq!(state, format!("\"big\";r=0;t={}", i64::MAX));
+        assert_eq!(
+            refill_seconds(
+                &Limit::custom("x", MAX_TOKENS, MAX_TOKENS, MAX_PERIOD_SECONDS),
+                1
+            ),
+            1
+        );
     }
 }
