@@ -27,8 +27,10 @@
 
 pub mod binary;
 pub mod fault;
+pub mod hostile;
 pub mod lambda;
 mod memory;
+pub use memory::serve as serve_store;
 pub mod moto;
 pub mod raw;
 pub mod soak;

@@ -54,3 +54,36 @@ impl HttpClient for Routed {
         })
     }
 }
+
+/// Serves `store` over HTTP on a free loopback port, for a process of its own (the CLI) to
+/// reach: every request's `X-Amz-Target` and body are answered by [`Store::serve`]. Returns
+/// the endpoint URL; the server stops with the runtime.
+///
+/// # Panics
+/// When no loopback port can be bound.
+pub async fn serve(store: &Store) -> String {
+    use axum::body::{Body, to_bytes};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a loopback port");
+    let addr = listener.local_addr().expect("the bound address");
+    let store = store.clone();
+    let app = axum::Router::new().fallback(move |request: http::Request<Body>| {
+        let store = store.clone();
+        async move {
+            let target = request
+                .headers()
+                .get("x-amz-target")
+                .and_then(|t| t.to_str().ok())
+                .map(str::to_owned);
+            let body = to_bytes(request.into_body(), usize::MAX)
+                .await
+                .unwrap_or_default();
+            store.serve(target.as_deref(), &body).map(Body::from)
+        }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}")
+}

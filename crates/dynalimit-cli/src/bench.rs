@@ -45,7 +45,7 @@ use dynalimit_core::{Clock as _, SystemClock};
 use dynalimit_demo::{Target, print_table};
 use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_repository::aws::AwsSettings;
-use dynalimit_repository::bucket::{BucketKey, BucketStore};
+use dynalimit_repository::bucket::{BucketKey, BucketStore, OnThrottle};
 use dynalimit_repository::{NewEntity, Repository, RequestCounter};
 
 /// Options of `dynalimit bench`.
@@ -693,7 +693,12 @@ impl Bench {
                 // Any answer counts: the request is what is measured (a hot bucket's write
                 // capacity may refuse some at high concurrency).
                 self.store
-                    .speculative_consume(&key, &demand, SystemClock.epoch_millis())
+                    .speculative_consume(
+                        &key,
+                        &demand,
+                        SystemClock.epoch_millis(),
+                        OnThrottle::Retry,
+                    )
                     .await?;
                 Ok(())
             }

@@ -1,5 +1,5 @@
-//! `dynalimit bench --hot-key`: admitted acquires per second on one hot entity as its bucket
-//! doubles from 1 to 32 shards, under DynamoDB's per-partition write limit.
+//! `dynalimit bench --hot-key`: admitted acquires per second on one hot entity whose bucket
+//! starts as one shard and splits on its own, under DynamoDB's per-partition write limit.
 //!
 //! DynamoDB Local accepts any rate on one key, so the run puts a
 //! [`ThrottleProxy`](dynalimit_local::throttle::ThrottleProxy) in front of it: each partition
@@ -8,16 +8,18 @@
 //! does at about 1000. The default rate is lower than DynamoDB's so that the curve stays
 //! below what the client machine can drive for longer; the proportions are DynamoDB's.
 //!
-//! For each shard count, a fresh entity's bucket is split to that count before the
-//! measurement (each split creates the new shards with half of what the older ones hold);
-//! every shard is then filled by an operator's reset on the emulator directly
-//! (`--cold-shards` leaves the split's balances), then the load is warmed for
-//! two seconds, then `--tasks` concurrent tasks acquire
-//! `rpm=1` and commit for `--hot-key-seconds`. The limits are far above what a run spends, so
-//! only the partitions bind. After each step every shard is read back: the consumption the
+//! `--tasks` concurrent tasks acquire `rpm=1` and commit on one fresh entity, without a
+//! pause, through the proxy. Nothing else touches the hot bucket: it is created by the first
+//! acquire, as one shard, and every split is the library's own (sustained throttling of
+//! shard 0, or its write capacity). Shard 0's count is read every 100 ms straight from the
+//! emulator; each count the bucket holds is measured from a quarter second after it was
+//! reached until the next split. The run ends once a count has held for `--hot-key-seconds`
+//! (or at `--max-shards`), or after five minutes. The limits are far above what a run spends,
+//! so only the partitions bind. At the end every shard is read back: the consumption the
 //! table recorded must equal the acquires the client counted as admitted (nothing admitted
-//! without being debited, nothing debited twice). The same load on another entity with as many
-//! shards, straight at the emulator, gives what the client machine can drive at that count.
+//! without being debited, nothing debited twice). The same load on another entity split to
+//! each count beforehand, straight at the emulator, gives what the client machine can drive
+//! at that count (the ceiling).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,8 +33,8 @@ use dynalimit_core::{Clock as _, SystemClock};
 use dynalimit_demo::Target;
 use dynalimit_format::bucket::BucketKey;
 use dynalimit_local::throttle::{PartitionLimits, ThrottleProxy};
+use dynalimit_repository::Repository;
 use dynalimit_repository::aws::AwsSettings;
-use dynalimit_repository::{OperationOptions, Repository};
 
 /// Options of the hot-key curve (`dynalimit bench --hot-key`).
 #[derive(Debug, Args)]
@@ -45,19 +47,16 @@ pub(crate) struct HotKeyArgs {
     /// Writes per second one partition key sustains in the hot-key curve (DynamoDB: 1000).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     partition_rate: u32,
-    /// Shard counts of the hot-key curve (comma-separated powers of two up to 32).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
-    shards: Vec<u32>,
-    /// Measured seconds per shard count.
+    /// The shard count at which the hot-key run ends (a power of two up to 32).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=32))]
+    max_shards: u32,
+    /// Seconds a shard count must hold, measured, for the hot-key run to end there (also the
+    /// measured seconds of each ceiling).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
     hot_key_seconds: u64,
-    /// Concurrent acquiring tasks in the hot-key curve.
+    /// Concurrent acquiring tasks in the hot-key run.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     tasks: u64,
-    /// Measure the shards as the splits left them (by default an operator's reset fills
-    /// every shard before the measurement).
-    #[arg(long)]
-    cold_shards: bool,
     /// Write the curve as an SVG plot to this file.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
@@ -65,30 +64,24 @@ pub(crate) struct HotKeyArgs {
 
 const RESOURCE: &str = "model";
 
-/// One point of the curve.
+/// One shard count the hot bucket held.
 #[derive(Debug, Clone)]
 struct Point {
     shards: u32,
+    /// Measured seconds at this count.
+    seconds: f64,
     admitted_per_s: f64,
-    /// The same load with no throttling, on another entity with as many shards.
+    /// The same load with no throttling, on another entity split to as many shards.
     ceiling_per_s: f64,
     /// Acquires that failed (throttled past the client's retries).
     failed: u64,
-    /// Requests the proxy refused during the step.
+    /// Requests the proxy refused while measured.
     throttled: u64,
-    /// Requests the proxy forwarded during the step.
+    /// Requests the proxy forwarded while measured.
     forwarded: u64,
-    /// Admitted acquires of the entity, warm-up included.
-    admitted: u64,
-    /// The consumption the shards recorded, in acquires.
-    recorded: f64,
 }
 
 impl Point {
-    fn conserved(&self) -> bool {
-        (self.recorded - self.admitted as f64).abs() < f64::EPSILON
-    }
-
     /// 0.8 x shards x the partition rate.
     fn target(&self, rate: f64) -> f64 {
         0.8 * rate * f64::from(self.shards)
@@ -100,6 +93,21 @@ impl Point {
     }
 }
 
+/// What the hot entity's run gave.
+struct Run {
+    points: Vec<Point>,
+    /// Every admitted acquire of the hot entity.
+    admitted: u64,
+    /// The consumption its shards recorded, in acquires.
+    recorded: f64,
+}
+
+impl Run {
+    fn conserved(&self) -> bool {
+        (self.recorded - self.admitted as f64).abs() < f64::EPSILON
+    }
+}
+
 /// Runs the curve.
 pub(crate) async fn run(
     args: &HotKeyArgs,
@@ -108,12 +116,8 @@ pub(crate) async fn run(
     json_out: bool,
 ) -> anyhow::Result<()> {
     anyhow::ensure!(
-        !args.shards.is_empty()
-            && args
-                .shards
-                .iter()
-                .all(|s| s.is_power_of_two() && (1..=32).contains(s)),
-        "--shards takes powers of two between 1 and 32"
+        args.max_shards.is_power_of_two(),
+        "--max-shards takes a power of two between 1 and 32"
     );
     if !json_out {
         eprintln!("Starting the endpoint...");
@@ -121,18 +125,22 @@ pub(crate) async fn run(
     let target = Target::from_settings(settings).await?;
     let outcome = curve(args, &target, stack, json_out).await;
     target.stop().await;
-    let points = outcome?;
+    let run = outcome?;
     let rate = f64::from(args.partition_rate);
+    let splits = u32::try_from(run.points.len().saturating_sub(1)).unwrap_or(u32::MAX);
     if json_out {
         let report = HotKeyReport {
             machine: crate::output::bench::Machine::this_host(),
             partition_writes_per_s: args.partition_rate,
             tasks: args.tasks,
-            seconds_per_step: args.hot_key_seconds,
-            points: points
+            steady_seconds: args.hot_key_seconds,
+            splits,
+            points: run
+                .points
                 .iter()
                 .map(|p| HotKeyPoint {
                     shards: p.shards,
+                    seconds: (p.seconds * 10.0).round() / 10.0,
                     admitted_per_s: p.admitted_per_s.round(),
                     target_per_s: p.target(rate).round(),
                     ceiling_per_s: p.ceiling_per_s.round(),
@@ -140,26 +148,28 @@ pub(crate) async fn run(
                     failed: p.failed,
                     throttled_requests: p.throttled,
                     forwarded_requests: p.forwarded,
-                    admitted: p.admitted,
-                    recorded: p.recorded,
-                    conserved: p.conserved(),
                 })
                 .collect(),
+            admitted: run.admitted,
+            recorded: run.recorded,
+            conserved: run.conserved(),
         };
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "\nhot key: one entity, {} tasks, {} s per step, each shard {} writes/s\n",
-            args.tasks, args.hot_key_seconds, args.partition_rate
+            "\nhot key: one entity from one shard, {} tasks, each shard {} writes/s, {splits} \
+             splits by the library\n",
+            args.tasks, args.partition_rate
         );
         println!(
-            "| shards | admitted/s | shards x rate | target (0.8x) | ceiling (no throttling) | met | failed acquires | throttled requests | recorded = admitted |"
+            "| shards | seconds | admitted/s | shards x rate | target (0.8x) | ceiling (no throttling) | met | failed acquires | throttled requests |"
         );
-        println!("|---:|---:|---:|---:|---:|---|---:|---:|---|");
-        for p in &points {
+        println!("|---:|---:|---:|---:|---:|---:|---|---:|---:|");
+        for p in &run.points {
             println!(
-                "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} |",
+                "| {} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} |",
                 p.shards,
+                p.seconds,
                 p.admitted_per_s,
                 rate * f64::from(p.shards),
                 p.target(rate),
@@ -167,37 +177,48 @@ pub(crate) async fn run(
                 if p.met(rate) { "yes" } else { "no" },
                 p.failed,
                 p.throttled,
-                if p.conserved() {
-                    format!("yes ({})", p.admitted)
-                } else {
-                    format!("NO: {} admitted, {} recorded", p.admitted, p.recorded)
-                }
             );
         }
+        println!(
+            "\nrecorded = admitted: {}",
+            if run.conserved() {
+                format!("yes ({})", run.admitted)
+            } else {
+                format!("NO: {} admitted, {} recorded", run.admitted, run.recorded)
+            }
+        );
     }
     if let Some(path) = &args.plot {
-        std::fs::write(path, plot(&points, rate))
+        std::fs::write(path, plot(&run.points, rate))
             .with_context(|| format!("writing {}", path.display()))?;
         if !json_out {
             eprintln!("plot written to {}", path.display());
         }
     }
     anyhow::ensure!(
-        points.iter().all(Point::conserved),
+        run.conserved(),
         "the recorded consumption differs from the admitted acquires"
     );
     Ok(())
 }
+
+/// How long after a split its count is measured from: the split's own transaction and the
+/// first slow passes on the new shards are not the count's steady state.
+const SETTLE: Duration = Duration::from_millis(250);
+
+/// How often shard 0's count is read.
+const SAMPLE: Duration = Duration::from_millis(100);
+
+/// The longest hot-key run.
+const LONGEST: Duration = Duration::from_secs(300);
 
 async fn curve(
     args: &HotKeyArgs,
     target: &Target,
     stack: &str,
     json_out: bool,
-) -> anyhow::Result<Vec<Point>> {
+) -> anyhow::Result<Run> {
     let direct = open(target.client(None).await?, stack).await?;
-    // Stored as well as passed with each acquire: the reset that fills the shards reads them.
-    direct.set_system_defaults(&limits(), None).await?;
     let proxy = ThrottleProxy::start(
         target.url(),
         PartitionLimits::new(dynalimit_format::attr::PK, args.partition_rate),
@@ -209,54 +230,118 @@ async fn curve(
     let warm_up = Duration::from_secs(2);
 
     // The emulator's JIT warms on a load nobody measures.
-    Step::new(&direct, "warm-up", 4)
-        .await?
-        .load(
-            args.tasks,
-            Duration::from_secs(3),
-            Duration::from_millis(100),
-            || (0, 0),
-        )
+    let warm = Step::new(&direct, "warm-up", 4).await?;
+    warm.start(args.tasks)
+        .stop_after(Duration::from_secs(3))
         .await;
 
-    let mut points = Vec::new();
-    for &shards in &args.shards {
-        let ceiling_per_s = Step::new(&direct, &format!("free-{shards}"), shards)
-            .await?
-            .load(args.tasks, warm_up, seconds, || (0, 0))
-            .await
-            .0;
-        let entity = format!("hot-{shards}");
-        let mut step = Step::new(&throttled, &entity, shards).await?;
-        if !args.cold_shards {
-            step.settle(&direct, shards).await?;
-        }
-        let (admitted_per_s, failed, (throttled_n, forwarded_n)) = step
-            .load(args.tasks, warm_up, seconds, || {
-                (proxy.throttled(), proxy.forwarded())
-            })
-            .await;
-        // Read back through the emulator directly: the proxy would charge the reads.
-        let recorded = recorded(&direct, &entity, shards).await?;
-        let point = Point {
-            shards,
-            admitted_per_s,
-            ceiling_per_s,
-            failed,
-            throttled: throttled_n,
-            forwarded: forwarded_n,
-            admitted: step.admitted.load(Ordering::Relaxed),
-            recorded,
-        };
+    // What the client machine and the emulator drive at each count, with no throttling.
+    let mut ceilings = std::collections::BTreeMap::new();
+    let mut count = 1;
+    while count <= args.max_shards {
+        let step = Step::new(&direct, &format!("free-{count}"), count).await?;
+        let load = step.start(args.tasks);
+        tokio::time::sleep(warm_up).await;
+        let before = load.mark(|| (0, 0));
+        tokio::time::sleep(seconds).await;
+        let after = load.mark(|| (0, 0));
+        load.stop().await;
+        let ceiling = after.rate_since(&before);
         if !json_out {
+            eprintln!("  ceiling at {count:>2} shards: {ceiling:.0} admitted/s");
+        }
+        ceilings.insert(count, ceiling);
+        count *= 2;
+    }
+
+    // The hot entity: one shard, and the library alone from there.
+    let entity = "hot";
+    let step = Step::new(&throttled, entity, 1).await?;
+    let load = step.start(args.tasks);
+    let probe = || (proxy.throttled(), proxy.forwarded());
+    let store = direct.buckets();
+    let key = BucketKey::new(entity, RESOURCE, 0);
+    let started = SystemClock.monotonic();
+    // (count, the first sample at it)
+    let mut samples: Vec<(u32, Mark)> = vec![(1, load.mark(probe))];
+    loop {
+        tokio::time::sleep(SAMPLE).await;
+        let count = store.read(&key).await?.map_or(1, |img| img.shards());
+        let mark = load.mark(probe);
+        let at = mark.at;
+        if !json_out && samples.last().is_some_and(|(last, _)| *last != count) {
             eprintln!(
-                "  {shards:>2} shards: {admitted_per_s:>6.0} admitted/s (no throttling: \
-                 {ceiling_per_s:.0}), {failed} failed, {throttled_n} throttled requests"
+                "  split to {count:>2} shards after {:.1} s",
+                (at - started).as_secs_f64()
             );
         }
-        points.push(point);
+        samples.push((count, mark));
+        let since = samples
+            .iter()
+            .rev()
+            .take_while(|(c, _)| *c == count)
+            .last()
+            .map_or(at, |(_, m)| m.at);
+        if at - since >= SETTLE + seconds || at - started >= LONGEST {
+            break;
+        }
     }
-    Ok(points)
+    load.stop().await;
+    let points = stages(&samples, &ceilings);
+    for p in &points {
+        if !json_out {
+            eprintln!(
+                "  {:>2} shards: {:>6.0} admitted/s over {:.1} s (no throttling: {:.0}), {} \
+                 failed, {} throttled requests",
+                p.shards, p.admitted_per_s, p.seconds, p.ceiling_per_s, p.failed, p.throttled
+            );
+        }
+    }
+    let last = samples.last().map_or(1, |(c, _)| *c);
+    // Read back through the emulator directly: the proxy would charge the reads.
+    let recorded = recorded(&direct, entity, last).await?;
+    Ok(Run {
+        points,
+        admitted: step.admitted.load(Ordering::Relaxed),
+        recorded,
+    })
+}
+
+/// The counts the samples went through, each measured from [`SETTLE`] after its first sample
+/// to the first sample of the next count (the whole stage when it was shorter).
+fn stages(samples: &[(u32, Mark)], ceilings: &std::collections::BTreeMap<u32, f64>) -> Vec<Point> {
+    let mut points = Vec::new();
+    let mut i = 0;
+    while i < samples.len() {
+        let count = samples[i].0;
+        let end = samples[i..]
+            .iter()
+            .position(|(c, _)| *c != count)
+            .map_or(samples.len() - 1, |n| i + n);
+        let first = &samples[i].1;
+        let last = &samples[end].1;
+        let from = samples[i..=end]
+            .iter()
+            .map(|(_, m)| m)
+            .find(|m| m.at >= first.at + SETTLE && m.at < last.at)
+            .unwrap_or(first);
+        if last.at > from.at {
+            points.push(Point {
+                shards: count,
+                seconds: (last.at - from.at).as_secs_f64(),
+                admitted_per_s: last.rate_since(from),
+                ceiling_per_s: ceilings.get(&count).copied().unwrap_or(f64::INFINITY),
+                failed: last.failed - from.failed,
+                throttled: last.probe.0 - from.probe.0,
+                forwarded: last.probe.1 - from.probe.1,
+            });
+        }
+        if end == samples.len() - 1 {
+            break;
+        }
+        i = end;
+    }
+    points
 }
 
 async fn open(client: aws_sdk_dynamodb::Client, stack: &str) -> anyhow::Result<Repository> {
@@ -281,8 +366,41 @@ struct Step {
     admitted: Arc<AtomicU64>,
 }
 
+/// The counters of a load at one moment.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    at: Duration,
+    ok: u64,
+    failed: u64,
+    /// The proxy's refused and forwarded requests.
+    probe: (u64, u64),
+}
+
+impl Mark {
+    /// Admitted acquires per second from `earlier` to this mark.
+    fn rate_since(&self, earlier: &Mark) -> f64 {
+        let seconds = (self.at - earlier.at).as_secs_f64();
+        if seconds > 0.0 {
+            (self.ok - earlier.ok) as f64 / seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Tasks acquiring on one entity until stopped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    first_error: Arc<std::sync::Mutex<Option<String>>>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    admitted: Arc<AtomicU64>,
+}
+
 impl Step {
-    /// Creates the entity's bucket and splits it to `shards`.
+    /// Creates the entity's bucket with one acquire, and splits it to `shards` (the ceiling's
+    /// entities only: the hot entity starts at one).
     async fn new(repo: &Repository, entity: &str, shards: u32) -> anyhow::Result<Step> {
         let limiter = RateLimiter::new(repo.clone());
         limiter
@@ -311,44 +429,13 @@ impl Step {
         })
     }
 
-    /// Fills every one of the `shards` shards through `direct` (no throttling) with an
-    /// operator's reset.
-    async fn settle(&self, direct: &Repository, shards: u32) -> anyhow::Result<()> {
-        direct
-            .reset_bucket(&self.entity, RESOURCE, &OperationOptions::new())
-            .await?;
-        let store = direct.buckets();
-        for shard in 0..shards {
-            let key = BucketKey::new(self.entity.as_str(), RESOURCE, shard);
-            let filled = store
-                .read(&key)
-                .await?
-                .and_then(|i| i.limits.get("rpm").map(|l| l.tk > 0));
-            anyhow::ensure!(
-                filled == Some(true),
-                "shard {shard} of {} holds no tokens after the reset",
-                self.entity
-            );
-        }
-        Ok(())
-    }
-
-    /// `tasks` tasks acquiring without a pause: unmeasured for `warm_up`, then measured for
-    /// `length`, the load never stopping between the two (a pause would let the partitions
-    /// refill their burst). Admitted acquires per second and failures of the measured part,
-    /// and `probe`'s reading over it.
-    async fn load<P: Fn() -> (u64, u64)>(
-        &mut self,
-        tasks: u64,
-        warm_up: Duration,
-        length: Duration,
-        probe: P,
-    ) -> (f64, u64, (u64, u64)) {
+    /// Starts `tasks` tasks acquiring and committing without a pause.
+    fn start(&self, tasks: u64) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let ok = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicU64::new(0));
         let first_error = Arc::new(std::sync::Mutex::new(None::<String>));
-        let workers: Vec<_> = (0..tasks)
+        let workers = (0..tasks)
             .map(|_| {
                 let (limiter, entity) = (self.limiter.clone(), self.entity.clone());
                 let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
@@ -377,36 +464,50 @@ impl Step {
                 })
             })
             .collect();
-        tokio::time::sleep(warm_up).await;
-        let mark = |at: Duration| {
-            let (a, b) = probe();
-            (
-                at,
-                ok.load(Ordering::Relaxed),
-                failed.load(Ordering::Relaxed),
-                a,
-                b,
-            )
-        };
-        let before = mark(SystemClock.monotonic());
-        first_error.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Load {
+            stop,
+            ok,
+            failed,
+            first_error,
+            workers,
+            admitted: self.admitted.clone(),
+        }
+    }
+}
+
+impl Load {
+    /// The counters now, with `probe`'s reading.
+    fn mark<P: Fn() -> (u64, u64)>(&self, probe: P) -> Mark {
+        Mark {
+            at: SystemClock.monotonic(),
+            ok: self.ok.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            probe: probe(),
+        }
+    }
+
+    /// Runs for `length`, then stops.
+    async fn stop_after(self, length: Duration) {
         tokio::time::sleep(length).await;
-        let after = mark(SystemClock.monotonic());
-        stop.store(true, Ordering::Relaxed);
-        for worker in workers {
+        self.stop().await;
+    }
+
+    /// Stops the tasks, waits for them, and adds what they admitted to the step's count.
+    async fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for worker in self.workers {
             let _ = worker.await;
         }
-        if let Some(e) = first_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            eprintln!("    first failure while measured: {e}");
+        if let Some(e) = self
+            .first_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            eprintln!("    first failure: {e}");
         }
         self.admitted
-            .fetch_add(ok.load(Ordering::Relaxed), Ordering::Relaxed);
-        let seconds = (after.0 - before.0).as_secs_f64();
-        (
-            (after.1 - before.1) as f64 / seconds,
-            after.2 - before.2,
-            (after.3 - before.3, after.4 - before.4),
-        )
+            .fetch_add(self.ok.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 }
 
@@ -434,6 +535,7 @@ fn plot(points: &[Point], rate: f64) -> String {
     let y_max = points
         .iter()
         .flat_map(|p| [p.admitted_per_s, p.ceiling_per_s])
+        .filter(|v| v.is_finite())
         .chain([rate * f64::from(max_shards)])
         .fold(1.0, f64::max)
         * 1.1;
@@ -462,6 +564,7 @@ fn plot(points: &[Point], rate: f64) -> String {
     let target: Vec<(f64, f64)> = shards.iter().map(|s| (*s, 0.8 * s * rate)).collect();
     let ceiling: Vec<(f64, f64)> = points
         .iter()
+        .filter(|p| p.ceiling_per_s.is_finite())
         .map(|p| (f64::from(p.shards), p.ceiling_per_s))
         .collect();
     line(&ideal, "#999999", "2,4");
@@ -537,13 +640,12 @@ mod tests {
             .iter()
             .map(|&shards| Point {
                 shards,
+                seconds: 2.0,
                 admitted_per_s: 45.0 * f64::from(shards),
                 ceiling_per_s: 1000.0,
                 failed: 0,
                 throttled: 0,
                 forwarded: 0,
-                admitted: 0,
-                recorded: 0.0,
             })
             .collect();
         let svg = plot(&points, 50.0);
@@ -552,5 +654,48 @@ mod tests {
         assert_eq!(svg.matches("<circle").count(), 3);
         assert_eq!(svg.matches("<polyline").count(), 4);
         assert!(svg.contains("no throttling"));
+    }
+
+    /// Samples every 100 ms: 50 admitted a second at one shard for a second, then 100 a
+    /// second at two.
+    #[test]
+    fn each_count_is_measured_from_a_quarter_second_after_it_was_reached() {
+        let samples: Vec<(u32, Mark)> = (0..=20u64)
+            .map(|tenth| {
+                let ok = if tenth <= 10 {
+                    5 * tenth
+                } else {
+                    50 + 10 * (tenth - 10)
+                };
+                let mark = Mark {
+                    at: Duration::from_millis(100 * tenth),
+                    ok,
+                    failed: tenth,
+                    probe: (2 * tenth, 3 * tenth),
+                };
+                (if tenth < 10 { 1 } else { 2 }, mark)
+            })
+            .collect();
+        let ceilings = [(1, 300.0), (2, 500.0)].into_iter().collect();
+        let points = stages(&samples, &ceilings);
+        let got: Vec<(u32, String, String, u64)> = points
+            .iter()
+            .map(|p| {
+                let (seconds, rate) = (
+                    format!("{:.1}", p.seconds),
+                    format!("{:.0}", p.admitted_per_s),
+                );
+                (p.shards, seconds, rate, p.failed)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, "0.7".to_owned(), "50".to_owned(), 7),
+                (2, "0.7".to_owned(), "100".to_owned(), 7)
+            ]
+        );
+        assert_eq!(points[1].ceiling_per_s, 500.0);
+        assert_eq!((points[1].throttled, points[1].forwarded), (14, 21));
     }
 }

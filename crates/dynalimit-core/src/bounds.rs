@@ -13,7 +13,7 @@
 //! | `shard_count` | `1..=32` ([`MAX_SHARD_COUNT`]); absent reads as 1 |
 //! | times: `rf`, a session window's `ws` and `wa` | [`EARLIEST_TIME_MS`]`..=`[`LATEST_TIME_MS`] (1970 to 2500) |
 //! | a limit's `tk`, `cp`, `ra`, a quota's `tu` | within ±[`MAX_STORED_MILLI`] |
-//! | a limit's `rp` | up to [`MAX_PERIOD_MS`] (at most 0 reads as 1) |
+//! | a limit's `rp` | `1..=`[`MAX_PERIOD_MS`], required |
 //! | a session window's length `rsa` | `1..=`[`MAX_PERIOD_SECONDS`] |
 //! | a quota's grant count `gc` | `1..=32` |
 //!

@@ -577,6 +577,33 @@ pub fn classify_fast_failure(
     }
 }
 
+/// The first demanded limit whose debit on the fast path came from tokens its limit never
+/// granted: the balance before the debit (`tk + m` on `img`, the item after the debit) was
+/// above the ceiling in force at `now`, or the item holds no such limit (a stray balance
+/// without its capacity). Another writer left that balance; the fast path's condition checks
+/// only `tk >= m`, so the caller gives the debit back ([`plan_refund`]) and decides on the
+/// slow path, whose refill trims the balance to the ceiling. A bypassed item and a live soft
+/// limit admit whatever the balance, and are not reported.
+pub fn debit_beyond_ceiling<'a>(
+    img: &BucketImage,
+    demand: &'a BTreeMap<String, i64>,
+    now: i64,
+) -> Option<&'a str> {
+    if img.bypass_at(now) {
+        return None;
+    }
+    demand
+        .iter()
+        .find(|(name, m)| {
+            !img.soft_at(name, now)
+                && **m > 0
+                && img.limits.get(name.as_str()).is_none_or(|state| {
+                    state.tk.saturating_add(**m) > img.params_at(name, state, now).ceiling
+                })
+        })
+        .map(|(name, _)| name.as_str())
+}
+
 /// One limit's verdict, reported per shard (reference §2.5): the limit is this shard's share,
 /// `available` the refilled balance in whole tokens. [`LimitStatus::bucket_limit`] and
 /// [`LimitStatus::bucket_available`] give the whole bucket's view.
@@ -2103,6 +2130,21 @@ pub fn plan_bypass_refund(consumed: &BTreeMap<String, i64>, shard_count: u32) ->
     }
 }
 
+/// The refund of a fast-path debit taken beyond the ceiling ([`debit_beyond_ceiling`]):
+/// balances and counters get `consumed` back. No guard: it returns only what the debit took,
+/// and the slow pass that follows trims the balance.
+pub fn plan_refund(consumed: &BTreeMap<String, i64>, shard_count: u32) -> DeltaPlan {
+    DeltaPlan {
+        adds: consumed
+            .iter()
+            .filter(|(_, m)| **m != 0)
+            .map(|(name, m)| (name.clone(), *m, -*m))
+            .collect(),
+        guards: Vec::new(),
+        shard_count,
+    }
+}
+
 /// The consumption-only retry after a lost `rf` lock or a lost create (reference §3.7.4):
 /// `ADD tk -c, tc +c` under `tk >= c` for every limit with `c > 0`.
 pub fn consumption_retry(consumed: &BTreeMap<String, i64>) -> Vec<(String, i64)> {
@@ -2341,6 +2383,9 @@ pub fn plan_proactive_doubling(img: &BucketImage, now: i64) -> Option<(u32, u32)
     }
     doubled_shard_count(img.shards()).map(|to| (img.shards(), to))
 }
+
+mod throttling;
+pub use throttling::{SUSTAINED_THROTTLING_MS, THROTTLING_GAP_MS, Throttling, decide_throttling};
 
 #[cfg(test)]
 mod extremes;

@@ -153,9 +153,9 @@ impl<'a> Scalars<'a> {
 ///
 /// Every value the image carries is bounded ([`dynalimit_core::bounds`]): a limit's fields
 /// (present when both its `tk` and its `cp` are) are integers with `tk`, `cp`, `ra` within
-/// ±2 × 10^18 and `rp` at most 10^12; `rf` and a session window's `ws` and `wa` lie between
-/// 1970 and 2500; `shard_count` and a quota's `gc` are in `1..=32`, a quota's `tu` within
-/// ±2 × 10^18, a window's `rsa` in `1..=10^9`. Stamps (`bypass`, `vu`, soft stamps) are kept
+/// ±2 × 10^18 and `rp` present and in `1..=10^12`; `rf` and a session window's `ws` and `wa`
+/// lie between 1970 and 2500; `shard_count` and a quota's `gc` are in `1..=32`, a quota's
+/// `tu` within ±2 × 10^18, a window's `rsa` in `1..=10^9`. Stamps (`bypass`, `vu`, soft stamps) are kept
 /// as stored: the decisions judge them against the time.
 ///
 /// # Errors
@@ -215,6 +215,14 @@ impl Bad {
         }
     }
 
+    /// A required attribute the item does not hold.
+    fn missing(attribute: String, expected: &str) -> Self {
+        Bad {
+            message: format!("{attribute} is missing; it must be {expected}"),
+            attribute,
+        }
+    }
+
     /// The error of the item whose key is `key`.
     fn at(self, key: String) -> FormatError {
         FormatError::corrupt_attribute(key, self.attribute, self.message)
@@ -238,6 +246,8 @@ fn bounded(
 const A_TIME: &str = "an epoch time in milliseconds from 1970 to 2500";
 /// What a millitoken amount read from an item must be.
 const AN_AMOUNT: &str = "a whole number of millitokens within ±2 × 10^18";
+/// What a limit's refill period must be.
+const A_PERIOD: &str = "a refill period from 1 to 10^12 ms";
 /// What a shard count or a grant count must be.
 const A_SHARD_COUNT: &str = "a shard count from 1 to 32";
 const TIMES: std::ops::RangeInclusive<i64> = bounds::EARLIEST_TIME_MS..=bounds::LATEST_TIME_MS;
@@ -256,17 +266,17 @@ fn limit_state(name: &str, fields: [Option<Value<'_>>; 5]) -> Result<Option<Limi
         tk: amount(BucketField::Tk, tk)?,
         cp: amount(BucketField::Cp, cp)?,
         ra: ra.map_or(Ok(0), |v| amount(BucketField::Ra, v))?,
-        // A period of 0 or less reads as 1 ms, as it always has.
-        rp: rp
-            .map_or(Ok(1), |v| {
-                bounded(
-                    attribute(BucketField::Rp),
-                    v,
-                    i64::MIN..=bounds::MAX_PERIOD_MS,
-                    "a refill period of at most 10^12 ms",
-                )
-            })?
-            .max(1),
+        // A period is required and positive: one missing or at most 0 read as 1 ms would
+        // give the whole refill back every millisecond.
+        rp: match rp {
+            Some(v) => bounded(
+                attribute(BucketField::Rp),
+                v,
+                1..=bounds::MAX_PERIOD_MS,
+                A_PERIOD,
+            )?,
+            None => return Err(Bad::missing(bucket_limit(name, BucketField::Rp), A_PERIOD)),
+        },
         tc: tc.map_or(Ok(0), |v| {
             bounded(
                 attribute(BucketField::Tc),
@@ -985,6 +995,7 @@ mod tests {
             ("b_x_tk".to_owned(), num(-3)),
             ("b_y_tk".to_owned(), num(1)),
             ("b_y_cp".to_owned(), num(2)),
+            ("b_y_rp".to_owned(), num(1000)),
             ("b_y_sched".to_owned(), AttributeValue::S("-".into())),
             ("b_y_soft".to_owned(), num(99)),
             ("b_y_ws".to_owned(), AttributeValue::S("soon".into())),
@@ -1061,6 +1072,8 @@ mod tests {
             ("b_rpm_cp", s("100")),
             ("b_rpm_ra", n(i64::MIN)),
             ("b_rpm_rp", n(bounds::MAX_PERIOD_MS + 1)),
+            ("b_rpm_rp", n(0)),
+            ("b_rpm_rp", n(-5)),
             ("b_rpm_tc", AttributeValue::Bool(true)),
             ("b_wcu_tk", n(max + 1)),
             ("b_rpm_gc", n(33)),
@@ -1096,7 +1109,7 @@ mod tests {
             ("b_rpm_tk", n(-max)),
             ("b_rpm_cp", n(max)),
             ("b_rpm_rp", n(bounds::MAX_PERIOD_MS)),
-            ("b_rpm_rp", n(-5)),
+            ("b_rpm_rp", n(1)),
             ("b_rpm_tc", n(i64::MIN)),
             ("b_x_tk", n(i64::MAX)),
             ("bypass", n(i64::MAX)),
@@ -1109,6 +1122,14 @@ mod tests {
             let item = bounded_item(&[(attribute, value.clone())]);
             assert!(decode_both(&item).is_ok(), "{attribute} = {value:?}");
         }
+        // A limit without its refill period is corrupt: read as 1 ms, it would give its
+        // whole refill back every millisecond.
+        let mut item = bounded_item(&[]);
+        item.remove("b_rpm_rp");
+        assert!(matches!(
+            decode_both(&item),
+            Err(FormatError::Corrupt { attribute: Some(a), .. }) if a == "b_rpm_rp"
+        ));
         let item = bounded_item(&[("shard_count", n(33))]);
         assert!(matches!(
             shard_count(&item),
@@ -1307,8 +1328,10 @@ mod tests {
             ("sched".to_owned(), AttributeValue::S("1h9-17s500".into())),
             ("b_rpm_tk".to_owned(), num(1)),
             ("b_rpm_cp".to_owned(), num(2)),
+            ("b_rpm_rp".to_owned(), num(1000)),
             ("b_tpm_tk".to_owned(), num(1)),
             ("b_tpm_cp".to_owned(), num(2)),
+            ("b_tpm_rp".to_owned(), num(1000)),
             ("b_tpm_sched".to_owned(), AttributeValue::S("-".into())),
         ]);
         let img = image_from_item(&item).unwrap();

@@ -45,6 +45,28 @@ pub(crate) enum Resend {
     Harmless,
 }
 
+/// What a bucket write does when DynamoDB refuses it for throughput (throttling): nothing
+/// was applied, so it may go anywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnThrottle {
+    /// Wait and send it again to the same item, as the client's retry configuration says.
+    Retry,
+    /// Hand the refusal back at once, so that the caller sends the request to another
+    /// shard of the bucket.
+    Return,
+    /// The write's first attempt was already refused for throughput (and handed back with
+    /// [`OnThrottle::Return`]): go on with the client's retry configuration from its first
+    /// retry (its pause, then the attempts left), as [`OnThrottle::Retry`] would have.
+    Resume,
+}
+
+impl OnThrottle {
+    /// Whether a throttled attempt is sent again.
+    pub(crate) fn retries(self) -> bool {
+        self != OnThrottle::Return
+    }
+}
+
 /// How long to wait before retry number `n` (1 for the first retry): a cap of
 /// `first × 2^(n-1)`, never above `max`, and a random pause below it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +136,15 @@ impl Backoff {
     /// Waits [`Backoff::delay`] of retry `n`.
     pub async fn pause(&self, n: u32) {
         tokio::time::sleep(self.delay(n)).await;
+    }
+}
+
+/// A write whose first attempt was refused for throughput and which the client's retry
+/// configuration (or the retry budget) does not send again.
+pub(crate) fn throttled_again(operation: &'static str) -> RepositoryError {
+    RepositoryError::Throttled {
+        operation,
+        message: "throttled, and no retry left to send it again".to_owned(),
     }
 }
 

@@ -22,6 +22,7 @@ mod access;
 mod buckets;
 mod config;
 mod entities;
+mod fixture;
 mod moves;
 mod namespaces;
 mod operations;

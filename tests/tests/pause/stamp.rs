@@ -14,7 +14,7 @@ use dynalimit_core::decide::{Plan, Stamps, TtlAction, plan_refill};
 use dynalimit_format::attr::PAUSE_UNTIL as PAUSE_ATTRIBUTE;
 use dynalimit_format::item::get_i64;
 use dynalimit_repository::RequestCounter;
-use dynalimit_repository::bucket::{BucketKey, ConsumeOutcome, RefillOutcome};
+use dynalimit_repository::bucket::{BucketKey, ConsumeOutcome, OnThrottle, RefillOutcome};
 
 use super::{balances, bucket_item, bucket_items, limiter, open_limiter, paused, rpm, spend_one};
 
@@ -129,7 +129,10 @@ async fn the_refill_write_and_the_consumption_retry_refuse_a_stamped_item() {
         ConsumeOutcome::Paused(now + 30_000)
     );
     assert_eq!(
-        store.speculative_consume(&key, &demand, now).await.unwrap(),
+        store
+            .speculative_consume(&key, &demand, now, OnThrottle::Retry)
+            .await
+            .unwrap(),
         ConsumeOutcome::Paused(now + 30_000)
     );
     assert_eq!(

@@ -23,7 +23,7 @@ use dynalimit_repository::RequestCounter;
 use dynalimit_repository::bucket::CONFLICT_ATTEMPTS;
 use dynalimit_repository::{Repository, RepositoryError};
 use dynalimit_tests::TestTable;
-use dynalimit_tests::fault::FaultProxy;
+use dynalimit_tests::fault::{FaultProxy, Lost};
 
 const NS: &str = "fast";
 
@@ -876,4 +876,55 @@ async fn an_oversized_answer_is_not_an_unbounded_read() {
     // The write was applied before its answer was lost: debited once, never twice.
     let after = get_i64(&r.bucket("big").await, "b_rpm_tc").unwrap();
     assert_eq!(after - before, 1000);
+}
+
+/// A balance another writer left far above the ceiling: the fast path's debit of it is given
+/// back and the request decided on the slow path, which trims the balance to the ceiling. The
+/// refund's answer is lost after it landed: it is not sent again, so it lands once (sent twice,
+/// it would lift the balance and take the count below what was admitted).
+#[tokio::test]
+async fn a_debit_of_a_balance_above_the_ceiling_is_given_back_once_when_its_answer_is_lost() {
+    let r = rig().await;
+    r.warm("inflated").await;
+    let item = r.bucket("inflated").await;
+    r.table
+        .client()
+        .update_item()
+        .table_name(r.table.name())
+        .key("PK", item["PK"].clone())
+        .key("SK", item["SK"].clone())
+        .update_expression("SET b_rpm_tk = :t")
+        .expression_attribute_values(
+            ":t",
+            aws_sdk_dynamodb::types::AttributeValue::N("1000000000000".into()),
+        )
+        .send()
+        .await
+        .expect("the raw write");
+    // The refund is the only write whose whole condition is that the item exists.
+    let refund = "\"(attribute_exists(#a0))\"";
+    r.proxy
+        .lose_after_applying("UpdateItem", Some(refund), Lost::Answer500, 1);
+    r.proxy.clear_requests();
+    r.spend("inflated").await;
+    let updates: Vec<String> = r
+        .proxy
+        .requests()
+        .iter()
+        .filter(|q| q.operation == "UpdateItem")
+        .map(|q| q.body.to_string())
+        .collect();
+    let refunds = updates.iter().filter(|body| body.contains(refund)).count();
+    assert_eq!(refunds, 1, "the refund, sent once: {updates:#?}");
+    let after = r.bucket("inflated").await;
+    assert_eq!(
+        get_i64(&after, "b_rpm_tc"),
+        Some(2_000),
+        "two requests admitted, the debit given back once"
+    );
+    let tk = get_i64(&after, "b_rpm_tk").unwrap();
+    assert!(
+        tk <= 99_000,
+        "trimmed to the ceiling of 100 and debited: {tk}"
+    );
 }

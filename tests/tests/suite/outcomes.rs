@@ -14,7 +14,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
 use dynalimit_core::decide::{Plan, Stamps, TtlAction, plan_create, plan_delta, plan_refill};
 use dynalimit_format::item::{Item, get_i64};
-use dynalimit_repository::bucket::{BucketKey, BucketStore, CreateOutcome, MetaCheck, Owner};
+use dynalimit_repository::bucket::{
+    BucketKey, BucketStore, CreateOutcome, MetaCheck, OnThrottle, Owner,
+};
 use dynalimit_repository::{DisabledFlag, Repository, RepositoryError};
 use dynalimit_tests::TestTable;
 use dynalimit_tests::fault::{FaultProxy, Lost};
@@ -134,7 +136,7 @@ async fn write(shape: Shape, store: &BucketStore, entity: &str) -> Result<(), Re
     let demand: BTreeMap<String, i64> = [("rpm".to_string(), 1000)].into();
     match shape {
         Shape::Consume => store
-            .speculative_consume(&key, &demand, NOW)
+            .speculative_consume(&key, &demand, NOW, OnThrottle::Retry)
             .await
             .map(drop),
         Shape::ConsumeOnly => store

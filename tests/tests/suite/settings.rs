@@ -171,12 +171,16 @@ async fn a_throttling_brownout_is_not_amplified_beyond_the_retry_budget() {
         }
         // Three attempts each until the budget is spent, one each afterwards: the budget of
         // the SDK's standard retry quota (500 units) pays 100 retries after throttling (5
-        // each), as docs/performance.md states.
+        // each), as docs/performance.md states. Refused throughout with nothing taken, the
+        // bucket does not split: the table refuses, not one partition.
         let retries = 500 / 5;
         assert_eq!(
             r.counter.count("UpdateItem"),
             ACQUIRES + retries,
             "fast path {fast}"
         );
+        let key = dynalimit_repository::bucket::BucketKey::new("a", "gpt-4", 0);
+        let shards = r.repo.buckets().read(&key).await.unwrap().unwrap().shards();
+        assert_eq!(shards, 1, "fast path {fast}");
     }
 }

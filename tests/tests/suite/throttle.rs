@@ -168,3 +168,175 @@ async fn each_shard_of_a_bucket_is_its_own_partition() {
     }
     assert_eq!(recorded, (admitted + 1) * 1000);
 }
+
+/// A repository of `table` through the partition emulator `proxy` (one attempt per request),
+/// on `clock`.
+async fn through_on(
+    table: &dynalimit_tests::TestTable,
+    proxy: &ThrottleProxy,
+    clock: &ManualClock,
+) -> Repository {
+    let base = dynalimit_tests::client().await;
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        base.config()
+            .to_builder()
+            .endpoint_url(proxy.url())
+            .retry_config(aws_smithy_types::retry::RetryConfig::standard().with_max_attempts(1))
+            .build(),
+    );
+    table
+        .builder()
+        .client(client)
+        .namespace("hot")
+        .clock(Arc::new(clock.clone()))
+        .open()
+        .await
+        .expect("open through the proxy")
+}
+
+/// A bucket split to four shards, behind partitions of ten writes whose clock stands still:
+/// an acquire whose shard is refused for throughput goes to another shard with tokens (and
+/// later draws leave the refused shards out), so the acquires are refused only once every
+/// partition's ten are spent: exactly forty admitted before the first refusal. An acquire that
+/// retried the refused shard alone would be refused as soon as its draw found a spent
+/// partition.
+#[tokio::test]
+async fn a_throttled_shard_sends_the_acquire_to_another_shard_with_tokens() {
+    if dynalimit_tests::skipped_on_the_memory_backend(
+        "the partition emulator is an HTTP proxy in front of an emulator's endpoint",
+    ) {
+        return;
+    }
+    let table = dynalimit_tests::table().await;
+    let direct = table.repository("hot").await;
+    RateLimiter::new(direct.clone())
+        .acquire("hot-key", "model", [("rpm", 1)])
+        .limits(limits())
+        .await
+        .expect("first acquire")
+        .commit()
+        .await
+        .expect("commit");
+    let key = BucketKey::new("hot-key", "model", 0);
+    for count in [1, 2] {
+        let doubled = direct
+            .buckets()
+            .double_shards(&key, count, count * 2, 0)
+            .await
+            .expect("double");
+        assert_eq!(doubled.count, count * 2);
+    }
+    let (proxy, _proxy_clock) = frozen_proxy().await;
+    let clock = ManualClock::new(dynalimit_core::Clock::epoch_millis(
+        &dynalimit_core::SystemClock,
+    ));
+    let limiter = RateLimiter::new(through_on(&table, &proxy, &clock).await);
+    let (admitted, refused) = until_refused(&limiter).await;
+    assert_eq!(admitted, 40, "every partition's ten, then a refusal");
+    assert!(
+        matches!(&refused, Error::Unavailable { message, .. } if message.contains("throttled")),
+        "{refused:?}"
+    );
+    let mut recorded = 0;
+    for shard in 0..4 {
+        let image = direct.buckets().read(&key.with_shard(shard)).await;
+        recorded += image.expect("read").expect("shard").limits["rpm"].tc;
+    }
+    assert_eq!(recorded, (admitted as i64 + 1) * 1000);
+}
+
+/// A bucket of one shard whose writes DynamoDB refuses for throughput (the fault proxy
+/// answers shard 0's `UpdateItem`s with `ProvisionedThroughputExceededException`, the other
+/// requests pass): refused for less than a second, it stays one shard; refused for over a
+/// second with nothing taken (a brownout), it stays one shard; refused for a second without a
+/// quiet gap while some writes are taken, the next refused acquire splits it as a `wcu`
+/// shortfall does, and is admitted on the new shard.
+#[tokio::test]
+async fn sustained_throttling_of_shard_0_splits_the_bucket() {
+    use dynalimit_tests::fault::FaultProxy;
+    let table = dynalimit_tests::table().await;
+    let fault = FaultProxy::start().await;
+    let clock = ManualClock::new(dynalimit_core::Clock::epoch_millis(
+        &dynalimit_core::SystemClock,
+    ));
+    let repo = table
+        .builder()
+        .client(fault.client(1, None).await)
+        .namespace("hot")
+        .clock(Arc::new(clock.clone()))
+        .open()
+        .await
+        .expect("open through the fault proxy");
+    let limiter = RateLimiter::new(repo.clone());
+    // Committed: a lease dropped uncommitted gives its tokens back.
+    let acquire = || async {
+        limiter
+            .acquire("hot-key", "model", [("rpm", 1)])
+            .limits(limits())
+            .await?
+            .commit()
+            .await
+    };
+    acquire().await.expect("the bucket is created");
+    let shard0 = format!("{}/BUCKET#hot-key#model#0\"", repo.namespace_id());
+    let throttle = |n| {
+        fault.fail_matching(
+            "UpdateItem",
+            &shard0,
+            "ProvisionedThroughputExceededException",
+            n,
+        );
+    };
+    let shards = || async {
+        let key = BucketKey::new("hot-key", "model", 0);
+        let image = repo.buckets().read(&key).await.expect("read");
+        image.expect("shard 0").shards()
+    };
+    // Half a second of refusals (one attempt each: the client retries nothing), then a quiet
+    // second: no split.
+    for _ in 0..5 {
+        throttle(1);
+        let refused = acquire().await.unwrap_err();
+        assert!(matches!(refused, Error::Unavailable { .. }), "{refused:?}");
+        clock.advance(Duration::from_millis(100));
+    }
+    clock.advance(Duration::from_secs(1));
+    acquire()
+        .await
+        .expect("admitted once the partition takes writes");
+    assert_eq!(shards().await, 1);
+    clock.advance(Duration::from_millis(100));
+    // A second of refusals, 100 ms apart, and nothing taken: a brownout, no split.
+    for _ in 0..12 {
+        throttle(1);
+        let refused = acquire().await.unwrap_err();
+        assert!(matches!(refused, Error::Unavailable { .. }), "{refused:?}");
+        clock.advance(Duration::from_millis(100));
+    }
+    assert_eq!(shards().await, 1, "the table refuses, not the partition");
+    clock.advance(Duration::from_secs(1));
+    // A second of refusals, 100 ms apart, while the partition takes some writes: hot.
+    for i in 0..10 {
+        throttle(1);
+        let refused = acquire().await.unwrap_err();
+        assert!(matches!(refused, Error::Unavailable { .. }), "{refused:?}");
+        if i == 5 {
+            acquire().await.expect("the partition takes some writes");
+        }
+        clock.advance(Duration::from_millis(100));
+    }
+    assert_eq!(shards().await, 1, "not a second yet");
+    throttle(1);
+    acquire()
+        .await
+        .expect("split, then admitted on the new shard");
+    assert_eq!(fault.pending(), 0);
+    assert_eq!(shards().await, 2, "split after a second of refusals");
+    let new = repo
+        .buckets()
+        .read(&BucketKey::new("hot-key", "model", 1))
+        .await
+        .expect("read")
+        .expect("shard 1 created by the split");
+    assert_eq!(new.limits["rpm"].tc, 1000, "the acquire was admitted there");
+}

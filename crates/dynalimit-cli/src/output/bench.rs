@@ -231,24 +231,37 @@ pub(crate) struct HotKeyReport {
     pub(crate) partition_writes_per_s: u32,
     /// Concurrent acquiring tasks (`--tasks`).
     pub(crate) tasks: u64,
-    /// Measured seconds per shard count (`--hot-key-seconds`).
-    pub(crate) seconds_per_step: u64,
-    /// One entry per shard count, in the order measured.
+    /// Seconds a shard count must hold, measured, for the run to end there
+    /// (`--hot-key-seconds`).
+    pub(crate) steady_seconds: u64,
+    /// Splits of the hot bucket during the run, every one the library's own.
+    pub(crate) splits: u32,
+    /// One entry per shard count the hot bucket held, in the order reached.
     pub(crate) points: Vec<HotKeyPoint>,
+    /// Every admitted acquire of the hot entity.
+    pub(crate) admitted: u64,
+    /// The `rpm` consumption the hot entity's shards recorded, in acquires.
+    pub(crate) recorded: f64,
+    /// Whether `recorded` equals `admitted`: nothing admitted without being debited, nothing
+    /// debited twice.
+    pub(crate) conserved: bool,
 }
 
-/// One shard count of the hot-key curve.
+/// One shard count the hot bucket held during the hot-key run.
 #[derive(Debug, Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 pub(crate) struct HotKeyPoint {
     /// Shards of the entity's bucket.
     pub(crate) shards: u32,
+    /// Seconds measured at this count (from a quarter second after it was reached until the
+    /// next split, or the end of the run).
+    pub(crate) seconds: f64,
     /// Admitted acquires per second over the measured seconds, whole.
     pub(crate) admitted_per_s: f64,
     /// The target: 0.8 x shards x the partition rate, whole.
     pub(crate) target_per_s: f64,
     /// Admitted acquires per second of the same load with no throttling, on another entity
-    /// with as many shards: what the client machine and the emulator can drive, whole.
+    /// split to as many shards: what the client machine and the emulator can drive, whole.
     pub(crate) ceiling_per_s: f64,
     /// Whether `admitted_per_s` reaches the target, or the client ceiling when the target is
     /// above it.
@@ -259,11 +272,4 @@ pub(crate) struct HotKeyPoint {
     pub(crate) throttled_requests: u64,
     /// Requests the partition emulator forwarded while measured.
     pub(crate) forwarded_requests: u64,
-    /// Every admitted acquire of the entity, warm-up included.
-    pub(crate) admitted: u64,
-    /// The `rpm` consumption the entity's shards recorded, in acquires.
-    pub(crate) recorded: f64,
-    /// Whether `recorded` equals `admitted`: nothing admitted without being debited, nothing
-    /// debited twice.
-    pub(crate) conserved: bool,
 }

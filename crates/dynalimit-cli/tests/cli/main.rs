@@ -6,6 +6,7 @@ mod aws;
 mod bench;
 mod data;
 mod documented;
+mod hostile;
 mod infra;
 mod local;
 mod reserved;

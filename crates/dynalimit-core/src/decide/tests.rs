@@ -281,6 +281,66 @@ fn classification_follows_the_reference_order() {
 }
 
 #[test]
+fn a_fast_debit_of_a_balance_above_its_ceiling_is_reported_for_a_refund() {
+    let d = demand(&[("rpm", 1)]);
+    let mut img = fresh(&[rpm(10)], &BTreeMap::new(), 1, T0);
+    assert!(fast_consume(&mut img, &d, T0));
+    assert_eq!(debit_beyond_ceiling(&img, &d, T0), None, "a full bucket");
+    // Another writer stored a balance far above the capacity of 10.
+    img.limits.get_mut("rpm").unwrap().tk = 1_000_000_000;
+    assert!(fast_consume(&mut img, &d, T0));
+    assert_eq!(debit_beyond_ceiling(&img, &d, T0), Some("rpm"));
+    // A stray balance with no capacity: the item holds no such limit.
+    let stray = BucketImage {
+        wcu: img.wcu,
+        ..BucketImage::default()
+    };
+    assert_eq!(debit_beyond_ceiling(&stray, &d, T0), Some("rpm"));
+    // Bypassed, or soft and live: admitted whatever the balance.
+    let mut bypassed = img.clone();
+    bypassed.bypass = Some(T0 + 1);
+    assert_eq!(debit_beyond_ceiling(&bypassed, &d, T0), None);
+    img.soft.insert("rpm".into(), T0 + 1);
+    assert_eq!(debit_beyond_ceiling(&img, &d, T0), None);
+    // The refund gives back the balance and the count, unguarded.
+    let refund = plan_refund(&d, 1);
+    assert_eq!(refund.adds, [("rpm".to_owned(), 1000, -1000)]);
+    assert!(refund.guards.is_empty());
+}
+
+proptest! {
+    /// Fast-path debits the check lets stand never take more than the ceiling and what the
+    /// debits before them left: from any stored balance, the balance before each standing
+    /// debit is within the ceiling.
+    #[test]
+    fn standing_fast_debits_come_from_the_ceiling(
+        stored in -5_000i64..=5_000_000_000,
+        cap in 1i64..=50,
+        shards in 1u32..=4,
+        takes in proptest::collection::vec(1i64..=5, 1..20),
+    ) {
+        let mut img = fresh(&[rpm(cap)], &BTreeMap::new(), shards, T0);
+        img.limits.get_mut("rpm").unwrap().tk = stored;
+        let ceiling = cap * MILLI / i64::from(shards);
+        for t in takes {
+            let d = demand(&[("rpm", t)]);
+            if !fast_consume(&mut img, &d, T0) {
+                continue;
+            }
+            let before = img.limits["rpm"].tk + t * MILLI;
+            match debit_beyond_ceiling(&img, &d, T0) {
+                None => prop_assert!(before <= ceiling, "{before} > {ceiling}"),
+                Some(_) => {
+                    // Refunded, then the slow pass trims the balance to the ceiling.
+                    let s = img.limits.get_mut("rpm").unwrap();
+                    s.tk = (s.tk + t * MILLI).min(ceiling);
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn gate_rejects_only_when_refill_cannot_help() {
     let clock = ManualClock::new(T0);
     let d = demand(&[("rpm", 1)]);

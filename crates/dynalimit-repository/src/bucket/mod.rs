@@ -60,6 +60,7 @@ use dynalimit_format::{FormatError, attr, keys};
 use crate::RepositoryError;
 use crate::batch::{batch_get_items, get_item};
 use crate::error::{classify, classify_code, error_chain};
+pub use crate::retry::OnThrottle;
 use crate::retry::{self, Attempt, Backoff, Resend};
 use crate::wire::{FastPath, UpdateItem, UpdateOutcome, Written};
 
@@ -94,6 +95,15 @@ pub enum ConsumeOutcome {
     Paused(i64),
     /// Transaction conflicts persisted through the retries.
     Contended,
+    /// DynamoDB refused the write for throughput (`ProvisionedThroughputExceededException`,
+    /// `ThrottlingException`): nothing was applied. Only with [`OnThrottle::Return`]; holds
+    /// the refusal's [`RepositoryError::Throttled`] fields.
+    Throttled {
+        /// The refused operation.
+        operation: &'static str,
+        /// What DynamoDB said.
+        message: String,
+    },
 }
 
 /// Result of [`BucketStore::double_shards`].
@@ -222,6 +232,12 @@ pub struct BucketStore {
 }
 
 impl BucketStore {
+    /// Whether the client's retry configuration sends a write again after a refusal for
+    /// throughput (more than one attempt).
+    pub fn retries_throttled_writes(&self) -> bool {
+        retry::max_attempts(self.client.config().retry_config()) > 1
+    }
+
     /// A store over `table`, for namespace id `ns`.
     pub fn new(client: Client, table: impl Into<String>, ns: impl Into<String>) -> Self {
         BucketStore {
@@ -267,7 +283,7 @@ impl BucketStore {
         return_new: bool,
         resend: Resend,
     ) -> Result<Update, RepositoryError> {
-        self.update_write(key, Write::Expr(e), return_new, resend)
+        self.update_write(key, Write::Expr(e), return_new, (resend, OnThrottle::Retry))
             .await
     }
 
@@ -277,12 +293,12 @@ impl BucketStore {
         key: &BucketKey,
         write: Write<'_>,
         return_new: bool,
-        resend: Resend,
+        policy: (Resend, OnThrottle),
     ) -> Result<Update, RepositoryError> {
         let span = request_span("UpdateItem", key);
         let attempts = std::sync::atomic::AtomicU32::new(0);
         let result = tracing::Instrument::instrument(
-            self.update_attempts(key, write, return_new, resend, &attempts),
+            self.update_attempts(key, write, return_new, policy, &attempts),
             span.clone(),
         )
         .await;
@@ -307,7 +323,7 @@ impl BucketStore {
         key: &BucketKey,
         write: Write<'_>,
         return_new: bool,
-        resend: Resend,
+        policy: (Resend, OnThrottle),
         attempts: &std::sync::atomic::AtomicU32,
     ) -> Result<Update, RepositoryError> {
         let mut attempt = 1;
@@ -315,14 +331,14 @@ impl BucketStore {
             attempts.store(attempt, std::sync::atomic::Ordering::Relaxed);
             let sent = match &self.wire {
                 Some(wire) => {
-                    self.update_fast(wire, key, write, return_new, resend)
+                    self.update_fast(wire, key, write, return_new, policy)
                         .await?
                 }
                 None => {
                     let mut built = None;
                     // Boxed: the SDK's future is large, and the fast path's callers should not
                     // carry it.
-                    Box::pin(self.update_sdk(key, write.expr(&mut built), return_new, resend))
+                    Box::pin(self.update_sdk(key, write.expr(&mut built), return_new, policy))
                         .await?
                 }
             };
@@ -343,7 +359,7 @@ impl BucketStore {
         key: &BucketKey,
         write: Write<'_>,
         return_new: bool,
-        resend: Resend,
+        (resend, on_throttle): (Resend, OnThrottle),
     ) -> Result<Update, RepositoryError> {
         let shape = match write {
             Write::Consume { demand, .. } => self.shapes.of(demand),
@@ -353,15 +369,15 @@ impl BucketStore {
             // The warm acquire: the prepared request, and the image read from the answer.
             (Write::Consume { demand, now }, Some(shape)) => {
                 let body = shape.body(&self.table, &key.pk(&self.ns), demand, now);
-                wire.update_item_body(Bytes::from(body), resend).await.map(
-                    |written| match written {
+                wire.update_item_body(Bytes::from(body), resend, on_throttle)
+                    .await
+                    .map(|written| match written {
                         Written::Updated(answer) => Update::Done(consume::image_of_answer(&answer)),
                         Written::ConditionFailed(old) => Update::ConditionFailed(old),
-                    },
-                )
+                    })
             }
             _ => {
-                self.update_fast_expr(wire, key, write, return_new, resend)
+                self.update_fast_expr(wire, key, write, return_new, (resend, on_throttle))
                     .await
             }
         };
@@ -377,7 +393,7 @@ impl BucketStore {
         key: &BucketKey,
         write: Write<'_>,
         return_new: bool,
-        resend: Resend,
+        (resend, on_throttle): (Resend, OnThrottle),
     ) -> Result<Update, RepositoryError> {
         let mut built = None;
         let e = write.expr(&mut built);
@@ -396,10 +412,12 @@ impl BucketStore {
             return_old_on_failure: true,
             resend,
         };
-        Ok(match wire.update_item(&request).await? {
-            UpdateOutcome::Updated(item) => Update::Done(image_if(return_new, item)),
-            UpdateOutcome::ConditionFailed(old) => Update::ConditionFailed(old),
-        })
+        Ok(
+            match wire.update_item_on_throttle(&request, on_throttle).await? {
+                UpdateOutcome::Updated(item) => Update::Done(image_if(return_new, item)),
+                UpdateOutcome::ConditionFailed(old) => Update::ConditionFailed(old),
+            },
+        )
     }
 
     /// The SDK's `UpdateItem`, with the SDK's own retries off: the attempts follow the
@@ -410,13 +428,22 @@ impl BucketStore {
         key: &BucketKey,
         e: &Expr,
         return_new: bool,
-        resend: Resend,
+        (resend, on_throttle): (Resend, OnThrottle),
     ) -> Result<Update, RepositoryError> {
         let config = self.client.config();
         let backoff = retry::Backoff::of_client(config.retry_config());
         let max_attempts = retry::max_attempts(config.retry_config());
         let mut attempt = 0;
         let mut paid = 0;
+        if on_throttle == OnThrottle::Resume {
+            // The first attempt was refused for throughput before this call: the first retry.
+            if max_attempts <= 1 || !self.budget.pay(retry::THROTTLING_RETRY_COST) {
+                return Err(retry::throttled_again("UpdateItem"));
+            }
+            paid += retry::THROTTLING_RETRY_COST;
+            attempt = 1;
+            backoff.pause(attempt).await;
+        }
         loop {
             attempt += 1;
             let result = self
@@ -469,11 +496,14 @@ impl BucketStore {
                 Attempt::MaybeApplied => paid += retry::RETRY_COST,
                 Attempt::Refused => {
                     let refused = classify("UpdateItem", err);
-                    let cost = match refused {
-                        RepositoryError::Throttled { .. } => retry::THROTTLING_RETRY_COST,
-                        _ => retry::RETRY_COST,
+                    let throttled = matches!(refused, RepositoryError::Throttled { .. });
+                    let cost = if throttled {
+                        retry::THROTTLING_RETRY_COST
+                    } else {
+                        retry::RETRY_COST
                     };
-                    if last || !refused.is_retryable() || !self.budget.pay(cost) {
+                    let elsewhere = throttled && !on_throttle.retries();
+                    if last || elsewhere || !refused.is_retryable() || !self.budget.pay(cost) {
                         return Err(refused);
                     }
                     paid += cost;
@@ -488,34 +518,41 @@ impl BucketStore {
         key: &BucketKey,
         write: Write<'_>,
         now: i64,
+        on_throttle: OnThrottle,
     ) -> Result<ConsumeOutcome, RepositoryError> {
-        Ok(
-            match self.update_write(key, write, true, Resend::Never).await? {
-                // Applied to an item holding a value out of bounds: the debit stands (the
-                // item's own balance admitted it) and the item is reported corrupt.
-                Update::Done(Some(image)) => ConsumeOutcome::Consumed(image?),
-                // Applied, but the answer lacks the item asked for (`ALL_NEW`). The write stands;
-                // the item is read back, strongly consistent, so the caller still learns the
-                // owner stamps (cascade, parent) and the limits for its credit guards. An empty
-                // image would read as "no cascade" and skip the parent.
-                Update::Done(_) => match Box::pin(self.get(key, true)).await? {
-                    Some(img) => ConsumeOutcome::Consumed(img),
-                    None => {
-                        return Err(RepositoryError::corrupt(
-                            key.pk(&self.ns),
-                            "a consume was applied, but the item is gone and its answer had no \
+        let written = self
+            .update_write(key, write, true, (Resend::Never, on_throttle))
+            .await;
+        Ok(match written {
+            Err(RepositoryError::Throttled { operation, message }) if !on_throttle.retries() => {
+                ConsumeOutcome::Throttled { operation, message }
+            }
+            Err(e) => return Err(e),
+            // Applied to an item holding a value out of bounds: the debit stands (the
+            // item's own balance admitted it) and the item is reported corrupt.
+            Ok(Update::Done(Some(image))) => ConsumeOutcome::Consumed(image?),
+            // Applied, but the answer lacks the item asked for (`ALL_NEW`). The write stands;
+            // the item is read back, strongly consistent, so the caller still learns the
+            // owner stamps (cascade, parent) and the limits for its credit guards. An empty
+            // image would read as "no cascade" and skip the parent.
+            Ok(Update::Done(_)) => match Box::pin(self.get(key, true)).await? {
+                Some(img) => ConsumeOutcome::Consumed(img),
+                None => {
+                    return Err(RepositoryError::corrupt(
+                        key.pk(&self.ns),
+                        "a consume was applied, but the item is gone and its answer had no \
                          attributes",
-                        ));
-                    }
-                },
-                Update::ConditionFailed(old) => match old.as_ref().and_then(|i| live_pause(i, now))
-                {
+                    ));
+                }
+            },
+            Ok(Update::ConditionFailed(old)) => {
+                match old.as_ref().and_then(|i| live_pause(i, now)) {
                     Some(until) => ConsumeOutcome::Paused(until),
                     None => ConsumeOutcome::Failed(old.as_ref().map(image_from_item).transpose()?),
-                },
-                Update::Conflict => ConsumeOutcome::Contended,
-            },
-        )
+                }
+            }
+            Ok(Update::Conflict) => ConsumeOutcome::Contended,
+        })
     }
 
     /// The speculative consume (one `UpdateItem`): debits `demand` (millitokens per limit) and
@@ -534,6 +571,12 @@ impl BucketStore {
     /// shapes, so a credit whose answer was lost lands once, in its period, or not at all
     /// (test `suite::outcomes::quota_credit`).
     ///
+    /// A write DynamoDB refuses for throughput applied nothing: with [`OnThrottle::Return`]
+    /// it is not sent again to this shard, and [`ConsumeOutcome::Throttled`] lets the caller
+    /// send it to another; with [`OnThrottle::Retry`] (or [`OnThrottle::Resume`], after such
+    /// a refusal) it is sent again as the client's retry configuration says, and a refusal
+    /// that outlasts it is [`RepositoryError::Throttled`].
+    ///
     /// # Errors
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
     pub async fn speculative_consume(
@@ -541,8 +584,9 @@ impl BucketStore {
         key: &BucketKey,
         demand: &BTreeMap<String, i64>,
         now: i64,
+        on_throttle: OnThrottle,
     ) -> Result<ConsumeOutcome, RepositoryError> {
-        self.consume_with(key, Write::Consume { demand, now }, now)
+        self.consume_with(key, Write::Consume { demand, now }, now, on_throttle)
             .await
     }
 
@@ -558,7 +602,8 @@ impl BucketStore {
         retry: &[(String, i64)],
         now: i64,
     ) -> Result<ConsumeOutcome, RepositoryError> {
-        self.consume_with(key, Write::Expr(&writes::consumption_only(retry, now)), now)
+        let e = writes::consumption_only(retry, now);
+        self.consume_with(key, Write::Expr(&e), now, OnThrottle::Retry)
             .await
     }
 
@@ -582,6 +627,7 @@ impl BucketStore {
             key,
             Write::Expr(&writes::bypass_consume(demand, until, now)),
             now,
+            OnThrottle::Retry,
         )
         .await
     }

@@ -77,7 +77,7 @@ use credentials::{Decision, Lifetime, MIN_RESOLVE_INTERVAL_MS};
 use crate::RepositoryError;
 use crate::error::classify_code;
 use crate::metrics::RequestCounter;
-use crate::retry::{self, Resend};
+use crate::retry::{self, OnThrottle, Resend};
 use dynalimit_format::item::Item;
 
 /// The JSON protocol's content type.
@@ -532,9 +532,23 @@ impl FastPath {
         &self,
         request: &UpdateItem<'_>,
     ) -> Result<UpdateOutcome, RepositoryError> {
+        self.update_item_on_throttle(request, OnThrottle::Retry)
+            .await
+    }
+
+    /// [`FastPath::update_item`], sending a throttled attempt again or not as `on_throttle`
+    /// says.
+    ///
+    /// # Errors
+    /// As [`FastPath::update_item`].
+    pub(crate) async fn update_item_on_throttle(
+        &self,
+        request: &UpdateItem<'_>,
+        on_throttle: OnThrottle,
+    ) -> Result<UpdateOutcome, RepositoryError> {
         Ok(
             match self
-                .update_item_body(Bytes::from(request.body()), request.resend)
+                .update_item_body(Bytes::from(request.body()), request.resend, on_throttle)
                 .await?
             {
                 Written::Updated(answer) => UpdateOutcome::Updated(read_attributes(&answer)),
@@ -545,7 +559,8 @@ impl FastPath {
 
     /// Sends one `UpdateItem` whose body is already written, as [`FastPath::update_item`]
     /// does, and hands back the bytes of a successful answer unread (an acquire reads its
-    /// image straight from them).
+    /// image straight from them). With [`OnThrottle::Return`] a throttled attempt is not
+    /// sent again: its refusal is the answer.
     ///
     /// # Errors
     /// As [`FastPath::update_item`].
@@ -553,8 +568,12 @@ impl FastPath {
         &self,
         body: Bytes,
         resend: Resend,
+        on_throttle: OnThrottle,
     ) -> Result<Written, RepositoryError> {
-        match self.send(TARGET_UPDATE_ITEM, body, resend).await? {
+        match self
+            .send(TARGET_UPDATE_ITEM, body, resend, on_throttle)
+            .await?
+        {
             Answer::Success(bytes) => Ok(Written::Updated(bytes)),
             Answer::Failure(_, error) if error.code() == "ConditionalCheckFailedException" => {
                 Ok(Written::ConditionFailed(error.item.map(|m| m.0)))
@@ -777,14 +796,16 @@ impl FastPath {
         target: &str,
         body: Bytes,
         resend: Resend,
+        on_throttle: OnThrottle,
     ) -> Result<Answer, RepositoryError> {
+        let policy = (resend, on_throttle);
         let Some(limit) = self.operation_timeout else {
             return self
-                .attempts(target, body, resend, &AtomicBool::new(false))
+                .attempts(target, body, policy, &AtomicBool::new(false))
                 .await;
         };
         let maybe_applied = AtomicBool::new(false);
-        match tokio::time::timeout(limit, self.attempts(target, body, resend, &maybe_applied)).await
+        match tokio::time::timeout(limit, self.attempts(target, body, policy, &maybe_applied)).await
         {
             Ok(answer) => answer,
             Err(_) if maybe_applied.load(Ordering::Relaxed) => Err(retry::unknown(
@@ -810,7 +831,7 @@ impl FastPath {
         &self,
         target: &str,
         body: Bytes,
-        resend: Resend,
+        (resend, on_throttle): (Resend, OnThrottle),
         maybe_applied: &AtomicBool,
     ) -> Result<Answer, RepositoryError> {
         let mut attempt = 0;
@@ -818,6 +839,15 @@ impl FastPath {
         let mut reauthenticated = false;
         // Whether an earlier attempt may have been applied (only a harmless write goes on).
         let mut unknown_before = false;
+        if on_throttle == OnThrottle::Resume {
+            // The first attempt was refused for throughput before this call: the first retry.
+            if self.max_attempts <= 1 || !self.budget.pay(retry::THROTTLING_RETRY_COST) {
+                return Err(retry::throttled_again(OPERATION));
+            }
+            paid += retry::THROTTLING_RETRY_COST;
+            attempt = 1;
+            self.retry.pause(attempt).await;
+        }
         loop {
             attempt += 1;
             let last = attempt >= self.max_attempts;
@@ -946,6 +976,7 @@ impl FastPath {
                 answer
                     if !last
                         && retryable(&answer)
+                        && (on_throttle.retries() || !throttled(&answer))
                         && self.budget.pay(retry::THROTTLING_RETRY_COST) =>
                 {
                     maybe_applied.store(unknown_before, Ordering::Relaxed);
@@ -1083,6 +1114,12 @@ fn answer_code(answer: &Answer) -> &str {
         Answer::Success(_) => "",
         Answer::Failure(_, error) => error.code(),
     }
+}
+
+/// Whether the service refused the request for throughput.
+fn throttled(answer: &Answer) -> bool {
+    matches!(answer, Answer::Failure(status, error)
+        if matches!(to_repository_error(*status, error), RepositoryError::Throttled { .. }))
 }
 
 /// Throttling and server errors are retried; everything else is an answer.

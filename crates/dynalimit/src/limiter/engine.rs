@@ -7,15 +7,17 @@ use dynalimit_core::Limit;
 use dynalimit_core::bucket::{MAX_SHARD_COUNT, bucket_ttl};
 use dynalimit_core::decide::{
     BucketImage, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, Stamps, TtlAction,
-    WcuDecision, classify_fast_failure, consumption_retry, decide_wcu_exhaustion,
-    fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create, plan_delta, plan_funding,
-    plan_refill, shard_in, stamp_deadline, statuses_from_image,
+    WcuDecision, classify_fast_failure, consumption_retry, debit_beyond_ceiling,
+    decide_wcu_exhaustion, fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create,
+    plan_delta, plan_funding, plan_refill, plan_refund, shard_in, stamp_deadline,
+    statuses_from_image,
 };
-use dynalimit_core::decide::{CreatePlan, QuotaPin, QuotaState, WindowState};
+use dynalimit_core::decide::{CreatePlan, QuotaPin, QuotaState, WindowState, decide_throttling};
 use dynalimit_core::schedule::{ResetSchedule, Schedule};
 use dynalimit_format::config::{self, walk};
 use dynalimit_repository::bucket::{
-    BucketKey, ConsumeOutcome, CreateOutcome, MetaCheck, RefillOutcome, SlowRead, live_windows_of,
+    BucketKey, ConsumeOutcome, CreateOutcome, MetaCheck, OnThrottle, RefillOutcome, SlowRead,
+    live_windows_of,
 };
 use dynalimit_repository::{ConfigLevel, LimitConfig, RepositoryError};
 use rand::Rng;
@@ -182,7 +184,7 @@ impl Inner {
         demand: &BTreeMap<String, i64>,
         now: i64,
     ) -> Entry {
-        self.learn(&key.entity_id, &key.resource, &img);
+        self.learn_served(&key.entity_id, &key.resource, &img, now);
         let overdrawn = demand
             .keys()
             .filter(|name| {
@@ -252,23 +254,33 @@ impl Inner {
             now,
             generation: self.repo.config_generation(),
         };
-        let shard = match self
+        // Shards known short, and shards DynamoDB refused for throughput a moment ago, are
+        // left out of the draw while another may take the request.
+        let mut avoid = self.throttled_shards(entity_id, resource, now);
+        match self
             .rejections
             .check((entity_id, resource), known, demand, limits, at)
         {
             Verdict::Refuse(statuses) => return Err(reject(statuses)),
-            Verdict::Avoid(short) => shard_avoiding(known, &short),
-            Verdict::Unknown => random_shard(0, known),
+            Verdict::Avoid(short) => avoid.extend(short),
+            Verdict::Unknown => {}
+        }
+        let shard = if avoid.is_empty() {
+            random_shard(0, known)
+        } else {
+            shard_avoiding(known, &avoid)
         };
         let key = BucketKey::new(entity_id, resource, shard);
         // The write's future (the request, its retries, the answer) is boxed: the acquire's
         // own future stays small, and it is moved several times before its first poll.
-        let outcome = Box::pin(self.store.speculative_consume(&key, demand, now)).await?;
+        let outcome =
+            Box::pin(
+                self.store
+                    .speculative_consume(&key, demand, now, OnThrottle::Return),
+            )
+            .await?;
         let next = match outcome {
-            ConsumeOutcome::Consumed(img) => {
-                self.rejections.forget(&key);
-                Next::Done(Box::new(self.entry_from_image(&key, img, demand, now)))
-            }
+            ConsumeOutcome::Consumed(img) => self.fast_debit(&key, img, demand, now).await,
             ConsumeOutcome::Contended => Next::Slow {
                 shard,
                 shard_count: known,
@@ -278,6 +290,11 @@ impl Inner {
                 // The slow branches are boxed: a warm acquire's future stays small (it is
                 // allocated and moved once per acquire).
                 Box::pin(self.after_fast_failure(&key, old, demand, now, probe, known)).await?
+            }
+            ConsumeOutcome::Throttled { operation, message } => {
+                let at = (now, known);
+                let refused = RepositoryError::Throttled { operation, message };
+                Box::pin(self.after_throttling(&key, demand, limits, at, (probe, refused))).await?
             }
         };
         let entry = match next {
@@ -289,6 +306,43 @@ impl Inner {
         // What the item declares after the write: what a warm cascade sends it next.
         self.learn_names(entity_id, resource, entry.states.keys());
         Ok(self.unbypass(entry).await)
+    }
+
+    /// A fast-path debit as the answer's image shows it: done, unless it came from tokens
+    /// the limit never granted (a balance another writer left above the ceiling, or with no
+    /// capacity beside it, [`debit_beyond_ceiling`]): then the debit is given back and the
+    /// request decided on the slow path of the same shard, whose refill trims the balance. A
+    /// refund whose answer is lost is not sent again: it landed once or not at all, and then
+    /// the debit stands, leaving the shard fewer tokens, never more (test
+    /// `suite::fast_path::a_debit_of_a_balance_above_the_ceiling_is_given_back_once_when_its_answer_is_lost`).
+    async fn fast_debit(
+        &self,
+        key: &BucketKey,
+        img: BucketImage,
+        demand: &BTreeMap<String, i64>,
+        now: i64,
+    ) -> Next {
+        self.rejections.forget(key);
+        let Some(limit) = debit_beyond_ceiling(&img, demand, now) else {
+            return Next::Done(Box::new(self.entry_from_image(key, img, demand, now)));
+        };
+        self.learn(&key.entity_id, &key.resource, &img);
+        let shard_count = img.shards();
+        tracing::warn!(
+            entity_id = %key.entity_id, resource = %key.resource, shard = key.shard, limit,
+            "a balance above its limit's ceiling: the debit is given back and decided on the slow path"
+        );
+        let refund = plan_refund(demand, shard_count);
+        if let Err(e) = Box::pin(self.store.apply_delta(key, &refund)).await {
+            tracing::warn!(
+                entity_id = %key.entity_id, resource = %key.resource, error = %e,
+                "refund failed or its outcome is unknown (not sent again); the debit stands"
+            );
+        }
+        Next::Slow {
+            shard: key.shard,
+            shard_count,
+        }
     }
 
     /// Gives back the balances an enforcing write debited on an item found bypassed (its
@@ -383,6 +437,164 @@ impl Inner {
         }
     }
 
+    /// After DynamoDB refused the speculative consume on `key`'s shard for throughput
+    /// (`ProvisionedThroughputExceededException`, `ThrottlingException`; nothing applied),
+    /// with `known` shards at `now`:
+    ///
+    /// * while another task of this limiter splits the bucket, the request waits for the
+    ///   split (its transaction needs the partitions this load would take) and goes on at the
+    ///   count it reached;
+    /// * the refusal is recorded; when shard 0 has been refused for a second without a quiet
+    ///   gap ([`Throttling`]), the bucket splits as after a `wcu` shortfall, gated on shard
+    ///   0's image as read ([`decide_throttling`]), and the request takes the slow path on a
+    ///   new shard;
+    /// * otherwise the request goes to up to two other shards with tokens, drawn at random
+    ///   among those not known short and not refused a moment ago, on the fast path;
+    /// * with nowhere else to go (one shard, or every one tried refused), it goes to the same
+    ///   shard again, as the client's retry configuration sends it from its first retry.
+    ///
+    /// [`Throttling`]: dynalimit_core::decide::Throttling
+    async fn after_throttling(
+        &self,
+        key: &BucketKey,
+        demand: &BTreeMap<String, i64>,
+        limits: Option<&[Limit]>,
+        (now, known): (i64, u32),
+        (probe, refused): (bool, RepositoryError),
+    ) -> Result<Next, Refusal> {
+        let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
+        // A split of this bucket in flight in this limiter: wait for it rather than press on
+        // the partitions its transaction needs, then draw among the count it reached.
+        let gate = self.split_gate(entity, resource);
+        let known = match gate.try_lock() {
+            Ok(_free) => known,
+            Err(_) => {
+                drop(gate.lock().await);
+                self.shard_count(entity, resource)
+            }
+        };
+        if self.throttled(entity, resource, key.shard, now)
+            && let Some(count) = self.split_on_throttling(key, demand, now).await
+        {
+            return Ok(Next::Slow {
+                shard: random_shard(count / 2, count),
+                shard_count: count,
+            });
+        }
+        let mut avoid = self.throttled_shards(entity, resource, now);
+        let at = Moment {
+            now,
+            generation: self.repo.config_generation(),
+        };
+        if let Verdict::Avoid(short) =
+            self.rejections
+                .check((entity, resource), known, demand, limits, at)
+        {
+            avoid.extend(short);
+        }
+        avoid.push(key.shard);
+        for _ in 0..2 {
+            let open: Vec<u32> = (0..known).filter(|s| !avoid.contains(s)).collect();
+            if open.is_empty() {
+                break;
+            }
+            let shard = open[rand::rng().random_range(0..open.len())];
+            avoid.push(shard);
+            let other = key.with_shard(shard);
+            let outcome = self
+                .store
+                .speculative_consume(&other, demand, now, OnThrottle::Return)
+                .await?;
+            match outcome {
+                ConsumeOutcome::Consumed(img) => {
+                    self.rejections.forget(&other);
+                    let entry = self.entry_from_image(&other, img, demand, now);
+                    return Ok(Next::Done(Box::new(entry)));
+                }
+                ConsumeOutcome::Throttled { .. } => {
+                    self.throttled(entity, resource, shard, now);
+                }
+                ConsumeOutcome::Contended => {
+                    return Ok(Next::Slow {
+                        shard,
+                        shard_count: known,
+                    });
+                }
+                ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
+                ConsumeOutcome::Failed(old) => {
+                    match classify_fast_failure(old.as_ref(), demand, now) {
+                        FastFailure::BucketMissing | FastFailure::ScheduleBoundary => {
+                            return Ok(Next::Slow {
+                                shard,
+                                shard_count: old.as_ref().map_or(known, BucketImage::shards),
+                            });
+                        }
+                        FastFailure::Disabled => return Err(Refusal::Disabled),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        // Nowhere else: the same shard again, as the client's retry configuration sends it
+        // (from its first retry: the first attempt was the refused one). With no retry in
+        // that configuration, the refusal is the answer.
+        if !self.store.retries_throttled_writes() {
+            return Err(refused.into());
+        }
+        let outcome = self
+            .store
+            .speculative_consume(key, demand, now, OnThrottle::Resume)
+            .await?;
+        Ok(match outcome {
+            ConsumeOutcome::Consumed(img) => {
+                self.rejections.forget(key);
+                Next::Done(Box::new(self.entry_from_image(key, img, demand, now)))
+            }
+            ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
+            ConsumeOutcome::Failed(old) => {
+                Box::pin(self.after_fast_failure(key, old, demand, now, probe, known)).await?
+            }
+            // A conflict persisted (`Throttled` is never the answer of a retried consume).
+            ConsumeOutcome::Contended | ConsumeOutcome::Throttled { .. } => Next::Slow {
+                shard: key.shard,
+                shard_count: known,
+            },
+        })
+    }
+
+    /// Splits `key`'s bucket after sustained throttling of its shard 0, unless shard 0's image
+    /// (read eventually consistent, from the partition's read capacity) says the request would
+    /// be refused anyway or the count is at the cap: the count reached, when it grew. A split
+    /// that fails is logged and the request goes on (the next sustained run tries again).
+    async fn split_on_throttling(
+        &self,
+        key: &BucketKey,
+        demand: &BTreeMap<String, i64>,
+        now: i64,
+    ) -> Option<u32> {
+        let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
+        let img = self.store.read(&key.with_shard(0)).await.ok()??;
+        self.learn(entity, resource, &img);
+        if img.disabled || img.unsupported_reason().is_some() {
+            return None;
+        }
+        let (from, to) = decide_throttling(&img, demand, now)?;
+        match self.split(key, from, to).await {
+            Ok(count) if count > from => {
+                self.throttling_split(entity, resource);
+                Some(count)
+            }
+            Ok(_) => None,
+            Err(error) => {
+                tracing::warn!(
+                    entity_id = %entity, resource = %resource, %error,
+                    "a split after sustained throttling failed; the next run of throttling tries again"
+                );
+                None
+            }
+        }
+    }
+
     /// Tries the fast path on up to two other shards, drawn at random among the untried ones
     /// (reference §3.5).
     async fn probe_other_shards(
@@ -404,11 +616,19 @@ impl Inner {
             }
             tried.push(shard);
             let probe = key.with_shard(shard);
-            match self.store.speculative_consume(&probe, demand, now).await? {
+            let outcome = self
+                .store
+                .speculative_consume(&probe, demand, now, OnThrottle::Return)
+                .await?;
+            match outcome {
+                ConsumeOutcome::Throttled { .. } => {
+                    let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
+                    self.throttled(entity, resource, shard, now);
+                }
                 ConsumeOutcome::Consumed(got) => {
-                    return Ok(Some(Next::Done(Box::new(
-                        self.entry_from_image(&probe, got, demand, now),
-                    ))));
+                    return Ok(Some(
+                        Box::pin(self.fast_debit(&probe, got, demand, now)).await,
+                    ));
                 }
                 ConsumeOutcome::Contended => {
                     return Ok(Some(Next::Slow {
@@ -743,7 +963,10 @@ impl Inner {
                     }
                     ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
                     ConsumeOutcome::Failed(_) => continue,
-                    ConsumeOutcome::Contended => return Err(contended()),
+                    // (`Throttled` is never the answer of a retried write.)
+                    ConsumeOutcome::Contended | ConsumeOutcome::Throttled { .. } => {
+                        return Err(contended());
+                    }
                 }
             }
             let ttl = match (access.source, ttl) {
@@ -895,7 +1118,9 @@ impl Inner {
                     Err(contended())
                 }
             }
-            ConsumeOutcome::Failed(None) | ConsumeOutcome::Contended => Err(contended()),
+            ConsumeOutcome::Failed(None)
+            | ConsumeOutcome::Contended
+            | ConsumeOutcome::Throttled { .. } => Err(contended()),
         }
     }
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dynalimit_core::bounded::{BoundedMap, Pair, PairRef};
-use dynalimit_core::decide::BucketImage;
+use dynalimit_core::decide::{BucketImage, Throttling};
 use dynalimit_core::{Clock, Limit};
 use dynalimit_repository::bucket::{BucketStore, Owner};
 use dynalimit_repository::{OnUnavailable, Repository, RepositoryError};
@@ -39,9 +39,21 @@ struct Known {
     seen: bool,
     /// Held while a task of this limiter splits the bucket (made at the first split).
     split_gate: Option<Arc<tokio::sync::Mutex<()>>>,
+    /// What DynamoDB refused of the bucket's writes for throughput.
+    throttling: Throttling,
     /// The limit names the item declared after this process's last write to it, sorted;
     /// `None` until then.
     names: Option<Vec<String>>,
+}
+
+impl Known {
+    /// Learns shard count (only ever up), cascade and parent from an item image.
+    fn note(&mut self, img: &BucketImage) {
+        self.shard_count = self.shard_count.max(img.shards());
+        self.cascade = img.cascade;
+        self.parent_id.clone_from(&img.parent_id);
+        self.seen = true;
+    }
 }
 
 pub(crate) struct Inner {
@@ -131,6 +143,23 @@ impl Inner {
         })
     }
 
+    /// Records that DynamoDB refused a write to `shard` of the bucket at `now` for
+    /// throughput; true when shard 0's refusals are sustained (the bucket should split).
+    pub(super) fn throttled(&self, entity: &str, resource: &str, shard: u32, now: i64) -> bool {
+        self.learn_known(entity, resource, |k| k.throttling.refused(shard, now))
+    }
+
+    /// The shards of the bucket DynamoDB refused for throughput a moment before `now`.
+    pub(super) fn throttled_shards(&self, entity: &str, resource: &str, now: i64) -> Vec<u32> {
+        self.read_known(entity, resource, |k| k.throttling.avoid(now))
+            .unwrap_or_default()
+    }
+
+    /// Forgets the bucket's throttling: it split.
+    pub(super) fn throttling_split(&self, entity: &str, resource: &str) {
+        self.learn_known(entity, resource, |k| k.throttling.split());
+    }
+
     pub(super) fn raise_shard_count(&self, entity: &str, resource: &str, count: u32) {
         self.learn_known(entity, resource, |k| {
             k.shard_count = k.shard_count.max(count)
@@ -139,11 +168,15 @@ impl Inner {
 
     /// Learns shard count (only ever up), cascade and parent from an item image.
     pub(super) fn learn(&self, entity: &str, resource: &str, img: &BucketImage) {
+        self.learn_known(entity, resource, |k| k.note(img));
+    }
+
+    /// [`Inner::learn`], and that the bucket took a write at `now` (a throttled partition
+    /// that still takes writes is hot; one that takes none is an outage).
+    pub(super) fn learn_served(&self, entity: &str, resource: &str, img: &BucketImage, now: i64) {
         self.learn_known(entity, resource, |k| {
-            k.shard_count = k.shard_count.max(img.shards());
-            k.cascade = img.cascade;
-            k.parent_id.clone_from(&img.parent_id);
-            k.seen = true;
+            k.note(img);
+            k.throttling.served(now);
         });
     }
 
