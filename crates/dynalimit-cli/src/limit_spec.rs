@@ -285,15 +285,14 @@ fn split_top_level(text: &str) -> Vec<&str> {
     out
 }
 
+/// At least one limit, and what one bucket's limits must be
+/// ([`attr::validate_limits`]: at most [`attr::MAX_LIMITS_PER_BUCKET`], no name twice, one
+/// zone), checked before the table is opened.
 fn check(limits: Vec<Limit>) -> Result<Vec<Limit>> {
     if limits.is_empty() {
         bail!("no limits given");
     }
-    for (i, l) in limits.iter().enumerate() {
-        if limits[..i].iter().any(|o| o.name() == l.name()) {
-            bail!("limit {:?} is given twice", l.name());
-        }
-    }
+    attr::validate_limits(&limits)?;
     Ok(limits)
 }
 
@@ -671,6 +670,22 @@ mod tests {
             let err = parse_limits(text).unwrap_err();
             assert!(format!("{err:#}").contains(needle), "{text}: {err:#}");
         }
+    }
+
+    #[test]
+    fn more_limits_than_one_bucket_carries_are_refused_before_the_table_is_opened() {
+        let text = |n: usize| {
+            (0..n)
+                .map(|i| format!("l{i}=1/min"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let max = attr::MAX_LIMITS_PER_BUCKET;
+        assert_eq!(parse_limits(&text(max)).unwrap().len(), max);
+        let err = parse_limits(&text(max + 1)).unwrap_err();
+        assert!(format!("{err:#}").contains("at most 16"), "{err:#}");
+        let yaml: String = (0..=max).map(|i| format!("l{i}: 1/min\n")).collect();
+        assert!(parse_limits_yaml(&yaml).is_err());
     }
 
     #[test]

@@ -29,6 +29,21 @@ pub enum CoreError {
         /// The items that carry an attribute of that name.
         items: &'static str,
     },
+    /// More limits than one bucket's requests can carry (raised by the table format's
+    /// `attr::validate_limit_count`): a configuration, an acquire's limits or the names it
+    /// consumes.
+    #[error(
+        "{field}: {given} limits, more than one bucket carries (at most {max}); DynamoDB \
+         would refuse the bucket's requests as too large: split the limits across resources"
+    )]
+    TooManyLimits {
+        /// What was counted (`limits`, `consume`).
+        field: &'static str,
+        /// How many were given.
+        given: usize,
+        /// The most one bucket carries.
+        max: usize,
+    },
     /// A value (amount, capacity, period, …) is outside what the format allows.
     #[error("invalid {field} {value}: {reason}")]
     InvalidValue {

@@ -11,6 +11,7 @@ pub mod bounds;
 pub mod bucket;
 pub mod decide;
 pub mod error;
+pub mod failure;
 pub mod ids;
 pub mod limit;
 pub mod operation;

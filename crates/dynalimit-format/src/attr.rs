@@ -325,6 +325,68 @@ pub fn validate_limit(limit: &Limit) -> Result<(), CoreError> {
     validate_limit_name(limit.name())
 }
 
+/// The most limits one bucket carries (besides the write-capacity tracker `wcu`): every
+/// request dynalimit sends for a bucket fits DynamoDB's expression limits with this many,
+/// whatever the limits are (schedules, quotas, session windows, soft limits) and however
+/// long their names are.
+///
+/// DynamoDB refuses, with a `ValidationException`, an expression longer than 4 KB or with
+/// more than 300 operators and functions. The conditions grow by about 12 to 16 operators
+/// per limit: at 16 limits a lease's credit has 261 and the consume of every acquire 218
+/// (2981 bytes); they overflow at 19 and 23 limits.
+///
+/// [`validate_limits`] refuses more before anything is stored or sent. The repository's
+/// tests render every request shape at this count (with 64-character names) and check it
+/// against DynamoDB's limits; `docs/limits-per-bucket.md` lists the measured sizes.
+pub const MAX_LIMITS_PER_BUCKET: usize = 16;
+
+/// Checks how many limits one bucket's requests would carry: at most
+/// [`MAX_LIMITS_PER_BUCKET`]. `field` names what was counted (`limits`, `consume`).
+///
+/// ```
+/// use dynalimit_format::attr::{MAX_LIMITS_PER_BUCKET, validate_limit_count};
+/// assert!(validate_limit_count("limits", MAX_LIMITS_PER_BUCKET).is_ok());
+/// assert!(validate_limit_count("limits", MAX_LIMITS_PER_BUCKET + 1).is_err());
+/// ```
+///
+/// # Errors
+/// [`CoreError::TooManyLimits`] beyond the maximum.
+pub fn validate_limit_count(field: &'static str, given: usize) -> Result<(), CoreError> {
+    if given > MAX_LIMITS_PER_BUCKET {
+        return Err(CoreError::TooManyLimits {
+            field,
+            given,
+            max: MAX_LIMITS_PER_BUCKET,
+        });
+    }
+    Ok(())
+}
+
+/// Checks the limits of one bucket: at most [`MAX_LIMITS_PER_BUCKET`]
+/// ([`validate_limit_count`]), each valid for the table ([`validate_limit`]), no name twice,
+/// and one time zone for every schedule among them (an item holds one). An empty list
+/// passes; a configuration level asks for at least one limit on its own.
+///
+/// # Errors
+/// [`CoreError::TooManyLimits`], the errors of [`validate_limit`], and
+/// [`CoreError::InvalidIdentifier`] for a name given twice or [`CoreError::InvalidValue`]
+/// for schedules in two zones.
+pub fn validate_limits(limits: &[Limit]) -> Result<(), CoreError> {
+    validate_limit_count("limits", limits.len())?;
+    for (i, l) in limits.iter().enumerate() {
+        validate_limit(l)?;
+        if limits[..i].iter().any(|o| o.name() == l.name()) {
+            return Err(CoreError::invalid_identifier(
+                "limit name",
+                l.name(),
+                "appears twice in one set of limits",
+            ));
+        }
+    }
+    dynalimit_core::schedule::one_zone(limits.iter().flat_map(Limit::zones))?;
+    Ok(())
+}
+
 /// A per-limit field of a bucket item, `b_{name}_{field}` (§1.4.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BucketField {

@@ -276,7 +276,8 @@ fn whole(found: &Item, attr: &str) -> Result<i64, FormatError> {
 ///
 /// # Errors
 /// [`FormatError::ReservedLimitName`] for a limit named after an item attribute,
-/// [`FormatError::Corrupt`] for a corrupt item (a stored schedule that does not decode among
+/// [`FormatError::TooManyLimits`] for more limits than one bucket carries (checked before
+/// any limit is decoded), [`FormatError::Corrupt`] for a corrupt item (a stored schedule that does not decode among
 /// them: the whole level is then unavailable, as in the Python library). Parameter
 /// schedules, calendar quotas (`l_{name}_sched`, `l_{name}_rsched`, `sched_tz`) and session
 /// quotas (every field under `w_`, with `w_{name}_rsa`) are read.
@@ -291,6 +292,14 @@ pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
         return Err(FormatError::ReservedLimitName {
             key,
             name: name.clone(),
+        });
+    }
+    let given = plain.len() + windowed.len();
+    if given > attr::MAX_LIMITS_PER_BUCKET {
+        return Err(FormatError::TooManyLimits {
+            key,
+            given,
+            max: attr::MAX_LIMITS_PER_BUCKET,
         });
     }
     if let Some(both) = plain.iter().find(|n| windowed.contains(n)) {

@@ -40,6 +40,18 @@ pub enum FormatError {
         name: String,
     },
 
+    /// A stored configuration names more limits than one bucket carries
+    /// ([`crate::attr::MAX_LIMITS_PER_BUCKET`]).
+    #[error("item {key} configures {given} limits; one bucket carries at most {max}")]
+    TooManyLimits {
+        /// The config item's key (`PK|SK`).
+        key: String,
+        /// How many limits it names.
+        given: usize,
+        /// The most one bucket carries.
+        max: usize,
+    },
+
     /// A stored schedule that does not decode (reference §12.2): corrupt, or written by a
     /// newer encoder. A bucket or configuration carrying it is treated as unavailable.
     #[error("stored schedule {encoded:?} does not decode: {message}")]

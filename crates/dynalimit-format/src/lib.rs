@@ -14,6 +14,7 @@
 //! | [`keys`] | partition and sort keys, index keys, key parsing |
 //! | [`item`] | the raw item type and typed reads of attribute values |
 //! | [`expr`] | positional expressions: how every request names attributes and values |
+//! | [`index`] | whether an index query's result belongs to the namespace that asked |
 //! | [`bucket`] | bucket items: key, image, create item, owner stamp, pause stamp |
 //! | [`config`] | limit configuration at four levels and its registries |
 //! | [`entity`] | entity metadata |
@@ -39,6 +40,7 @@ pub mod config;
 pub mod entity;
 mod error;
 pub mod expr;
+pub mod index;
 pub mod item;
 pub mod keys;
 pub mod namespace;

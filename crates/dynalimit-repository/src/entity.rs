@@ -104,8 +104,8 @@ impl Repository {
             item::s(keys::parent_gsi1pk(&self.scope.id, parent_id)),
         );
         e.when(c);
-        let mut out = page::all_items(self.query(Some(GSI1), &e))
-            .await?
+        let found = page::all_items(self.query(Some(GSI1), &e)).await?;
+        let mut out = page::own_items(&self.scope.id, GSI1, found)
             .iter()
             .map(Entity::from_item)
             .collect::<Result<Vec<_>, _>>()?;
@@ -141,7 +141,11 @@ impl Repository {
         discover.when(c);
         let c = discover.begins_with(attr::GSI3SK, keys::BUCKET_INDEX_SK_PREFIX);
         discover.when(c);
-        let buckets = page::all_keys(self.query(Some(GSI3), &discover)).await?;
+        let found = page::all_items(self.query(Some(GSI3), &discover)).await?;
+        let buckets: Vec<Item> = page::own_items(ns, GSI3, found)
+            .iter()
+            .filter_map(item::key_map_of)
+            .collect();
         let mut ops = Vec::new();
         let mut partitions: Vec<String> = buckets
             .iter()

@@ -1,6 +1,8 @@
 //! The error type of the repository, and the classification of AWS SDK failures.
 
+use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use dynalimit_core::failure::{self, ErrorClass};
 use dynalimit_format::FormatError;
 use thiserror::Error;
 
@@ -142,7 +144,11 @@ pub enum RepositoryError {
         message: String,
     },
 
-    /// DynamoDB rejected the request for another reason (a malformed request, a limit).
+    /// DynamoDB refused the request itself as invalid: a `ValidationException` (an
+    /// expression over the service's limits among them), a transaction item's
+    /// `ValidationError`, or any other 4xx that is not throttling, a permission, a conflict
+    /// or a failed condition. Sending it again fails the same way, so it is never reported
+    /// as unavailable ([`RepositoryError::is_invalid_request`]).
     #[error("DynamoDB rejected {operation} ({code}): {message}")]
     Rejected {
         /// The DynamoDB operation.
@@ -192,6 +198,23 @@ pub enum RepositoryError {
         key: String,
         /// The reserved limit name found.
         name: String,
+    },
+
+    /// A stored limit configuration names more limits than one bucket's requests can carry
+    /// ([`dynalimit_format::attr::MAX_LIMITS_PER_BUCKET`]), as another client can write it.
+    /// dynalimit refuses to use it; no request could serve it, so it is an invalid request
+    /// ([`RepositoryError::is_invalid_request`]), not an outage.
+    #[error(
+        "item {key} configures {given} limits; one bucket carries at most {max}: store fewer \
+         limits (split them across resources)"
+    )]
+    TooManyLimits {
+        /// The config item's key.
+        key: String,
+        /// How many limits it names.
+        given: usize,
+        /// The most one bucket carries.
+        max: usize,
     },
 
     /// An idempotency key already names another kind of operation on this entity and resource
@@ -247,7 +270,8 @@ impl RepositoryError {
     }
 
     /// True when the failure means DynamoDB could not serve the request (what `on_unavailable`
-    /// governs). Permission errors are not outages.
+    /// governs). Permission errors are not outages, nor is an item holding a value out of
+    /// bounds ([`RepositoryError::Corrupt`]: no mode admits past it).
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
@@ -256,8 +280,18 @@ impl RepositoryError {
                 | RepositoryError::Unavailable { .. }
                 | RepositoryError::OutcomeUnknown { .. }
                 | RepositoryError::Unsupported { .. }
-                | RepositoryError::Corrupt { .. }
                 | RepositoryError::ReservedLimitName { .. }
+        )
+    }
+
+    /// True when the request cannot be served as asked, now or later: DynamoDB refused it as
+    /// invalid ([`RepositoryError::Rejected`]), or the stored configuration names more limits
+    /// than a bucket's requests carry ([`RepositoryError::TooManyLimits`]). Neither is an
+    /// outage, so `on_unavailable` does not govern them.
+    pub fn is_invalid_request(&self) -> bool {
+        matches!(
+            self,
+            RepositoryError::Rejected { .. } | RepositoryError::TooManyLimits { .. }
         )
     }
 
@@ -272,10 +306,9 @@ impl RepositoryError {
     /// Classifies a failure of the AWS SDK's `operation` (throttling, permissions,
     /// conflicts, outages, refusals), for requests other crates send with the repository's
     /// client (the aggregator's snapshot transactions, for example).
-    pub fn from_sdk<E, R>(operation: &'static str, err: SdkError<E, R>) -> RepositoryError
+    pub fn from_sdk<E>(operation: &'static str, err: SdkError<E, HttpResponse>) -> RepositoryError
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-        R: std::fmt::Debug,
     {
         classify(operation, err)
     }
@@ -299,6 +332,9 @@ impl From<FormatError> for RepositoryError {
             FormatError::ReservedLimitName { key, name } => {
                 RepositoryError::ReservedLimitName { key, name }
             }
+            FormatError::TooManyLimits { key, given, max } => {
+                RepositoryError::TooManyLimits { key, given, max }
+            }
             other => RepositoryError::Corrupt {
                 key: String::new(),
                 attribute: None,
@@ -308,35 +344,25 @@ impl From<FormatError> for RepositoryError {
     }
 }
 
-const THROTTLING_CODES: &[&str] = &[
-    "ProvisionedThroughputExceededException",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "Throttling",
-    "TooManyRequestsException",
-];
-
-const PERMISSION_CODES: &[&str] = &[
-    "AccessDeniedException",
-    "UnrecognizedClientException",
-    "InvalidSignatureException",
-    "MissingAuthenticationTokenException",
-    "ExpiredTokenException",
-    "IncompleteSignatureException",
-];
-
 /// Classifies an SDK failure of `operation` into a [`RepositoryError`].
-pub(crate) fn classify<E, R>(operation: &'static str, err: SdkError<E, R>) -> RepositoryError
+pub(crate) fn classify<E>(
+    operation: &'static str,
+    err: SdkError<E, HttpResponse>,
+) -> RepositoryError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug,
 {
     match &err {
         SdkError::ServiceError(service) => {
             let inner = service.err();
-            let code = inner.code().unwrap_or("Unknown").to_string();
+            let code = inner.code().unwrap_or("Unknown");
             let message = inner.message().unwrap_or_default().to_string();
-            classify_code(operation, &code, message)
+            classify_code(
+                operation,
+                Some(service.raw().status().as_u16()),
+                code,
+                message,
+            )
         }
         SdkError::TimeoutError(_) => RepositoryError::Unavailable {
             operation,
@@ -362,78 +388,80 @@ where
     }
 }
 
-/// Classifies a service error code (also used for transaction cancellation reasons).
+/// Classifies a service error `code` answered with `status` (also a transaction item's
+/// cancellation reason, without a status) as [`failure::classify`] does.
 pub(crate) fn classify_code(
     operation: &'static str,
+    status: Option<u16>,
     code: &str,
     message: String,
 ) -> RepositoryError {
-    if THROTTLING_CODES.contains(&code) {
-        RepositoryError::Throttled { operation, message }
-    } else if PERMISSION_CODES.contains(&code) {
-        RepositoryError::PermissionDenied { operation, message }
-    } else if code == "TransactionConflictException"
-        || code == "TransactionConflict"
-        || code == "TransactionInProgressException"
-    {
-        RepositoryError::TransactionConflict { operation }
-    } else if code == "ResourceNotFoundException" {
-        RepositoryError::TableNotFound { table: message }
-    } else if code.starts_with("InternalServer")
-        || code == "ServiceUnavailable"
-        || code == "ServiceUnavailableException"
-        || code == "InternalFailure"
-    {
-        RepositoryError::Unavailable { operation, message }
-    } else {
-        RepositoryError::Rejected {
+    match failure::classify(status, code) {
+        ErrorClass::Throttled => RepositoryError::Throttled { operation, message },
+        ErrorClass::PermissionDenied => RepositoryError::PermissionDenied { operation, message },
+        ErrorClass::Conflict => RepositoryError::TransactionConflict { operation },
+        ErrorClass::NotFound => RepositoryError::TableNotFound { table: message },
+        ErrorClass::Unavailable => RepositoryError::Unavailable {
+            operation,
+            message: format!("{code}: {message}"),
+        },
+        ErrorClass::Invalid => RepositoryError::Rejected {
             operation,
             code: code.to_string(),
             message,
-        }
+        },
     }
 }
 
-pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
+pub(crate) use failure::error_chain;
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn class(status: u16, code: &str) -> RepositoryError {
+        classify_code("UpdateItem", Some(status), code, "said".into())
+    }
+
     #[test]
     fn codes_map_to_the_documented_classes() {
         assert!(matches!(
-            classify_code(
-                "UpdateItem",
-                "ProvisionedThroughputExceededException",
-                String::new()
-            ),
+            class(400, "ProvisionedThroughputExceededException"),
             RepositoryError::Throttled { .. }
         ));
         assert!(matches!(
-            classify_code("UpdateItem", "AccessDeniedException", String::new()),
+            class(400, "AccessDeniedException"),
             RepositoryError::PermissionDenied { .. }
         ));
         assert!(matches!(
-            classify_code("UpdateItem", "TransactionConflictException", String::new()),
+            class(400, "TransactionConflictException"),
             RepositoryError::TransactionConflict { .. }
         ));
         assert!(matches!(
-            classify_code("GetItem", "InternalServerError", String::new()),
+            class(500, "InternalServerError"),
             RepositoryError::Unavailable { .. }
         ));
-        let e = classify_code("GetItem", "ValidationException", "bad".into());
-        assert!(matches!(e, RepositoryError::Rejected { .. }));
-        assert!(!e.is_unavailable());
-        assert!(!classify_code("GetItem", "AccessDeniedException", String::new()).is_unavailable());
+        assert!(matches!(
+            class(400, "ResourceNotFoundException"),
+            RepositoryError::TableNotFound { .. }
+        ));
+        assert!(!class(400, "AccessDeniedException").is_unavailable());
+    }
+
+    #[test]
+    fn a_request_refused_as_invalid_is_no_outage() {
+        for (status, code) in [
+            (400, "ValidationException"),
+            (400, "SerializationException"),
+            (413, "HTTP413"),
+        ] {
+            let e = class(status, code);
+            assert!(matches!(e, RepositoryError::Rejected { .. }), "{e:?}");
+            assert!(e.is_invalid_request(), "{code}");
+            assert!(!e.is_unavailable() && !e.is_retryable(), "{code}");
+        }
+        // A code nobody lists under a server status is an outage, not the request's fault.
+        let e = class(503, "SomethingNew");
+        assert!(e.is_unavailable() && !e.is_invalid_request(), "{e:?}");
     }
 }

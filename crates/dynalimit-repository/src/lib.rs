@@ -67,8 +67,8 @@ pub use dynalimit_format::usage::UsageSnapshot;
 pub use dynalimit_format::version::VersionRecord;
 pub use error::RepositoryError;
 pub use metrics::{
-    CONFIG_CACHE, CONTENTION_RETRIES, DYNAMODB_REQUESTS, FAST_PATH, RequestCounter,
-    UNKNOWN_OUTCOMES, counting_requests,
+    CONFIG_CACHE, CONTENTION_RETRIES, DYNAMODB_REQUESTS, FAST_PATH, FOREIGN_INDEX_ITEMS,
+    RequestCounter, UNKNOWN_OUTCOMES, counting_requests,
 };
 pub use operation::{BucketOperation, OPERATION_ATTEMPTS, OperationOptions};
 pub use repository::{

@@ -30,6 +30,11 @@ pub const CONTENTION_RETRIES: &str = "dynalimit_contention_retries_total";
 /// Counter: writes whose answer was lost and that were not sent again (their outcome is
 /// unknown: applied once or not at all), by `operation`.
 pub const UNKNOWN_OUTCOMES: &str = "dynalimit_unknown_outcomes_total";
+/// Counter: items a secondary-index query returned that were skipped, by `index` (`GSI1` …
+/// `GSI4`) and `reason`: `namespace` (the item's base-table key lies in another namespace,
+/// whose writer set an index key naming this one) or `keys` (its index keys are not the ones
+/// its base key implies).
+pub const FOREIGN_INDEX_ITEMS: &str = "dynalimit_foreign_index_items_total";
 /// Gauge: 1 once the fast path carries a repository's bucket writes, 0 when they stay on
 /// the SDK.
 pub const FAST_PATH: &str = "dynalimit_fast_path";
@@ -83,6 +88,11 @@ pub(crate) fn request_sent(operation: &str) {
 /// Records a write sent again after losing to a transaction.
 pub(crate) fn contention_retry(operation: &'static str) {
     metrics::counter!(CONTENTION_RETRIES, "operation" => operation).increment(1);
+}
+
+/// Records an index result skipped as foreign.
+pub(crate) fn foreign_index_item(index: &'static str, reason: &'static str) {
+    metrics::counter!(FOREIGN_INDEX_ITEMS, "index" => index, "reason" => reason).increment(1);
 }
 
 /// Records a write whose outcome is unknown.

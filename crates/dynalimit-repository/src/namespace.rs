@@ -420,7 +420,12 @@ impl Repository {
             .send();
         while let Some(found) = pages.next().await {
             let found = found.map_err(|e| classify("Query", e))?;
-            let keys: Vec<Item> = found.items().iter().filter_map(item::key_map_of).collect();
+            // Only this namespace's items: another namespace's writer may give its own items
+            // this namespace's GSI4 key, and they are not the purge's to delete.
+            let keys: Vec<Item> = page::own_items(id, GSI4, found.items.unwrap_or_default())
+                .iter()
+                .filter_map(item::key_map_of)
+                .collect();
             deleted += batch_delete(&self.shared.client, &self.shared.table, keys).await?;
         }
         self.shared

@@ -240,7 +240,8 @@ impl Repository {
     ///
     /// # Errors
     /// [`RepositoryError::Validation`] for a bad id, resource, limit name, amount (each in
-    /// `1..=10^15`, at least one, no name twice), key or principal (nothing sent), and for a
+    /// `1..=10^15`, at least one, no name twice, at most
+    /// [`attr::MAX_LIMITS_PER_BUCKET`]), key or principal (nothing sent), and for a
     /// name that is not a limit configured for the pair or not yet on the bucket (nothing
     /// written); otherwise as [`Repository::reset_bucket`].
     ///
@@ -278,6 +279,7 @@ impl Repository {
                 .into());
             }
         }
+        attr::validate_limit_count("top-up amounts", named.len())?;
         validate_top_up(&named)?;
         self.operate(OperationKind::TopUp, entity_id, resource, named, options)
             .await

@@ -7,6 +7,7 @@ use base64::Engine;
 use dynalimit_core::CoreError;
 use dynalimit_format::expr::Expr;
 use dynalimit_format::item::{self, Item};
+use dynalimit_format::{attr, index};
 
 use crate::RepositoryError;
 use crate::error::classify;
@@ -36,6 +37,30 @@ pub(crate) async fn all_items(request: QueryFluentBuilder) -> Result<Vec<Item>, 
         .try_collect()
         .await
         .map_err(|e| classify("Query", e))
+}
+
+/// The items of `found`, returned by a query of `index` for namespace `ns`, that belong to
+/// it ([`index::check`]); every other one is skipped, counted in
+/// [`crate::metrics::FOREIGN_INDEX_ITEMS`] and logged at `warn`.
+pub(crate) fn own_items(ns: &str, index: &'static str, found: Vec<Item>) -> Vec<Item> {
+    found
+        .into_iter()
+        .filter(|it| match index::check(ns, index, it) {
+            Ok(()) => true,
+            Err(why) => {
+                crate::metrics::foreign_index_item(index, why.as_str());
+                tracing::warn!(
+                    index,
+                    namespace = ns,
+                    pk = ?item::get_s(it, attr::PK),
+                    sk = ?item::get_s(it, attr::SK),
+                    reason = why.as_str(),
+                    "index result skipped: not an item of this namespace as its keys say"
+                );
+                false
+            }
+        })
+        .collect()
 }
 
 /// Every key (`PK`, `SK`) of a query, all pages.

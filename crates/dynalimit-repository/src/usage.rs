@@ -187,7 +187,9 @@ impl Repository {
     /// One page of usage snapshots of this namespace, newest first: by entity (the entity's
     /// partition, narrowed to a resource when one is given) or by resource across entities
     /// (GSI2). `limit` (1–1000) is the number of items read; window and time filters apply to
-    /// what was read. Pass the returned cursor to read the next page.
+    /// what was read. Pass the returned cursor to read the next page. A GSI2 result that is not
+    /// a snapshot of this namespace (another namespace's item carrying this one's index key)
+    /// is skipped and counted ([`crate::FOREIGN_INDEX_ITEMS`]).
     ///
     /// # Errors
     /// [`RepositoryError::Validation`] for a query without entity and resource, a bad id,
@@ -223,15 +225,19 @@ impl Repository {
             }
             (None, None) => unreachable!("validated above"),
         };
-        let out = request
+        let mut out = request
             .scan_index_forward(false)
             .limit(size)
             .set_exclusive_start_key(start)
             .send()
             .await
             .map_err(|e| classify("Query", e))?;
-        let snapshots = out
-            .items()
+        let mut items = out.items.take().unwrap_or_default();
+        if query.entity_id.is_none() {
+            // Read off GSI2, whose keys any writer may set: only this namespace's snapshots.
+            items = page::own_items(ns, GSI2, items);
+        }
+        let snapshots = items
             .iter()
             .filter_map(UsageSnapshot::from_item)
             .filter(|s| query.keeps(s))

@@ -1,7 +1,9 @@
 //! The error type of the stack manager, and the classification of CloudFormation and S3
 //! failures.
 
+use aws_sdk_cloudformation::config::http::HttpResponse;
 use aws_sdk_cloudformation::error::{ProvideErrorMetadata, SdkError};
+use dynalimit_core::failure::{self, ErrorClass, error_chain};
 use thiserror::Error;
 
 /// Everything a stack operation can report. SDK failures are classified at the boundary; no
@@ -70,39 +72,22 @@ pub enum StackError {
     },
 }
 
-const THROTTLING_CODES: &[&str] = &[
-    "Throttling",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "TooManyRequestsException",
-    "SlowDown",
-];
-
-const PERMISSION_CODES: &[&str] = &[
-    "AccessDenied",
-    "AccessDeniedException",
-    "UnrecognizedClientException",
-    "InvalidClientTokenId",
-    "InvalidSignatureException",
-    "SignatureDoesNotMatch",
-    "MissingAuthenticationTokenException",
-    "ExpiredToken",
-    "ExpiredTokenException",
-    "IncompleteSignatureException",
-];
-
 /// Classifies an SDK failure of `operation`.
-pub(crate) fn classify<E, R>(operation: &'static str, err: SdkError<E, R>) -> StackError
+pub(crate) fn classify<E>(operation: &'static str, err: SdkError<E, HttpResponse>) -> StackError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug,
 {
     match &err {
         SdkError::ServiceError(service) => {
             let inner = service.err();
             let code = inner.code().unwrap_or("Unknown").to_string();
             let message = inner.message().unwrap_or_default().to_string();
-            classify_code(operation, code, message)
+            classify_code(
+                operation,
+                Some(service.raw().status().as_u16()),
+                code,
+                message,
+            )
         }
         SdkError::ConstructionFailure(_) => StackError::Rejected {
             operation,
@@ -116,34 +101,24 @@ where
     }
 }
 
-fn classify_code(operation: &'static str, code: String, message: String) -> StackError {
-    if THROTTLING_CODES.contains(&code.as_str()) {
-        StackError::Throttled { operation, message }
-    } else if PERMISSION_CODES.contains(&code.as_str()) {
-        StackError::PermissionDenied { operation, message }
-    } else if code.starts_with("InternalFailure")
-        || code.starts_with("InternalError")
-        || code == "ServiceUnavailable"
-    {
-        StackError::Unavailable { operation, message }
-    } else {
-        StackError::Rejected {
+/// The error of a service answer with `code` and `status`, classified as
+/// [`failure::classify`] does.
+fn classify_code(
+    operation: &'static str,
+    status: Option<u16>,
+    code: String,
+    message: String,
+) -> StackError {
+    match failure::classify(status, &code) {
+        ErrorClass::Throttled => StackError::Throttled { operation, message },
+        ErrorClass::PermissionDenied => StackError::PermissionDenied { operation, message },
+        ErrorClass::Unavailable => StackError::Unavailable { operation, message },
+        ErrorClass::Conflict | ErrorClass::NotFound | ErrorClass::Invalid => StackError::Rejected {
             operation,
             code,
             message,
-        }
+        },
     }
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 #[cfg(test)]
@@ -152,7 +127,7 @@ mod tests {
 
     #[test]
     fn codes_map_to_the_documented_classes() {
-        let c = |code: &str| classify_code("CreateStack", code.into(), String::new());
+        let c = |code: &str| classify_code("CreateStack", Some(400), code.into(), String::new());
         assert!(matches!(c("Throttling"), StackError::Throttled { .. }));
         assert!(matches!(
             c("AccessDenied"),

@@ -168,6 +168,17 @@ pub enum Error {
     #[error("permission denied: {0}")]
     PermissionDenied(#[source] dynalimit_repository::RepositoryError),
 
+    /// The request cannot be served as asked, now or later: DynamoDB refused it as invalid (a
+    /// `ValidationException`, such as an expression over its 4 KB limit, or another 4xx that
+    /// is not throttling, a permission or a failed condition), or the stored configuration
+    /// names more limits than one bucket carries
+    /// ([`MAX_LIMITS_PER_BUCKET`](dynalimit_format::attr::MAX_LIMITS_PER_BUCKET)). Raised
+    /// under every `on_unavailable` mode: sending the request again fails the same way, so it
+    /// is no outage, and `allow` does not admit it.
+    #[cfg(feature = "dynamodb")]
+    #[error("request refused as invalid: {0}")]
+    InvalidRequest(#[source] dynalimit_repository::RepositoryError),
+
     /// An item read for the acquire holds a value out of bounds (a shard count above 32, a
     /// stamp further ahead than it lives, a time or amount out of range): another writer
     /// stored it. The source names the item and the attribute. Raised under every

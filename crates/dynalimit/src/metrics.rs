@@ -4,7 +4,7 @@
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
-//! | `dynalimit_acquires_total` | counter | `outcome` | every `RateLimiter` acquire: `admitted`, `degraded` (admitted without the limiter under `on_unavailable = allow`), `rejected`, `disabled`, `unavailable`, `denied` (AWS refused the credentials), `corrupt` (an item holds a value out of bounds), `invalid` (bad input, unknown limit, no limits) |
+//! | `dynalimit_acquires_total` | counter | `outcome` | every `RateLimiter` acquire: `admitted`, `degraded` (admitted without the limiter under `on_unavailable = allow`), `rejected`, `disabled`, `unavailable`, `denied` (AWS refused the credentials), `corrupt` (an item holds a value out of bounds), `invalid` (bad input, unknown limit, no limits, a request DynamoDB refuses as invalid) |
 //! | `dynalimit_rejected_limits_total` | counter | `limit`, `reason` | per limit that refused a rejected acquire (`reason`: `limits`, `contended`, `paused`; `limit` is empty for the last two) |
 //! | `dynalimit_acquire_seconds` | histogram | `outcome` | the time an acquire took, as seen by its caller |
 //! | `dynalimit_lease_writes_total` | counter | `kind`, `outcome` | lease commits and rollbacks (`kind`: `commit`, `rollback`; `outcome`: `ok`, `error`) |
@@ -13,6 +13,7 @@
 //! | `dynalimit_dynamodb_requests_total` | counter | `operation` | every DynamoDB request a repository sends, on the fast path and through the SDK (`UpdateItem`, `BatchGetItem`, …) |
 //! | `dynalimit_contention_retries_total` | counter | `operation` | writes sent again after losing to a transaction on the same item |
 //! | `dynalimit_unknown_outcomes_total` | counter | `operation` | writes whose answer was lost and that were not sent again: applied once or not at all |
+//! | `dynalimit_foreign_index_items_total` | counter | `index`, `reason` | items a secondary-index query returned that were skipped: `namespace` (the item's base-table key lies in another namespace, whose writer gave it an index key naming this one), `keys` (its index keys are not the ones its base key implies) |
 //! | `dynalimit_fast_path` | gauge | | 1 once a repository's bucket writes take the fast path, 0 when they stay on the SDK |
 //!
 //! Each acquire also runs in a `tracing` span `dynalimit.acquire` (fields `entity_id`,
@@ -43,7 +44,8 @@ pub const LEASE_WRITES: &str = "dynalimit_lease_writes_total";
 pub const ACQUIRE_REQUESTS: &str = "dynalimit_acquire_requests";
 #[cfg(feature = "dynamodb")]
 pub use dynalimit_repository::{
-    CONFIG_CACHE, CONTENTION_RETRIES, DYNAMODB_REQUESTS, FAST_PATH, UNKNOWN_OUTCOMES,
+    CONFIG_CACHE, CONTENTION_RETRIES, DYNAMODB_REQUESTS, FAST_PATH, FOREIGN_INDEX_ITEMS,
+    UNKNOWN_OUTCOMES,
 };
 
 /// The `outcome` label of an acquire's result (`Ok(degraded)` for an admission).
@@ -56,7 +58,12 @@ fn outcome(result: Result<bool, &Error>) -> &'static str {
         Err(Error::ResourceDisabled { .. }) => "disabled",
         Err(Error::PermissionDenied(_)) => "denied",
         Err(Error::Corrupt(_)) => "corrupt",
-        Err(Error::Invalid(_) | Error::UnknownLimit { .. } | Error::NoLimits { .. }) => "invalid",
+        Err(
+            Error::Invalid(_)
+            | Error::InvalidRequest(_)
+            | Error::UnknownLimit { .. }
+            | Error::NoLimits { .. },
+        ) => "invalid",
         Err(_) => "unavailable",
     }
 }

@@ -99,13 +99,12 @@ pub struct Runner {
     discovered_once: bool,
 }
 
-fn streams_error<E, R>(
+fn streams_error<E>(
     operation: &'static str,
-    err: aws_sdk_dynamodb::error::SdkError<E, R>,
+    err: aws_sdk_dynamodb::error::SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>,
 ) -> (Option<String>, AggregatorError)
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug,
 {
     let code = err.code().map(str::to_owned);
     let e = dynalimit_repository::RepositoryError::from_sdk(operation, err);

@@ -427,3 +427,42 @@ async fn requests_outside_the_bucket_store_carry_the_sdk_s_operation_spans() {
     );
     assert!(methods.len() >= 3, "{methods:?}");
 }
+
+#[tokio::test]
+async fn index_results_of_another_namespace_are_skipped_and_counted() {
+    use dynalimit::metrics::FOREIGN_INDEX_ITEMS;
+    let _one = SERIAL.lock().await;
+    snapshotter();
+    let table = dynalimit_tests::table().await;
+    let alpha = table.repository("alpha").await;
+    let bravo = table.repository("bravo").await;
+    let (a, b) = (alpha.namespace_id(), bravo.namespace_id());
+    // An item of alpha's partition whose index key names bravo's resource.
+    let start = "2026-03-10T10:00:00Z";
+    dynalimit_tests::raw::put_raw(
+        &table,
+        &[
+            ("PK", &format!("{a}/ENTITY#mallory")),
+            ("SK", &format!("#USAGE#gpt-4#{start}")),
+            ("entity_id", "mallory"),
+            ("resource", "gpt-4"),
+            ("window", "hourly"),
+            ("window_start", start),
+            ("GSI2PK", &format!("{b}/RESOURCE#gpt-4")),
+            ("GSI2SK", &format!("USAGE#{start}#mallory")),
+        ],
+    )
+    .await;
+    let key = (
+        FOREIGN_INDEX_ITEMS.to_owned(),
+        labels(&[("index", "GSI2"), ("reason", "namespace")]),
+    );
+    let before = read().get(&key).copied().unwrap_or(0);
+    let page = bravo
+        .usage_snapshots(&dynalimit::UsageQuery::resource("gpt-4"), 10, None)
+        .await
+        .unwrap();
+    assert!(page.snapshots.is_empty(), "{:?}", page.snapshots);
+    let after = read().get(&key).copied().unwrap_or(0);
+    assert_eq!(after.saturating_sub(before), 1);
+}

@@ -96,9 +96,7 @@ async fn a_shard_count_above_32_is_corrupt_on_every_path_and_nothing_is_written_
     );
     let available = r.limiter.available("k", "gpt-4", &[]).await;
     assert!(
-        available
-            .as_ref()
-            .is_err_and(corrupt_for_the_shard_count),
+        available.as_ref().is_err_and(corrupt_for_the_shard_count),
         "{available:?}"
     );
     let options = OperationOptions::default();

@@ -200,3 +200,38 @@ async fn a_reset_gives_back_the_capacity_in_force() {
         "half of 100 in office hours"
     );
 }
+
+#[tokio::test]
+async fn two_scheduled_limits_added_to_a_bucket_are_seeded_in_one_write() {
+    let r = rig().await;
+    r.clock.set_epoch_millis(WED_10_00);
+    let plain = Limit::per_minute("rpm", 100);
+    r.repo
+        .set_limits("k", "gpt-4", std::slice::from_ref(&plain))
+        .await
+        .unwrap();
+    let (admitted, _) = r.spend("rpm", 1).await;
+    assert_eq!(admitted, 1);
+    // Two limits with schedules join the bucket: the next rf-locked write seeds both, and
+    // the item's zone is written once.
+    let zone = Zone::get("Europe/Berlin").unwrap();
+    let scheduled = |name: &str| {
+        let half = Entry::scaled("* 9-17 * * MON-FRI", 0.5).unwrap();
+        Limit::per_minute(name, 10).with_schedule(Schedule::new(zone.clone(), vec![half]).unwrap())
+    };
+    r.repo
+        .set_limits("k", "gpt-4", &[plain, scheduled("tpm"), scheduled("rpd")])
+        .await
+        .unwrap();
+    let (admitted, rejection) = r.spend("rpm", 1).await;
+    assert_eq!(admitted, 1, "{rejection:?}");
+    let item = r.first_shard("k", "gpt-4").await;
+    assert_eq!(get_s(&item, "sched_tz"), Some("Europe/Berlin"));
+    for name in ["b_tpm_tk", "b_rpd_tk"] {
+        assert_eq!(
+            get_i64(&item, name),
+            Some(5_000),
+            "{name}: half of 10 in office hours"
+        );
+    }
+}

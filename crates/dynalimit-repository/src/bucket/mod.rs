@@ -25,6 +25,8 @@
 
 mod consume;
 mod pause;
+#[cfg(test)]
+mod sizes;
 mod split;
 mod writes;
 
@@ -57,7 +59,7 @@ use dynalimit_format::{FormatError, attr, keys};
 
 use crate::RepositoryError;
 use crate::batch::{batch_get_items, get_item};
-use crate::error::{classify, error_chain};
+use crate::error::{classify, classify_code, error_chain};
 pub use crate::retry::OnThrottle;
 use crate::retry::{self, Attempt, Backoff, Resend};
 use crate::wire::{FastPath, UpdateItem, UpdateOutcome, Written};
@@ -870,11 +872,17 @@ impl BucketStore {
                 attempt += 1;
                 continue;
             }
-            return Err(RepositoryError::Rejected {
-                operation: "TransactWriteItems",
-                code: "TransactionCanceledException".to_owned(),
-                message: format!("bucket transaction cancelled: {reasons:?}"),
-            });
+            // Another reason (a throttled item, an invalid one) says what the transaction met.
+            let reason = reasons
+                .iter()
+                .find(|r| r.as_str() != "None")
+                .map_or("TransactionCanceledException", String::as_str);
+            return Err(classify_code(
+                "TransactWriteItems",
+                None,
+                reason,
+                format!("bucket transaction cancelled: {reasons:?}"),
+            ));
         }
     }
 
@@ -1421,10 +1429,11 @@ impl BucketStore {
 
     /// Every `#STATE` item of a bucket index partition (`GSI2`, `GSI3` or `GSI4`), all pages: the
     /// index's partition key equals `pk` and its sort key starts with `prefix` (`BUCKET#`, or
-    /// narrower).
+    /// narrower). An item of another namespace, or whose index keys its key does not imply,
+    /// is skipped and counted ([`crate::page::own_items`]).
     async fn query_bucket_index(
         &self,
-        index: &str,
+        index: &'static str,
         pk: String,
         prefix: String,
     ) -> Result<Vec<Item>, RepositoryError> {
@@ -1445,7 +1454,7 @@ impl BucketStore {
             &e,
         ))
         .await?;
-        Ok(found
+        Ok(crate::page::own_items(&self.ns, index, found)
             .into_iter()
             .filter(|found| get_str(found, attr::SK) == Some(keys::STATE_SK))
             .collect())

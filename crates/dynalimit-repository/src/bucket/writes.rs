@@ -148,6 +148,9 @@ pub(crate) fn refill_write(plan: &RefillPlan, owner: Option<&Owner>) -> Expr {
         let c = shard_count_pin(&mut e, plan.shard_count);
         e.when(c);
     }
+    // The item's zone, written once however many seeds carry a schedule (one zone per item;
+    // DynamoDB refuses an update that names one path twice).
+    let mut zone: Option<&str> = None;
     for w in &plan.writes {
         if let Some(seed) = &w.seed {
             e.set(&tk(&w.name), num(seed.tk));
@@ -156,7 +159,9 @@ pub(crate) fn refill_write(plan: &RefillPlan, owner: Option<&Owner>) -> Expr {
             e.set(&bucket_limit(&w.name, BucketField::Rp), num(seed.rp));
             e.add(&tc(&w.name), w.add_tc);
             if w.name != WCU {
-                seed_schedules(&mut e, &w.name, seed.schedule.as_ref(), seed.reset.as_ref());
+                let seeded =
+                    seed_schedules(&mut e, &w.name, seed.schedule.as_ref(), seed.reset.as_ref());
+                zone = zone.or(seeded);
             }
             if let Some(count) = w.grant {
                 e.set(
@@ -203,6 +208,9 @@ pub(crate) fn refill_write(plan: &RefillPlan, owner: Option<&Owner>) -> Expr {
         if let Some(win) = w.window {
             window_write(&mut e, &w.name, win, false);
         }
+    }
+    if let Some(z) = zone {
+        e.set(attr::SCHED_TZ, AttributeValue::S(z.to_owned()));
     }
     if let Some(count) = plan.grant_pin {
         let (missing, at_most) = (
@@ -326,26 +334,24 @@ pub(crate) fn moves(moves: &[&Move]) -> Expr {
 }
 
 /// A seeded limit's schedules, spelled out rather than inherited from the item's default
-/// (reference §12.2): `b_{name}_sched` and `b_{name}_rsched` (each its encoding or `"-"`),
-/// and the item's zone when one is set.
-fn seed_schedules(
+/// (reference §12.2): `b_{name}_sched` and `b_{name}_rsched` (each its encoding or `"-"`).
+/// Returns the zone of its schedules, which the write gives the item.
+fn seed_schedules<'a>(
     e: &mut Expr,
     name: &str,
-    schedule: Option<&Schedule>,
-    reset: Option<&ResetSchedule>,
-) {
+    schedule: Option<&'a Schedule>,
+    reset: Option<&'a ResetSchedule>,
+) -> Option<&'a str> {
     let own = schedule.map_or_else(|| UNSCHEDULED.to_owned(), schedule::encode);
     e.set(&attr::bucket_sched(name), AttributeValue::S(own));
     let own = reset
         .and_then(|r| schedule::encode_reset(r).ok())
         .unwrap_or_else(|| UNSCHEDULED.to_owned());
     e.set(&attr::bucket_rsched(name), AttributeValue::S(own));
-    let zone = schedule
+    schedule
         .map(Schedule::zone)
-        .or_else(|| reset.map(ResetSchedule::zone));
-    if let Some(z) = zone {
-        e.set(attr::SCHED_TZ, AttributeValue::S(z.name().to_owned()));
-    }
+        .or_else(|| reset.map(ResetSchedule::zone))
+        .map(|z| z.name())
 }
 
 /// The owner stamp of an rf-locked write (reference §3.7.2, §12.5): `cascade`, `parent_id`
@@ -1041,11 +1047,15 @@ mod tests {
             text.starts_with(
                 "SET rf = 60000, vu = 1800000, b_tpm_tk = 50000, b_tpm_cp = 100000, \
                  b_tpm_ra = 100000, b_tpm_rp = 60000, b_tpm_sched = \"1m30-59s500\", \
-                 b_tpm_rsched = \"-\", sched_tz = \"Asia/Kolkata\","
+                 b_tpm_rsched = \"-\", b_wcu_tk"
             ),
             "{text}"
         );
         assert!(text.contains("(attribute_not_exists(vu))"), "{text}");
+        assert!(
+            text.contains(", sched_tz = \"Asia/Kolkata\" ADD"),
+            "the item's zone, once: {text}"
+        );
     }
 
     #[test]

@@ -47,8 +47,9 @@ pub struct ResolvedLimits {
     pub on_unavailable: Option<dynalimit_format::config::OnUnavailable>,
 }
 
-/// Checks limits headed for a level: at least one, each valid for the table
-/// ([`attr::validate_limit`]), no name twice.
+/// Checks limits headed for a level: at least one, and what [`attr::validate_limits`] asks
+/// of one bucket's limits (at most [`attr::MAX_LIMITS_PER_BUCKET`], each valid for the table,
+/// no name twice, one zone).
 pub(crate) fn validate_limits(limits: &[Limit]) -> Result<(), CoreError> {
     if limits.is_empty() {
         return Err(CoreError::invalid_value(
@@ -57,19 +58,5 @@ pub(crate) fn validate_limits(limits: &[Limit]) -> Result<(), CoreError> {
             "at least one limit is required",
         ));
     }
-    let mut names: Vec<&str> = Vec::with_capacity(limits.len());
-    for l in limits {
-        attr::validate_limit(l)?;
-        if names.contains(&l.name()) {
-            return Err(CoreError::invalid_identifier(
-                "limit name",
-                l.name(),
-                "appears twice in one configuration",
-            ));
-        }
-        names.push(l.name());
-    }
-    // One zone per item: the schedules of a level (and of the buckets it makes) share it.
-    dynalimit_core::schedule::one_zone(limits.iter().flat_map(Limit::zones))?;
-    Ok(())
+    attr::validate_limits(limits)
 }

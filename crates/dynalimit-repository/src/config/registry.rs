@@ -102,15 +102,15 @@ impl Repository {
             item::s(keys::entity_config_gsi3pk(&self.scope.id, resource)),
         );
         e.when(c);
-        let out = self
+        let mut out = self
             .query(Some(GSI3), &e)
             .limit(size)
             .set_exclusive_start_key(start)
             .send()
             .await
             .map_err(|e| classify("Query", e))?;
-        let ids = out
-            .items()
+        let found = out.items.take().unwrap_or_default();
+        let ids = page::own_items(&self.scope.id, GSI3, found)
             .iter()
             .filter_map(|it| item::get_s(it, attr::GSI3SK).map(str::to_string))
             .collect();

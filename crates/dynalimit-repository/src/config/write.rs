@@ -84,8 +84,15 @@ impl Repository {
     /// resources with entity configs, an audit event, cache eviction, and the new parameters
     /// stamped on every existing bucket of the entity for that resource.
     ///
+    /// One bucket carries at most [`MAX_LIMITS_PER_BUCKET`](attr::MAX_LIMITS_PER_BUCKET) (16)
+    /// limits: with more, DynamoDB would refuse some of the bucket's requests (a lease's
+    /// credit passes its limit of 300 operators at 19), so more are refused here, at every
+    /// level, before anything is sent (`docs/limits-per-bucket.md`).
+    ///
     /// # Errors
-    /// [`RepositoryError::Validation`] before any request for bad ids or limits;
+    /// [`RepositoryError::Validation`] before any request for bad ids or limits (more than
+    /// [`MAX_LIMITS_PER_BUCKET`](attr::MAX_LIMITS_PER_BUCKET) among them, as
+    /// [`CoreError::TooManyLimits`](dynalimit_core::CoreError::TooManyLimits));
     /// [`RepositoryError::FanoutIncomplete`] when the config was written but some buckets were
     /// not stamped (rerun to finish); the classified failure.
     pub async fn set_limits(

@@ -148,8 +148,16 @@ fn compare(a: Option<&AttributeValue>, cmp: Cmp, b: Option<&AttributeValue>) -> 
 pub(crate) fn holds(item: &Item, cond: &Cond) -> Result<bool, Fault> {
     let value = |o: &Operand| operand_in_condition(item, o);
     Ok(match cond {
-        Cond::And(a, b) => holds(item, a)? && holds(item, b)?,
-        Cond::Or(a, b) => holds(item, a)? || holds(item, b)?,
+        Cond::And(..) | Cond::Or(..) => {
+            // In order, stopping at the first term that decides.
+            let and = matches!(cond, Cond::And(..));
+            for term in cond.chain() {
+                if holds(item, term)? != and {
+                    return Ok(!and);
+                }
+            }
+            and
+        }
         Cond::Not(a) => !holds(item, a)?,
         Cond::Exists(p) => resolve(item, p).is_some(),
         Cond::NotExists(p) => resolve(item, p).is_none(),

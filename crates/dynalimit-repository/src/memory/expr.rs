@@ -83,6 +83,24 @@ pub(crate) enum Cond {
     Contains(Operand, Operand),
 }
 
+impl Cond {
+    /// The terms of a chain of one connective (`a AND b AND c`), left to right; `[self]` for
+    /// any other condition. The parser folds a chain to the left, so its depth is its length:
+    /// walking the left spine here keeps the readers of a 300-operator condition from
+    /// recursing that deep.
+    pub(crate) fn chain(&self) -> Vec<&Cond> {
+        let mut terms = Vec::new();
+        let mut left = self;
+        while let (Cond::And(..), Cond::And(a, b)) | (Cond::Or(..), Cond::Or(a, b)) = (self, left) {
+            terms.push(&**b);
+            left = a;
+        }
+        terms.push(left);
+        terms.reverse();
+        terms
+    }
+}
+
 /// A parsed update expression.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Update {
@@ -608,8 +626,82 @@ impl<'a> Parser<'a> {
     }
 }
 
-/// Parses an update expression.
+/// DynamoDB's longest expression string, bytes.
+const MAX_EXPRESSION_BYTES: usize = 4096;
+/// DynamoDB's most operators and functions in one condition.
+const MAX_OPERATORS: usize = 300;
+
+/// Refuses an expression longer than DynamoDB takes, as DynamoDB words it.
+fn within_size(kind: &str, text: &str) -> Result<(), Fault> {
+    if text.len() > MAX_EXPRESSION_BYTES {
+        return Err(Fault::validation(format!(
+            "Invalid {kind}: Expression size has exceeded the maximum allowed size; \
+             expression size: {}",
+            text.len()
+        )));
+    }
+    Ok(())
+}
+
+impl Operand {
+    /// Operators and functions, as DynamoDB counts them.
+    fn operators(&self) -> usize {
+        match self {
+            Operand::Path(_) | Operand::Value(_) => 0,
+            Operand::Size(_) => 1,
+            Operand::IfNotExists(_, b) => 1 + b.operators(),
+            Operand::ListAppend(a, b) | Operand::Plus(a, b) | Operand::Minus(a, b) => {
+                1 + a.operators() + b.operators()
+            }
+        }
+    }
+}
+
+impl Cond {
+    /// Operators and functions, as DynamoDB counts them (a comparator, `AND`, `OR`, `NOT`,
+    /// `BETWEEN`, `IN` and each function one).
+    fn operators(&self) -> usize {
+        match self {
+            Cond::Compare(a, _, b) | Cond::BeginsWith(a, b) | Cond::Contains(a, b) => {
+                1 + a.operators() + b.operators()
+            }
+            Cond::Between(a, low, high) => 1 + a.operators() + low.operators() + high.operators(),
+            Cond::In(a, list) => {
+                1 + a.operators() + list.iter().map(Operand::operators).sum::<usize>()
+            }
+            Cond::And(..) | Cond::Or(..) => {
+                let terms = self.chain();
+                terms.len() - 1 + terms.iter().map(|t| t.operators()).sum::<usize>()
+            }
+            Cond::Not(a) => 1 + a.operators(),
+            Cond::Exists(_) | Cond::NotExists(_) => 1,
+            Cond::Type(_, t) => 1 + t.operators(),
+        }
+    }
+}
+
+/// Parses a condition of request parameter `kind` (`ConditionExpression`,
+/// `KeyConditionExpression`, `FilterExpression`), refusing one longer than 4 KB or with more
+/// than 300 operators and functions, as DynamoDB does.
+pub(crate) fn bounded_condition(
+    kind: &str,
+    text: &str,
+    placeholders: &mut Placeholders,
+) -> Result<Cond, Fault> {
+    within_size(kind, text)?;
+    let cond = condition(text, placeholders)?;
+    let count = cond.operators();
+    if count > MAX_OPERATORS {
+        return Err(Fault::validation(format!(
+            "Invalid {kind}: The expression contains too many operators; operator count: {count}"
+        )));
+    }
+    Ok(cond)
+}
+
+/// Parses an update expression, refusing one longer than 4 KB as DynamoDB does.
 pub(crate) fn update(text: &str, placeholders: &mut Placeholders) -> Result<Update, Fault> {
+    within_size("UpdateExpression", text)?;
     let mut parser = Parser::new(text, placeholders)?;
     let update = parser.update()?;
     parser.finish()?;
@@ -681,6 +773,67 @@ mod tests {
         assert_eq!(u.remove, [key("cascade")]);
         assert_eq!(u.add, [(key("b_rpm.v2_tk"), AttributeValue::N("1".into()))]);
         p.check_all_used().unwrap();
+    }
+
+    /// As DynamoDB Local 3.3.0 answers: 299 operators pass, 301 do not; 150 functions
+    /// joined by 149 `AND`s pass, one more does not; a condition over 4096 bytes does not.
+    #[test]
+    fn conditions_over_dynamodb_s_limits_are_refused_as_it_refuses_them() {
+        let ors = |k: usize| vec!["#a = :one"; k].join(" OR ");
+        let bounded =
+            |text: &str| bounded_condition("ConditionExpression", text, &mut placeholders());
+        assert!(bounded(&ors(150)).is_ok());
+        let e = bounded(&ors(151)).unwrap_err();
+        assert_eq!(e.code, "ValidationException");
+        assert_eq!(
+            e.message,
+            "Invalid ConditionExpression: The expression contains too many operators; operator \
+             count: 301"
+        );
+        let exists = |k: usize| vec!["attribute_exists(#a)"; k].join(" AND ");
+        assert!(bounded(&exists(150)).is_ok());
+        assert!(bounded(&exists(151)).is_err());
+        let long = format!("#a = :one OR #b = :one{}", " ".repeat(4080));
+        assert!(long.len() > MAX_EXPRESSION_BYTES);
+        let e = bounded(&long).unwrap_err();
+        assert!(
+            e.message
+                .starts_with("Invalid ConditionExpression: Expression size has exceeded"),
+            "{}",
+            e.message
+        );
+        let e = update(
+            &format!("SET #a = :one{}", " ".repeat(4090)),
+            &mut placeholders(),
+        )
+        .unwrap_err();
+        assert!(
+            e.message
+                .starts_with("Invalid UpdateExpression: Expression size")
+        );
+    }
+
+    /// A chain of 299 operators is as deep as it is long; its readers walk it without
+    /// recursing, so a small stack holds them.
+    #[test]
+    fn a_long_chain_is_read_without_deep_recursion() {
+        let small_stack = std::thread::Builder::new().stack_size(64 * 1024);
+        let read = small_stack
+            .spawn(|| {
+                let text = vec!["#a = :two"; 149]
+                    .into_iter()
+                    .chain(["#a = :one"])
+                    .collect::<Vec<_>>()
+                    .join(" OR ");
+                let cond = condition(&text, &mut placeholders()).expect("parsed");
+                let item = [("rf".to_owned(), AttributeValue::N("1".into()))].into();
+                let holds = super::super::eval::holds(&item, &cond).expect("evaluated");
+                (cond.operators(), cond.chain().len(), holds)
+            })
+            .expect("thread")
+            .join()
+            .expect("no stack overflow");
+        assert_eq!(read, (299, 150, true));
     }
 
     #[test]

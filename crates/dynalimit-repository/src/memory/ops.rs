@@ -177,7 +177,7 @@ impl<'a> Request<'a> {
     /// `ConditionExpression`, parsed.
     fn condition(&self, placeholders: &mut Placeholders) -> Result<Option<Cond>, Fault> {
         self.optional_string("ConditionExpression")?
-            .map(|text| expr::condition(text, placeholders))
+            .map(|text| expr::bounded_condition("ConditionExpression", text, placeholders))
             .transpose()
     }
 
@@ -712,7 +712,7 @@ fn read_many(state: &State, request: &Request<'_>, keyed: bool) -> Result<Value,
     let condition = if keyed {
         let text = request.string("KeyConditionExpression")?;
         Some(key_condition(
-            expr::condition(text, &mut placeholders)?,
+            expr::bounded_condition("KeyConditionExpression", text, &mut placeholders)?,
             keys,
         )?)
     } else {
@@ -720,7 +720,7 @@ fn read_many(state: &State, request: &Request<'_>, keyed: bool) -> Result<Value,
     };
     let filter = request
         .optional_string("FilterExpression")?
-        .map(|text| expr::condition(text, &mut placeholders))
+        .map(|text| expr::bounded_condition("FilterExpression", text, &mut placeholders))
         .transpose()?;
     let projection = request.projection(&mut placeholders)?;
     placeholders.check_all_used()?;

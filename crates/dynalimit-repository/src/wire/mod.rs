@@ -1099,15 +1099,8 @@ fn parse_error(status: http::StatusCode, bytes: &[u8]) -> json::ErrorBody {
 }
 
 fn to_repository_error(status: http::StatusCode, error: &json::ErrorBody) -> RepositoryError {
-    let code = error.code().to_string();
     let message = error.message.clone().unwrap_or_default();
-    if status.is_server_error() && !code.starts_with("InternalServer") {
-        return RepositoryError::Unavailable {
-            operation: OPERATION,
-            message: format!("{code}: {message}"),
-        };
-    }
-    classify_code(OPERATION, &code, message)
+    classify_code(OPERATION, Some(status.as_u16()), error.code(), message)
 }
 
 /// Whether the service refused the request's credentials.

@@ -317,10 +317,15 @@ pub(crate) fn unknown_name<'a>(
         .find(|name| !limits.iter().any(|l| l.name() == name.as_str()))
 }
 
-pub(super) fn repo_error(entity_id: &str, resource: &str, e: RepositoryError) -> Error {
+/// The limiter's error for a repository failure on `entity_id`'s `resource`: a permission,
+/// bad input, an invalid request and a corrupt item are what they are; everything else is
+/// unavailable.
+pub(crate) fn repo_error(entity_id: &str, resource: &str, e: RepositoryError) -> Error {
     match e {
         RepositoryError::PermissionDenied { .. } => Error::PermissionDenied(e),
         RepositoryError::Corrupt { .. } => Error::Corrupt(e),
+        RepositoryError::Validation(e) => Error::Invalid(e),
+        e if e.is_invalid_request() => Error::InvalidRequest(e),
         other => Error::Unavailable {
             entity_id: entity_id.to_owned(),
             resource: resource.to_owned(),

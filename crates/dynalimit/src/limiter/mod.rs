@@ -58,6 +58,7 @@ mod pause;
 mod rate_limiter;
 mod rejections;
 
+pub(crate) use inner::repo_error;
 pub use lease::Lease;
 pub use pause::{DynamoPauseStore, MAX_PAUSE};
 pub use rate_limiter::{Acquire, RateLimiter};

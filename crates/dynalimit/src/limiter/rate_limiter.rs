@@ -86,7 +86,11 @@ impl RateLimiter {
     ///
     /// # Errors (when awaited)
     /// [`Error::Invalid`] for bad input (before any I/O; a limit name given twice in
-    /// `consume` included), [`Error::UnknownLimit`] for a consumed name that is not among the
+    /// `consume`, or more than
+    /// [`MAX_LIMITS_PER_BUCKET`](dynalimit_format::attr::MAX_LIMITS_PER_BUCKET) names in it,
+    /// included), [`Error::InvalidRequest`] when DynamoDB refuses the request itself or the
+    /// stored configuration names more limits than one bucket carries (under every
+    /// `on_unavailable` mode), [`Error::UnknownLimit`] for a consumed name that is not among the
     /// limits (before any I/O for [`Acquire::limits`]; for stored limits once they are read,
     /// before any bucket write; in a cascade, a name neither the entity nor its parent
     /// declares), [`Error::Rejected`] when the request does not fit,
@@ -192,9 +196,7 @@ impl RateLimiter {
     ) -> Result<Vec<crate::LimitStatus>, Error> {
         validate_entity_id(entity_id)?;
         validate_resource(resource)?;
-        for l in limits {
-            attr::validate_limit(l)?;
-        }
+        attr::validate_limits(limits)?;
         let resolved;
         let limits = if limits.is_empty() {
             resolved = self
@@ -290,18 +292,7 @@ impl RateLimiter {
         validate_resource(&resource)?;
         let demand = validate_demand(&consume)?;
         if let Some(limits) = &limits {
-            for (i, l) in limits.iter().enumerate() {
-                attr::validate_limit(l)?;
-                if limits[..i].iter().any(|o| o.name() == l.name()) {
-                    return Err(CoreError::invalid_value(
-                        "limits",
-                        l.name(),
-                        "limit names must be unique",
-                    )
-                    .into());
-                }
-            }
-            dynalimit_core::schedule::one_zone(limits.iter().flat_map(Limit::zones))?;
+            attr::validate_limits(limits)?;
             if let Some(name) = unknown_name(&demand, limits) {
                 return Err(Error::UnknownLimit { key: name.clone() });
             }
@@ -465,6 +456,9 @@ impl RateLimiter {
             Refusal::Repository(RepositoryError::TransactionConflict { .. }) => {
                 Err(Error::Rejected(Rejection::contended(&owner, &resource)))
             }
+            // Not outages: the same request fails the same way, whatever `on_unavailable`.
+            Refusal::Repository(RepositoryError::Validation(e)) => Err(Error::Invalid(e)),
+            Refusal::Repository(e) if e.is_invalid_request() => Err(Error::InvalidRequest(e)),
             other => {
                 let message = match other {
                     Refusal::Unsupported(reason) => {
@@ -691,6 +685,11 @@ struct Request {
 
 impl Acquire<'_> {
     /// Uses these limits instead of the stored configuration.
+    ///
+    /// At most [`MAX_LIMITS_PER_BUCKET`](dynalimit_format::attr::MAX_LIMITS_PER_BUCKET) (16):
+    /// DynamoDB refuses some requests of a bucket with more (a lease's credit passes its limit
+    /// of 300 operators in an expression at 19). More, or limits the table cannot store, fail
+    /// the acquire with [`Error::Invalid`] before any request.
     pub fn limits(mut self, limits: impl IntoIterator<Item = Limit>) -> Self {
         self.request.limits = Some(limits.into_iter().collect());
         self
@@ -764,6 +763,7 @@ const MAX_ACQUIRE_RESOURCES: usize = 16;
 /// Validates an acquire's amounts: limit names, whole non-negative amounts within bounds,
 /// each name once; returns them in millitokens.
 fn validate_demand(consume: &[(String, i64)]) -> Result<BTreeMap<String, i64>, Error> {
+    attr::validate_limit_count("consume", consume.len())?;
     let mut demand = BTreeMap::new();
     for (name, amount) in consume {
         attr::validate_limit_name(name)?;

@@ -344,13 +344,24 @@ impl DistributedBuilder {
 
     /// The set over the limits given, which are sent with every acquire. No I/O.
     ///
+    /// One bucket carries at most
+    /// [`MAX_LIMITS_PER_BUCKET`](dynalimit_format::attr::MAX_LIMITS_PER_BUCKET) (16) limits:
+    /// DynamoDB refuses the requests of a larger one as too long.
+    ///
     /// # Errors
-    /// [`Error::Invalid`] for a bad entity id or resource, [`Error::NotDistributable`] for a
-    /// limit the bucket cannot keep (see [`Distributed`]), and the errors of
-    /// [`LimitSet::from_backing`].
+    /// [`Error::Invalid`] for a bad entity id or resource, [`Error::TooManyLimits`] for more
+    /// limits than one bucket carries, [`Error::NotDistributable`] for a limit the bucket
+    /// cannot keep (see [`Distributed`]), and the errors of [`LimitSet::from_backing`].
     pub fn build(self) -> Result<LimitSet<Distributed>, Error> {
         validate_entity_id(&self.entity_id)?;
         validate_resource(&self.resource)?;
+        let max = dynalimit_format::attr::MAX_LIMITS_PER_BUCKET;
+        if self.set.limits.len() > max {
+            return Err(Error::TooManyLimits {
+                max,
+                given: self.set.limits.len(),
+            });
+        }
         let table = self
             .set
             .limits
@@ -367,8 +378,10 @@ impl DistributedBuilder {
     ///
     /// # Errors
     /// [`Error::Invalid`] for a bad entity id or resource (before any I/O),
-    /// [`Error::NoLimits`] when nothing is configured, [`Error::Unavailable`] when the
-    /// configuration cannot be read.
+    /// [`Error::NoLimits`] when nothing is configured, [`Error::InvalidRequest`] when the
+    /// stored configuration names more limits than one bucket carries,
+    /// [`Error::PermissionDenied`], and [`Error::Unavailable`] when the configuration cannot
+    /// be read.
     pub async fn build_from_stored(mut self) -> Result<LimitSet<Distributed>, Error> {
         validate_entity_id(&self.entity_id)?;
         validate_resource(&self.resource)?;
@@ -377,11 +390,7 @@ impl DistributedBuilder {
             .repository()
             .resolve_limits(&self.entity_id, &self.resource)
             .await
-            .map_err(|e| Error::Unavailable {
-                entity_id: self.entity_id.clone(),
-                resource: self.resource.clone(),
-                message: e.to_string(),
-            })?
+            .map_err(|e| crate::limiter::repo_error(&self.entity_id, &self.resource, e))?
             .limits;
         if resolved.is_empty() {
             return Err(Error::NoLimits {

@@ -51,9 +51,10 @@ type UsageFn = dyn Fn(&http::HeaderMap) -> Vec<(String, i64)> + Send + Sync;
 ///   seconds, rounded up past the wait (`⌊retry_after⌋ + 1`), and the inner service is not
 ///   called;
 /// - resource disabled for the entity: `403 Forbidden`; bad input (an invalid key): `400 Bad
-///   Request`; an item holding a value out of bounds ([`Error::Corrupt`]): `500 Internal
-///   Server Error`; the limiter unavailable (under `on_unavailable = block`) or any other
-///   failure: `503 Service Unavailable`;
+///   Request`; a request the table refuses as invalid, such as a configuration of more limits
+///   than a bucket carries ([`Error::InvalidRequest`]), or an item holding a value out of
+///   bounds ([`Error::Corrupt`]): `500 Internal Server Error`; the limiter unavailable (under
+///   `on_unavailable = block`) or any other failure: `503 Service Unavailable`;
 /// - admitted: the inner service runs while the lease is held. The lease is committed when
 ///   the inner service answers with a status below 500, and rolled back (the tokens given
 ///   back) when it fails or answers 5xx. With [`RateLimiterLayer::usage`] the answer's
@@ -292,7 +293,7 @@ fn refusal<R: Default>(error: &Error, now: i64) -> Response<R> {
         ),
         Error::ResourceDisabled { .. } => (StatusCode::FORBIDDEN, None),
         Error::Invalid(_) => (StatusCode::BAD_REQUEST, None),
-        Error::Corrupt(_) => (StatusCode::INTERNAL_SERVER_ERROR, None),
+        Error::InvalidRequest(_) | Error::Corrupt(_) => (StatusCode::INTERNAL_SERVER_ERROR, None),
         _ => (StatusCode::SERVICE_UNAVAILABLE, None),
     };
     let mut response = Response::new(R::default());
@@ -423,6 +424,24 @@ mod tests {
         assert!(ratelimit_fields(&[], None, 0).is_none());
         assert_eq!(refill_seconds(&Limit::per_hour("rph", 7), 7), 3600);
         assert_eq!(refill_seconds(&Limit::per_hour("rph", 7), 0), 0);
+    }
+
+    #[test]
+    fn a_request_the_table_refuses_is_a_server_error_not_an_outage() {
+        let refused = dynalimit_repository::RepositoryError::Rejected {
+            operation: "UpdateItem",
+            code: "ValidationException".into(),
+            message: "too many operators".into(),
+        };
+        let response: Response<()> = refusal(&Error::InvalidRequest(refused), 0);
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let down = Error::Unavailable {
+            entity_id: "e".into(),
+            resource: "r".into(),
+            message: "down".into(),
+        };
+        let response: Response<()> = refusal(&down, 0);
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 
     #[test]
