@@ -13,8 +13,14 @@ use crate::RepositoryError;
 /// Why a stored level cannot be used, kept in the cache (errors are not `Clone`).
 #[derive(Debug)]
 pub(crate) enum Unusable {
-    /// Replayed as [`RepositoryError::Unsupported`] (also corrupt items).
+    /// Replayed as [`RepositoryError::Unsupported`].
     Unsupported { key: String, feature: String },
+    /// Replayed as [`RepositoryError::Corrupt`].
+    Corrupt {
+        key: String,
+        attribute: Option<String>,
+        message: String,
+    },
     /// Replayed as [`RepositoryError::ReservedLimitName`].
     ReservedName { key: String, name: String },
 }
@@ -27,9 +33,14 @@ pub(crate) fn to_entry(found: Option<&Item>) -> Entry {
     let unusable = match found.map(config::decode).transpose() {
         Ok(c) => return Ok(c),
         Err(FormatError::Unsupported { key, feature }) => Unusable::Unsupported { key, feature },
-        Err(FormatError::Corrupt { key, message, .. }) => Unusable::Unsupported {
+        Err(FormatError::Corrupt {
             key,
-            feature: format!("corrupt item: {message}"),
+            attribute,
+            message,
+        }) => Unusable::Corrupt {
+            key,
+            attribute,
+            message,
         },
         Err(FormatError::ReservedLimitName { key, name }) => Unusable::ReservedName { key, name },
         Err(other) => Unusable::Unsupported {
@@ -52,6 +63,15 @@ pub(crate) fn entry_result(entry: &Entry) -> Result<Option<&LimitConfig>, Reposi
             Unusable::ReservedName { key, name } => RepositoryError::ReservedLimitName {
                 key: key.clone(),
                 name: name.clone(),
+            },
+            Unusable::Corrupt {
+                key,
+                attribute,
+                message,
+            } => RepositoryError::Corrupt {
+                key: key.clone(),
+                attribute: attribute.clone(),
+                message: message.clone(),
             },
         }),
     }
