@@ -2384,9 +2384,6 @@ pub fn plan_proactive_doubling(img: &BucketImage, now: i64) -> Option<(u32, u32)
     doubled_shard_count(img.shards()).map(|to| (img.shards(), to))
 }
 
-mod throttling;
-pub use throttling::{SUSTAINED_THROTTLING_MS, THROTTLING_GAP_MS, Throttling, decide_throttling};
-
 #[cfg(test)]
 mod extremes;
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod ids;
 pub mod limit;
 pub mod operation;
 pub mod schedule;
+pub mod throttling;
 pub mod time;
 mod units;
 

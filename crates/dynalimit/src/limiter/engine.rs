@@ -12,8 +12,9 @@ use dynalimit_core::decide::{
     plan_delta, plan_funding, plan_refill, plan_refund, shard_in, stamp_deadline,
     statuses_from_image,
 };
-use dynalimit_core::decide::{CreatePlan, QuotaPin, QuotaState, WindowState, decide_throttling};
+use dynalimit_core::decide::{CreatePlan, QuotaPin, QuotaState, WindowState};
 use dynalimit_core::schedule::{ResetSchedule, Schedule};
+use dynalimit_core::throttling::decide_throttling;
 use dynalimit_format::config::{self, walk};
 use dynalimit_repository::bucket::{
     BucketKey, ConsumeOutcome, CreateOutcome, MetaCheck, OnThrottle, RefillOutcome, SlowRead,
@@ -453,7 +454,7 @@ impl Inner {
     /// * with nowhere else to go (one shard, or every one tried refused), it goes to the same
     ///   shard again, as the client's retry configuration sends it from its first retry.
     ///
-    /// [`Throttling`]: dynalimit_core::decide::Throttling
+    /// [`Throttling`]: dynalimit_core::throttling::Throttling
     async fn after_throttling(
         &self,
         key: &BucketKey,

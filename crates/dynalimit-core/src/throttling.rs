@@ -10,8 +10,8 @@
 //! the second does not split it, nor does a brownout in which no write is taken at all (the
 //! table, not the partition, refuses: a split would not help).
 
-use super::{BucketImage, Gate, fast_rejection_gate};
 use crate::bucket::{MAX_SHARD_COUNT, doubled_shard_count};
+use crate::decide::{BucketImage, Gate, fast_rejection_gate};
 use std::collections::BTreeMap;
 
 /// How long shard 0 must keep being refused before the bucket splits: the second over which
