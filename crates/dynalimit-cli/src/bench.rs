@@ -80,12 +80,14 @@ pub(crate) struct BenchArgs {
     /// (zae-limiter 0.17, run by the Python of `--python`).
     #[arg(long, value_parser = ["zae"])]
     pub(crate) compare: Option<String>,
-    /// The Python with zae-limiter 0.17 for `--compare zae` (default: `DYNALIMIT_PYTHON`, then
-    /// `.cache/venv-zae/bin/python` under the current directory).
+    /// The Python with zae-limiter 0.17 for `--compare zae` and `--mixed` (default:
+    /// `DYNALIMIT_PYTHON`, then `.cache/venv-zae/bin/python` under the current directory).
     #[arg(long)]
     pub(crate) python: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub(crate) hot: crate::hot_key::HotKeyArgs,
+    #[command(flatten)]
+    pub(crate) mixed: crate::mixed::MixedArgs,
 }
 
 impl BenchArgs {
@@ -345,6 +347,9 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     if args.hot.hot_key {
         return crate::hot_key::run(&args.hot, settings, stack, args.json).await;
+    }
+    if args.mixed.mixed {
+        return crate::mixed::run(args, settings, stack).await;
     }
     check_concurrency(args)?;
     if !args.json {

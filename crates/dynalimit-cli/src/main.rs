@@ -16,6 +16,7 @@ mod infra;
 mod limit_spec;
 mod limits;
 mod local;
+mod mixed;
 mod namespace;
 mod output;
 mod package;
