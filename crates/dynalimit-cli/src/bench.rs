@@ -87,7 +87,27 @@ pub(crate) struct BenchArgs {
     #[command(flatten)]
     pub(crate) hot: crate::hot_key::HotKeyArgs,
     #[command(flatten)]
-    pub(crate) mixed: crate::mixed::MixedArgs,
+    pub(crate) mixed: MixedArgs,
+}
+
+/// Options of the mixed run (`dynalimit bench --mixed`).
+#[derive(Debug, Args)]
+pub(crate) struct MixedArgs {
+    /// Run dynalimit and zae-limiter 0.17 fleets together on one bucket that splits during
+    /// the run, each partition limited to `--partition-rate` writes per second, and compare
+    /// what they admit with what the limit allows (instead of the latency cases).
+    #[arg(long)]
+    pub(crate) mixed: bool,
+    /// Seconds both fleets acquire in the mixed run.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub(crate) mixed_seconds: u64,
+    /// dynalimit's concurrent acquiring tasks in the mixed run (0 leaves its fleet idle).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(0..=4096))]
+    pub(crate) mixed_tasks: u64,
+    /// zae-limiter's concurrent acquiring tasks (asyncio) in the mixed run (0 leaves its fleet
+    /// idle).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(0..=4096))]
+    pub(crate) zae_tasks: u64,
 }
 
 impl BenchArgs {
@@ -347,9 +367,6 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     if args.hot.hot_key {
         return crate::hot_key::run(&args.hot, settings, stack, args.json).await;
-    }
-    if args.mixed.mixed {
-        return crate::mixed::run(args, settings, stack).await;
     }
     check_concurrency(args)?;
     if !args.json {

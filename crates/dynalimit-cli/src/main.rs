@@ -138,6 +138,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) if args.compare.is_some() => {
             compare::run(args, &g.aws_settings(), &g.stack).await
         }
+        Command::Bench(args) if args.mixed.mixed => {
+            mixed::run(args, &g.aws_settings(), &g.stack).await
+        }
         Command::Bench(args) => bench::run(args, &g.aws_settings(), &g.stack).await,
     }
 }

@@ -25,7 +25,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Args;
 use dynalimit::{Limit, RateLimiter};
 use dynalimit_core::bucket::refill;
 use dynalimit_core::{Clock as _, SystemClock};
@@ -37,29 +36,9 @@ use dynalimit_repository::aws::AwsSettings;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::bench::BenchArgs;
+use crate::bench::{BenchArgs, MixedArgs};
 use crate::compare::{PEER, PEER_LINE, Script, interpreter};
 use crate::output::bench::{Machine, MixedReport, MixedSide};
-
-/// Options of the mixed run (`dynalimit bench --mixed`).
-#[derive(Debug, Args)]
-pub(crate) struct MixedArgs {
-    /// Run dynalimit and zae-limiter 0.17 fleets together on one bucket that splits during
-    /// the run, each partition limited to `--partition-rate` writes per second, and compare
-    /// what they admit with what the limit allows (instead of the latency cases).
-    #[arg(long)]
-    pub(crate) mixed: bool,
-    /// Seconds both fleets acquire in the mixed run.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=600))]
-    mixed_seconds: u64,
-    /// dynalimit's concurrent acquiring tasks in the mixed run (0 leaves its fleet idle).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(0..=4096))]
-    mixed_tasks: u64,
-    /// zae-limiter's concurrent acquiring tasks (asyncio) in the mixed run (0 leaves its fleet
-    /// idle).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(0..=4096))]
-    zae_tasks: u64,
-}
 
 const NAMESPACE: &str = "mixed";
 const ENTITY: &str = "shared";
@@ -103,8 +82,10 @@ struct Tally {
 struct Outcome {
     /// Epoch ms before either fleet started.
     start_ms: i64,
-    /// Epoch ms the bucket was created at, at the latest (see [`creation`]).
+    /// Epoch ms the bucket was created at, or a little earlier (see [`creation`]).
     created_ms: i64,
+    /// Epoch ms the fleets stopped starting acquires at.
+    until_ms: i64,
     /// Epoch ms after both ended.
     end_ms: i64,
     dynalimit: Tally,
@@ -139,6 +120,7 @@ impl Outcome {
 
     fn report(&self, limit: &Limit, args: &MixedArgs, partition_rate: u32) -> MixedReport {
         let allowance = allowance_milli(limit, self.created_ms, self.end_ms);
+        let at_deadline = allowance_milli(limit, self.created_ms, self.until_ms);
         let admitted = self.admitted_milli();
         let ratio = if allowance > 0 {
             admitted as f64 / allowance as f64
@@ -180,6 +162,12 @@ impl Outcome {
             ),
             admitted: self.admitted(),
             ratio: (ratio * 1000.0).floor() / 1000.0,
+            allowance_at_deadline: tokens(at_deadline),
+            ratio_at_deadline: if at_deadline > 0 {
+                (admitted as f64 / at_deadline as f64 * 1000.0).floor() / 1000.0
+            } else {
+                0.0
+            },
             target: TARGET,
             met: admitted * 100 >= i128::from(allowance) * 95,
             over_admitted: admitted > i128::from(allowance),
@@ -255,7 +243,9 @@ fn print_report(r: &MixedReport) {
     }
     println!(
         "\nallowance (capacity + refill over the {:.1} s from the bucket's creation): {:.3}\nadmitted together: {}\n\
-         ratio: {:.3} (target {}: {})\nover-admitted: {}\n\
+         ratio: {:.3} (target {}: {})\n\
+         to the deadline ({:.3} allowed, while both fleets were starting acquires): {:.3}\n\
+         over-admitted: {}\n\
          shards at the end: {} ({} splits)\nrecorded = admitted: {}\n\
          held by the shards at the end: {:.3}\nrequests refused by the partition limit: {} \
          (forwarded {})",
@@ -265,6 +255,8 @@ fn print_report(r: &MixedReport) {
         r.ratio,
         r.target,
         if r.met { "met" } else { "NOT met" },
+        r.allowance_at_deadline,
+        r.ratio_at_deadline,
         if r.over_admitted { "YES" } else { "no" },
         r.shards,
         r.splits,
@@ -361,11 +353,11 @@ async fn both(
         .context("no acquire created the bucket before the deadline")?;
     let (throttled, forwarded) = (proxy.throttled(), proxy.forwarded());
     // Read back straight from the emulator: the proxy would charge the reads.
-    let (shards, recorded_milli, held_milli) =
-        read_back(&direct, &limit, end_ms, MAX_SHARDS).await?;
+    let (shards, recorded_milli, held_milli) = totals(&read_shards(&direct, &limit, end_ms).await?);
     Ok(Outcome {
         start_ms,
         created_ms,
+        until_ms: until,
         end_ms,
         dynalimit: ours,
         zae,
@@ -424,38 +416,11 @@ async fn fleet(
     Ok(total)
 }
 
-/// The shard count (shard 0's), the consumption the first `upto` shards recorded and the
-/// tokens they hold, refilled to `end_ms`, in millitokens.
-async fn read_back(
-    repo: &Repository,
-    limit: &Limit,
-    end_ms: i64,
-    upto: u32,
-) -> anyhow::Result<(u32, i64, i64)> {
-    let store = repo.buckets();
-    let keys: Vec<BucketKey> = (0..upto)
-        .map(|shard| BucketKey::new(ENTITY, RESOURCE, shard))
-        .collect();
-    let images = futures::future::try_join_all(keys.iter().map(|key| store.read(key))).await?;
-    let shards = images
-        .first()
-        .and_then(Option::as_ref)
-        .map_or(0, |image| image.shards());
-    let (mut recorded, mut held) = (0i64, 0i64);
-    for image in images.iter().flatten() {
-        if let Some(state) = image.limits.get(limit.name()) {
-            recorded = recorded.saturating_add(state.tc);
-            let (tokens, _) = refill(state.tk, image.rf, end_ms, state.params(image.shards()));
-            held = held.saturating_add(tokens);
-        }
-    }
-    Ok((shards, recorded, held))
-}
-
-/// When the bucket was created, at the latest: shard 0 is read straight from the emulator
-/// every 5 ms until it exists, and the creation is put at the earlier of the last read that
-/// found nothing and the `rf` first seen (the creator's clock as it planned the write). None
-/// when the bucket does not exist by `until`.
+/// When the bucket was created, or a little earlier: shard 0 is read straight from the
+/// emulator every 5 ms until it exists, and the creation is put at the earlier of the last
+/// read that found nothing and the `rf` first seen (the creator's clock as it planned the
+/// write), so that the allowance counted from it is never short. None when the bucket does
+/// not exist by `until`.
 async fn creation(repo: Repository, start_ms: i64, until: i64) -> Option<i64> {
     let store = repo.buckets();
     let key = BucketKey::new(ENTITY, RESOURCE, 0);
@@ -472,32 +437,109 @@ async fn creation(repo: Repository, start_ms: i64, until: i64) -> Option<i64> {
     None
 }
 
+/// One shard of the bucket as read: its id, the count stamped on it, and the limit's `tk`
+/// (refilled to the moment asked for), `tc` and `rf`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ShardRead {
+    id: u32,
+    count: u32,
+    held: i64,
+    tc: i64,
+    rf: i64,
+}
+
+/// Every shard of the bucket that exists, read straight from the emulator, with its `tk`
+/// refilled to `at_ms`.
+async fn read_shards(
+    repo: &Repository,
+    limit: &Limit,
+    at_ms: i64,
+) -> anyhow::Result<Vec<ShardRead>> {
+    let store = repo.buckets();
+    let keys: Vec<BucketKey> = (0..MAX_SHARDS)
+        .map(|shard| BucketKey::new(ENTITY, RESOURCE, shard))
+        .collect();
+    let images = futures::future::try_join_all(keys.iter().map(|key| store.read(key))).await?;
+    Ok(images
+        .iter()
+        .zip(0..)
+        .filter_map(|(image, id)| {
+            let image = image.as_ref()?;
+            let state = image.limits.get(limit.name())?;
+            let (held, _) = refill(state.tk, image.rf, at_ms, state.params(image.shards()));
+            Some(ShardRead {
+                id,
+                count: image.shards(),
+                held,
+                tc: state.tc,
+                rf: image.rf,
+            })
+        })
+        .collect())
+}
+
+/// The shard count (shard 0's, 0 before the bucket exists), the consumption the shards
+/// recorded and the tokens they hold, in millitokens.
+fn totals(shards: &[ShardRead]) -> (u32, i64, i64) {
+    let count = shards.first().filter(|s| s.id == 0).map_or(0, |s| s.count);
+    let recorded = shards.iter().map(|s| s.tc).fold(0i64, i64::saturating_add);
+    let held = shards
+        .iter()
+        .map(|s| s.held)
+        .fold(0i64, i64::saturating_add);
+    (count, recorded, held)
+}
+
 /// Prints, every second until `until` and at each split, the bucket's shards, what they
 /// recorded as consumed and what they hold, and the allowance not accounted for by either
-/// (lost), read straight from the emulator.
+/// (lost), read straight from the emulator; and each shard before and after a read in
+/// which more than 10 tokens were lost.
 async fn timeline(repo: Repository, start_ms: i64, until: i64) {
     let limit = mixed_limit();
     let mut last = (0u32, i64::MIN);
+    let mut before: Option<(i64, Vec<ShardRead>)> = None;
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let now = SystemClock.epoch_millis();
         if now >= until {
             return;
         }
-        let Ok((count, recorded, held)) = read_back(&repo, &limit, now, MAX_SHARDS).await else {
+        let Ok(shards) = read_shards(&repo, &limit, now).await else {
             continue;
         };
+        let (count, recorded, held) = totals(&shards);
+        let lost = allowance_milli(&limit, start_ms, now) - recorded - held;
         let second = (now - start_ms) / 1000;
+        if let Some((earlier, previous)) = &before
+            && count > 0
+            && lost - earlier > 10_000
+        {
+            eprintln!(
+                "  {:.1} tokens lost in {} ms; the shards before and after (id count held tc rf):\n    {:?}\n    {:?}",
+                tokens(lost - earlier),
+                now - start_ms,
+                previous
+                    .iter()
+                    .map(|s| (s.id, s.count, s.held, s.tc, s.rf))
+                    .collect::<Vec<_>>(),
+                shards
+                    .iter()
+                    .map(|s| (s.id, s.count, s.held, s.tc, s.rf))
+                    .collect::<Vec<_>>(),
+            );
+        }
         if count != last.0 || second != last.1 {
-            let allowance = allowance_milli(&limit, start_ms, now);
             eprintln!(
                 "  {:>5.1} s: {count:>2} shards, consumed {:>7.1}, held {:>6.1}, lost {:>6.1}",
                 tokens(now - start_ms),
                 tokens(recorded),
                 tokens(held),
-                tokens(allowance - recorded - held)
+                tokens(lost)
             );
             last = (count, second);
+        }
+        if count > 0 {
+            before = Some((lost, shards));
         }
     }
 }
@@ -611,6 +653,7 @@ mod tests {
         Outcome {
             start_ms: 999_000,
             created_ms: 1_000_000,
+            until_ms: 1_000_000 + span_ms - 500,
             end_ms: 1_000_000 + span_ms,
             dynalimit: Tally {
                 admitted: ours,
@@ -650,6 +693,9 @@ mod tests {
         let report = outcome(400, 208, 20_000).report(&limit, &args(), 50);
         assert_eq!(report.allowance, 640.0);
         assert_eq!((report.seconds, report.created_after_s), (20.0, 1.0));
+        // 19.5 s to the deadline: 630 allowed.
+        assert_eq!(report.allowance_at_deadline, 630.0);
+        assert_eq!(report.ratio_at_deadline, 0.965);
         assert_eq!(report.admitted, 608);
         assert_eq!(report.ratio, 0.95);
         assert!(report.met && !report.over_admitted && report.conserved);
@@ -666,6 +712,26 @@ mod tests {
         assert!(exact.met && !exact.over_admitted);
         let over = outcome(400, 241, 20_000).report(&limit, &args(), 50);
         assert!(over.over_admitted);
+    }
+
+    #[test]
+    fn the_totals_take_shard_0s_count_and_add_every_shard() {
+        let shard = |id, count, held, tc| ShardRead {
+            id,
+            count,
+            held,
+            tc,
+            rf: 0,
+        };
+        let read = [
+            shard(0, 4, 2_500, 100_000),
+            shard(1, 2, -1_000, 7_000),
+            shard(3, 4, 500, 3_000),
+        ];
+        assert_eq!(totals(&read), (4, 110_000, 2_000));
+        // Before the bucket exists, or without shard 0.
+        assert_eq!(totals(&[]), (0, 0, 0));
+        assert_eq!(totals(&read[1..]), (0, 10_000, -500));
     }
 
     #[test]

@@ -304,6 +304,13 @@ pub(crate) struct MixedReport {
     pub(crate) admitted: u64,
     /// `admitted / allowance`, floored to three decimals.
     pub(crate) ratio: f64,
+    /// What the limit allows from the bucket's creation to the deadline, when the fleets
+    /// stop starting acquires (the acquires in flight then still finish), in tokens.
+    pub(crate) allowance_at_deadline: f64,
+    /// `admitted / allowance_at_deadline`, floored to three decimals: the share admitted
+    /// while both fleets were asking, without the refill of the tail in which the last
+    /// acquires (retrying on throttling) finish.
+    pub(crate) ratio_at_deadline: f64,
     /// The share of the allowance the fleets must admit together.
     pub(crate) target: f64,
     /// Whether `admitted` reaches `target` x `allowance`.

@@ -562,6 +562,8 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                         },
                         admitted: 612,
                         ratio: 0.953,
+                        allowance_at_deadline: 640.0,
+                        ratio_at_deadline: 0.956,
                         target: 0.95,
                         met: true,
                         over_admitted: false,
