@@ -1,7 +1,7 @@
-"""zae-limiter's half of `dynalimit bench --compare zae`.
+"""zae-limiter's half of `dynalimit bench --compare zae` and `dynalimit bench --mixed`.
 
 The `dynalimit` binary embeds this file, writes it to a temporary file and runs it with the
-Python named by `--python`. It reads one JSON request on standard input:
+Python named by `--python`. It reads one JSON request line on standard input:
 
     {"endpoint": "http://127.0.0.1:8000", "table": "...", "namespace": "bench-zae",
      "entities": 256, "ops": 1000, "concurrency": [1, 8, 32],
@@ -20,6 +20,13 @@ output, each an object with one key:
 * `case`: the figures of one case, in the fields of the Rust side's `Case`;
 * `admission`: the raw counts of one admission run at one concurrency;
 * `done`: the end.
+
+For `--mixed` the request is `{"endpoint", "table", "namespace", "mixed": {"entity",
+"resource", "limit", "tasks"}}`: after `ready` the script waits for a second line,
+`{"until_epoch_ms": N}`, then `tasks` tasks acquire 1 of `limit` on the entity (its limit
+stored by the caller) until the wall clock passes N, and it writes `counts` (admitted,
+rejected, errors, the first error, requests sent, and the epoch ms after the last task
+ended), then `done`.
 
 On failure it writes `{"error": "<traceback>"}` and exits 1.
 
@@ -191,44 +198,84 @@ class Bench:
         resource = spec["resource"]
         entity = f"adm-{concurrency}"
         await self.repo.set_limits(entity, [limit], resource=resource)
-        counts: Counter[str] = Counter()
-        first_error: str | None = None
         before = self.requests.snapshot()
         started = time.perf_counter()
         deadline = started + float(spec["seconds"])
-
-        async def worker() -> None:
-            nonlocal first_error
-            while time.perf_counter() < deadline:
-                try:
-                    async with self.limiter.acquire(
-                        entity, resource, {limit.name: 1}
-                    ):
-                        pass
-                    counts["admitted"] += 1
-                except RateLimitExceeded:
-                    counts["rejected"] += 1
-                    # A refusal answered from the rejection cache awaits nothing: let the
-                    # other tasks run.
-                    await asyncio.sleep(0)
-                except Exception as e:  # counted and reported, the run goes on
-                    counts["errors"] += 1
-                    if first_error is None:
-                        first_error = f"{type(e).__name__}: {e}"
-                    await asyncio.sleep(0)
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        counts = await acquire_while(
+            self.limiter,
+            (entity, resource, limit.name),
+            concurrency,
+            lambda: time.perf_counter() < deadline,
+        )
         elapsed = time.perf_counter() - started
         sent = self.requests.snapshot() - before
         return {
             "concurrency": concurrency,
             "seconds": elapsed,
-            "admitted": counts["admitted"],
-            "rejected": counts["rejected"],
-            "errors": counts["errors"],
-            "first_error": first_error,
+            **counts,
             "requests": sum(sent.values()),
         }
+
+
+async def acquire_while(
+    limiter: RateLimiter, bucket: tuple[str, str, str], tasks: int, running: Any
+) -> dict[str, Any]:
+    """`tasks` tasks acquiring 1 of the limit on (entity, resource) while `running()`, each
+    trying again at once when refused; the admitted, rejected and failed counts."""
+    entity, resource, name = bucket
+    counts: Counter[str] = Counter()
+    first_error: str | None = None
+
+    async def worker() -> None:
+        nonlocal first_error
+        while running():
+            try:
+                async with limiter.acquire(entity, resource, {name: 1}):
+                    pass
+                counts["admitted"] += 1
+            except RateLimitExceeded:
+                counts["rejected"] += 1
+                # A refusal answered from the rejection cache awaits nothing: let the
+                # other tasks run.
+                await asyncio.sleep(0)
+            except Exception as e:  # counted and reported, the run goes on
+                counts["errors"] += 1
+                if first_error is None:
+                    first_error = f"{type(e).__name__}: {e}"
+                await asyncio.sleep(0)
+
+    await asyncio.gather(*(worker() for _ in range(tasks)))
+    return {
+        "admitted": counts["admitted"],
+        "rejected": counts["rejected"],
+        "errors": counts["errors"],
+        "first_error": first_error,
+    }
+
+
+def epoch_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def mixed(spec: dict[str, Any], repo: Repository, requests: Requests) -> None:
+    """The `--mixed` fleet: waits for the start line, acquires until its deadline, and
+    writes its counts."""
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    if not line:
+        raise EOFError("standard input closed before the start line")
+    until = int(json.loads(line)["until_epoch_ms"])
+    before = requests.snapshot()
+    counts = await acquire_while(
+        RateLimiter(repository=repo),
+        (spec["entity"], spec["resource"], spec["limit"]),
+        int(spec["tasks"]),
+        lambda: epoch_ms() < until,
+    )
+    sent = requests.snapshot() - before
+    emit(
+        "counts",
+        {**counts, "requests": sum(sent.values()), "ended_epoch_ms": epoch_ms()},
+    )
 
 
 async def check_counter(repo: Repository, requests: Requests) -> dict[str, int]:
@@ -243,7 +290,7 @@ async def check_counter(repo: Repository, requests: Requests) -> dict[str, int]:
 
 
 async def main() -> int:
-    request = json.load(sys.stdin)
+    request = json.loads(sys.stdin.readline())
     repo = await Repository.connect(
         request["namespace"],
         stack=request["table"],
@@ -264,6 +311,10 @@ async def main() -> int:
                 "request_check": await check_counter(repo, requests),
             },
         )
+        if request.get("mixed"):
+            await mixed(request["mixed"], repo, requests)
+            emit("done", {})
+            return 0
         bench = Bench(request, repo, requests)
         await bench.prepare()
         for concurrency in request["concurrency"]:

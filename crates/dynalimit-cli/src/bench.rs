@@ -80,12 +80,34 @@ pub(crate) struct BenchArgs {
     /// (zae-limiter 0.17, run by the Python of `--python`).
     #[arg(long, value_parser = ["zae"])]
     pub(crate) compare: Option<String>,
-    /// The Python with zae-limiter 0.17 for `--compare zae` (default: `DYNALIMIT_PYTHON`, then
-    /// `.cache/venv-zae/bin/python` under the current directory).
+    /// The Python with zae-limiter 0.17 for `--compare zae` and `--mixed` (default:
+    /// `DYNALIMIT_PYTHON`, then `.cache/venv-zae/bin/python` under the current directory).
     #[arg(long)]
     pub(crate) python: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub(crate) hot: crate::hot_key::HotKeyArgs,
+    #[command(flatten)]
+    pub(crate) mixed: MixedArgs,
+}
+
+/// Options of the mixed run (`dynalimit bench --mixed`).
+#[derive(Debug, Args)]
+pub(crate) struct MixedArgs {
+    /// Run dynalimit and zae-limiter 0.17 fleets together on one bucket that splits during
+    /// the run, each partition limited to `--partition-rate` writes per second, and compare
+    /// what they admit with what the limit allows (instead of the latency cases).
+    #[arg(long)]
+    pub(crate) mixed: bool,
+    /// Seconds both fleets acquire in the mixed run.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub(crate) mixed_seconds: u64,
+    /// dynalimit's concurrent acquiring tasks in the mixed run (0 leaves its fleet idle).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(0..=4096))]
+    pub(crate) mixed_tasks: u64,
+    /// zae-limiter's concurrent acquiring tasks (asyncio) in the mixed run (0 leaves its fleet
+    /// idle).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(0..=4096))]
+    pub(crate) zae_tasks: u64,
 }
 
 impl BenchArgs {

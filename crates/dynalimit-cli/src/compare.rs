@@ -36,10 +36,10 @@ const SCRIPT: &str = include_str!("../python/zae_bench.py");
 const NAMESPACE: &str = "bench-zae";
 
 /// The peer library, as its figures name it.
-const PEER: &str = "zae-limiter";
+pub(crate) const PEER: &str = "zae-limiter";
 
 /// The peer's release line the comparison is for.
-const PEER_LINE: &str = "0.17.";
+pub(crate) const PEER_LINE: &str = "0.17.";
 
 /// Where the interpreter is looked for when neither `--python` nor `DYNALIMIT_PYTHON` names
 /// one (relative to the current directory: the venv `./scripts/python-env` creates).
@@ -78,7 +78,7 @@ pub(crate) async fn run(
 
 /// The interpreter: `flag` (`--python`), else `env` (`DYNALIMIT_PYTHON`), else
 /// [`DEFAULT_PYTHON`]; an error saying how to get one when it is not a file.
-fn interpreter(flag: Option<&Path>, env: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+pub(crate) fn interpreter(flag: Option<&Path>, env: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     let (path, from) = match (flag, env.filter(|p| !p.as_os_str().is_empty())) {
         (Some(path), _) => (path.to_path_buf(), "--python"),
         (None, Some(path)) => (path, "DYNALIMIT_PYTHON"),
@@ -88,7 +88,7 @@ fn interpreter(flag: Option<&Path>, env: Option<PathBuf>) -> anyhow::Result<Path
         return Ok(path);
     }
     Err(anyhow::Error::new(BadInput(format!(
-        "--compare zae needs a Python with zae-limiter 0.17, and there is none at {} ({from}): \
+        "--compare zae and --mixed need a Python with zae-limiter 0.17, and there is none at {} ({from}): \
          in a dynalimit checkout `./scripts/python-env` creates .cache/venv-zae; otherwise \
          create a virtualenv, `pip install zae-limiter==0.17.0` into it and pass its python \
          with --python PATH or DYNALIMIT_PYTHON",
@@ -227,14 +227,14 @@ struct PeerRun {
     admission: Vec<AdmissionRun>,
 }
 
-/// The bench script written to a temporary file, removed on drop.
+/// A script the binary carries, written to a temporary file, removed on drop.
 struct ScriptFile(PathBuf);
 
 impl ScriptFile {
-    fn write() -> anyhow::Result<ScriptFile> {
-        let path =
-            std::env::temp_dir().join(format!("dynalimit-zae-bench-{}.py", std::process::id()));
-        std::fs::write(&path, SCRIPT)
+    /// Writes `text` to `{stem}-{pid}.py` in the temporary directory.
+    fn write(stem: &str, text: &str) -> anyhow::Result<ScriptFile> {
+        let path = std::env::temp_dir().join(format!("{stem}-{}.py", std::process::id()));
+        std::fs::write(&path, text)
             .with_context(|| format!("writing the bench script to {}", path.display()))?;
         Ok(ScriptFile(path))
     }
@@ -243,6 +243,60 @@ impl ScriptFile {
 impl Drop for ScriptFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The bench script running in `python`: its standard input, its lines, and its standard
+/// error collected apart. The process is killed when this is dropped.
+pub(crate) struct Script {
+    pub(crate) child: tokio::process::Child,
+    pub(crate) stdin: tokio::process::ChildStdin,
+    pub(crate) lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    stderr: tokio::task::JoinHandle<String>,
+    _file: ScriptFile,
+}
+
+impl Script {
+    /// Writes the bench script and starts it with `python`.
+    pub(crate) fn spawn(python: &Path) -> anyhow::Result<Script> {
+        let file = ScriptFile::write("dynalimit-zae-bench", SCRIPT)?;
+        let mut child = tokio::process::Command::new(python)
+            .arg(&file.0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("running {}", python.display()))?;
+        let stdin = child.stdin.take().context("the script's stdin")?;
+        let mut stderr = child.stderr.take().context("the script's stderr")?;
+        let stderr = tokio::spawn(async move {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text).await;
+            text
+        });
+        let lines = BufReader::new(child.stdout.take().context("the script's stdout")?).lines();
+        Ok(Script {
+            child,
+            stdin,
+            lines,
+            stderr,
+            _file: file,
+        })
+    }
+
+    /// Writes one JSON line to the script.
+    pub(crate) async fn send(&mut self, line: &serde_json::Value) -> anyhow::Result<()> {
+        self.stdin.write_all(format!("{line}\n").as_bytes()).await?;
+        Ok(self.stdin.flush().await?)
+    }
+
+    /// Waits for the script to exit: its status and the last 20 lines of its standard error.
+    pub(crate) async fn end(&mut self) -> anyhow::Result<(std::process::ExitStatus, String)> {
+        let status = self.child.wait().await?;
+        let stderr = (&mut self.stderr).await.unwrap_or_default();
+        let lines: Vec<&str> = stderr.lines().collect();
+        Ok((status, lines[lines.len().saturating_sub(20)..].join("\n")))
     }
 }
 
@@ -278,31 +332,14 @@ async fn peer(
             "seconds": args.admission_seconds,
         },
     });
-    let script = ScriptFile::write()?;
-    let mut child = tokio::process::Command::new(python)
-        .arg(&script.0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("running {}", python.display()))?;
-    let mut stdin = child.stdin.take().context("the script's stdin")?;
-    stdin.write_all(request.to_string().as_bytes()).await?;
-    drop(stdin);
-    let mut stderr = child.stderr.take().context("the script's stderr")?;
-    let errors = tokio::spawn(async move {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text).await;
-        text
-    });
-    let mut lines = BufReader::new(child.stdout.take().context("the script's stdout")?).lines();
+    let mut script = Script::spawn(python)?;
+    script.send(&request).await?;
     let mut ready = None;
     let mut cases = Vec::new();
     let mut admission = Vec::new();
     let mut failure = None;
     let mut done = false;
-    while let Some(line) = lines.next_line().await? {
+    while let Some(line) = script.lines.next_line().await? {
         let parsed: Line = match serde_json::from_str(&line) {
             Ok(parsed) => parsed,
             Err(e) => {
@@ -341,8 +378,7 @@ async fn peer(
             Line::Error(trace) => failure = Some(trace),
         }
     }
-    let status = child.wait().await?;
-    let stderr = errors.await.unwrap_or_default();
+    let (status, stderr) = script.end().await?;
     let tail = |text: &str| {
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(20)..].join("\n")
@@ -352,8 +388,7 @@ async fn peer(
     }
     anyhow::ensure!(
         done && status.success(),
-        "the zae-limiter bench script ended early ({status}): {}",
-        tail(&stderr)
+        "the zae-limiter bench script ended early ({status}): {stderr}"
     );
     Ok(PeerRun {
         ready: ready.context("the bench script never said it was ready")?,

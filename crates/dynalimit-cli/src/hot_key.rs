@@ -44,9 +44,10 @@ pub(crate) struct HotKeyArgs {
     /// latency cases).
     #[arg(long)]
     pub(crate) hot_key: bool,
-    /// Writes per second one partition key sustains in the hot-key curve (DynamoDB: 1000).
+    /// Writes per second one partition key sustains in the hot-key curve and the mixed run
+    /// (DynamoDB: 1000).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    partition_rate: u32,
+    pub(crate) partition_rate: u32,
     /// The shard count at which the hot-key run ends (a power of two up to 32).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=32))]
     max_shards: u32,

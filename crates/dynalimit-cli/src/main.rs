@@ -16,6 +16,7 @@ mod infra;
 mod limit_spec;
 mod limits;
 mod local;
+mod mixed;
 mod namespace;
 mod output;
 mod package;
@@ -136,6 +137,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench(args) if args.compare.is_some() => {
             compare::run(args, &g.aws_settings(), &g.stack).await
+        }
+        Command::Bench(args) if args.mixed.mixed => {
+            mixed::run(args, &g.aws_settings(), &g.stack).await
         }
         Command::Bench(args) => bench::run(args, &g.aws_settings(), &g.stack).await,
     }

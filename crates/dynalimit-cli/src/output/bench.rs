@@ -273,3 +273,85 @@ pub(crate) struct HotKeyPoint {
     /// Requests the partition emulator forwarded while measured.
     pub(crate) forwarded_requests: u64,
 }
+
+/// `bench --mixed --json`: dynalimit and zae-limiter fleets acquiring together on one bucket
+/// that splits during the run, against what its limit allows.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct MixedReport {
+    /// The machine it ran on.
+    pub(crate) machine: Machine,
+    /// Writes per second one partition key sustains (`--partition-rate`; DynamoDB: 1000).
+    pub(crate) partition_writes_per_s: u32,
+    /// Seconds from the bucket's creation to after both fleets ended.
+    pub(crate) seconds: f64,
+    /// Seconds from the fleets' start to the bucket's creation (by the first acquire).
+    pub(crate) created_after_s: f64,
+    /// The limit's capacity, tokens.
+    pub(crate) capacity: i64,
+    /// The limit's refill amount, tokens per `refill_period_seconds`.
+    pub(crate) refill_amount: i64,
+    /// The limit's refill period, seconds.
+    pub(crate) refill_period_seconds: i64,
+    /// What the limit allows over `seconds`: capacity + floor(elapsed ms x refill amount /
+    /// refill period), counted in millitokens, in tokens.
+    pub(crate) allowance: f64,
+    /// dynalimit's fleet.
+    pub(crate) dynalimit: MixedSide,
+    /// zae-limiter's fleet.
+    pub(crate) zae: MixedSide,
+    /// Acquires both fleets admitted.
+    pub(crate) admitted: u64,
+    /// `admitted / allowance`, floored to three decimals.
+    pub(crate) ratio: f64,
+    /// What the limit allows from the bucket's creation to the deadline, when the fleets
+    /// stop starting acquires (the acquires in flight then still finish), in tokens.
+    pub(crate) allowance_at_deadline: f64,
+    /// `admitted / allowance_at_deadline`, floored to three decimals: the share admitted
+    /// while both fleets were asking, without the refill of the tail in which the last
+    /// acquires (retrying on throttling) finish.
+    pub(crate) ratio_at_deadline: f64,
+    /// The share of the allowance the fleets must admit together.
+    pub(crate) target: f64,
+    /// Whether `admitted` reaches `target` x `allowance`.
+    pub(crate) met: bool,
+    /// Whether `admitted` exceeds `allowance` (the command then fails).
+    pub(crate) over_admitted: bool,
+    /// The bucket's shard count at the end (shard 0's).
+    pub(crate) shards: u32,
+    /// Splits during the run, every one a library's own (the bucket starts as one shard).
+    pub(crate) splits: u32,
+    /// The consumption every shard recorded, in acquires.
+    pub(crate) recorded: f64,
+    /// Whether `recorded` equals `admitted`.
+    pub(crate) conserved: bool,
+    /// Tokens the shards hold at the end, refilled to the end: allowed, not handed out.
+    pub(crate) held: f64,
+    /// Requests the partition emulator refused.
+    pub(crate) throttled_requests: u64,
+    /// Requests the partition emulator forwarded.
+    pub(crate) forwarded_requests: u64,
+}
+
+/// One fleet of the mixed run.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct MixedSide {
+    /// The library.
+    pub(crate) library: String,
+    /// Its version.
+    pub(crate) version: String,
+    /// Concurrent acquiring tasks.
+    pub(crate) tasks: u64,
+    /// Acquires admitted.
+    pub(crate) admitted: u64,
+    /// Acquires refused by the limit.
+    pub(crate) rejected: u64,
+    /// Acquires that failed otherwise.
+    pub(crate) errors: u64,
+    /// The first such failure.
+    pub(crate) first_error: Option<String>,
+    /// Requests the fleet's client sent, retries included; null when not counted
+    /// (dynalimit's are in the partition emulator's counts).
+    pub(crate) requests: Option<u64>,
+}

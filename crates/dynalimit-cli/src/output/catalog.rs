@@ -16,8 +16,8 @@ use serde_json::{Value, json};
 use super::access::{Disabled, EntityAccess, EntityCascade, ResourceAccess, ResourceCascade};
 use super::audit::Event;
 use super::bench::{
-    Admission, Case, CompareReport, HotKeyPoint, HotKeyReport, Machine, Peer, Processor, Ratio,
-    Report, Verdict,
+    Admission, Case, CompareReport, HotKeyPoint, HotKeyReport, Machine, MixedReport, MixedSide,
+    Peer, Processor, Ratio, Report, Verdict,
 };
 use super::entity::{Available, Balance, Comeback, Entity, Operation, OperationName, ParentSet};
 use super::infra::{Stack, StackDeleted, Status, TableCompatibility, TableVersion, Version};
@@ -523,6 +523,57 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                         admitted: 702,
                         recorded: 702.0,
                         conserved: true,
+                    },
+                ),
+                one(
+                    "bench --mixed --json",
+                    MixedReport {
+                        machine: Machine {
+                            cpus: 2,
+                            cpu_model: "Example CPU @ 2.40GHz".into(),
+                            memory_gib: 7.8,
+                        },
+                        partition_writes_per_s: 50,
+                        seconds: 20.1,
+                        created_after_s: 0.4,
+                        capacity: 240,
+                        refill_amount: 1200,
+                        refill_period_seconds: 60,
+                        allowance: 642.0,
+                        dynalimit: MixedSide {
+                            library: "dynalimit".into(),
+                            version: "0.1.0".into(),
+                            tasks: 16,
+                            admitted: 380,
+                            rejected: 1210,
+                            errors: 0,
+                            first_error: None,
+                            requests: None,
+                        },
+                        zae: MixedSide {
+                            library: "zae-limiter".into(),
+                            version: "0.17.0".into(),
+                            tasks: 16,
+                            admitted: 232,
+                            rejected: 950,
+                            errors: 0,
+                            first_error: None,
+                            requests: Some(3620),
+                        },
+                        admitted: 612,
+                        ratio: 0.953,
+                        allowance_at_deadline: 640.0,
+                        ratio_at_deadline: 0.956,
+                        target: 0.95,
+                        met: true,
+                        over_admitted: false,
+                        shards: 2,
+                        splits: 1,
+                        recorded: 612.0,
+                        conserved: true,
+                        held: 9.5,
+                        throttled_requests: 812,
+                        forwarded_requests: 6120,
                     },
                 ),
             ],
