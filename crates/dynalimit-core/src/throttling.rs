@@ -3,10 +3,12 @@
 //! `wcu` count runs out, when a table has provisioned capacity or a partition is shared.
 //!
 //! A refused write applied nothing, so the acquire sends it to another shard of the bucket
-//! at once ([`Throttling::avoid`] says which to leave out). When shard 0 keeps being refused
-//! for [`SUSTAINED_THROTTLING_MS`] with no quiet gap longer than [`THROTTLING_GAP_MS`], while
-//! the bucket still took writes in that time, the partition is hot for good and the bucket
-//! splits, as after a `wcu` shortfall ([`decide_throttling`]). A burst that dies down within
+//! at once ([`Throttling::avoid`] says which to leave out). When the bucket's shards keep
+//! being refused for [`SUSTAINED_THROTTLING_MS`] with no quiet gap longer than
+//! [`THROTTLING_GAP_MS`] between two refusals (of any shard: a refused shard is avoided, so
+//! the refusals move from shard to shard), while the bucket still took writes in that time,
+//! its partitions are hot for good and the bucket splits, as after a `wcu` shortfall
+//! ([`decide_throttling`]). A burst that dies down within
 //! the second does not split it, nor does a brownout in which no write is taken at all (the
 //! table, not the partition, refuses: a split would not help).
 
@@ -14,12 +16,12 @@ use crate::bucket::{MAX_SHARD_COUNT, doubled_shard_count};
 use crate::decide::{BucketImage, Gate, fast_rejection_gate};
 use std::collections::BTreeMap;
 
-/// How long shard 0 must keep being refused before the bucket splits: the second over which
-/// the `wcu` count measures a partition's writes.
+/// How long the bucket's shards must keep being refused before it splits: the second over
+/// which the `wcu` count measures a partition's writes.
 pub const SUSTAINED_THROTTLING_MS: i64 = 1_000;
 
-/// The longest quiet gap between two refusals of shard 0 that still counts as one run of
-/// throttling; also how long a refused shard is left out of the draws.
+/// The longest quiet gap between two refusals of the bucket's shards that still counts as one
+/// run of throttling; also how long a refused shard is left out of the draws.
 pub const THROTTLING_GAP_MS: i64 = 250;
 
 /// What one process saw of the throttling of one bucket's shards.
@@ -27,7 +29,7 @@ pub const THROTTLING_GAP_MS: i64 = 250;
 pub struct Throttling {
     /// When each shard was last refused, epoch ms.
     last: BTreeMap<u32, i64>,
-    /// When the current run of refusals of shard 0 began.
+    /// When the current run of refusals began.
     since: Option<i64>,
     /// When a write to one of the bucket's shards was last taken.
     served: Option<i64>,
@@ -39,15 +41,13 @@ impl Throttling {
         self.served = Some(now);
     }
 
-    /// Records that `shard` refused a write at `now`. True when shard 0 has now been refused
-    /// for at least [`SUSTAINED_THROTTLING_MS`] without a gap longer than
+    /// Records that `shard` refused a write at `now`. True when the bucket's shards have now
+    /// been refused for at least [`SUSTAINED_THROTTLING_MS`] without a gap longer than
     /// [`THROTTLING_GAP_MS`], and the bucket took a write within that run: the bucket should
     /// split.
     pub fn refused(&mut self, shard: u32, now: i64) -> bool {
-        let previous = self.last.insert(shard.min(MAX_SHARD_COUNT), now);
-        if shard != 0 {
-            return false;
-        }
+        let previous = self.last.values().copied().max();
+        self.last.insert(shard.min(MAX_SHARD_COUNT), now);
         let continued = previous.is_some_and(|at| now.saturating_sub(at) <= THROTTLING_GAP_MS);
         let since = match self.since {
             Some(since) if continued => since,
@@ -127,11 +127,20 @@ mod tests {
         assert!(!t.refused(0, T0 + 200));
         assert!(!t.refused(0, T0 + 600), "a 400 ms gap");
         assert!(!t.refused(0, T0 + 1_300));
-        // Other shards never ask for a split, and do not feed shard 0's run.
+        // Refusals moving from shard to shard are one run.
         let mut t = Throttling::default();
-        for i in 0..20 {
-            assert!(!t.refused(3, T0 + i * 100));
+        t.served(T0 + 500);
+        for i in 0..10 {
+            assert!(
+                !t.refused(u32::try_from(i % 4).unwrap(), T0 + i * 100),
+                "{i}"
+            );
         }
+        assert!(t.refused(3, T0 + 1_000));
+        // A shard refused once, then quiet, starts no run with another shard's refusal later.
+        let mut t = Throttling::default();
+        t.served(T0 + 1_900);
+        assert!(!t.refused(3, T0));
         assert!(!t.refused(0, T0 + 2_000));
         t.served(T0 + 2_000);
         t.split();
