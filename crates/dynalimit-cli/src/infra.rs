@@ -240,7 +240,9 @@ pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
     Ok(())
 }
 
-/// The stack's state. An emulator without CloudFormation (DynamoDB Local) has no stacks.
+/// The stack's state. An emulator without CloudFormation has no stacks: DynamoDB Local
+/// answers another service's request with `500 InternalFailure` in its own protocol, which
+/// the CloudFormation client reads as an unavailable service.
 async fn stack_status(
     global: &Global,
     config: &SdkConfig,
@@ -248,7 +250,11 @@ async fn stack_status(
 ) -> Result<Option<StackInfo>> {
     match manager.status().await {
         Ok(info) => Ok(info),
-        Err(StackError::Rejected { .. }) if global.endpoint(config).is_some() => Ok(None),
+        Err(StackError::Rejected { .. } | StackError::Unavailable { .. })
+            if global.endpoint(config).is_some() =>
+        {
+            Ok(None)
+        }
         Err(e) => Err(e.into()),
     }
 }

@@ -193,6 +193,9 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,aws_config=error")),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a terminal: a log piped to a file or another program carries no
+        // escape sequences (the table's own values are escaped where they are printed).
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let mut builder = match &cli.command {
         Command::Bench(args) if args.current_thread() => {
