@@ -320,10 +320,7 @@ async fn a_session_quota_stored_under_w_is_read_and_a_corrupt_one_refused() {
     let fresh = table.repository("newer").await;
     let err = fresh.resolve_limits("k", "gpt-4").await.unwrap_err();
     assert!(err.to_string().contains("has no w_tpd_rsa"), "{err}");
-    assert!(
-        matches!(err, RepositoryError::Corrupt { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, RepositoryError::Corrupt { .. }), "{err:?}");
     assert!(!err.is_unavailable());
     // An entity-level config in front of it answers first and is fine.
     repo.set_limits("k", "gpt-4", &rpm(5)).await.unwrap();
