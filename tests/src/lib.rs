@@ -354,25 +354,31 @@ impl TestTable {
 
     /// Every item of the table (a full scan), for assertions.
     pub async fn scan_all(&self) -> Vec<dynalimit_format::item::Item> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .scan()
-                .table_name(&self.name)
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .expect("scan");
-            out.extend(page.items().iter().cloned());
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => break,
-            }
+        scan_table(&self.client, &self.name).await
+    }
+}
+
+/// Every item of `table` (a full scan, strongly consistent), for assertions.
+///
+/// # Panics
+/// When a page of the scan fails.
+pub async fn scan_table(client: &Client, table: &str) -> Vec<dynalimit_format::item::Item> {
+    let mut out = Vec::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("scan");
+        out.extend(page.items().iter().cloned());
+        match page.last_evaluated_key {
+            Some(k) if !k.is_empty() => start = Some(k),
+            _ => return out,
         }
-        out
     }
 }
 

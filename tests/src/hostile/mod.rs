@@ -19,6 +19,27 @@ pub mod value;
 pub mod world;
 pub mod zae;
 
+/// The proptest configuration of a hostile-items run: `PROPTEST_CASES` cases, else
+/// `default_cases`; failing cases kept in `regressions` (a path from the test's package, its
+/// working directory) and run first next time; at most `max_shrink_iters` shrinking steps.
+pub fn config(
+    default_cases: u32,
+    regressions: &'static str,
+    max_shrink_iters: u32,
+) -> proptest::test_runner::Config {
+    use proptest::test_runner::{Config, FileFailurePersistence};
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(default_cases);
+    Config {
+        cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(regressions))),
+        max_shrink_iters,
+        ..Config::default()
+    }
+}
+
 /// The instant every case starts at (2023-11-14T22:13:20Z), epoch ms.
 pub const T0: i64 = 1_700_000_000_000;
 

@@ -211,7 +211,7 @@ async fn body(case: &Case, tally: &Tally, progress: &Progress) -> Result<(), Str
             "some refused"
         },
     );
-    let stored = scan(&client, &table).await;
+    let stored = dynalimit_tests::scan_table(&client, &table).await;
     *progress.items.lock().expect("progress") = (ns.clone(), stored.clone());
     // An untouched copy of the table, for the count at the end.
     let pristine = dynalimit_tests::unique_table_name();
@@ -322,7 +322,12 @@ async fn body(case: &Case, tally: &Tally, progress: &Progress) -> Result<(), Str
     // of the paths may have repaired what the changes broke).
     clock.advance(LATER);
     let before = oracle::allowance(&stored, &ns, &consumed, STEP * COUNTED);
-    let after = oracle::allowance(&scan(&client, &table).await, &ns, &consumed, STEP * COUNTED);
+    let after = oracle::allowance(
+        &dynalimit_tests::scan_table(&client, &table).await,
+        &ns,
+        &consumed,
+        STEP * COUNTED,
+    );
     count(
         &mut paths,
         "after the paths",
@@ -618,26 +623,6 @@ async fn aggregate(
                 "errors reported"
             },
         );
-    }
-}
-
-/// Every item of the table.
-async fn scan(client: &Client, table: &str) -> Vec<Item> {
-    let mut out = Vec::new();
-    let mut start = None;
-    loop {
-        let page = client
-            .scan()
-            .table_name(table)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .expect("scan");
-        out.extend(page.items().iter().cloned());
-        match page.last_evaluated_key {
-            Some(k) if !k.is_empty() => start = Some(k),
-            _ => return out,
-        }
     }
 }
 

@@ -26,29 +26,16 @@ mod oracle;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use proptest::test_runner::{TestCaseError, TestRunner};
 
-use dynalimit_tests::hostile::strategy;
+use dynalimit_tests::hostile::{self, strategy};
 
 /// Cases per run when `PROPTEST_CASES` does not say.
 const DEFAULT_CASES: u32 = 40;
 
 #[test]
 fn hostile_items() {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(DEFAULT_CASES);
-    let config = Config {
-        cases,
-        // Failing cases are kept here and run first next time (the working directory of a
-        // test is its package's).
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "tests/hostile/regressions.txt",
-        ))),
-        max_shrink_iters: 256,
-        ..Config::default()
-    };
+    let config = hostile::config(DEFAULT_CASES, "tests/hostile/regressions.txt", 256);
     // With HOSTILE_SURVEY set, every failing case is printed and the run goes on (no
     // shrinking): a list of what fails, rather than the smallest case of the first failure.
     let survey = std::env::var_os("HOSTILE_SURVEY").is_some();

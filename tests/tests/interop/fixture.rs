@@ -83,7 +83,7 @@ fn operations() -> Vec<Value> {
 }
 
 /// A Lambda stream record of `new` changed from `old`.
-fn record(old: &Item, new: &Item, seq: u64) -> Value {
+pub(crate) fn record(old: &Item, new: &Item, seq: u64) -> Value {
     let image =
         |item: &Item| -> Value { item.iter().map(|(k, v)| (k.clone(), to_json(v))).collect() };
     json!({

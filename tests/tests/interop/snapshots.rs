@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 
 use aws_lambda_events::event::dynamodb::Event;
-use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_aggregator::{Aggregator, Settings, Window, handler};
 use dynalimit_format::item::{Item, get_i64, key, n, s};
 use dynalimit_format::keys;
@@ -71,49 +70,12 @@ fn after(image: &Item, rf: i64, milli: &[(&str, i64)]) -> Item {
 }
 
 /// An attribute value in DynamoDB's JSON form, as stream records carry it.
-fn ddb_json(v: &AttributeValue) -> Value {
-    match v {
-        AttributeValue::S(x) => json!({ "S": x }),
-        AttributeValue::N(x) => json!({ "N": x }),
-        AttributeValue::Bool(x) => json!({ "BOOL": x }),
-        other => panic!("no stream form for {other:?} in this test"),
-    }
-}
-
-fn image_json(image: &Item) -> Value {
-    Value::Object(
-        image
-            .iter()
-            .map(|(k, v)| (k.clone(), ddb_json(v)))
-            .collect(),
-    )
-}
-
 /// Lambda stream records (MODIFY, new and old images) for consecutive images of one item.
 fn records(images: &[Item], first_seq: u64) -> Vec<Value> {
     images
         .windows(2)
         .zip(first_seq..)
-        .map(|(pair, seq)| {
-            let new = &pair[1];
-            json!({
-                "eventID": format!("ev{seq}"),
-                "eventName": "MODIFY",
-                "eventVersion": "1.1",
-                "eventSource": "aws:dynamodb",
-                "awsRegion": "us-east-1",
-                "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/2026-01-01T00:00:00.000",
-                "dynamodb": {
-                    "ApproximateCreationDateTime": 1_798_762_200.0,
-                    "Keys": { "PK": ddb_json(&new["PK"]), "SK": ddb_json(&new["SK"]) },
-                    "SequenceNumber": seq.to_string(),
-                    "SizeBytes": 100,
-                    "StreamViewType": "NEW_AND_OLD_IMAGES",
-                    "OldImage": image_json(&pair[0]),
-                    "NewImage": image_json(new),
-                }
-            })
-        })
+        .map(|(pair, seq)| crate::fixture::record(&pair[0], &pair[1], seq))
         .collect()
 }
 

@@ -13,6 +13,15 @@ use dynalimit_repository::bucket::BucketKey;
 
 /// A repository of `table` whose requests pass `proxy`, with one attempt per request.
 async fn through(table: &dynalimit_tests::TestTable, proxy: &ThrottleProxy) -> Repository {
+    through_on(table, proxy, None).await
+}
+
+/// [`through`], on `clock` when one is given.
+async fn through_on(
+    table: &dynalimit_tests::TestTable,
+    proxy: &ThrottleProxy,
+    clock: Option<&ManualClock>,
+) -> Repository {
     let base = dynalimit_tests::client().await;
     let client = aws_sdk_dynamodb::Client::from_conf(
         base.config()
@@ -21,13 +30,44 @@ async fn through(table: &dynalimit_tests::TestTable, proxy: &ThrottleProxy) -> R
             .retry_config(aws_smithy_types::retry::RetryConfig::standard().with_max_attempts(1))
             .build(),
     );
-    table
-        .builder()
-        .client(client)
-        .namespace("hot")
-        .open()
+    let mut builder = table.builder().client(client).namespace("hot");
+    if let Some(clock) = clock {
+        builder = builder.clock(Arc::new(clock.clone()));
+    }
+    builder.open().await.expect("open through the proxy")
+}
+
+/// Creates the hot bucket straight on the emulator and splits it to four shards: every shard
+/// holds a share of the tokens at once. Shard 0's key.
+async fn split_to_four(direct: &Repository) -> BucketKey {
+    RateLimiter::new(direct.clone())
+        .acquire("hot-key", "model", [("rpm", 1)])
+        .limits(limits())
         .await
-        .expect("open through the proxy")
+        .expect("first acquire")
+        .commit()
+        .await
+        .expect("commit");
+    let key = BucketKey::new("hot-key", "model", 0);
+    for count in [1, 2] {
+        let doubled = direct
+            .buckets()
+            .double_shards(&key, count, count * 2, 0)
+            .await
+            .expect("double");
+        assert_eq!(doubled.count, count * 2);
+    }
+    key
+}
+
+/// The `rpm` consumption the four shards of `key`'s bucket recorded, in millitokens.
+async fn recorded(direct: &Repository, key: &BucketKey) -> i64 {
+    let mut recorded = 0;
+    for shard in 0..4 {
+        let image = direct.buckets().read(&key.with_shard(shard)).await;
+        recorded += image.expect("read").expect("shard").limits["rpm"].tc;
+    }
+    recorded
 }
 
 /// A proxy allowing ten writes (thirty reads) per key and second, whose clock stands still:
@@ -119,26 +159,8 @@ async fn each_shard_of_a_bucket_is_its_own_partition() {
         return;
     }
     let table = dynalimit_tests::table().await;
-    // The bucket, split to four shards straight on the emulator: every shard holds a share
-    // of the tokens at once.
     let direct = table.repository("hot").await;
-    RateLimiter::new(direct.clone())
-        .acquire("hot-key", "model", [("rpm", 1)])
-        .limits(limits())
-        .await
-        .expect("first acquire")
-        .commit()
-        .await
-        .expect("commit");
-    let key = BucketKey::new("hot-key", "model", 0);
-    for count in [1, 2] {
-        let doubled = direct
-            .buckets()
-            .double_shards(&key, count, count * 2, 0)
-            .await
-            .expect("double");
-        assert_eq!(doubled.count, count * 2);
-    }
+    let key = split_to_four(&direct).await;
     let (proxy, _clock) = frozen_proxy().await;
     let limiter = RateLimiter::new(through(&table, &proxy).await);
     let mut admitted = 0i64;
@@ -152,46 +174,11 @@ async fn each_shard_of_a_bucket_is_its_own_partition() {
             admitted += 1;
         }
     }
-    // One frozen second: four keys' ten each (a draw to a spent shard is refused).
+    // One frozen second: four keys' ten each (a draw to a spent shard tries others, then is
+    // refused).
     assert!((31..=40).contains(&admitted), "admitted {admitted}");
     assert!(proxy.throttled() > 0);
-    let mut recorded = 0;
-    for shard in 0..4 {
-        if let Some(image) = direct
-            .buckets()
-            .read(&key.with_shard(shard))
-            .await
-            .expect("read")
-        {
-            recorded += image.limits["rpm"].tc;
-        }
-    }
-    assert_eq!(recorded, (admitted + 1) * 1000);
-}
-
-/// A repository of `table` through the partition emulator `proxy` (one attempt per request),
-/// on `clock`.
-async fn through_on(
-    table: &dynalimit_tests::TestTable,
-    proxy: &ThrottleProxy,
-    clock: &ManualClock,
-) -> Repository {
-    let base = dynalimit_tests::client().await;
-    let client = aws_sdk_dynamodb::Client::from_conf(
-        base.config()
-            .to_builder()
-            .endpoint_url(proxy.url())
-            .retry_config(aws_smithy_types::retry::RetryConfig::standard().with_max_attempts(1))
-            .build(),
-    );
-    table
-        .builder()
-        .client(client)
-        .namespace("hot")
-        .clock(Arc::new(clock.clone()))
-        .open()
-        .await
-        .expect("open through the proxy")
+    assert_eq!(recorded(&direct, &key).await, (admitted + 1) * 1000);
 }
 
 /// A bucket split to four shards, behind partitions of ten writes whose clock stands still:
@@ -209,40 +196,19 @@ async fn a_throttled_shard_sends_the_acquire_to_another_shard_with_tokens() {
     }
     let table = dynalimit_tests::table().await;
     let direct = table.repository("hot").await;
-    RateLimiter::new(direct.clone())
-        .acquire("hot-key", "model", [("rpm", 1)])
-        .limits(limits())
-        .await
-        .expect("first acquire")
-        .commit()
-        .await
-        .expect("commit");
-    let key = BucketKey::new("hot-key", "model", 0);
-    for count in [1, 2] {
-        let doubled = direct
-            .buckets()
-            .double_shards(&key, count, count * 2, 0)
-            .await
-            .expect("double");
-        assert_eq!(doubled.count, count * 2);
-    }
+    let key = split_to_four(&direct).await;
     let (proxy, _proxy_clock) = frozen_proxy().await;
     let clock = ManualClock::new(dynalimit_core::Clock::epoch_millis(
         &dynalimit_core::SystemClock,
     ));
-    let limiter = RateLimiter::new(through_on(&table, &proxy, &clock).await);
+    let limiter = RateLimiter::new(through_on(&table, &proxy, Some(&clock)).await);
     let (admitted, refused) = until_refused(&limiter).await;
     assert_eq!(admitted, 40, "every partition's ten, then a refusal");
     assert!(
         matches!(&refused, Error::Unavailable { message, .. } if message.contains("throttled")),
         "{refused:?}"
     );
-    let mut recorded = 0;
-    for shard in 0..4 {
-        let image = direct.buckets().read(&key.with_shard(shard)).await;
-        recorded += image.expect("read").expect("shard").limits["rpm"].tc;
-    }
-    assert_eq!(recorded, (admitted as i64 + 1) * 1000);
+    assert_eq!(recorded(&direct, &key).await, (admitted as i64 + 1) * 1000);
 }
 
 /// A bucket of one shard whose writes DynamoDB refuses for throughput (the fault proxy

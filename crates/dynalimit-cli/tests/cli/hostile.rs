@@ -12,7 +12,7 @@ use std::time::Duration;
 use dynalimit_repository::Repository;
 use dynalimit_repository::memory::Store;
 use dynalimit_tests::hostile::{self, CHILD, NAMESPACE, PARENT, RESOURCE, strategy};
-use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
+use proptest::test_runner::{TestCaseError, TestRunner};
 
 /// Cases per run when `PROPTEST_CASES` does not say (each runs the binary a dozen times).
 const DEFAULT_CASES: u32 = 12;
@@ -47,18 +47,7 @@ const COMMANDS: &[&[&str]] = &[
 
 #[test]
 fn table_output_of_hostile_items() {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(DEFAULT_CASES);
-    let config = Config {
-        cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "tests/cli/hostile-regressions.txt",
-        ))),
-        max_shrink_iters: 64,
-        ..Config::default()
-    };
+    let config = hostile::config(DEFAULT_CASES, "tests/cli/hostile-regressions.txt", 64);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -250,14 +250,13 @@ impl Inner {
     ) -> Result<Entry, Refusal> {
         let probe = matches!(role, Role::Entity { probe: true, .. } | Role::Parent { .. });
         let now = self.clock.epoch_millis();
-        let known = self.shard_count(entity_id, resource);
+        // Shards known short, and shards DynamoDB refused for throughput a moment ago, are
+        // left out of the draw while another may take the request.
+        let (known, mut avoid) = self.draw_state(entity_id, resource, now);
         let at = Moment {
             now,
             generation: self.repo.config_generation(),
         };
-        // Shards known short, and shards DynamoDB refused for throughput a moment ago, are
-        // left out of the draw while another may take the request.
-        let mut avoid = self.throttled_shards(entity_id, resource, now);
         match self
             .rejections
             .check((entity_id, resource), known, demand, limits, at)
@@ -423,7 +422,9 @@ impl Inner {
                     && probe
                     && !img.cascade
                     && !only_trim
-                    && let Some(next) = self.probe_other_shards(key, &img, demand, now).await?
+                    && let Some(next) = self
+                        .probe_other_shards(key, img.shards(), vec![key.shard], demand, now)
+                        .await?
                 {
                     return Ok(next);
                 }
@@ -494,47 +495,11 @@ impl Inner {
             avoid.extend(short);
         }
         avoid.push(key.shard);
-        for _ in 0..2 {
-            let open: Vec<u32> = (0..known).filter(|s| !avoid.contains(s)).collect();
-            if open.is_empty() {
-                break;
-            }
-            let shard = open[rand::rng().random_range(0..open.len())];
-            avoid.push(shard);
-            let other = key.with_shard(shard);
-            let outcome = self
-                .store
-                .speculative_consume(&other, demand, now, OnThrottle::Return)
-                .await?;
-            match outcome {
-                ConsumeOutcome::Consumed(img) => {
-                    self.rejections.forget(&other);
-                    let entry = self.entry_from_image(&other, img, demand, now);
-                    return Ok(Next::Done(Box::new(entry)));
-                }
-                ConsumeOutcome::Throttled { .. } => {
-                    self.throttled(entity, resource, shard, now);
-                }
-                ConsumeOutcome::Contended => {
-                    return Ok(Next::Slow {
-                        shard,
-                        shard_count: known,
-                    });
-                }
-                ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
-                ConsumeOutcome::Failed(old) => {
-                    match classify_fast_failure(old.as_ref(), demand, now) {
-                        FastFailure::BucketMissing | FastFailure::ScheduleBoundary => {
-                            return Ok(Next::Slow {
-                                shard,
-                                shard_count: old.as_ref().map_or(known, BucketImage::shards),
-                            });
-                        }
-                        FastFailure::Disabled => return Err(Refusal::Disabled),
-                        _ => {}
-                    }
-                }
-            }
+        if let Some(next) = self
+            .probe_other_shards(key, known, avoid, demand, now)
+            .await?
+        {
+            return Ok(next);
         }
         // Nowhere else: the same shard again, as the client's retry configuration sends it
         // (from its first retry: the first attempt was the refused one). With no retry in
@@ -547,10 +512,7 @@ impl Inner {
             .speculative_consume(key, demand, now, OnThrottle::Resume)
             .await?;
         Ok(match outcome {
-            ConsumeOutcome::Consumed(img) => {
-                self.rejections.forget(key);
-                Next::Done(Box::new(self.entry_from_image(key, img, demand, now)))
-            }
+            ConsumeOutcome::Consumed(img) => Box::pin(self.fast_debit(key, img, demand, now)).await,
             ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
             ConsumeOutcome::Failed(old) => {
                 Box::pin(self.after_fast_failure(key, old, demand, now, probe, known)).await?
@@ -596,26 +558,26 @@ impl Inner {
         }
     }
 
-    /// Tries the fast path on up to two other shards, drawn at random among the untried ones
-    /// (reference §3.5).
+    /// Tries the fast path on up to two other shards of the `count`, drawn at random among
+    /// those not in `avoid` (reference §3.5; `avoid` holds `key`'s shard and, after a
+    /// refusal for throughput, the shards known short or refused a moment ago). A shard
+    /// refused for throughput is recorded and the next one drawn.
     async fn probe_other_shards(
         &self,
         key: &BucketKey,
-        img: &BucketImage,
+        count: u32,
+        mut avoid: Vec<u32>,
         demand: &BTreeMap<String, i64>,
         now: i64,
     ) -> Result<Option<Next>, Refusal> {
-        let count = img.shards();
-        let mut tried = vec![key.shard];
+        let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
         for _ in 0..2 {
-            if tried.len() as u32 >= count {
+            let open: Vec<u32> = (0..count).filter(|s| !avoid.contains(s)).collect();
+            if open.is_empty() {
                 break;
             }
-            let mut shard = random_shard(0, count);
-            while tried.contains(&shard) {
-                shard = (shard + 1) % count;
-            }
-            tried.push(shard);
+            let shard = open[rand::rng().random_range(0..open.len())];
+            avoid.push(shard);
             let probe = key.with_shard(shard);
             let outcome = self
                 .store
@@ -623,7 +585,6 @@ impl Inner {
                 .await?;
             match outcome {
                 ConsumeOutcome::Throttled { .. } => {
-                    let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
                     self.throttled(entity, resource, shard, now);
                 }
                 ConsumeOutcome::Consumed(got) => {
@@ -643,7 +604,7 @@ impl Inner {
                         FastFailure::BucketMissing | FastFailure::ScheduleBoundary => {
                             return Ok(Some(Next::Slow {
                                 shard,
-                                shard_count: count,
+                                shard_count: old.as_ref().map_or(count, BucketImage::shards),
                             }));
                         }
                         FastFailure::Disabled => return Err(Refusal::Disabled),

@@ -156,6 +156,15 @@ impl Inner {
             .unwrap_or_default()
     }
 
+    /// The bucket's shard count and [`Inner::throttled_shards`], in one look-up (what an
+    /// acquire draws its shard from).
+    pub(super) fn draw_state(&self, entity: &str, resource: &str, now: i64) -> (u32, Vec<u32>) {
+        self.read_known(entity, resource, |k| {
+            (k.shard_count.max(1), k.throttling.avoid(now))
+        })
+        .unwrap_or((1, Vec::new()))
+    }
+
     /// Forgets the bucket's throttling: it split.
     pub(super) fn throttling_split(&self, entity: &str, resource: &str) {
         self.learn_known(entity, resource, |k| k.throttling.split());
