@@ -309,16 +309,27 @@ class Driver:
             }
 
     async def hammer(self, repo: Repository, op: dict[str, Any]) -> dict[str, Any]:
-        """`count` acquires of `consume` by `concurrency` workers until `deadline` (epoch s)."""
+        """`count` acquires of `consume` by `concurrency` workers until `deadline` (epoch s).
+        With `count_errors`, an acquire that raises anything but a refusal is counted in
+        `errors` and the worker goes on; otherwise the exception ends the operation. With
+        `stop_file`, the workers also stop once that file exists."""
         limiter = RateLimiter(repository=repo)
         admitted = 0
         rejected = 0
+        errors = 0
         remaining = op["count"]
         deadline = op.get("deadline")
+        count_errors = op.get("count_errors", False)
+        stop_file = op.get("stop_file")
+
+        def running() -> bool:
+            if deadline is not None and time.time() >= deadline:
+                return False
+            return stop_file is None or not os.path.exists(stop_file)
 
         async def worker() -> None:
-            nonlocal admitted, rejected, remaining
-            while remaining > 0 and (deadline is None or time.time() < deadline):
+            nonlocal admitted, rejected, errors, remaining
+            while remaining > 0 and running():
                 remaining -= 1
                 try:
                     async with limiter.acquire(op["entity"], op["resource"], op["consume"]):
@@ -326,12 +337,17 @@ class Driver:
                     admitted += 1
                 except RateLimitExceeded:
                     rejected += 1
+                    await asyncio.sleep(0)
+                except Exception:
+                    if not count_errors:
+                        raise
+                    errors += 1
 
         start = op.get("start_at")
         if start is not None:
             await asyncio.sleep(max(0.0, start - time.time()))
         await asyncio.gather(*(worker() for _ in range(op.get("concurrency", 1))))
-        return {"admitted": admitted, "rejected": rejected}
+        return {"admitted": admitted, "rejected": rejected, "errors": errors}
 
 
 async def main() -> int:

@@ -221,7 +221,8 @@ async def acquire_while(
     limiter: RateLimiter, bucket: tuple[str, str, str], tasks: int, running: Any
 ) -> dict[str, Any]:
     """`tasks` tasks acquiring 1 of the limit on (entity, resource) while `running()`, each
-    trying again at once when refused; the admitted, rejected and failed counts."""
+    trying again at once when refused; the admitted, rejected and failed counts, and the
+    admitted acquires that returned while `running()` still held (`admitted_in_time`)."""
     entity, resource, name = bucket
     counts: Counter[str] = Counter()
     first_error: str | None = None
@@ -233,6 +234,8 @@ async def acquire_while(
                 async with limiter.acquire(entity, resource, {name: 1}):
                     pass
                 counts["admitted"] += 1
+                if running():
+                    counts["admitted_in_time"] += 1
             except RateLimitExceeded:
                 counts["rejected"] += 1
                 # A refusal answered from the rejection cache awaits nothing: let the
@@ -247,6 +250,7 @@ async def acquire_while(
     await asyncio.gather(*(worker() for _ in range(tasks)))
     return {
         "admitted": counts["admitted"],
+        "admitted_in_time": counts["admitted_in_time"],
         "rejected": counts["rejected"],
         "errors": counts["errors"],
         "first_error": first_error,

@@ -18,8 +18,8 @@
 //! so only the partitions bind. At the end every shard is read back: the consumption the
 //! table recorded must equal the acquires the client counted as admitted (nothing admitted
 //! without being debited, nothing debited twice). The same load on another entity split to
-//! each count beforehand, straight at the emulator, gives what the client machine can drive
-//! at that count (the ceiling).
+//! each count beforehand, through a second proxy that refuses nothing, gives what the client
+//! machine, the proxy and the emulator drive at that count (the ceiling).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -236,11 +236,22 @@ async fn curve(
         .stop_after(Duration::from_secs(3))
         .await;
 
-    // What the client machine and the emulator drive at each count, with no throttling.
+    // What the client machine, the proxy and the emulator drive at each count, with no
+    // throttling: the same path, through a proxy that refuses nothing.
+    let open_proxy = ThrottleProxy::start(
+        target.url(),
+        PartitionLimits::new(dynalimit_format::attr::PK, u32::MAX),
+    )
+    .await?;
+    let unthrottled = open(
+        Target::external(open_proxy.url()).client(None).await?,
+        stack,
+    )
+    .await?;
     let mut ceilings = std::collections::BTreeMap::new();
     let mut count = 1;
     while count <= args.max_shards {
-        let step = Step::new(&direct, &format!("free-{count}"), count).await?;
+        let step = Step::new(&unthrottled, &format!("free-{count}"), count).await?;
         let load = step.start(args.tasks);
         tokio::time::sleep(warm_up).await;
         let before = load.mark(|| (0, 0));

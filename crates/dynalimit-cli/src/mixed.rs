@@ -18,6 +18,12 @@
 //! the consumption recorded (`tc`) must equal what the fleets counted as admitted, and the
 //! tokens the shards hold at the end (refilled to the end) are what was allowed but not
 //! handed out. The run fails when the fleets admitted more than the allowance.
+//!
+//! The target (0.95) is held against the span in which both fleets ask: the acquires that
+//! returned admitted by the deadline, against the allowance from the creation to the
+//! deadline. After the deadline only the acquires in flight finish, some of them in a
+//! client's retries on throttling for seconds; the bucket refills meanwhile with nobody
+//! asking, so the share of the allowance to the end is reported but not held to the target.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -71,6 +77,9 @@ fn allowance_milli(limit: &Limit, start_ms: i64, end_ms: i64) -> i64 {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 struct Tally {
     admitted: u64,
+    /// Admitted acquires that returned by the deadline.
+    #[serde(default)]
+    admitted_in_time: u64,
     rejected: u64,
     /// Acquires that failed otherwise.
     errors: u64,
@@ -114,6 +123,10 @@ impl Outcome {
         self.dynalimit.admitted + self.zae.admitted
     }
 
+    fn admitted_in_time(&self) -> u64 {
+        self.dynalimit.admitted_in_time + self.zae.admitted_in_time
+    }
+
     fn admitted_milli(&self) -> i128 {
         i128::from(self.admitted()) * 1000
     }
@@ -122,6 +135,7 @@ impl Outcome {
         let allowance = allowance_milli(limit, self.created_ms, self.end_ms);
         let at_deadline = allowance_milli(limit, self.created_ms, self.until_ms);
         let admitted = self.admitted_milli();
+        let in_time = i128::from(self.admitted_in_time()) * 1000;
         let ratio = if allowance > 0 {
             admitted as f64 / allowance as f64
         } else {
@@ -163,13 +177,14 @@ impl Outcome {
             admitted: self.admitted(),
             ratio: (ratio * 1000.0).floor() / 1000.0,
             allowance_at_deadline: tokens(at_deadline),
+            admitted_at_deadline: self.admitted_in_time(),
             ratio_at_deadline: if at_deadline > 0 {
-                (admitted as f64 / at_deadline as f64 * 1000.0).floor() / 1000.0
+                (in_time as f64 / at_deadline as f64 * 1000.0).floor() / 1000.0
             } else {
                 0.0
             },
             target: TARGET,
-            met: admitted * 100 >= i128::from(allowance) * 95,
+            met: in_time * 100 >= i128::from(at_deadline) * 95,
             over_admitted: admitted > i128::from(allowance),
             shards: self.shards,
             splits: self.shards.max(1).ilog2(),
@@ -242,21 +257,23 @@ fn print_report(r: &MixedReport) {
         );
     }
     println!(
-        "\nallowance (capacity + refill over the {:.1} s from the bucket's creation): {:.3}\nadmitted together: {}\n\
-         ratio: {:.3} (target {}: {})\n\
-         to the deadline ({:.3} allowed, while both fleets were starting acquires): {:.3}\n\
+        "\nwhile both fleets asked (from the bucket's creation to the deadline): {:.3} allowed, \
+         {} admitted and returned by then, ratio {:.3} (target {}: {})\n\
+         to the end ({:.1} s, until the last acquire returned): {:.3} allowed, {} admitted, \
+         ratio {:.3}\n\
          over-admitted: {}\n\
          shards at the end: {} ({} splits)\nrecorded = admitted: {}\n\
          held by the shards at the end: {:.3}\nrequests refused by the partition limit: {} \
          (forwarded {})",
+        r.allowance_at_deadline,
+        r.admitted_at_deadline,
+        r.ratio_at_deadline,
+        r.target,
+        if r.met { "met" } else { "NOT met" },
         r.seconds,
         r.allowance,
         r.admitted,
         r.ratio,
-        r.target,
-        if r.met { "met" } else { "NOT met" },
-        r.allowance_at_deadline,
-        r.ratio_at_deadline,
         if r.over_admitted { "YES" } else { "no" },
         r.shards,
         r.splits,
@@ -391,7 +408,12 @@ async fn fleet(
                         Err(e) => Err(e),
                     };
                     match outcome {
-                        Ok(()) => tally.admitted += 1,
+                        Ok(()) => {
+                            tally.admitted += 1;
+                            if SystemClock.epoch_millis() <= until {
+                                tally.admitted_in_time += 1;
+                            }
+                        }
                         Err(dynalimit::Error::Rejected(_)) => tally.rejected += 1,
                         Err(e) => {
                             tally.errors += 1;
@@ -409,6 +431,7 @@ async fn fleet(
     for worker in workers {
         let t = worker.await?;
         total.admitted += t.admitted;
+        total.admitted_in_time += t.admitted_in_time;
         total.rejected += t.rejected;
         total.errors += t.errors;
         total.first_error = total.first_error.or(t.first_error);
@@ -657,10 +680,12 @@ mod tests {
             end_ms: 1_000_000 + span_ms,
             dynalimit: Tally {
                 admitted: ours,
+                admitted_in_time: ours,
                 ..Tally::default()
             },
             zae: Tally {
                 admitted: zae,
+                admitted_in_time: zae.saturating_sub(2),
                 ..Tally::default()
             },
             zae_version: "0.17.0".into(),
@@ -693,9 +718,10 @@ mod tests {
         let report = outcome(400, 208, 20_000).report(&limit, &args(), 50);
         assert_eq!(report.allowance, 640.0);
         assert_eq!((report.seconds, report.created_after_s), (20.0, 1.0));
-        // 19.5 s to the deadline: 630 allowed.
+        // 19.5 s to the deadline: 630 allowed, and 606 of the 608 returned by then.
         assert_eq!(report.allowance_at_deadline, 630.0);
-        assert_eq!(report.ratio_at_deadline, 0.965);
+        assert_eq!(report.admitted_at_deadline, 606);
+        assert_eq!(report.ratio_at_deadline, 0.961);
         assert_eq!(report.admitted, 608);
         assert_eq!(report.ratio, 0.95);
         assert!(report.met && !report.over_admitted && report.conserved);
@@ -704,9 +730,14 @@ mod tests {
         assert_eq!(report.zae.admitted, 208);
         assert_eq!(report.zae.version, "0.17.0");
 
-        let short = outcome(400, 207, 20_000).report(&limit, &args(), 50);
+        // 598.5 of 630 is the target: 597 returned in time is short of it, 599 meets it,
+        // whatever finished after the deadline.
+        let short = outcome(400, 199, 20_000).report(&limit, &args(), 50);
+        assert_eq!(short.admitted_at_deadline, 597);
         assert!(!short.met && !short.over_admitted);
-        assert_eq!(short.ratio, 0.948);
+        assert_eq!(short.ratio_at_deadline, 0.947);
+        let enough = outcome(400, 201, 20_000).report(&limit, &args(), 50);
+        assert!(enough.met, "{}", enough.ratio_at_deadline);
 
         let exact = outcome(400, 240, 20_000).report(&limit, &args(), 50);
         assert!(exact.met && !exact.over_admitted);

@@ -23,9 +23,14 @@
 //! | `TransactGetItems` | 2 reads per item |
 //! | anything else (`Query`, `Scan`, control plane) | nothing |
 //!
-//! A request is charged all or nothing: when any key it touches lacks the units, nothing is
-//! taken and the whole request is refused. Item sizes are not weighed (every item counts as
-//! one unit), nor are eventually consistent reads halved.
+//! A request is admitted when every key it touches has allowance left (a positive balance),
+//! and is then charged in full, which may take a key's balance below zero; the refill pays the
+//! debt back before the key admits again. DynamoDB must admit this way: an `UpdateItem` costs
+//! the larger of the old and new item sizes, known only once the request ran. A request that
+//! needs several units is therefore not starved by single-unit requests that keep a balance
+//! just above zero. When any key it touches has nothing left, nothing is taken and the whole
+//! request is refused. Item sizes are not weighed (every item counts as one unit), nor are
+//! eventually consistent reads halved.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), dynalimit_local::LocalError> {
@@ -124,7 +129,8 @@ impl Partitions {
         }
     }
 
-    /// Takes the whole charge, or nothing: `Err` names the first key that lacks the units.
+    /// Takes the whole charge when every key it touches has a positive balance, or nothing:
+    /// `Err` names the first key with none left.
     pub(crate) fn take(&self, charge: &Charge) -> Result<(), String> {
         let now = self.clock.monotonic();
         let mut guard = self.allowances.lock().unwrap_or_else(|e| e.into_inner());
@@ -154,8 +160,8 @@ impl Partitions {
     }
 }
 
-/// Each asked key's balance after its units are taken at `now`, or the first key short of
-/// them.
+/// Each asked key's balance after its units are taken at `now` (below zero when the charge
+/// exceeded what was left), or the first key with nothing left.
 fn plan(
     table: &HashMap<String, Allowance>,
     asked: &[(String, u32)],
@@ -187,7 +193,7 @@ fn plan(
                 .balance
                 .saturating_add(elapsed.saturating_mul(rate))
                 .min(capacity);
-            if balance < cost {
+            if balance <= 0 {
                 Err(key)
             } else {
                 Ok((key, balance - cost))
@@ -462,9 +468,12 @@ mod tests {
         assert_eq!(p.take(&writes("a", 1)), Err("a".into()));
         // Another key has its own allowance.
         assert_eq!(p.take(&writes("b", 1)), Ok(()));
-        clock.advance(Duration::from_millis(99));
-        assert_eq!(p.take(&writes("a", 1)), Err("a".into()));
+        // Any balance left admits, and the charge is paid back before the next.
         clock.advance(Duration::from_millis(1));
+        assert_eq!(p.take(&writes("a", 1)), Ok(()));
+        clock.advance(Duration::from_millis(98));
+        assert_eq!(p.take(&writes("a", 1)), Err("a".into()));
+        clock.advance(Duration::from_millis(2));
         assert_eq!(p.take(&writes("a", 1)), Ok(()));
         assert_eq!(p.take(&writes("a", 1)), Err("a".into()));
         // Never more than the burst, however long the key was idle.
@@ -478,7 +487,7 @@ mod tests {
     #[test]
     fn a_request_is_charged_all_or_nothing() {
         let (p, _clock) = partitions(4);
-        assert_eq!(p.take(&writes("a", 3)), Ok(()));
+        assert_eq!(p.take(&writes("a", 4)), Ok(()));
         let both = Charge {
             writes: vec![("b".into(), 2), ("a".into(), 2)],
             reads: vec![],
@@ -486,14 +495,47 @@ mod tests {
         assert_eq!(p.take(&both), Err("a".into()));
         // Nothing was taken from b.
         assert_eq!(p.take(&writes("b", 4)), Ok(()));
+        assert_eq!(p.take(&writes("b", 1)), Err("b".into()));
         // A key named twice pays for both.
-        let (p, _clock) = partitions(4);
+        let (p, clock) = partitions(4);
         let twice = Charge {
             writes: vec![("a".into(), 2), ("a".into(), 3)],
             reads: vec![],
         };
-        assert_eq!(p.take(&twice), Err("a".into()));
-        assert_eq!(p.take(&writes("a", 4)), Ok(()));
+        assert_eq!(p.take(&twice), Ok(()));
+        // 5 of 4 taken: one unit of debt, paid back in 250 ms, then the key admits again.
+        clock.advance(Duration::from_millis(250));
+        assert_eq!(p.take(&writes("a", 1)), Err("a".into()));
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(p.take(&writes("a", 1)), Ok(()));
+    }
+
+    #[test]
+    fn a_request_of_several_units_is_admitted_on_any_balance_and_owes_the_rest() {
+        let (p, clock) = partitions(10);
+        for _ in 0..9 {
+            assert_eq!(p.take(&writes("a", 1)), Ok(()));
+        }
+        // One unit left: a transaction's two units are admitted, and the key owes one.
+        assert_eq!(p.take(&writes("a", 2)), Ok(()));
+        assert_eq!(p.take(&writes("a", 1)), Err("a".into()));
+        // The debt is paid back first: 100 ms pays it, the next request needs a little more.
+        clock.advance(Duration::from_millis(100));
+        assert_eq!(p.take(&writes("a", 1)), Err("a".into()));
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(p.take(&writes("a", 2)), Ok(()));
+        // Over time the key serves no more than its rate, whatever the request sizes.
+        let mut taken = 0;
+        for _ in 0..10_000 {
+            clock.advance(Duration::from_millis(1));
+            if p.take(&writes("a", 2)).is_ok() {
+                taken += 2;
+            }
+        }
+        assert!(
+            (100..=102).contains(&taken),
+            "{taken} units in 10 s at 10 a second"
+        );
     }
 
     #[test]

@@ -87,6 +87,15 @@ impl Python {
         }
     }
 
+    /// The same client, sending its requests to `endpoint` instead (a proxy in front of the
+    /// table's endpoint).
+    pub(crate) fn through(&self, endpoint: &str) -> Python {
+        Python {
+            endpoint: endpoint.to_owned(),
+            ..self.clone()
+        }
+    }
+
     /// Runs `ops` in one Python process connected to namespace `namespace`; one outcome per
     /// operation that ran (the run stops at the first error unless the op says `continue`).
     ///

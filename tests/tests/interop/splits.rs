@@ -147,3 +147,146 @@ async fn a_bucket_split_while_both_libraries_spend_it_admits_the_allowance_and_n
         assert_eq!(item["shard_count"].as_n().unwrap(), "4", "shard {shard}");
     }
 }
+
+/// The `rpm` consumption recorded across shards `0..32` of `entity`'s bucket, in whole tokens.
+async fn recorded(repo: &Repository, entity: &str) -> i64 {
+    let mut tc = 0;
+    for shard in 0..32 {
+        if let Some(n) = bucket_item(repo, entity, shard).await.get("b_rpm_tc") {
+            tc += n.as_n().unwrap().parse::<i64>().unwrap();
+        }
+    }
+    tc / 1000
+}
+
+/// The mixed fleet on a hot partition: both libraries spend one bucket through the partition
+/// emulator (each partition key takes 6 writes a second: one shard would need 16 s to hand
+/// out the allowance), each with its client's default retries on throttling, until the
+/// allowance is spent. Nothing splits the bucket by hand: dynalimit's acquires meet a second
+/// of throttling and split it themselves, zae-limiter's clients follow the count they read,
+/// and together the fleets admit the allowance and never more, every admission recorded once
+/// across the shards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mixed_fleet_on_a_throttled_partition_splits_it_and_admits_the_allowance() {
+    use dynalimit_local::throttle::{PartitionLimits, ThrottleProxy};
+
+    let (table, python) = shared_table!();
+    let direct = table.repository(NS).await;
+    direct
+        .set_limits("busy", "gpt-4", &[Limit::per_day("rpm", ALLOWANCE)])
+        .await
+        .unwrap();
+    let proxy = ThrottleProxy::start(
+        dynalimit_tests::endpoint().url(),
+        PartitionLimits::new(dynalimit_format::attr::PK, 6),
+    )
+    .await
+    .expect("proxy");
+    let base = dynalimit_tests::client().await;
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        base.config().to_builder().endpoint_url(proxy.url()).build(),
+    );
+    let repo = table
+        .builder()
+        .client(client)
+        .namespace(NS)
+        .open()
+        .await
+        .unwrap();
+    let limiter = RateLimiter::new(repo.clone());
+
+    // Both fleets stop once the shards recorded the allowance (read straight from the
+    // emulator), or after 60 s.
+    let stop_file = std::env::temp_dir().join(format!("dynalimit-mixed-{}", table.name()));
+    let _ = std::fs::remove_file(&stop_file);
+    let spent = Arc::new(AtomicBool::new(false));
+    let wall = || SystemClock.epoch_millis() as f64 / 1000.0;
+    let start = wall() + 4.0;
+    let deadline = start + 60.0;
+    let watcher = {
+        let (direct, spent, stop_file) = (direct.clone(), spent.clone(), stop_file.clone());
+        tokio::spawn(async move {
+            while wall() < deadline && recorded(&direct, "busy").await < ALLOWANCE {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            spent.store(true, Ordering::SeqCst);
+            std::fs::write(&stop_file, b"spent").expect("stop file");
+        })
+    };
+    let throttled = python.through(&proxy.url());
+    let py = throttled.one(
+        NS,
+        json!({"op": "hammer", "entity": "busy", "resource": "gpt-4", "consume": {"rpm": 1},
+               "count": 100_000, "concurrency": 8, "start_at": start, "deadline": deadline,
+               "stop_file": stop_file.to_str().unwrap(), "count_errors": true}),
+    );
+    let rust = async {
+        tokio::time::sleep(Duration::from_secs_f64((start - wall()).max(0.0))).await;
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (limiter, spent) = (limiter.clone(), spent.clone());
+                tokio::spawn(async move {
+                    let (mut admitted, mut unavailable) = (0_i64, 0_u64);
+                    while !spent.load(Ordering::SeqCst) {
+                        match limiter.acquire("busy", "gpt-4", [("rpm", 1)]).await {
+                            Ok(lease) => {
+                                lease.commit().await.unwrap();
+                                admitted += 1;
+                            }
+                            Err(Error::Rejected(_)) => tokio::task::yield_now().await,
+                            Err(Error::Unavailable { .. }) => unavailable += 1,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    (admitted, unavailable)
+                })
+            })
+            .collect();
+        let (mut admitted, mut unavailable) = (0, 0);
+        for task in tasks {
+            let (a, u) = task.await.unwrap();
+            admitted += a;
+            unavailable += u;
+        }
+        (admitted, unavailable)
+    };
+    let (py, (rust, unavailable)) = tokio::join!(py, rust);
+    watcher.await.unwrap();
+    let _ = std::fs::remove_file(&stop_file);
+    let shards = direct
+        .buckets()
+        .read(&BucketKey::new("busy", "gpt-4", 0))
+        .await
+        .unwrap()
+        .expect("shard 0")
+        .shards();
+    let py_admitted = py["admitted"].as_i64().unwrap();
+    let total = rust + py_admitted;
+    println!(
+        "rust {rust} ({unavailable} unavailable), python {py}, {shards} shards, \
+         {} requests throttled of {}, {:.1} s",
+        proxy.throttled(),
+        proxy.throttled() + proxy.forwarded(),
+        wall() - start
+    );
+    assert!(proxy.throttled() > 0, "the partition refused writes");
+    assert!(
+        shards >= 2,
+        "the bucket split itself under throttling: {shards}"
+    );
+    // Less than one token refills in a minute of a 96-a-day limit.
+    assert!(
+        total <= ALLOWANCE,
+        "rust {rust} + python {py_admitted} over the allowance"
+    );
+    assert_eq!(
+        total, ALLOWANCE,
+        "rust {rust} + python {py_admitted}: the allowance was not handed out in 60 s"
+    );
+    assert!(rust > 0 && py_admitted > 0, "both sides were admitted");
+    assert_eq!(
+        recorded(&direct, "busy").await,
+        total,
+        "every admission counted once"
+    );
+}

@@ -307,13 +307,16 @@ pub(crate) struct MixedReport {
     /// What the limit allows from the bucket's creation to the deadline, when the fleets
     /// stop starting acquires (the acquires in flight then still finish), in tokens.
     pub(crate) allowance_at_deadline: f64,
-    /// `admitted / allowance_at_deadline`, floored to three decimals: the share admitted
-    /// while both fleets were asking, without the refill of the tail in which the last
-    /// acquires (retrying on throttling) finish.
+    /// Admitted acquires that returned by the deadline, both fleets.
+    pub(crate) admitted_at_deadline: u64,
+    /// `admitted_at_deadline / allowance_at_deadline`, floored to three decimals: the share
+    /// of the allowance the fleets took while both were asking. Neither the acquires that
+    /// finished after the deadline (retrying on throttling) nor the refill of that tail
+    /// count.
     pub(crate) ratio_at_deadline: f64,
-    /// The share of the allowance the fleets must admit together.
+    /// The share of the allowance the fleets must admit together while both ask.
     pub(crate) target: f64,
-    /// Whether `admitted` reaches `target` x `allowance`.
+    /// Whether `admitted_at_deadline` reaches `target` x `allowance_at_deadline`.
     pub(crate) met: bool,
     /// Whether `admitted` exceeds `allowance` (the command then fails).
     pub(crate) over_admitted: bool,
