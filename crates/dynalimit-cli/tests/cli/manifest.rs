@@ -332,3 +332,86 @@ async fn bad_manifests_are_refused_with_their_line_before_anything_is_written() 
     assert_eq!(events(&f, &["--resource", "gpt-4"]), 0);
     assert!(f.run(&["entity", "get", "a"]).code != 0);
 }
+
+/// Runs `tests/cli/zae_provisioner.py` with the interpreter of `DYNALIMIT_PYTHON`.
+fn provisioner(python: &str, table: &str, namespace_id: &str, file: &str, mode: &str) -> Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cli/zae_provisioner.py");
+    let out = std::process::Command::new(python)
+        .args([
+            script,
+            dynalimit_tests::endpoint().url(),
+            table,
+            namespace_id,
+            file,
+            mode,
+        ])
+        .output()
+        .expect("run the Python interpreter");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the script's JSON")
+}
+
+/// A manifest applied by zae-limiter 0.17's provisioner code and by dynalimit: each
+/// tool's plan reads the other's levels. The limits, flags and settings are the same
+/// attributes; dynalimit's writers add what zae-limiter's own client writes too
+/// (`config_version`, and an entity level's `GSI3` keys), which the provisioner's plan,
+/// comparing whole items, counts as a difference.
+#[tokio::test]
+async fn a_manifest_applied_by_zae_limiter_s_provisioner_and_by_dynalimit_agree() {
+    let Some(python) = std::env::var("DYNALIMIT_PYTHON")
+        .ok()
+        .filter(|p| !p.is_empty())
+    else {
+        eprintln!("skipped: DYNALIMIT_PYTHON is not set");
+        return;
+    };
+    let f = Fixture::new().await;
+    let ours = temp_file("ours.yaml", ZAE_MANIFEST);
+    let ours = ours.to_str().unwrap();
+    f.run(&["limits", "apply", "--file", ours]).json();
+    let default_id = f.run(&["namespace", "get", "default"]).json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let registered = f.run(&["namespace", "register", "tenant-z"]).json();
+    let tenant_id = registered[0]["id"].as_str().unwrap().to_owned();
+    let theirs = temp_file(
+        "theirs.yaml",
+        &ZAE_MANIFEST.replace("namespace: default", "namespace: tenant-z"),
+    );
+    let theirs = theirs.to_str().unwrap();
+
+    let table = f.table.name();
+    let applied = provisioner(&python, table, &tenant_id, theirs, "apply");
+    assert_eq!(applied, json!({ "created": 3, "errors": [] }));
+    // dynalimit reads what the provisioner wrote as the manifest, with or without --full.
+    for extra in [&[][..], &["--full"][..]] {
+        let diff = f.run(
+            &[
+                &["-N", "tenant-z", "limits", "diff", "--file", theirs],
+                extra,
+            ]
+            .concat(),
+        );
+        assert_eq!(diff.code, 0, "{} {}", diff.stdout, diff.stderr);
+    }
+    // The provisioner reads dynalimit's levels as its own but for the attributes
+    // dynalimit's writers add.
+    let drift = provisioner(&python, table, &default_id, ours, "plan");
+    assert_eq!(
+        drift,
+        json!([
+            { "level": "system", "target": null, "only_table": ["config_version"],
+              "only_provisioner": [], "differ": [] },
+            { "level": "resource", "target": "gpt-4", "only_table": ["config_version"],
+              "only_provisioner": [], "differ": [] },
+            { "level": "entity", "target": "key-1/gpt-4",
+              "only_table": ["GSI3PK", "GSI3SK", "config_version"],
+              "only_provisioner": [], "differ": [] },
+        ])
+    );
+}
