@@ -103,6 +103,23 @@ pub(crate) enum LimitsCommand {
         #[arg(long)]
         cursor: Option<String>,
     },
+    /// Show what `limits apply` would change to make the table match a manifest.
+    #[command(
+        after_help = "Examples:\n  dynalimit limits plan --file limits.yaml\n  dynalimit limits plan --file limits.yaml --full --output json\n\nThe manifest format: docs/limits-as-code.md."
+    )]
+    Plan(crate::manifest::ManifestArgs),
+    /// Compare a manifest with the table: exit 0 when they match, 2 when they differ, 1 on
+    /// error.
+    #[command(
+        after_help = "Example, a CI check:\n  dynalimit limits diff --file limits.yaml --full || exit 1"
+    )]
+    Diff(crate::manifest::ManifestArgs),
+    /// Make the table match a manifest: create and change levels, and with --full remove the
+    /// levels it does not name.
+    #[command(
+        after_help = "Examples:\n  dynalimit limits apply --file limits.yaml\n  dynalimit limits apply --file limits.yaml --full"
+    )]
+    Apply(crate::manifest::ManifestArgs),
 }
 
 fn level_config(level: String, config: &LimitConfig) -> LevelConfig {
@@ -251,6 +268,15 @@ pub(crate) async fn run(global: &Global, command: &LimitsCommand) -> Result<()> 
                     global.print(&rows);
                 }
             }
+        }
+        LimitsCommand::Plan(args) => {
+            return crate::manifest::run(global, crate::manifest::Mode::Plan, args).await;
+        }
+        LimitsCommand::Diff(args) => {
+            return crate::manifest::run(global, crate::manifest::Mode::Diff, args).await;
+        }
+        LimitsCommand::Apply(args) => {
+            return crate::manifest::run(global, crate::manifest::Mode::Apply, args).await;
         }
     }
     Ok(())

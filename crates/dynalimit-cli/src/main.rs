@@ -16,6 +16,7 @@ mod infra;
 mod limit_spec;
 mod limits;
 mod local;
+mod manifest;
 mod mixed;
 mod namespace;
 mod output;
@@ -157,12 +158,20 @@ fn demo_error(error: dynalimit_demo::Error) -> anyhow::Error {
     }
 }
 
-/// Exit codes: 1 error, 2 bad input, 3 AWS failure, 4 stack or table not found.
+/// Exit codes: 1 error, 2 bad input, 3 AWS failure, 4 stack or table not found; `limits
+/// diff` exits 2 for drift and 1 for every error.
 fn exit_code(error: &anyhow::Error) -> u8 {
-    if error
-        .chain()
-        .any(|e| e.is::<dynalimit_core::CoreError>() || e.is::<context::BadInput>())
-    {
+    if error.is::<manifest::Drift>() {
+        return 2;
+    }
+    if error.is::<manifest::DiffFailed>() {
+        return 1;
+    }
+    if error.chain().any(|e| {
+        e.is::<dynalimit_core::CoreError>()
+            || e.is::<context::BadInput>()
+            || e.is::<manifest::ManifestError>()
+    }) {
         return 2;
     }
     if let Some(e) = error.downcast_ref::<StackError>() {
@@ -219,7 +228,12 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line, whatever the message quotes from the table.
             let line = format!("{e:#}").replace('\n', " ");
-            eprintln!("error: {}", output::escape(&line));
+            let prefix = if e.is::<manifest::Drift>() {
+                ""
+            } else {
+                "error: "
+            };
+            eprintln!("{prefix}{}", output::escape(&line));
             ExitCode::from(exit_code(&e))
         }
     }

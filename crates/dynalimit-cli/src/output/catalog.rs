@@ -25,6 +25,7 @@ use super::limits::{
     Configured, CustomLimits, LevelConfig, LevelDeleted, LevelKind, Resolved, Source, Unavailable,
 };
 use super::local::Local;
+use super::manifest::{Action, AttributeChange, LevelChange, ManifestReport};
 use super::namespace::{ItemsDeleted, Namespace, NamespaceDeleted, Registered};
 use super::usage::{Snapshot, Summary};
 
@@ -322,6 +323,38 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                     }],
                 ),
             ],
+        ),
+        (
+            "Limits as code",
+            vec![one(
+                "limits plan, limits diff, limits apply",
+                ManifestReport {
+                    namespace: "default".into(),
+                    full: false,
+                    applied: true,
+                    changes: vec![
+                        LevelChange {
+                            action: Action::Create,
+                            level: "resource gpt-4".into(),
+                            attributes: vec![AttributeChange {
+                                attribute: "limit rpm".into(),
+                                before: None,
+                                after: Some("rpm=100/min".into()),
+                            }],
+                        },
+                        LevelChange {
+                            action: Action::Update,
+                            level: "entity key-1 on gpt-4".into(),
+                            attributes: vec![AttributeChange {
+                                attribute: "disabled".into(),
+                                before: Some("true".into()),
+                                after: None,
+                            }],
+                        },
+                    ],
+                    unchanged: 3,
+                },
+            )],
         ),
         (
             "Usage and audit",

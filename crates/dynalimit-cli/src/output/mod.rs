@@ -18,6 +18,7 @@ pub(crate) mod entity;
 pub(crate) mod infra;
 pub(crate) mod limits;
 pub(crate) mod local;
+pub(crate) mod manifest;
 pub(crate) mod namespace;
 pub(crate) mod usage;
 

@@ -9,6 +9,7 @@ mod documented;
 mod hostile;
 mod infra;
 mod local;
+mod manifest;
 mod reserved;
 mod usage;
 
@@ -164,6 +165,9 @@ fn every_command_has_help_with_an_example() {
         &["limits", "get"],
         &["limits", "delete"],
         &["limits", "list"],
+        &["limits", "plan"],
+        &["limits", "diff"],
+        &["limits", "apply"],
         &["audit"],
         &["usage"],
         &["local"],
