@@ -5,6 +5,7 @@
 mod aws;
 mod bench;
 mod data;
+mod delete;
 mod documented;
 mod hostile;
 mod infra;
