@@ -11,6 +11,7 @@ mod hostile;
 mod infra;
 mod local;
 mod reserved;
+mod round_trip;
 mod usage;
 
 use std::path::Path;
