@@ -58,6 +58,61 @@ impl MotoServer {
         {
             return Some(MotoServer { child: None, url });
         }
+        let program = Self::program()?;
+        Some(Self::spawn(&program, &[]))
+    }
+
+    /// Starts moto enforcing IAM, with one user whose policy allows every action but
+    /// `denied` (`cloudformation:DescribeStacks`, …), which AWS then refuses with its own
+    /// answer (`AccessDenied`, status 403). Returns the server and the user's access key id
+    /// and secret; `None` as [`MotoServer::start`], and also with `DYNALIMIT_TEST_AWS_ENDPOINT`
+    /// (an endpoint whose IAM the test does not control).
+    ///
+    /// The user is made with the Python of moto's virtualenv (boto3) while moto still answers
+    /// its first three requests unauthenticated.
+    ///
+    /// # Panics
+    /// As [`MotoServer::start`], and when the user cannot be made.
+    pub fn start_denying(denied: &[&str]) -> Option<(MotoServer, (String, String))> {
+        if std::env::var("DYNALIMIT_TEST_AWS_ENDPOINT").is_ok_and(|u| !u.is_empty()) {
+            eprintln!("skipped: IAM is enforced only on a private moto server");
+            return None;
+        }
+        let program = Self::program()?;
+        let python = program.with_file_name("python");
+        assert!(python.is_file(), "no python beside {}", program.display());
+        let server = Self::spawn(&program, &[("INITIAL_NO_AUTH_ACTION_COUNT", "3")]);
+        let policy = serde_json::json!({
+            "Version": "2012-10-17",
+            "Statement": [
+                { "Effect": "Allow", "Action": "*", "Resource": "*" },
+                { "Effect": "Deny", "Action": denied, "Resource": "*" },
+            ],
+        });
+        let script = "import boto3, sys\n\
+            iam = boto3.client('iam', endpoint_url=sys.argv[1], region_name='us-east-1',\n\
+                               aws_access_key_id='setup', aws_secret_access_key='setup')\n\
+            iam.create_user(UserName='operator')\n\
+            iam.put_user_policy(UserName='operator', PolicyName='p', PolicyDocument=sys.argv[2])\n\
+            key = iam.create_access_key(UserName='operator')['AccessKey']\n\
+            print(key['AccessKeyId'], key['SecretAccessKey'])\n";
+        let out = Command::new(&python)
+            .args(["-c", script, server.url(), &policy.to_string()])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut words = text.split_whitespace();
+        match (out.status.success(), words.next(), words.next()) {
+            (true, Some(id), Some(secret)) => Some((server, (id.to_owned(), secret.to_owned()))),
+            _ => panic!(
+                "cannot make the IAM user: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    }
+
+    /// `moto_server`, or `None` (printing why) when it is missing and not required.
+    fn program() -> Option<PathBuf> {
         let Some(program) = find_moto() else {
             let message = "moto_server not found: run ./scripts/test (it installs moto into \
                            .cache/venv) or set DYNALIMIT_PYTHON_VENV to a virtualenv with \
@@ -68,9 +123,15 @@ impl MotoServer {
             eprintln!("skipped: {message}");
             return None;
         };
+        Some(program)
+    }
+
+    /// Starts `program` on a free loopback port with `env` and waits until it answers.
+    fn spawn(program: &std::path::Path, env: &[(&str, &str)]) -> MotoServer {
         let port = free_port().expect("free port");
-        let child = Command::new(&program)
+        let child = Command::new(program)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -87,7 +148,7 @@ impl MotoServer {
                 panic!("moto_server exited during start-up ({status})");
             }
             if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
-                return Some(server);
+                return server;
             }
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -1,20 +1,16 @@
-//! `deploy`, `status`, `delete`, `template`, `version`: the stack and the table.
+//! `deploy`, `status`, `template`, `version`: the stack and the table (`delete` has its own
+//! module).
 
 use std::path::PathBuf;
 
 use crate::context::Global;
-use crate::output::infra::{
-    Stack, StackDeleted, Status, TableCompatibility, TableVersion, Version,
-};
+use crate::output::infra::{Stack, Status, TableCompatibility, TableVersion, Version};
 use crate::package;
 use anyhow::{Context, Result, anyhow, bail};
-use aws_config::SdkConfig;
 use clap::Args;
 use dynalimit_format::version;
-use dynalimit_repository::{Repository, RepositoryError};
-use dynalimit_stack::{
-    self as stack, StackError, StackEvent, StackInfo, StackManager, StackOptions,
-};
+use dynalimit_repository::Repository;
+use dynalimit_stack::{self as stack, StackError, StackOptions};
 
 /// Options of `deploy`; unset ones keep the template's defaults.
 #[derive(Debug, Args)]
@@ -203,10 +199,6 @@ enum Code {
     Missing(PathBuf),
 }
 
-fn progress(event: &StackEvent) {
-    eprintln!("  {event}");
-}
-
 /// `deploy`: creates or updates the stack, uploads the aggregator, writes the version record
 /// and registers the namespace.
 pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
@@ -221,7 +213,9 @@ pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
         .await?
         .poll_interval(std::time::Duration::from_millis(args.poll_ms));
     eprintln!("deploying stack {} …", global.stack);
-    let info = manager.deploy(&options, zip, &mut progress).await?;
+    let info = manager
+        .deploy(&options, zip, &mut crate::delete::progress)
+        .await?;
     let repo = global.writer().await?;
     repo.write_version_record(zip.map(|_| dynalimit_format::version::COMPATIBILITY_VERSION))
         .await?;
@@ -240,29 +234,10 @@ pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
     Ok(())
 }
 
-/// The stack's state. An emulator without CloudFormation has no stacks: DynamoDB Local
-/// answers another service's request with `500 InternalFailure` in its own protocol, which
-/// the CloudFormation client reads as an unavailable service.
-async fn stack_status(
-    global: &Global,
-    config: &SdkConfig,
-    manager: &StackManager,
-) -> Result<Option<StackInfo>> {
-    match manager.status().await {
-        Ok(info) => Ok(info),
-        Err(StackError::Rejected { .. } | StackError::Unavailable { .. })
-            if global.endpoint(config).is_some() =>
-        {
-            Ok(None)
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// `status`: the stack, the table and its version record.
 pub(crate) async fn status(global: &Global) -> Result<()> {
     let config = global.sdk_config().await?;
-    let stack = stack_status(global, &config, &global.stacks_with(&config)).await?;
+    let stack = crate::delete::read_stack(global, &config, &global.stacks_with(&config)).await?;
     let client = aws_sdk_dynamodb::Client::new(&config);
     let table = match client
         .describe_table()
@@ -316,76 +291,6 @@ pub(crate) async fn status(global: &Global) -> Result<()> {
     }
     global.print(&shown);
     Ok(())
-}
-
-/// Options of `delete`.
-#[derive(Debug, Args)]
-pub(crate) struct DeleteArgs {
-    /// Confirm the deletion of the stack (its table is retained).
-    #[arg(long, short = 'y')]
-    pub(crate) yes: bool,
-    /// How often to poll CloudFormation while waiting, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 5000, hide = true)]
-    pub(crate) poll_ms: u64,
-}
-
-/// `delete`: deletes the stack (or, on an emulator without a stack, the table).
-pub(crate) async fn delete(global: &Global, args: &DeleteArgs) -> Result<()> {
-    if !args.yes {
-        bail!(
-            "this deletes stack {} (its table is kept); rerun with --yes",
-            global.stack
-        );
-    }
-    let config = global.sdk_config().await?;
-    let manager = global
-        .stacks_with(&config)
-        .poll_interval(std::time::Duration::from_millis(args.poll_ms));
-    let has_stack = stack_status(global, &config, &manager).await?.is_some();
-    if has_stack {
-        eprintln!("deleting stack {} …", global.stack);
-        manager.delete(&mut progress).await?;
-        eprintln!("{}", retained_table_note(&global.stack));
-        global.print(&StackDeleted {
-            stack: global.stack.clone(),
-            status: "DELETE_COMPLETE".to_owned(),
-            table: Some(global.stack.clone()),
-            table_status: Some("RETAINED".to_owned()),
-        });
-        return Ok(());
-    }
-    if global.endpoint(&config).is_some() {
-        let client = aws_sdk_dynamodb::Client::new(&config);
-        match client.delete_table().table_name(&global.stack).send().await {
-            Ok(_) => {
-                global.print(&StackDeleted {
-                    stack: global.stack.clone(),
-                    status: "TABLE_DELETED".to_owned(),
-                    table: None,
-                    table_status: None,
-                });
-                return Ok(());
-            }
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_resource_not_found_exception()) => {}
-            Err(e) => return Err(RepositoryError::from_sdk("DeleteTable", e).into()),
-        }
-    }
-    Err(StackError::NotFound {
-        stack: global.stack.clone(),
-    }
-    .into())
-}
-
-/// What to run to drop a table the stack retained.
-fn retained_table_note(table: &str) -> String {
-    format!(
-        "the table {table} is retained with its limits, usage and audit records. To drop it \
-         for good (this cannot be undone):\n  \
-         aws dynamodb update-table --table-name {table} --no-deletion-protection-enabled\n  \
-         aws dynamodb delete-table --table-name {table}"
-    )
 }
 
 /// Options of `template`.

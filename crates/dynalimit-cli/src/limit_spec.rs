@@ -1,8 +1,10 @@
 //! The text form of limits: `rpm=100/min,tpm=10000/min:burst=20000`, and the YAML file form.
 //!
-//! One limit is `NAME=RATE[/PERIOD][:burst=N][@ZONE][[CRON=CHANGE]]...`. `PERIOD` is `sec`,
-//! `min` (the default), `hour`, `day`, or a number of seconds such as `10s`. Without a burst the
-//! capacity equals the rate. Names follow the library's rule: a name that is an attribute of
+//! One limit is `NAME=RATE[/PERIOD][:burst=N][:soft][@ZONE][[CRON=CHANGE]]...`. `PERIOD` is
+//! `sec`, `min` (the default), `hour`, `day`, or a number of seconds such as `10s`. Without a
+//! burst the capacity equals the rate. `:soft` marks a soft limit, of any kind: debited like
+//! the others, into debt when short, but never the reason an acquire is refused
+//! (`tpm=10000/min:soft`, `tokens=500/quota:soft[0 0 * * *]`). Names follow the library's rule: a name that is an attribute of
 //! the table's items (`ttl`, `window`, `total_events`, `PK`, …, see
 //! `dynalimit_format::attr::ALL`) is refused before anything is sent.
 //!
@@ -32,7 +34,9 @@
 //! requests=100/session:day
 //! ```
 //!
-//! The YAML file maps names to the same text, or to `{rate, per, burst, tz, schedule}`:
+//! The YAML file maps names to the same text, or to `{rate, per, burst, tz, schedule}`, a
+//! quota to `{quota, reset, tz}` or `{quota, session}`, each with `soft: true` for a soft
+//! limit:
 //!
 //! ```yaml
 //! rpm: 100/min
@@ -51,6 +55,9 @@
 //! requests:
 //!   quota: 100
 //!   session: day
+//! watched:
+//!   rate: 500
+//!   soft: true
 //! ```
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -90,7 +97,10 @@ fn build(name: &str, rate: i64, period: i64, burst: Option<i64>) -> Result<Limit
     Ok(limit)
 }
 
-/// Parses one limit, `NAME=RATE[/PERIOD][:burst=N][@ZONE][[CRON=CHANGE]]...`.
+/// The soft marker of the text form, after the amounts and before the zone.
+const SOFT: &str = ":soft";
+
+/// Parses one limit, `NAME=RATE[/PERIOD][:burst=N][:soft][@ZONE][[CRON=CHANGE]]...`.
 ///
 /// # Errors
 /// A message naming what is wrong.
@@ -102,6 +112,10 @@ pub(crate) fn parse_limit(text: &str) -> Result<Limit> {
     let (head, zone) = match head.split_once('@') {
         Some((head, zone)) => (head, Some(zone.trim())),
         None => (head, None),
+    };
+    let (head, soft) = match head.trim_end().strip_suffix(SOFT) {
+        Some(head) => (head, true),
+        None => (head, false),
     };
     let quota = head.trim_end().strip_suffix("/quota");
     let session = match head.trim_end().rsplit_once("/session:") {
@@ -141,7 +155,7 @@ pub(crate) fn parse_limit(text: &str) -> Result<Limit> {
         );
     }
     let zone = Zone::get(zone.unwrap_or("UTC")).with_context(|| format!("limit {name:?}"))?;
-    let mut limit = limit;
+    let mut limit = limit.with_soft(soft);
     if !entries.is_empty() {
         let schedule =
             Schedule::new(zone.clone(), entries).with_context(|| format!("limit {name:?}"))?;
@@ -328,16 +342,22 @@ pub(crate) fn parse_limits_yaml(text: &str) -> Result<Vec<Limit>> {
                 for key in m.keys() {
                     let known = [
                         "rate", "per", "burst", "tz", "schedule", "quota", "reset", "session",
+                        "soft",
                     ];
                     if !key.as_str().is_some_and(|k| known.contains(&k)) {
                         bail!(
                             "limit {name:?}: unknown field {key:?} \
-                             (use rate, per, burst, tz, schedule; quota, reset or session)"
+                             (use rate, per, burst, tz, schedule; quota, reset or session; soft)"
                         );
                     }
                 }
+                let soft = match field("soft") {
+                    None => false,
+                    Some(Value::Bool(b)) => *b,
+                    Some(_) => bail!("limit {name:?}: soft must be true or false"),
+                };
                 if let Some(amount) = int("quota")? {
-                    limits.push(yaml_quota(name, amount, m)?);
+                    limits.push(yaml_quota(name, amount, m)?.with_soft(soft));
                     continue;
                 }
                 let rate =
@@ -350,7 +370,7 @@ pub(crate) fn parse_limits_yaml(text: &str) -> Result<Vec<Limit>> {
                         .ok_or_else(|| anyhow!("limit {name:?}: per must be a period"))?,
                     Some(_) => bail!("limit {name:?}: per must be a period such as min"),
                 };
-                let limit = build(name, rate, period, int("burst")?)?;
+                let limit = build(name, rate, period, int("burst")?)?.with_soft(soft);
                 match yaml_schedule(name, field("tz"), field("schedule"))? {
                     Some(schedule) => limit.with_schedule(schedule),
                     None => limit,
@@ -370,7 +390,7 @@ fn yaml_quota(name: &str, amount: i64, m: &serde_yaml_ng::Mapping) -> Result<Lim
     use serde_yaml_ng::Value;
     for key in ["rate", "per", "burst", "schedule"] {
         if m.contains_key(key) {
-            bail!("limit {name:?}: a quota takes quota, reset and tz, not {key}");
+            bail!("limit {name:?}: a quota takes quota, reset, tz and soft, not {key}");
         }
     }
     if let Some(window) = m.get("session") {
@@ -475,6 +495,9 @@ pub(crate) fn format_limit(limit: &Limit) -> String {
             out
         }
     };
+    if limit.is_soft() {
+        out.push_str(SOFT);
+    }
     if let Some(z) = limit.zones().next().filter(|z| z.name() != "UTC") {
         out.push('@');
         out.push_str(z.name());
@@ -669,6 +692,54 @@ mod tests {
         ] {
             let err = parse_limits(text).unwrap_err();
             assert!(format!("{err:#}").contains(needle), "{text}: {err:#}");
+        }
+    }
+
+    #[test]
+    fn the_soft_marker_round_trips_in_every_kind_and_form() {
+        for text in [
+            "tpm=10000/min:soft",
+            "tpm=10000/min:burst=20000:soft",
+            "q=100/session:day:soft",
+            "tokens=500/quota:soft@Europe/Paris[0 0 1 * *]",
+            "rpm=100/min:soft@Europe/Berlin[* 9-17 * * MON-FRI=scale 0.5]",
+        ] {
+            let limit = parse_limit(text).unwrap();
+            assert!(limit.is_soft(), "{text}");
+            assert_eq!(format_limit(&limit), text);
+            let hard = parse_limit(&text.replace(":soft", "")).unwrap();
+            assert!(!hard.is_soft(), "{text}");
+            assert_eq!(
+                hard.with_soft(true),
+                limit,
+                "only the marker differs: {text}"
+            );
+        }
+        let yaml = parse_limits_yaml(
+            "a: {rate: 5, soft: true}\nb: {quota: 9, session: hour, soft: true}\n\
+             c: {quota: 3, reset: \"0 0 * * *\", soft: true}\nd: 7/min:soft\ne: {rate: 5, soft: false}\n",
+        )
+        .unwrap();
+        let text: Vec<_> = yaml.iter().map(format_limit).collect();
+        assert_eq!(
+            text,
+            [
+                "a=5/min:soft",
+                "b=9/session:hour:soft",
+                "c=3/quota:soft[0 0 * * *]",
+                "d=7/min:soft",
+                "e=5/min",
+            ]
+        );
+        for (bad, needle) in [
+            ("a: {rate: 5, soft: yes please}", "true or false"),
+            ("a: {rate: 5, soft: 1}", "true or false"),
+        ] {
+            let err = parse_limits_yaml(bad).unwrap_err();
+            assert!(format!("{err:#}").contains(needle), "{bad}: {err:#}");
+        }
+        for bad in ["a=5/min:soft:burst=9", "a=5/min:sof", "a=5/session:soft"] {
+            assert!(parse_limit(bad).is_err(), "{bad}");
         }
     }
 

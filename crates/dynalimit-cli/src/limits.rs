@@ -53,7 +53,7 @@ impl Level {
 pub(crate) enum LimitsCommand {
     /// Set limits at one level (a full replace of that level).
     #[command(
-        after_help = "Examples:\n  dynalimit limits set --system rpm=1000/min\n  dynalimit limits set --resource gpt-4 'rpm=100/min,tpm=10000/min:burst=20000'\n  dynalimit limits set --entity key-1 --resource gpt-4 rpm=500/min\n  dynalimit limits set --entity key-1 --file limits.yaml\n\nLimit syntax: NAME=RATE[/PERIOD][:burst=N], PERIOD sec|min|hour|day|<N>s (default min).\nYAML file: a mapping of names to that text (`rpm: 100/min`) or to {rate, per, burst}."
+        after_help = "Examples:\n  dynalimit limits set --system rpm=1000/min\n  dynalimit limits set --resource gpt-4 'rpm=100/min,tpm=10000/min:burst=20000'\n  dynalimit limits set --entity key-1 --resource gpt-4 rpm=500/min\n  dynalimit limits set --entity key-1 --file limits.yaml\n\nLimit syntax: NAME=RATE[/PERIOD][:burst=N][:soft], PERIOD sec|min|hour|day|<N>s (default min); :soft marks a soft limit (debited, never refusing).\nYAML file: a mapping of names to that text (`rpm: 100/min:soft`) or to {rate, per, burst, soft}."
     )]
     Set {
         /// Which level.

@@ -10,6 +10,7 @@ mod audit;
 mod bench;
 mod compare;
 mod context;
+mod delete;
 mod entity;
 mod hot_key;
 mod infra;
@@ -55,9 +56,10 @@ enum Command {
     /// Show the stack, its outputs, the table and its version record.
     #[command(after_help = "Example:\n  dynalimit status --stack limits-prod")]
     Status,
-    /// Delete the stack, keeping its table (on an emulator without a stack, delete the table).
+    /// Delete a dynalimit stack, keeping its table (on a loopback emulator without a stack,
+    /// delete the table); refuse any other stack.
     #[command(after_help = "Example:\n  dynalimit delete --stack limits-dev --yes")]
-    Delete(infra::DeleteArgs),
+    Delete(delete::DeleteArgs),
     /// Print the CloudFormation template.
     #[command(after_help = "Example:\n  dynalimit template -o template.yaml")]
     Template(infra::TemplateArgs),
@@ -120,7 +122,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Deploy(args) => infra::deploy(g, args).await,
         Command::Status => infra::status(g).await,
-        Command::Delete(args) => infra::delete(g, args).await,
+        Command::Delete(args) => delete::run(g, args).await,
         Command::Template(args) => infra::template(args),
         Command::Version(args) => infra::version(g, args).await,
         Command::Namespace(c) => namespace::run(g, c).await,
@@ -178,6 +180,7 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         return match e {
             StackError::Validation(_) => 2,
             StackError::NotFound { .. } => 4,
+            StackError::Foreign { .. } => 1,
             _ => 3,
         };
     }

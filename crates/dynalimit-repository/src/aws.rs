@@ -163,21 +163,30 @@ pub async fn configured_endpoint(settings: &AwsSettings) -> Option<String> {
     }
 }
 
-/// True for `localhost`, `127.x.x.x` and `[::1]` endpoints.
+/// True for an endpoint whose host is a loopback address: `localhost` (any case), an IPv4
+/// address of 127.0.0.0/8 or `[::1]`. Nothing else is: not a name that merely starts with
+/// `127.` (`127.example.com`), not a VPC or FIPS endpoint of AWS, not an IPv4-mapped IPv6
+/// address, not a URL whose text does not parse.
 pub fn is_loopback(url: &str) -> bool {
-    let host = url
-        .split("://")
-        .nth(1)
-        .unwrap_or(url)
-        .split(['/', '?'])
-        .next()
-        .unwrap_or("");
-    let host = if host.starts_with('[') {
-        host.split(']').next().map(|h| &h[1..]).unwrap_or("")
-    } else {
-        host.rsplit_once(':').map_or(host, |(h, _)| h)
+    let Some((_, rest)) = url.split_once("://") else {
+        return false;
     };
-    host == "localhost" || host.starts_with("127.") || host == "::1"
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return false;
+    }
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((host, port)) if port.is_empty() || port.starts_with(':') => host,
+            _ => return false,
+        },
+        None => authority.split_once(':').map_or(authority, |(h, _)| h),
+    };
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    host.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Static credentials for local emulators, which accept any.
@@ -191,9 +200,38 @@ mod tests {
 
     #[test]
     fn loopback_detection() {
-        assert!(is_loopback("http://localhost:4566"));
-        assert!(is_loopback("http://127.0.0.1:8000/"));
-        assert!(is_loopback("http://[::1]:8000"));
-        assert!(!is_loopback("https://dynamodb.us-east-1.amazonaws.com"));
+        for url in [
+            "http://localhost:4566",
+            "http://LOCALHOST:4566",
+            "http://localhost",
+            "http://127.0.0.1:8000/",
+            "http://127.255.0.9",
+            "https://127.0.0.1?x=1",
+            "http://[::1]:8000",
+            "http://[::1]",
+        ] {
+            assert!(is_loopback(url), "{url}");
+        }
+        for url in [
+            "https://dynamodb.us-east-1.amazonaws.com",
+            "https://dynamodb-fips.us-east-1.amazonaws.com",
+            "https://vpce-0123-abcd.dynamodb.us-east-1.vpce.amazonaws.com",
+            "https://123456789012.ddb.us-east-1.amazonaws.com",
+            "http://127.example.com:8000",
+            "http://127.0.0.1.nip.io",
+            "http://localhost.example.com",
+            "http://localhost@dynamodb.us-east-1.amazonaws.com",
+            "http://127.0.0.1@dynamodb.us-east-1.amazonaws.com",
+            "http://[::ffff:127.0.0.1]:8000",
+            "http://[::2]:8000",
+            "http://[::1]x",
+            "http://10.0.0.1:8000",
+            "http://0.0.0.0:8000",
+            "localhost:8000",
+            "127.0.0.1",
+            "",
+        ] {
+            assert!(!is_loopback(url), "{url}");
+        }
     }
 }

@@ -22,6 +22,20 @@ pub enum StackError {
         stack: String,
     },
 
+    /// The stack of that name does not carry dynalimit's mark (the output or stack tag
+    /// `Application=dynalimit`): it was left as it is.
+    #[error(
+        "stack {stack:?} is not a dynalimit stack (no output or stack tag Application=dynalimit{}); \
+         nothing was deleted",
+        foreign_tags(tags)
+    )]
+    Foreign {
+        /// The stack name.
+        stack: String,
+        /// The stack's tags, which may say whose it is (`ManagedBy=zae-limiter`).
+        tags: Vec<(String, String)>,
+    },
+
     /// A CloudFormation operation on the stack did not reach the state it aimed for.
     #[error("stack {stack:?} ended in {status}: {reason}")]
     Failed {
@@ -72,6 +86,21 @@ pub enum StackError {
     },
 }
 
+/// The tags of a foreign stack, as its refusal quotes them: `; its tags: K=V, …` (at most
+/// five), or nothing.
+fn foreign_tags(tags: &[(String, String)]) -> String {
+    if tags.is_empty() {
+        return String::new();
+    }
+    let shown: Vec<String> = tags
+        .iter()
+        .take(5)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let more = if tags.len() > 5 { ", …" } else { "" };
+    format!("; its tags: {}{more}", shown.join(", "))
+}
+
 /// Classifies an SDK failure of `operation`.
 pub(crate) fn classify<E>(operation: &'static str, err: SdkError<E, HttpResponse>) -> StackError
 where
@@ -102,14 +131,20 @@ where
 }
 
 /// The error of a service answer with `code` and `status`, classified as
-/// [`failure::classify`] does.
+/// [`failure::classify`] does, except that a 403 whose code it does not know (an error body
+/// the SDK could not read, a proxy's or an endpoint policy's refusal) is a permission
+/// refusal, never an invalid request.
 fn classify_code(
     operation: &'static str,
     status: Option<u16>,
     code: String,
     message: String,
 ) -> StackError {
-    match failure::classify(status, &code) {
+    let class = match failure::classify(status, &code) {
+        ErrorClass::Invalid if status == Some(403) => ErrorClass::PermissionDenied,
+        class => class,
+    };
+    match class {
         ErrorClass::Throttled => StackError::Throttled { operation, message },
         ErrorClass::PermissionDenied => StackError::PermissionDenied { operation, message },
         ErrorClass::Unavailable => StackError::Unavailable { operation, message },
@@ -138,5 +173,7 @@ mod tests {
             StackError::Unavailable { .. }
         ));
         assert!(matches!(c("ValidationError"), StackError::Rejected { .. }));
+        let forbidden = classify_code("DescribeStacks", Some(403), "Unknown".into(), String::new());
+        assert!(matches!(forbidden, StackError::PermissionDenied { .. }));
     }
 }

@@ -342,11 +342,22 @@ fn is_kms_key_arn(arn: &str) -> bool {
         && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
+/// The key of the mark of a dynalimit stack: the template's output `Application` and the
+/// stack tag `deploy` sets both carry [`MARK_VALUE`].
+pub const MARK_KEY: &str = "Application";
+
+/// The value of the mark of a dynalimit stack (see [`MARK_KEY`]).
+pub const MARK_VALUE: &str = "dynalimit";
+
 /// The state of a stack.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StackInfo {
     /// The stack name.
     pub name: String,
+    /// CloudFormation's id of the stack (its ARN), which names this stack and no later one
+    /// of the same name.
+    pub id: Option<String>,
     /// CloudFormation's status, e.g. `CREATE_COMPLETE`.
     pub status: String,
     /// CloudFormation's status reason.
@@ -355,6 +366,19 @@ pub struct StackInfo {
     pub outputs: BTreeMap<String, String>,
     /// The parameters the stack runs with.
     pub parameters: BTreeMap<String, String>,
+    /// The stack's tags.
+    pub tags: BTreeMap<String, String>,
+}
+
+impl StackInfo {
+    /// Whether the stack carries dynalimit's mark: the output `Application` of the template
+    /// (`dynalimit template`) or the stack tag `Application` that `deploy` sets, either with
+    /// the value `dynalimit`. zae-limiter's stacks carry neither.
+    pub fn is_dynalimit(&self) -> bool {
+        let marked =
+            |map: &BTreeMap<String, String>| map.get(MARK_KEY).is_some_and(|v| v == MARK_VALUE);
+        marked(&self.outputs) || marked(&self.tags)
+    }
 }
 
 /// One resource event of a stack operation.
@@ -451,6 +475,7 @@ impl StackManager {
         }
         Ok(Some(StackInfo {
             name: self.name.clone(),
+            id: stack.stack_id().map(str::to_string),
             status,
             reason: stack.stack_status_reason().map(str::to_string),
             outputs: stack
@@ -467,6 +492,11 @@ impl StackManager {
                         p.parameter_value().unwrap_or_default().to_string(),
                     ))
                 })
+                .collect(),
+            tags: stack
+                .tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string())))
                 .collect(),
         }))
     }
@@ -551,10 +581,14 @@ impl StackManager {
     /// Deletes the stack (emptying its code bucket first) and waits until it is gone.
     /// Returns false when there was no stack.
     ///
-    /// The table is retained (`DeletionPolicy: Retain`) with everything in it; drop it
-    /// explicitly, after turning its deletion protection off, when it is no longer needed.
+    /// Only a stack with dynalimit's mark ([`StackInfo::is_dynalimit`]) is deleted; the
+    /// request names the stack by the id read with the mark, so a stack of the same name
+    /// created in between is not touched. The table is retained (`DeletionPolicy: Retain`)
+    /// with everything in it; drop it explicitly, after turning its deletion protection off,
+    /// when it is no longer needed.
     ///
     /// # Errors
+    /// [`StackError::Foreign`] (nothing deleted) for a stack without the mark,
     /// [`StackError::Failed`] when the deletion fails, and the classified failures.
     pub async fn delete(
         &self,
@@ -563,13 +597,19 @@ impl StackManager {
         let Some(info) = self.status().await? else {
             return Ok(false);
         };
+        if !info.is_dynalimit() {
+            return Err(StackError::Foreign {
+                stack: self.name.clone(),
+                tags: info.tags.into_iter().collect(),
+            });
+        }
         if let Some(bucket) = info.outputs.get("CodeBucketName") {
             self.empty_bucket(bucket).await?;
         }
         let seen = self.event_ids().await?;
         self.cfn
             .delete_stack()
-            .stack_name(&self.name)
+            .stack_name(info.id.as_deref().unwrap_or(&self.name))
             .send()
             .await
             .map_err(|e| classify("DeleteStack", e))?;
@@ -642,7 +682,7 @@ impl StackManager {
     }
 
     fn tags(options: &StackOptions) -> Vec<Tag> {
-        std::iter::once(("Application".to_string(), "dynalimit".to_string()))
+        std::iter::once((MARK_KEY.to_string(), MARK_VALUE.to_string()))
             .chain(options.tags.iter().cloned())
             .map(|(k, v)| Tag::builder().key(k).value(v).build())
             .collect()
@@ -899,6 +939,55 @@ mod tests {
                 .parameters()
                 .contains(&("KmsKeyArn", String::new()))
         );
+    }
+
+    #[test]
+    fn the_mark_is_the_output_or_the_stack_tag_and_nothing_else() {
+        let info = |outputs: &[(&str, &str)], tags: &[(&str, &str)]| StackInfo {
+            name: "limits".into(),
+            id: None,
+            status: "CREATE_COMPLETE".into(),
+            reason: None,
+            outputs: outputs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            parameters: BTreeMap::new(),
+            tags: tags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        assert!(info(&[("Application", "dynalimit")], &[]).is_dynalimit());
+        assert!(info(&[], &[("Application", "dynalimit")]).is_dynalimit());
+        // zae-limiter's stack: tagged as its own, outputs of the same names as ours.
+        let zae = info(
+            &[("TableName", "limits"), ("TableArn", "arn:aws:dynamodb:x")],
+            &[("ManagedBy", "zae-limiter"), ("zae-limiter:name", "limits")],
+        );
+        assert!(!zae.is_dynalimit());
+        for (k, v) in [
+            ("Application", "zae-limiter"),
+            ("Application", "Dynalimit"),
+            ("application", "dynalimit"),
+            ("ManagedBy", "dynalimit"),
+            ("SchemaVersion", "1.0.0"),
+        ] {
+            assert!(!info(&[(k, v)], &[]).is_dynalimit(), "output {k}={v}");
+            assert!(!info(&[], &[(k, v)]).is_dynalimit(), "tag {k}={v}");
+        }
+    }
+
+    #[test]
+    fn a_refused_foreign_stack_names_its_tags() {
+        let e = StackError::Foreign {
+            stack: "limits".into(),
+            tags: vec![("ManagedBy".into(), "zae-limiter".into())],
+        };
+        let text = e.to_string();
+        assert!(text.contains("not a dynalimit stack"), "{text}");
+        assert!(text.contains("ManagedBy=zae-limiter"), "{text}");
+        assert!(text.contains("nothing was deleted"), "{text}");
     }
 
     #[test]

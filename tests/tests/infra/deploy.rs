@@ -78,6 +78,14 @@ async fn deploy_update_with_code_and_delete_cycle() {
         assert!(info.outputs.contains_key(output), "{output}");
     }
     assert_eq!(info.parameters["AggregatorCodeKey"], "");
+    // Both marks `delete` accepts: the template's output and the stack tag deploy sets.
+    assert_eq!(info.outputs["Application"], "dynalimit");
+    assert_eq!(info.tags["Application"], "dynalimit");
+    assert!(info.is_dynalimit());
+    assert!(
+        info.id.as_deref().is_some_and(|id| id.contains(name)),
+        "{info:?}"
+    );
     // No code, no function: only the bucket the code goes to.
     for output in [
         "AggregatorFunctionArn",

@@ -657,3 +657,14 @@ fn a_kms_key_encrypts_the_table_and_the_logs_and_is_granted_for_this_table_only(
         .collect();
     assert_eq!(others, every_statement(&t, &without_key));
 }
+
+#[test]
+fn every_stack_of_the_template_carries_the_mark_delete_looks_for() {
+    let t = template();
+    let output = &t["Outputs"][dynalimit_stack::MARK_KEY];
+    assert_eq!(output["Value"], dynalimit_stack::MARK_VALUE);
+    assert!(
+        output.get("Condition").is_none(),
+        "the mark is there whatever the parameters: {output}"
+    );
+}

@@ -442,8 +442,9 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                     StackDeleted {
                         stack: "limits-prod".into(),
                         status: "DELETE_COMPLETE".into(),
-                        table: Some("limits-prod".into()),
-                        table_status: Some("RETAINED".into()),
+                        table: "limits-prod".into(),
+                        table_status: "ACTIVE".into(),
+                        deletion_protection: Some(true),
                     },
                 ),
                 one(

@@ -83,21 +83,22 @@ impl From<&VersionRecord> for TableVersion {
     }
 }
 
-/// `delete`: what was deleted.
+/// `delete`: what was deleted, and the stack's table as read back afterwards.
 #[derive(Debug, Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 pub(crate) struct StackDeleted {
     /// The stack name.
     pub(crate) stack: String,
-    /// `DELETE_COMPLETE` (the stack was deleted, its table retained) or `TABLE_DELETED` (an
-    /// emulator without the stack: its table was deleted).
+    /// What was deleted: `DELETE_COMPLETE` (the dynalimit stack, read back as gone) or
+    /// `TABLE_DELETED` (a loopback emulator without the stack: its table).
     pub(crate) status: String,
-    /// With `DELETE_COMPLETE`: the retained table; absent otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) table: Option<String>,
-    /// With `DELETE_COMPLETE`: `RETAINED`; absent otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) table_status: Option<String>,
+    /// The table, named like the stack.
+    pub(crate) table: String,
+    /// The table's status read back after the deletion: DynamoDB's (`ACTIVE` when the stack
+    /// retained it, `DELETING`) or `MISSING`.
+    pub(crate) table_status: String,
+    /// The table's deletion protection read back; null when the table is missing.
+    pub(crate) deletion_protection: Option<bool>,
 }
 
 /// `version`: this client's versions and, with `--table`, the table's (the `table_*` keys and

@@ -13,8 +13,8 @@ pub(crate) struct LevelConfig {
     /// The level: `system`, `resource R`, or `entity E on R` (`_default_` for the entity's
     /// limits on every resource).
     pub(crate) level: String,
-    /// The limits in the command line's syntax (`NAME=RATE/PERIOD[:burst=N]`, quotas and
-    /// schedules in theirs), sorted by name.
+    /// The limits in the command line's syntax (`NAME=RATE/PERIOD[:burst=N][:soft]`, quotas
+    /// and schedules in theirs), sorted by name.
     pub(crate) limits: Vec<String>,
     /// The level's `disabled` value; null when it has none (inherit).
     pub(crate) disabled: Option<Disabled>,

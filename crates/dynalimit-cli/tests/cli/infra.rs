@@ -81,7 +81,9 @@ async fn deploy_status_delete_cycle_on_moto() {
     );
     let deleted = deleted.json();
     assert_eq!(deleted["status"], "DELETE_COMPLETE");
-    assert_eq!(deleted["table_status"], "RETAINED");
+    // Read back: the retained table, still protected.
+    assert_eq!(deleted["table_status"], "ACTIVE");
+    assert_eq!(deleted["deletion_protection"], true);
 
     // The stack is gone; the table and its data stay, protected against deletion.
     let status = run(&["status"]).json();

@@ -5,12 +5,14 @@
 mod aws;
 mod bench;
 mod data;
+mod delete;
 mod documented;
 mod hostile;
 mod infra;
 mod local;
 mod manifest;
 mod reserved;
+mod round_trip;
 mod usage;
 
 use std::path::Path;
