@@ -35,6 +35,7 @@ pub mod moto;
 pub mod raw;
 pub mod soak;
 pub mod template;
+pub mod zae;
 
 /// The README and the guide's chapters as doc tests: their Rust samples compile in the test
 /// command, and those that need no network run. Compiled for doc tests only.

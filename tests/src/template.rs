@@ -12,7 +12,15 @@ use serde_json::{Value, json};
 /// # Panics
 /// When the template is not valid YAML.
 pub fn template() -> Value {
-    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(TEMPLATE).expect("template parses");
+    parse(TEMPLATE)
+}
+
+/// A CloudFormation template's text as JSON, in the form of [`template`].
+///
+/// # Panics
+/// When the text is not valid YAML.
+pub fn parse(text: &str) -> Value {
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).expect("template parses");
     to_json(yaml)
 }
 

@@ -182,19 +182,22 @@ impl Repository {
         self.shared.bucket_ttl_multiplier
     }
 
-    /// Checks that the table answers.
+    /// Checks that the table answers: one eventually consistent `GetItem` of the version
+    /// record (whether or not it exists), which every policy of either library's stack
+    /// grants; no `DescribeTable`.
     ///
     /// # Errors
     /// [`RepositoryError::TableNotFound`] or the classified failure.
     pub async fn ping(&self) -> Result<(), RepositoryError> {
         self.shared
             .client
-            .describe_table()
+            .get_item()
             .table_name(&self.shared.table)
+            .set_key(Some(version::record_key()))
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| match classify("DescribeTable", e) {
+            .map_err(|e| match classify("GetItem", e) {
                 RepositoryError::TableNotFound { .. } => RepositoryError::TableNotFound {
                     table: self.shared.table.clone(),
                 },
@@ -660,9 +663,12 @@ impl RepositoryBuilder {
     /// initialises the version record, refuses an incompatible table, registers the namespace
     /// (and `default`) when missing.
     ///
-    /// On a table whose version record and namespaces exist, opening sends only reads
-    /// (`DescribeTable`, then `GetItem`s of the version record and the namespace registry), so
-    /// it works under the stack's acquire-only and read-only policies.
+    /// On a table whose version record and namespaces exist, opening sends only `GetItem`s (of
+    /// the version record and the namespace registry), so it works under the acquire-only,
+    /// namespace and read-only policies of dynalimit's stack and of zae-limiter 0.17's. It
+    /// never sends `DescribeTable`: a missing table is the version record's read answering
+    /// `ResourceNotFoundException`, and the schema is checked from the record's
+    /// `schema_version` (see [`Repository::check_compatibility`]).
     ///
     /// A missing table is provisioned as the CloudFormation stack of `infra/` (without the
     /// aggregator; `dynalimit deploy` adds it) when the repository talks to AWS itself (no
@@ -682,17 +688,24 @@ impl RepositoryBuilder {
             ids::validate_principal(p)?;
         }
         let (repo, base, endpoint) = self.connect_unchecked(&stack).await?;
-        if !schema::table_exists(&repo.shared.client, &stack).await? {
-            if self.create_table == Some(false) {
-                return Err(RepositoryError::TableNotFound { table: stack });
+        // The version record's read also says whether the table exists: no `DescribeTable`,
+        // which zae-limiter's acquire-only and namespace policies do not grant.
+        let record = match repo.version_record().await {
+            Err(RepositoryError::TableNotFound { .. }) => {
+                if self.create_table == Some(false) {
+                    return Err(RepositoryError::TableNotFound { table: stack });
+                }
+                // Through CloudFormation on AWS itself; directly on an emulator or a ready
+                // client.
+                match (base, endpoint) {
+                    (Some(config), None) => provision(&repo, &stack, &config).await?,
+                    _ => schema::create_table(&repo.shared.client, &stack).await?,
+                }
+                repo.version_record().await?
             }
-            // Through CloudFormation on AWS itself; directly on an emulator or a ready client.
-            match (base, endpoint) {
-                (Some(config), None) => provision(&repo, &stack, &config).await?,
-                _ => schema::create_table(&repo.shared.client, &stack).await?,
-            }
-        }
-        match repo.version_record().await? {
+            read => read?,
+        };
+        match record {
             Some(record) => Repository::check_compatibility(&record)?,
             // The first record of a table no client has opened yet: its aggregator, if any,
             // is dynalimit's (`dynalimit deploy` records its own), which reads every feature

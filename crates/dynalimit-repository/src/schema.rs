@@ -153,22 +153,3 @@ pub(crate) async fn wait_active(client: &Client, table: &str) -> Result<(), Repo
         }),
     }
 }
-
-/// True when `table` exists.
-///
-/// # Errors
-/// Any failure other than "not found".
-pub(crate) async fn table_exists(client: &Client, table: &str) -> Result<bool, RepositoryError> {
-    match client.describe_table().table_name(table).send().await {
-        Ok(_) => Ok(true),
-        Err(e) => {
-            if e.as_service_error()
-                .is_some_and(|s| s.is_resource_not_found_exception())
-            {
-                Ok(false)
-            } else {
-                Err(classify("DescribeTable", e))
-            }
-        }
-    }
-}

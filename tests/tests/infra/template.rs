@@ -367,7 +367,7 @@ fn iam_policies_separate_acquire_full_and_read_access_and_scope_namespaces() {
         ("AcquireOnlyPolicy", "*/BUCKET#*"),
         (
             "NamespaceAcquirePolicy",
-            "${aws:PrincipalTag/dynalimit_namespace_id}/BUCKET#*",
+            "${aws:PrincipalTag/zael_namespace_id}/BUCKET#*",
         ),
     ] {
         for s in statements(policy) {

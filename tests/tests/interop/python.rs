@@ -8,38 +8,9 @@ use dynalimit_tests::TestTable;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-/// The interpreter named by `DYNALIMIT_PYTHON`, resolved against the workspace root when
-/// relative. `None` (after printing why) when it is unset outside CI.
-///
-/// # Panics
-/// When it is unset and `CI` is set, or when it names no file.
+/// The interpreter named by `DYNALIMIT_PYTHON` (see [`dynalimit_tests::zae::interpreter`]).
 pub(crate) fn interpreter() -> Option<PathBuf> {
-    let Some(python) = std::env::var_os("DYNALIMIT_PYTHON").filter(|p| !p.is_empty()) else {
-        assert!(
-            std::env::var_os("CI").is_none_or(|v| v.is_empty()),
-            "DYNALIMIT_PYTHON is not set: the interop suite needs a Python with zae-limiter \
-             0.17.0; run ./scripts/test (which sets it up) or \
-             DYNALIMIT_PYTHON=\"$(./scripts/python-env | tail -1)\" cargo test -p dynalimit-tests \
-             --test interop"
-        );
-        eprintln!(
-            "skipped: DYNALIMIT_PYTHON is not set (./scripts/python-env prints the interpreter \
-             to use)"
-        );
-        return None;
-    };
-    let mut path = PathBuf::from(python);
-    if path.is_relative() {
-        path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join(path);
-    }
-    assert!(
-        path.is_file(),
-        "DYNALIMIT_PYTHON={} is not a file; run ./scripts/python-env",
-        path.display()
-    );
-    Some(path)
+    dynalimit_tests::zae::interpreter()
 }
 
 /// A fresh table and a zae-limiter client for it, as `(table, python)`; returns from the calling

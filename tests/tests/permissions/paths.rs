@@ -1,5 +1,7 @@
 //! The paths: a service's (open, acquire, adjust, commit, rollback, a dropped lease, a
-//! cascade), the CLI's read commands, and a namespace purge.
+//! cascade), the CLI's read commands, and a namespace purge; each against dynalimit's template
+//! and, when `DYNALIMIT_PYTHON` names the zae-limiter 0.17 install, against the template of
+//! that package.
 
 use std::collections::BTreeSet;
 
@@ -17,6 +19,9 @@ const NS: &str = "svc";
 struct Rig {
     table: TestTable,
     template: Value,
+    /// zae-limiter 0.17's template, read from the installed package (`None` when
+    /// `DYNALIMIT_PYTHON` is unset).
+    zae: Option<Value>,
     proxy: FaultProxy,
     admin: Repository,
 }
@@ -55,10 +60,15 @@ async fn rig() -> Rig {
         )
         .await
         .expect("key limits");
+    let proxy = FaultProxy::start().await;
+    // As zae-limiter's acquire-only and namespace policies do, the proxy refuses every
+    // `DescribeTable`: no path below may depend on one.
+    proxy.fail_next("DescribeTable", "AccessDeniedException", 1_000_000);
     Rig {
         table,
         template: dynalimit_tests::template::template(),
-        proxy: FaultProxy::start().await,
+        zae: dynalimit_tests::zae::template(),
+        proxy,
         admin,
     }
 }
@@ -89,6 +99,21 @@ impl Rig {
 
     fn policy(&self, name: &str) -> Policy {
         Policy::of(&self.template, name)
+    }
+
+    /// Policy `name` of zae-limiter's template, when it was read.
+    fn zae_policy(&self, name: &str) -> Option<Policy> {
+        self.zae.as_ref().map(|t| Policy::of(t, name).named_as_zae())
+    }
+
+    /// [`Rig::assert_needed_and_granted`] for each of `names` in zae-limiter's template (nothing
+    /// when it was not read).
+    fn assert_zae_grants(&self, names: &[&str], all: &[Access], namespace_id: &str) {
+        for name in names {
+            if let Some(policy) = self.zae_policy(name) {
+                self.assert_needed_and_granted(&policy, all, namespace_id);
+            }
+        }
     }
 
     /// The accesses `policy` refuses for a principal tagged with `namespace_id`.
@@ -153,11 +178,12 @@ fn operations(requests: &[Recorded]) -> BTreeSet<&str> {
 async fn a_service_runs_under_the_acquire_only_policies() {
     let rig = rig().await;
     let repo = rig.open().await;
+    repo.ping().await.expect("ping reads an item");
     let (opened, open_accesses) = rig.take();
     assert_eq!(
         operations(&opened),
-        BTreeSet::from(["DescribeTable", "GetItem"]),
-        "opening an existing namespace only reads"
+        BTreeSet::from(["GetItem"]),
+        "opening an existing namespace and a ping only read items: no DescribeTable"
     );
     assert!(
         repo.fast_path().is_some(),
@@ -203,6 +229,14 @@ async fn a_service_runs_under_the_acquire_only_policies() {
     rig.assert_needed_and_granted(&rig.policy("AcquireOnlyPolicy"), &all, &ns);
     let scoped = rig.policy("NamespaceAcquirePolicy");
     rig.assert_needed_and_granted(&scoped, &all, &ns);
+    // A stack zae-limiter 0.17 deployed: its app role's and its tenants' policies.
+    rig.assert_zae_grants(&["AcquireOnlyPolicy", "NamespaceAcquirePolicy"], &all, &ns);
+    if let Some(zae) = rig.zae_policy("NamespaceAcquirePolicy") {
+        assert!(
+            !rig.denied(&zae, &all, "someoneelse").is_empty(),
+            "under another namespace's tag zae-limiter's policy refuses too"
+        );
+    }
     // Under another namespace's tag the scoped policy refuses the bucket writes.
     let foreign = rig.denied(&scoped, &all, "someoneelse");
     assert!(
@@ -297,8 +331,8 @@ async fn the_cli_read_commands_run_under_the_read_only_policies() {
     let ops = operations(&requests);
     assert!(
         ops.iter()
-            .all(|op| matches!(*op, "DescribeTable" | "GetItem" | "BatchGetItem" | "Query")),
-        "read commands only read: {ops:?}"
+            .all(|op| matches!(*op, "GetItem" | "BatchGetItem" | "Query")),
+        "read commands only read items: {ops:?}"
     );
     assert!(
         all.iter().any(|a| a.resource.ends_with("/index/GSI1"))
@@ -310,6 +344,16 @@ async fn the_cli_read_commands_run_under_the_read_only_policies() {
     rig.assert_needed_and_granted(&rig.policy("NamespaceReadOnlyPolicy"), &all, &ns);
     // The acquire-only principals may read as much.
     rig.assert_needed_and_granted(&rig.policy("NamespaceAcquirePolicy"), &all, &ns);
+    rig.assert_zae_grants(
+        &[
+            "ReadOnlyPolicy",
+            "NamespaceReadOnlyPolicy",
+            "AcquireOnlyPolicy",
+            "NamespaceAcquirePolicy",
+        ],
+        &all,
+        &ns,
+    );
 }
 
 #[tokio::test]
@@ -338,6 +382,13 @@ async fn a_purge_queries_gsi4_by_the_bare_namespace_id() {
     );
 
     rig.assert_needed_and_granted(&rig.policy("FullAccessPolicy"), &all, &id);
+    // zae-limiter's namespace policy also grants the writes of the shared `_` partition, so
+    // there both of its full-access policies purge.
+    rig.assert_zae_grants(
+        &["FullAccessPolicy", "NamespaceFullAccessPolicy"],
+        &all,
+        &id,
+    );
     // The namespace's own principal may find and delete every item of its namespace (the
     // bare id is among its LeadingKeys); the registry records of the shared `_` partition
     // stay writable by FullAccessPolicy only, so deleting, recovering and purging a namespace
@@ -356,7 +407,7 @@ async fn a_purge_queries_gsi4_by_the_bare_namespace_id() {
     );
     assert!(scoped.allows(gsi4, rig.table.name(), &id));
     assert!(!scoped.allows(gsi4, rig.table.name(), "someoneelse"));
-    let without_bare = scoped.without_leading_key("${aws:PrincipalTag/dynalimit_namespace_id}");
+    let without_bare = scoped.without_leading_key("${aws:PrincipalTag/zael_namespace_id}");
     assert!(
         !without_bare.allows(gsi4, rig.table.name(), &id),
         "`${{tag}}/*` alone does not match GSI4's bare id"

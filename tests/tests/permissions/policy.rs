@@ -1,7 +1,8 @@
-//! A small evaluator of the template's DynamoDB policy statements: `Allow` statements, action
-//! and resource wildcards, and the `ForAllValues:StringLike` condition on
-//! `dynamodb:LeadingKeys`, with the principal tag `dynalimit_namespace_id` substituted.
-//! Anything else in a statement fails the test, so the evaluator never grants by ignoring.
+//! A small evaluator of a template's DynamoDB policy statements (dynalimit's, or zae-limiter
+//! 0.17's): `Allow` statements, action and resource wildcards, and the conditions on
+//! `dynamodb:LeadingKeys`, `ForAllValues:StringLike` (with the principal tag
+//! `zael_namespace_id` substituted) and `Null`. Anything else in a statement fails the test,
+//! so the evaluator never grants by ignoring.
 //!
 //! A recorded request becomes one or more [`Access`]es the way DynamoDB authorises it: an item
 //! operation on the table ARN with its partition key; a `Query` on the table or on
@@ -15,7 +16,7 @@ use dynalimit_tests::fault::Recorded;
 /// The account and region of the ARNs the evaluator builds.
 const ARN_PREFIX: &str = "arn:aws:dynamodb:eu-west-1:123456789012:table/";
 /// The policy variable of the namespace policies.
-const NAMESPACE_TAG: &str = "${aws:PrincipalTag/dynalimit_namespace_id}";
+const NAMESPACE_TAG: &str = "${aws:PrincipalTag/zael_namespace_id}";
 
 /// One authorisation DynamoDB makes for a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,7 +241,7 @@ pub(crate) struct Policy {
 }
 
 impl Policy {
-    /// Policy `name` (a logical id of the template).
+    /// Policy `name` (a logical id of `template`).
     pub(crate) fn of(template: &Value, name: &str) -> Policy {
         let statements = template["Resources"][name]["Properties"]["PolicyDocument"]["Statement"]
             .as_array()
@@ -250,6 +251,12 @@ impl Policy {
             name: name.to_string(),
             statements,
         }
+    }
+
+    /// The same policy, named as coming from zae-limiter's template in messages.
+    pub(crate) fn named_as_zae(mut self) -> Policy {
+        self.name = format!("zae-limiter's {}", self.name);
+        self
     }
 
     /// The same policy without `action` in any statement.
@@ -316,13 +323,22 @@ fn statement_allows(statement: &Value, access: &Access, table: &str, namespace_i
     };
     let condition = condition.as_object().expect("Condition");
     condition.iter().all(|(operator, tests)| {
-        assert_eq!(operator, "ForAllValues:StringLike", "unknown operator");
         tests
             .as_object()
             .expect("condition keys")
             .iter()
             .all(|(key, patterns)| {
                 assert_eq!(key, "dynamodb:LeadingKeys", "unknown condition key");
+                if operator == "Null" {
+                    // "false": the key must be present; "true": it must be absent.
+                    let absent = match patterns.as_str() {
+                        Some("true") => true,
+                        Some("false") => false,
+                        _ => panic!("Null takes \"true\" or \"false\", not {patterns}"),
+                    };
+                    return access.leading_keys.is_empty() == absent;
+                }
+                assert_eq!(operator, "ForAllValues:StringLike", "unknown operator");
                 let patterns: Vec<String> = strings(patterns)
                     .iter()
                     .map(|p| {
@@ -337,6 +353,43 @@ fn statement_allows(statement: &Value, access: &Access, table: &str, namespace_i
                     .all(|k| patterns.iter().any(|p| glob(p, k)))
             })
     })
+}
+
+#[test]
+fn null_false_requires_leading_keys() {
+    let statement = serde_json::json!({
+        "Effect": "Allow",
+        "Action": ["dynamodb:PutItem", "dynamodb:DescribeTable"],
+        "Resource": {"Fn::GetAtt": ["RateLimitsTable", "Arn"]},
+        "Condition": {
+            "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["*/BUCKET#*"]},
+            "Null": {"dynamodb:LeadingKeys": "false"},
+        },
+    });
+    let access = |action: &str, keys: &[&str]| Access {
+        action: format!("dynamodb:{action}"),
+        resource: format!("{ARN_PREFIX}t"),
+        leading_keys: keys.iter().map(|k| k.to_string()).collect(),
+    };
+    assert!(statement_allows(
+        &statement,
+        &access("PutItem", &["n/BUCKET#e"]),
+        "t",
+        "n"
+    ));
+    assert!(!statement_allows(
+        &statement,
+        &access("PutItem", &["n/ENTITY#e"]),
+        "t",
+        "n"
+    ));
+    // ForAllValues alone holds for no keys at all; Null "false" refuses that.
+    assert!(!statement_allows(
+        &statement,
+        &access("DescribeTable", &[]),
+        "t",
+        "n"
+    ));
 }
 
 #[test]

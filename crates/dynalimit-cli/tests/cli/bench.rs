@@ -104,25 +104,10 @@ async fn bench_progress_into_a_pipe_is_lines_without_frames() {
     assert!(run.stdout.contains("Targets:"), "{}", run.stdout);
 }
 
-/// The Python with zae-limiter 0.17 named by `DYNALIMIT_PYTHON` (relative: to the workspace
-/// root), as the interop suite finds it; `None` after saying why when it is unset outside CI.
+/// The Python with zae-limiter 0.17 named by `DYNALIMIT_PYTHON`, as the interop suite finds it
+/// ([`dynalimit_tests::zae::interpreter`]).
 fn zae_python() -> Option<PathBuf> {
-    let Some(python) = std::env::var_os("DYNALIMIT_PYTHON").filter(|p| !p.is_empty()) else {
-        assert!(
-            std::env::var_os("CI").is_none_or(|v| v.is_empty()),
-            "DYNALIMIT_PYTHON is not set: bench --compare zae needs a Python with zae-limiter \
-             0.17.0; run ./scripts/test, or set DYNALIMIT_PYTHON=\"$(./scripts/python-env | tail -1)\""
-        );
-        eprintln!("skipped: DYNALIMIT_PYTHON is not set");
-        return None;
-    };
-    let mut path = PathBuf::from(python);
-    if path.is_relative() {
-        path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../..")
-            .join(path);
-    }
-    Some(path)
+    dynalimit_tests::zae::interpreter()
 }
 
 /// `(op, shape)` of each case of a side.
