@@ -121,7 +121,8 @@ pub struct StackOptions {
     pub role_name_format: Option<String>,
     /// An existing role (name with path) for the aggregator instead of a created one.
     pub aggregator_role_name: Option<String>,
-    /// Extra stack tags (`Application=dynalimit` is always set).
+    /// Extra stack tags. `Application=dynalimit` and `ManagedBy=dynalimit` are always set,
+    /// over a tag given here with either key.
     pub tags: Vec<(String, String)>,
 }
 
@@ -348,6 +349,11 @@ pub const MARK_KEY: &str = "Application";
 
 /// The value of the mark of a dynalimit stack (see [`MARK_KEY`]).
 pub const MARK_VALUE: &str = "dynalimit";
+
+/// The stack tag that names the tool managing a stack, zae-limiter's key for it: its stacks
+/// carry `ManagedBy=zae-limiter` (which its discovery lists), dynalimit's `deploy` sets
+/// `ManagedBy=dynalimit`.
+pub const MANAGED_BY_KEY: &str = "ManagedBy";
 
 /// The state of a stack.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -682,8 +688,17 @@ impl StackManager {
     }
 
     fn tags(options: &StackOptions) -> Vec<Tag> {
-        std::iter::once((MARK_KEY.to_string(), MARK_VALUE.to_string()))
-            .chain(options.tags.iter().cloned())
+        let managed = [MARK_KEY, MANAGED_BY_KEY];
+        managed
+            .iter()
+            .map(|k| ((*k).to_string(), MARK_VALUE.to_string()))
+            .chain(
+                options
+                    .tags
+                    .iter()
+                    .filter(|(k, _)| !managed.contains(&k.as_str()))
+                    .cloned(),
+            )
             .map(|(k, v)| Tag::builder().key(k).value(v).build())
             .collect()
     }
@@ -976,6 +991,35 @@ mod tests {
             assert!(!info(&[(k, v)], &[]).is_dynalimit(), "output {k}={v}");
             assert!(!info(&[], &[(k, v)]).is_dynalimit(), "tag {k}={v}");
         }
+    }
+
+    #[test]
+    fn deploy_tags_the_stack_as_dynalimits_over_a_given_tag_of_the_same_key() {
+        let options = StackOptions {
+            tags: vec![
+                ("team".into(), "payments".into()),
+                ("ManagedBy".into(), "zae-limiter".into()),
+                ("Application".into(), "other".into()),
+            ],
+            ..StackOptions::default()
+        };
+        let tags: Vec<(String, String)> = StackManager::tags(&options)
+            .iter()
+            .map(|t| {
+                (
+                    t.key().unwrap_or_default().to_owned(),
+                    t.value().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            tags,
+            [
+                ("Application".to_owned(), "dynalimit".to_owned()),
+                ("ManagedBy".to_owned(), "dynalimit".to_owned()),
+                ("team".to_owned(), "payments".to_owned()),
+            ]
+        );
     }
 
     #[test]

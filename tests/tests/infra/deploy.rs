@@ -81,6 +81,8 @@ async fn deploy_update_with_code_and_delete_cycle() {
     // Both marks `delete` accepts: the template's output and the stack tag deploy sets.
     assert_eq!(info.outputs["Application"], "dynalimit");
     assert_eq!(info.tags["Application"], "dynalimit");
+    // zae-limiter's key for the managing tool, with dynalimit's name.
+    assert_eq!(info.tags["ManagedBy"], "dynalimit");
     assert!(info.is_dynalimit());
     assert!(
         info.id.as_deref().is_some_and(|id| id.contains(name)),

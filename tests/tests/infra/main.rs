@@ -5,3 +5,5 @@
 mod deploy;
 mod lambda_env;
 mod template;
+mod zae_names;
+mod zae_update;

@@ -103,7 +103,9 @@ impl Rig {
 
     /// Policy `name` of zae-limiter's template, when it was read.
     fn zae_policy(&self, name: &str) -> Option<Policy> {
-        self.zae.as_ref().map(|t| Policy::of(t, name).named_as_zae())
+        self.zae
+            .as_ref()
+            .map(|t| Policy::of(t, name).named_as_zae())
     }
 
     /// [`Rig::assert_needed_and_granted`] for each of `names` in zae-limiter's template (nothing
