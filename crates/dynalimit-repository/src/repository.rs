@@ -10,7 +10,7 @@ use dynalimit_core::bounded::BoundedMap;
 use dynalimit_core::{Clock, SystemClock, ids};
 use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::version::{self, VersionRecord};
-use dynalimit_format::{attr, item, keys};
+use dynalimit_format::{attr, keys};
 
 use crate::aws::{self, AwsSettings};
 use crate::config::ConfigCache;
@@ -269,7 +269,7 @@ impl Repository {
         &self,
         lambda_version: Option<&str>,
     ) -> Result<(), RepositoryError> {
-        let now = item::iso_seconds(self.shared.clock.epoch_millis());
+        let now = dynalimit_core::time::iso_seconds(self.shared.clock.epoch_millis());
         let mut absent = Expr::default();
         let c = absent.not_exists(attr::PK);
         absent.when(c);
