@@ -14,6 +14,7 @@ mod delete;
 mod entity;
 mod hot_key;
 mod infra;
+mod level_spec;
 mod limit_spec;
 mod limits;
 mod local;
@@ -173,6 +174,7 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         e.is::<dynalimit_core::CoreError>()
             || e.is::<context::BadInput>()
             || e.is::<manifest::ManifestError>()
+            || e.is::<level_spec::LevelError>()
     }) {
         return 2;
     }

@@ -406,7 +406,7 @@ mod tests {
                 (
                     "limit rpm".into(),
                     Some("rpm=100/min".into()),
-                    Some("rpm=100/min soft".into())
+                    Some("rpm=100/min:soft".into())
                 ),
                 ("disabled".into(), None, Some("bypass".into())),
                 ("cascade".into(), Some("true".into()), Some("false".into())),

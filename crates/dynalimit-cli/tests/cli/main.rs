@@ -9,6 +9,7 @@ mod delete;
 mod documented;
 mod hostile;
 mod infra;
+mod level_forms;
 mod local;
 mod manifest;
 mod reserved;

@@ -98,7 +98,7 @@ async fn plan_diff_apply_converge_and_full_removes_what_the_manifest_does_not_na
         gpt4,
         &json!([
             { "attribute": "limit rpm", "before": "rpm=50/min", "after": "rpm=100/min" },
-            { "attribute": "limit tpm", "before": null, "after": "tpm=10000/min:burst=20000 soft" },
+            { "attribute": "limit tpm", "before": null, "after": "tpm=10000/min:burst=20000:soft" },
             { "attribute": "cascade", "before": null, "after": "true" },
         ])
     );
@@ -117,7 +117,7 @@ async fn plan_diff_apply_converge_and_full_removes_what_the_manifest_does_not_na
     let gpt4 = f.run(&["limits", "get", "--resource", "gpt-4"]).json();
     assert_eq!(
         gpt4["limits"],
-        json!(["rpm=100/min", "tpm=10000/min:burst=20000"])
+        json!(["rpm=100/min", "tpm=10000/min:burst=20000:soft"])
     );
     assert_eq!(gpt4["cascade"], json!(true));
     let gpt3 = f.run(&["limits", "get", "--resource", "gpt-3"]).json();
@@ -280,7 +280,7 @@ async fn a_zae_limiter_manifest_is_applied_as_it_is() {
         .json();
     assert_eq!(
         key["limits"],
-        json!(["requests=100/session:day", "watched=10/min"])
+        json!(["requests=100/session:day", "watched=10/min:soft"])
     );
     assert_eq!(key["disabled"], json!(false));
     let diff = f.run(&["limits", "diff", "--file", file]);
