@@ -49,7 +49,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Create or update the CloudFormation stack (table, aggregator, alarms, IAM) and wait.
+    /// Create or update the CloudFormation stack (table, aggregator, alarms, IAM) and wait;
+    /// an existing stack is updated only when it is a dynalimit stack.
     #[command(
         after_help = "Examples:\n  dynalimit deploy --stack limits-prod --aggregator-zip aggregator.zip\n  dynalimit deploy --no-aggregator --pitr-days 7 --tag team=payments"
     )]
