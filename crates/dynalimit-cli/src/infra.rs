@@ -200,7 +200,8 @@ enum Code {
 }
 
 /// `deploy`: creates or updates the stack, uploads the aggregator, writes the version record
-/// and registers the namespace.
+/// and registers the namespace. A stack of that name without dynalimit's mark (a zae-limiter
+/// stack, say) is refused with [`StackError::Foreign`] before anything is changed.
 pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
     let options = args.options()?;
     let code = args.code(&options.architecture)?;

@@ -65,6 +65,7 @@ use dynalimit_core::Limit;
 use dynalimit_core::schedule::{Cron, Entry, Modifier, ResetSchedule, Schedule, Zone};
 use dynalimit_format::attr;
 use dynalimit_format::schedule::named_cron;
+use dynalimit_repository::{DisabledFlag, OnUnavailable};
 
 /// Seconds of a period name.
 fn period_seconds(period: &str) -> Result<i64> {
@@ -267,10 +268,12 @@ fn parse_plain(text: &str) -> Result<Limit> {
     build(name, number("rate", rate)?, period, burst)
 }
 
-/// Parses a comma-separated list of limits.
+/// Parses a comma-separated list of limits, without a level's attributes (the command line
+/// reads both with `level_spec::parse_text`).
 ///
 /// # Errors
 /// A message naming the first bad limit, or a repeated name.
+#[cfg(test)]
 pub(crate) fn parse_limits(text: &str) -> Result<Vec<Limit>> {
     let limits = split_top_level(text)
         .into_iter()
@@ -281,7 +284,7 @@ pub(crate) fn parse_limits(text: &str) -> Result<Vec<Limit>> {
 }
 
 /// Splits on the commas outside brackets (a schedule's cron fields have commas of their own).
-fn split_top_level(text: &str) -> Vec<&str> {
+pub(crate) fn split_top_level(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let (mut depth, mut start) = (0usize, 0);
     for (i, c) in text.char_indices() {
@@ -315,13 +318,24 @@ fn check(limits: Vec<Limit>) -> Result<Vec<Limit>> {
 /// # Errors
 /// A message naming what is wrong.
 pub(crate) fn parse_limits_yaml(text: &str) -> Result<Vec<Limit>> {
-    use serde_yaml_ng::Value;
-    let doc: Value = serde_yaml_ng::from_str(text).context("not valid YAML")?;
+    let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).context("not valid YAML")?;
     let map = doc.as_mapping().ok_or_else(|| {
         anyhow!("the limits file must map limit names to limits (e.g. `rpm: 100/min`)")
     })?;
+    check(limits_of_mapping(map.iter())?)
+}
+
+/// The limits of the YAML form's mapping entries (names to limits), in their order; none when
+/// there are no entries (the caller says whether that is allowed).
+///
+/// # Errors
+/// A message naming the first bad limit.
+pub(crate) fn limits_of_mapping<'a>(
+    entries: impl IntoIterator<Item = (&'a serde_yaml_ng::Value, &'a serde_yaml_ng::Value)>,
+) -> Result<Vec<Limit>> {
+    use serde_yaml_ng::Value;
     let mut limits = Vec::new();
-    for (k, v) in map {
+    for (k, v) in entries {
         let name = k
             .as_str()
             .ok_or_else(|| anyhow!("limit names must be strings"))?;
@@ -382,7 +396,7 @@ pub(crate) fn parse_limits_yaml(text: &str) -> Result<Vec<Limit>> {
         };
         limits.push(limit);
     }
-    check(limits)
+    Ok(limits)
 }
 
 /// A quota in the YAML form: `{quota: N, reset: CRON or [CRON, ...], tz: ZONE}`.
@@ -527,6 +541,57 @@ pub(crate) fn format_limit(limit: &Limit) -> String {
         }
     }
     out
+}
+
+/// A level's `disabled` value in the YAML form, the JSON document and (read as a scalar) the
+/// text form: `true` (every acquire refused), `false` (limits enforced explicitly), `bypass`
+/// (every acquire admitted and counted), or `null` (none: the level inherits). `limits set`
+/// and the manifest read it here.
+///
+/// # Errors
+/// What the value may be.
+pub(crate) fn disabled_value(
+    value: &serde_yaml_ng::Value,
+) -> Result<Option<DisabledFlag>, &'static str> {
+    use serde_yaml_ng::Value;
+    match value {
+        Value::Null => Ok(None),
+        Value::Bool(true) => Ok(Some(DisabledFlag::Disabled)),
+        Value::Bool(false) => Ok(Some(DisabledFlag::Enabled)),
+        Value::String(s) if s == DisabledFlag::Bypass.name() => Ok(Some(DisabledFlag::Bypass)),
+        _ => Err("disabled is true, false, bypass or null"),
+    }
+}
+
+/// A level's cascade policy, in the same forms as [`disabled_value`]: `true` (acquires also
+/// debit the entity's parent), `false`, or `null` (none: inherit).
+///
+/// # Errors
+/// What the value may be.
+pub(crate) fn cascade_value(value: &serde_yaml_ng::Value) -> Result<Option<bool>, &'static str> {
+    use serde_yaml_ng::Value;
+    match value {
+        Value::Null => Ok(None),
+        Value::Bool(b) => Ok(Some(*b)),
+        _ => Err("cascade is true, false or null"),
+    }
+}
+
+/// The system level's `on_unavailable`, in the same forms as [`disabled_value`]: `allow`,
+/// `block`, or `null` (none).
+///
+/// # Errors
+/// What the value may be.
+pub(crate) fn on_unavailable_value(
+    value: &serde_yaml_ng::Value,
+) -> Result<Option<OnUnavailable>, &'static str> {
+    use serde_yaml_ng::Value;
+    const WHAT: &str = "on_unavailable is allow, block or null";
+    match value {
+        Value::Null => Ok(None),
+        Value::String(s) => OnUnavailable::parse(s).map(Some).ok_or(WHAT),
+        _ => Err(WHAT),
+    }
 }
 
 #[cfg(test)]

@@ -2,14 +2,17 @@
 
 use std::path::PathBuf;
 
-use crate::context::{Global, bad_input};
-use crate::limit_spec::{format_limit, parse_limits, parse_limits_yaml};
+use crate::context::Global;
+use crate::level_spec::{LevelError, LevelInput, parse_file, parse_text};
+use crate::limit_spec::format_limit;
+use crate::manifest::{delete_level, set_cascade, set_disabled};
 use crate::output::access::Disabled;
 use crate::output::limits::{
     Configured, CustomLimits, LevelConfig, LevelDeleted, LevelKind, Resolved, Unavailable,
 };
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
+use dynalimit_format::config::Slot;
 use dynalimit_repository::{LimitConfig, OnUnavailable, Repository};
 
 /// The `_default_` resource: an entity's limits on every resource.
@@ -35,6 +38,17 @@ enum Target<'a> {
     System,
 }
 
+impl Target<'_> {
+    /// The level's item.
+    fn slot(&self) -> Slot {
+        match self {
+            Target::Entity(e, r) => Slot::Entity((*e).to_owned(), (*r).to_owned()),
+            Target::Resource(r) => Slot::Resource((*r).to_owned()),
+            Target::System => Slot::System,
+        }
+    }
+}
+
 impl Level {
     fn target(&self) -> Result<Target<'_>> {
         match (&self.entity, &self.resource, self.system) {
@@ -51,18 +65,21 @@ impl Level {
 /// Limit configuration commands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum LimitsCommand {
-    /// Set limits at one level (a full replace of that level).
+    /// Set the limits and attributes of one level: the limits given replace the level's
+    /// limits, each attribute given its value; what is not given is kept.
     #[command(
-        after_help = "Examples:\n  dynalimit limits set --system rpm=1000/min\n  dynalimit limits set --resource gpt-4 'rpm=100/min,tpm=10000/min:burst=20000'\n  dynalimit limits set --entity key-1 --resource gpt-4 rpm=500/min\n  dynalimit limits set --entity key-1 --file limits.yaml\n\nLimit syntax: NAME=RATE[/PERIOD][:burst=N][:soft], PERIOD sec|min|hour|day|<N>s (default min); :soft marks a soft limit (debited, never refusing).\nYAML file: a mapping of names to that text (`rpm: 100/min:soft`) or to {rate, per, burst, soft}."
+        after_help = "Examples:\n  dynalimit limits set --system rpm=1000/min,on_unavailable=block\n  dynalimit limits set --resource gpt-4 'rpm=100/min,tpm=10000/min:burst=20000'\n  dynalimit limits set --resource gpt-4 disabled=bypass,cascade=false\n  dynalimit limits set --entity key-1 --resource gpt-4 rpm=500/min\n  dynalimit limits set --entity key-1 --file limits.yaml\n  dynalimit limits get --resource gpt-4 --output json > level.json\n  dynalimit limits set --resource gpt-4 --file level.json\n\nLimit syntax: NAME=RATE[/PERIOD][:burst=N][:soft], PERIOD sec|min|hour|day|<N>s (default min); :soft marks a soft limit (debited, never refusing).\nAttributes, beside the limits: disabled=true|false|bypass and cascade=true|false (entity and resource levels), on_unavailable=allow|block (system level); =null clears one. Attributes alone keep the limits.\nYAML file: a mapping of names to that text (`rpm: 100/min:soft`) or to {rate, per, burst, soft}, and the attributes (`disabled: bypass`).\nJSON file: the document `limits get --output json` prints, the whole level: what it leaves out or sets to null is cleared, an empty `limits` removes the limits; its `level` must be the level set."
     )]
     Set {
         /// Which level.
         #[command(flatten)]
         level: Level,
-        /// Comma-separated limits, e.g. `rpm=100/min,tpm=10000/min:burst=20000`.
+        /// Comma-separated limits and attributes, e.g.
+        /// `rpm=100/min,tpm=10000/min:burst=20000,cascade=true`.
         #[arg(required_unless_present = "file", conflicts_with = "file")]
         limits: Option<String>,
-        /// Read the limits from a YAML file.
+        /// Read the level from a file: the YAML form, or the JSON document `limits get
+        /// --output json` prints.
         #[arg(long, short = 'f', value_name = "FILE")]
         file: Option<PathBuf>,
         /// With --system: what acquires do when DynamoDB is unavailable.
@@ -148,6 +165,73 @@ async fn stored(repo: &Repository, target: &Target<'_>) -> Result<Option<LimitCo
     })
 }
 
+/// Makes the level at `slot` hold what `input` gives, with the repository's writers: the
+/// limits with the level's limit writer (which keeps the stored flags; an empty list deletes
+/// the level first), then each attribute given with its own writer, which stamps the buckets
+/// it decides. `held` is what the level held before.
+///
+/// Each writer is safe to run again, and the limits and every attribute given a value are
+/// written even when the level already holds them. So a run cut short (an error, an answer
+/// lost after a write landed) leaves some writes done, and running the same command again
+/// finishes the job (`cli::level_forms::limits_set_run_again_finishes_an_interrupted_set`). A
+/// cleared cascade policy is written only when the level holds one: clearing it raises the
+/// table's reader gate to cascade policies, which a level that never had one does not need.
+async fn write_level(
+    repo: &Repository,
+    slot: &Slot,
+    input: &LevelInput,
+    held: Option<&LimitConfig>,
+) -> Result<()> {
+    let held_limits = held.map_or(&[][..], |h| h.limits.as_slice());
+    let limits = match &input.limits {
+        Some(limits) if limits.is_empty() => {
+            if !held_limits.is_empty() {
+                delete_level(repo, slot).await?;
+            }
+            None
+        }
+        Some(limits) => Some(limits.as_slice()),
+        None => None,
+    };
+    match slot {
+        Slot::System if limits.is_some() || input.on_unavailable.is_some() => {
+            let limits = limits.unwrap_or(held_limits);
+            if limits.is_empty() {
+                return Err(LevelError::UnavailableWithoutLimits.into());
+            }
+            let kept = held.and_then(|h| h.on_unavailable);
+            let wanted = input.on_unavailable.unwrap_or(kept);
+            if wanted.is_none() && kept.is_some() {
+                // `set_system_defaults` keeps a stored value it is not given: clearing it
+                // takes the level away first.
+                repo.delete_system_defaults().await?;
+            }
+            repo.set_system_defaults(limits, wanted).await?;
+        }
+        Slot::System => {}
+        Slot::Resource(r) => {
+            if let Some(limits) = limits {
+                repo.set_resource_defaults(r, limits).await?;
+            }
+        }
+        Slot::Entity(e, r) => {
+            if let Some(limits) = limits {
+                repo.set_limits(e, r, limits).await?;
+            }
+        }
+    }
+    if let Some(disabled) = input.disabled {
+        set_disabled(repo, slot, disabled).await?;
+    }
+    let held_cascade = held.and_then(|h| h.cascade);
+    if let Some(cascade) = input.cascade
+        && (cascade.is_some() || held_cascade.is_some())
+    {
+        set_cascade(repo, slot, cascade).await?;
+    }
+    Ok(())
+}
+
 /// Runs a limits command.
 pub(crate) async fn run(global: &Global, command: &LimitsCommand) -> Result<()> {
     match command {
@@ -158,14 +242,12 @@ pub(crate) async fn run(global: &Global, command: &LimitsCommand) -> Result<()> 
             on_unavailable,
         } => {
             let target = level.target()?;
-            let parsed = match (limits, file) {
-                (Some(text), _) => parse_limits(text).map_err(bad_input)?,
+            let input = match (limits, file) {
+                (Some(text), _) => parse_text(text)?,
                 (None, Some(path)) => {
                     let text = std::fs::read_to_string(path)
                         .with_context(|| format!("cannot read {}", path.display()))?;
-                    parse_limits_yaml(&text)
-                        .with_context(|| format!("{}", path.display()))
-                        .map_err(bad_input)?
+                    parse_file(&text).with_context(|| format!("{}", path.display()))?
                 }
                 (None, None) => bail!("give limits or --file"),
             };
@@ -173,12 +255,12 @@ pub(crate) async fn run(global: &Global, command: &LimitsCommand) -> Result<()> 
                 .as_deref()
                 .map(|o| OnUnavailable::parse(o).ok_or_else(|| anyhow!("bad --on-unavailable {o}")))
                 .transpose()?;
+            let input = input
+                .with_on_unavailable(on_unavailable)?
+                .for_level(&level_name(&target), matches!(target, Target::System))?;
             let repo = global.writer().await?;
-            match &target {
-                Target::Entity(e, r) => repo.set_limits(e, r, &parsed).await?,
-                Target::Resource(r) => repo.set_resource_defaults(r, &parsed).await?,
-                Target::System => repo.set_system_defaults(&parsed, on_unavailable).await?,
-            }
+            let held = stored(&repo, &target).await?;
+            write_level(&repo, &target.slot(), &input, held.as_ref()).await?;
             let config = stored(&repo, &target)
                 .await?
                 .ok_or_else(|| anyhow!("the limits were written but cannot be read back"))?;

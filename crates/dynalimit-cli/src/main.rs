@@ -14,6 +14,7 @@ mod delete;
 mod entity;
 mod hot_key;
 mod infra;
+mod level_spec;
 mod limit_spec;
 mod limits;
 mod local;
@@ -48,7 +49,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Create or update the CloudFormation stack (table, aggregator, alarms, IAM) and wait.
+    /// Create or update the CloudFormation stack (table, aggregator, alarms, IAM) and wait;
+    /// an existing stack is updated only when it is a dynalimit stack.
     #[command(
         after_help = "Examples:\n  dynalimit deploy --stack limits-prod --aggregator-zip aggregator.zip\n  dynalimit deploy --no-aggregator --pitr-days 7 --tag team=payments"
     )]
@@ -173,6 +175,7 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         e.is::<dynalimit_core::CoreError>()
             || e.is::<context::BadInput>()
             || e.is::<manifest::ManifestError>()
+            || e.is::<level_spec::LevelError>()
     }) {
         return 2;
     }

@@ -26,7 +26,7 @@ pub enum StackError {
     /// `Application=dynalimit`): it was left as it is.
     #[error(
         "stack {stack:?} is not a dynalimit stack (no output or stack tag Application=dynalimit{}); \
-         nothing was deleted",
+         it was left as it is",
         foreign_tags(tags)
     )]
     Foreign {

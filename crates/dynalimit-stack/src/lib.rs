@@ -512,8 +512,14 @@ impl StackManager {
     /// to the stack's code bucket and the function switched to it. Every resource event is
     /// passed to `progress`.
     ///
+    /// An existing stack is updated only when it carries dynalimit's mark
+    /// ([`StackInfo::is_dynalimit`]: the template's output, or the stack tag of a stack an
+    /// older template made); the update names the stack by the id read with the mark, so a
+    /// stack of the same name created in between is not touched.
+    ///
     /// # Errors
     /// [`StackError::Validation`] for bad options (before any request),
+    /// [`StackError::Foreign`] (nothing changed) for an existing stack without the mark,
     /// [`StackError::Failed`] when CloudFormation rolls back, and the classified
     /// failures.
     pub async fn deploy(
@@ -533,6 +539,12 @@ impl StackManager {
         }
         let mut existing = self.status().await?;
         if let Some(info) = &existing {
+            if !info.is_dynalimit() {
+                return Err(StackError::Foreign {
+                    stack: self.name.clone(),
+                    tags: info.tags.clone().into_iter().collect(),
+                });
+            }
             if info.status.ends_with("_IN_PROGRESS") {
                 return Err(StackError::Failed {
                     stack: self.name.clone(),
@@ -553,7 +565,7 @@ impl StackManager {
             Some(info) => {
                 let key = info.parameters.get("AggregatorCodeKey").cloned();
                 let key = key.filter(|_| options.aggregator).unwrap_or_default();
-                self.update(options, &key, progress).await?;
+                self.update(&info, options, &key, progress).await?;
                 self.expect_status().await?
             }
         };
@@ -577,7 +589,7 @@ impl StackManager {
                 .await
                 .map_err(|e| classify("PutObject", e))?;
             if info.parameters.get("AggregatorCodeKey") != Some(&key) {
-                self.update(options, &key, progress).await?;
+                self.update(&info, options, &key, progress).await?;
                 info = self.expect_status().await?;
             }
         }
@@ -721,8 +733,10 @@ impl StackManager {
         self.wait("CREATE_COMPLETE", HashSet::new(), progress).await
     }
 
+    /// Updates the stack `info` describes, named by its id.
     async fn update(
         &self,
+        info: &StackInfo,
         options: &StackOptions,
         code_key: &str,
         progress: &mut (dyn FnMut(&StackEvent) + Send),
@@ -731,7 +745,7 @@ impl StackManager {
         let result = self
             .cfn
             .update_stack()
-            .stack_name(&self.name)
+            .stack_name(info.id.as_deref().unwrap_or(&self.name))
             .template_body(TEMPLATE)
             .set_parameters(Some(Self::cfn_parameters(options, code_key)))
             .capabilities(Capability::CapabilityNamedIam)
@@ -1031,7 +1045,7 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("not a dynalimit stack"), "{text}");
         assert!(text.contains("ManagedBy=zae-limiter"), "{text}");
-        assert!(text.contains("nothing was deleted"), "{text}");
+        assert!(text.contains("left as it is"), "{text}");
     }
 
     #[test]

@@ -117,7 +117,7 @@ async fn remove(repo: &Repository, slot: &Slot, stored: &LimitConfig) -> Result<
     delete_level(repo, slot).await
 }
 
-async fn delete_level(repo: &Repository, slot: &Slot) -> Result<()> {
+pub(crate) async fn delete_level(repo: &Repository, slot: &Slot) -> Result<()> {
     match slot {
         Slot::System => repo.delete_system_defaults().await?,
         Slot::Resource(r) => repo.delete_resource_defaults(r).await?,
@@ -126,7 +126,7 @@ async fn delete_level(repo: &Repository, slot: &Slot) -> Result<()> {
     Ok(())
 }
 
-async fn set_disabled(
+pub(crate) async fn set_disabled(
     repo: &Repository,
     slot: &Slot,
     flag: Option<dynalimit_repository::DisabledFlag>,
@@ -143,7 +143,11 @@ async fn set_disabled(
     Ok(())
 }
 
-async fn set_cascade(repo: &Repository, slot: &Slot, policy: Option<bool>) -> Result<()> {
+pub(crate) async fn set_cascade(
+    repo: &Repository,
+    slot: &Slot,
+    policy: Option<bool>,
+) -> Result<()> {
     match slot {
         Slot::System => {}
         Slot::Resource(r) => {

@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 
+pub(crate) use apply::{delete_level, set_cascade, set_disabled};
 pub(crate) use model::ManifestError;
 
 use crate::context::Global;

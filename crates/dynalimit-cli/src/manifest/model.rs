@@ -16,7 +16,7 @@ use dynalimit_repository::{DisabledFlag, OnUnavailable};
 use serde_yaml_ng::{Mapping, Value};
 
 use super::lines::{self, Seg};
-use crate::limit_spec::parse_limits_yaml;
+use crate::limit_spec::{cascade_value, disabled_value, on_unavailable_value, parse_limits_yaml};
 
 /// A parsed manifest.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -420,35 +420,10 @@ fn level(value: &Value, path: &[Seg], kind: LevelKind) -> Parsed<Level> {
         match key {
             "limits" => out.limits = limits(v, &p)?,
             "on_unavailable" => {
-                out.on_unavailable = match v {
-                    Value::Null => None,
-                    Value::String(s) => Some(
-                        OnUnavailable::parse(s)
-                            .ok_or_else(|| value_error(&p, "on_unavailable is allow or block"))?,
-                    ),
-                    _ => return Err(value_error(&p, "on_unavailable is allow or block")),
-                }
+                out.on_unavailable = on_unavailable_value(v).map_err(|e| value_error(&p, e))?;
             }
-            "disabled" => {
-                out.disabled = match v {
-                    Value::Null => None,
-                    Value::Bool(true) => Some(DisabledFlag::Disabled),
-                    Value::Bool(false) => Some(DisabledFlag::Enabled),
-                    Value::String(s) if s == dynalimit_format::attr::BYPASS => {
-                        Some(DisabledFlag::Bypass)
-                    }
-                    _ => {
-                        return Err(value_error(&p, "disabled is true, false, bypass or null"));
-                    }
-                }
-            }
-            _ => {
-                out.cascade = match v {
-                    Value::Null => None,
-                    Value::Bool(b) => Some(*b),
-                    _ => return Err(value_error(&p, "cascade is true, false or null")),
-                }
-            }
+            "disabled" => out.disabled = disabled_value(v).map_err(|e| value_error(&p, e))?,
+            _ => out.cascade = cascade_value(v).map_err(|e| value_error(&p, e))?,
         }
     }
     Ok(out)

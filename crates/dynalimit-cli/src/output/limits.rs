@@ -6,7 +6,8 @@ use serde::Serialize;
 use super::access::Disabled;
 
 /// The configuration stored at one level: `limits set` prints what it stored (read back),
-/// `limits get` what is there.
+/// `limits get` what is there. `limits set --file` takes this JSON back as the whole level
+/// (`level` must then be the level it sets).
 #[derive(Debug, Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 pub(crate) struct LevelConfig {

@@ -95,7 +95,7 @@ fn zae_table_template(full: &str) -> String {
     )
 }
 
-async fn cloudformation(moto: &MotoServer) -> aws_sdk_cloudformation::Client {
+pub(crate) async fn cloudformation(moto: &MotoServer) -> aws_sdk_cloudformation::Client {
     let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .endpoint_url(moto.url())
         .region(aws_config::Region::new("us-east-1"))
@@ -105,7 +105,10 @@ async fn cloudformation(moto: &MotoServer) -> aws_sdk_cloudformation::Client {
     aws_sdk_cloudformation::Client::new(&config)
 }
 
-async fn stack_status(cfn: &aws_sdk_cloudformation::Client, name: &str) -> Option<String> {
+pub(crate) async fn stack_status(
+    cfn: &aws_sdk_cloudformation::Client,
+    name: &str,
+) -> Option<String> {
     match cfn.describe_stacks().stack_name(name).send().await {
         Ok(out) => out
             .stacks()
@@ -118,15 +121,12 @@ async fn stack_status(cfn: &aws_sdk_cloudformation::Client, name: &str) -> Optio
     }
 }
 
-#[tokio::test]
-async fn a_zae_limiter_stack_of_the_same_name_is_refused_and_keeps_its_table() {
-    let Some(full) = zae_template() else {
-        return;
-    };
-    let Some(moto) = MotoServer::start() else {
-        return;
-    };
-    let stack = "zae-shared-name";
+/// A moto server holding stack `stack` as zae-limiter 0.17 deploys it (its own template, cut
+/// by [`zae_table_template`], and its tags), and a CloudFormation client of it; `None` (after
+/// saying why) without moto or zae-limiter.
+pub(crate) async fn zae_stack(stack: &str) -> Option<(MotoServer, aws_sdk_cloudformation::Client)> {
+    let full = zae_template()?;
+    let moto = MotoServer::start()?;
     let cfn = cloudformation(&moto).await;
     let tag = |k: &str, v: &str| Tag::builder().key(k).value(v).build();
     cfn.create_stack()
@@ -140,6 +140,15 @@ async fn a_zae_limiter_stack_of_the_same_name_is_refused_and_keeps_its_table() {
         .send()
         .await
         .expect("the zae-limiter stack");
+    Some((moto, cfn))
+}
+
+#[tokio::test]
+async fn a_zae_limiter_stack_of_the_same_name_is_refused_and_keeps_its_table() {
+    let stack = "zae-shared-name";
+    let Some((moto, cfn)) = zae_stack(stack).await else {
+        return;
+    };
     assert_eq!(
         stack_status(&cfn, stack).await.as_deref(),
         Some("CREATE_COMPLETE")

@@ -1,7 +1,11 @@
-//! `limits get` → `limits set` → `limits get` is the identity, through the text form and the
-//! YAML form, for generated limits of every kind (rates with bursts, schedules, calendar and
-//! session quotas, each soft or not) and levels with a `disabled` value and a cascade policy.
-//! Against the test kit's DynamoDB.
+//! `limits get` → `limits set` → `limits get` is the identity, through the text form, the YAML
+//! form and the JSON document, at the entity (one resource or `_default_`), resource and
+//! system levels, for generated limits of every kind (rates with bursts, schedules, calendar
+//! and session quotas, each soft or not) and every attribute (`disabled` with bypass, the
+//! cascade policy, `on_unavailable`). Each level is first written with the dedicated commands
+//! (`resource disable`, `entity set-cascade`, `--on-unavailable`, …), and before each form is
+//! set the level is changed in every attribute, so a form that drops one is seen. Against the
+//! test kit's DynamoDB.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -11,15 +15,35 @@ use serde_json::Value;
 
 use crate::{Fixture, temp_file};
 
-/// Cases per run when `PROPTEST_CASES` does not say (each runs the binary about ten times).
+/// Cases per run when `PROPTEST_CASES` does not say (each runs the binary about twenty
+/// times).
 const DEFAULT_CASES: u32 = 12;
 
-/// One generated level: the limits as a user writes them, and the level's flags.
+/// Which level a case addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// An entity's level on one resource.
+    Entity,
+    /// An entity's level on every resource (`_default_`).
+    EntityDefault,
+    /// A resource's defaults.
+    Resource,
+    /// The namespace-wide defaults.
+    System,
+}
+
+/// One generated level: the limits as a user writes them (none: a level of attributes
+/// alone), and its attributes as the dedicated commands set them.
 #[derive(Debug, Clone)]
 struct Case {
+    kind: Kind,
     limits: Vec<String>,
+    /// `disable`, `enable` or `bypass` (entity and resource levels).
     disabled: Option<&'static str>,
+    /// `on` or `off` (entity and resource levels).
     cascade: Option<&'static str>,
+    /// `allow` or `block` (system level).
+    on_unavailable: Option<&'static str>,
 }
 
 fn period() -> impl Strategy<Value = &'static str> {
@@ -58,51 +82,181 @@ fn limit(zone: Option<&'static str>) -> impl Strategy<Value = String> {
 }
 
 fn case() -> impl Strategy<Value = Case> {
+    let kind = prop::sample::select(vec![
+        Kind::Entity,
+        Kind::EntityDefault,
+        Kind::Resource,
+        Kind::System,
+    ]);
     let zone = prop::sample::select(vec![None, Some("Europe/Berlin"), Some("Asia/Kolkata")]);
-    let flags = (
+    let attributes = (
         prop::sample::select(vec![None, Some("disable"), Some("enable"), Some("bypass")]),
         prop::sample::select(vec![None, Some("on"), Some("off")]),
+        prop::sample::select(vec![None, Some("allow"), Some("block")]),
     );
-    (zone, flags).prop_flat_map(|(zone, (disabled, cascade))| {
-        prop::collection::vec(limit(zone), 1..5).prop_map(move |texts| Case {
-            limits: texts
-                .into_iter()
-                .enumerate()
-                .map(|(i, t)| format!("l{i}={t}"))
-                .collect(),
-            disabled,
-            cascade,
+    (kind, zone, attributes).prop_flat_map(|(kind, zone, (disabled, cascade, unavailable))| {
+        // The system level holds limits; the others may hold attributes alone.
+        let fewest = usize::from(kind == Kind::System);
+        prop::collection::vec(limit(zone), fewest..5).prop_map(move |texts| {
+            let system = kind == Kind::System;
+            let mut disabled = disabled.filter(|_| !system);
+            if texts.is_empty() && disabled.is_none() && cascade.is_none() {
+                disabled = Some("enable");
+            }
+            Case {
+                kind,
+                limits: texts
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, t)| format!("l{i}={t}"))
+                    .collect(),
+                disabled,
+                cascade: cascade.filter(|_| !system),
+                on_unavailable: unavailable.filter(|_| system),
+            }
         })
     })
 }
 
-/// The level as `limits get` prints it, less its name.
-fn shown(f: &Fixture, resource: &str) -> Result<Value, TestCaseError> {
-    let got = f.run(&["limits", "get", "--resource", resource]);
-    prop_assert_eq!(got.code, 0, "{}", got.stderr);
-    Ok(got.json())
+/// The names one case works on.
+struct Names {
+    kind: Kind,
+    entity: String,
+    resource: String,
 }
 
-fn set(f: &Fixture, args: &[&str]) -> Result<(), TestCaseError> {
-    let run = f.run(args);
+impl Names {
+    /// The level options of `limits set|get|delete`.
+    fn level(&self) -> Vec<String> {
+        let v = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect();
+        match self.kind {
+            Kind::Entity => v(&["--entity", &self.entity, "--resource", &self.resource]),
+            Kind::EntityDefault => v(&["--entity", &self.entity]),
+            Kind::Resource => v(&["--resource", &self.resource]),
+            Kind::System => v(&["--system"]),
+        }
+    }
+
+    /// `resource WORD R` or `entity WORD E [--resource R]`, followed by `extra` (a policy).
+    fn dedicated(&self, word: &str, extra: Option<&str>) -> Vec<String> {
+        let (group, id) = match self.kind {
+            Kind::Resource => ("resource", &self.resource),
+            _ => ("entity", &self.entity),
+        };
+        let mut args = vec![group.to_owned(), word.to_owned(), id.clone()];
+        args.extend(extra.map(str::to_owned));
+        if self.kind == Kind::Entity {
+            args.extend(["--resource".to_owned(), self.resource.clone()]);
+        }
+        args
+    }
+}
+
+fn run(f: &Fixture, args: &[String]) -> Result<Value, TestCaseError> {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = f.run(&args);
     prop_assert_eq!(run.code, 0, "{:?}: {}", args, run.stderr);
+    Ok(run.json())
+}
+
+fn limits_set(f: &Fixture, names: &Names, rest: &[&str]) -> Result<Value, TestCaseError> {
+    let mut args = vec!["limits".to_owned(), "set".to_owned()];
+    args.extend(names.level());
+    args.extend(rest.iter().map(|s| (*s).to_owned()));
+    run(f, &args)
+}
+
+/// The level as `limits get` prints it.
+fn shown(f: &Fixture, names: &Names) -> Result<Value, TestCaseError> {
+    let mut args = vec!["limits".to_owned(), "get".to_owned()];
+    args.extend(names.level());
+    run(f, &args)
+}
+
+/// Writes a level with the commands other than the forms under test: `limits set` with
+/// limits alone (and `--on-unavailable`), `resource|entity disable|enable|bypass|
+/// clear-disabled` and `set-cascade`.
+fn write_dedicated(
+    f: &Fixture,
+    names: &Names,
+    limits: &[String],
+    disabled: Option<&str>,
+    cascade: Option<&str>,
+    unavailable: Option<&str>,
+) -> Result<(), TestCaseError> {
+    if names.kind == Kind::System {
+        // `--on-unavailable` keeps a stored value it is not given: start afresh.
+        let mut delete = vec!["limits".to_owned(), "delete".to_owned()];
+        delete.extend(names.level());
+        let args: Vec<&str> = delete.iter().map(String::as_str).collect();
+        let _ = f.run(&args);
+        let text = limits.join(",");
+        let mut rest = vec![text.as_str()];
+        rest.extend(unavailable.iter().flat_map(|o| ["--on-unavailable", *o]));
+        limits_set(f, names, &rest)?;
+        return Ok(());
+    }
+    if !limits.is_empty() {
+        limits_set(f, names, &[&limits.join(",")])?;
+    }
+    run(
+        f,
+        &names.dedicated(disabled.unwrap_or("clear-disabled"), None),
+    )?;
+    run(
+        f,
+        &names.dedicated("set-cascade", Some(cascade.unwrap_or("inherit"))),
+    )?;
     Ok(())
 }
 
+/// Changes every part of the level: other limits, and each attribute to another value.
+fn scramble(f: &Fixture, names: &Names, case: &Case) -> Result<(), TestCaseError> {
+    let disabled = match case.disabled {
+        None => Some("disable"),
+        Some("disable") => Some("enable"),
+        Some("enable") => Some("bypass"),
+        Some(_) => None,
+    };
+    let cascade = match case.cascade {
+        None => Some("on"),
+        Some("on") => Some("off"),
+        Some(_) => None,
+    };
+    let unavailable = match case.on_unavailable {
+        None => Some("allow"),
+        Some("allow") => Some("block"),
+        Some(_) => None,
+    };
+    let other = ["zz=7/sec".to_owned()];
+    write_dedicated(f, names, &other, disabled, cascade, unavailable)
+}
+
+/// An attribute's JSON value as the text form writes it.
+fn text_value(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+const ATTRIBUTES: [&str; 3] = ["disabled", "cascade", "on_unavailable"];
+
 fn one(f: &Fixture, n: u32, case: &Case) -> Result<(), TestCaseError> {
-    let resource = format!("r{n}");
-    let r = resource.as_str();
-    set(
+    let names = Names {
+        kind: case.kind,
+        entity: format!("e{n}"),
+        resource: format!("r{n}"),
+    };
+    write_dedicated(
         f,
-        &["limits", "set", "--resource", r, &case.limits.join(",")],
+        &names,
+        &case.limits,
+        case.disabled,
+        case.cascade,
+        case.on_unavailable,
     )?;
-    if let Some(d) = case.disabled {
-        set(f, &["resource", d, r])?;
-    }
-    if let Some(c) = case.cascade {
-        set(f, &["resource", "set-cascade", r, c])?;
-    }
-    let first = shown(f, r)?;
+    let first = shown(f, &names)?;
     let texts: Vec<String> = first["limits"]
         .as_array()
         .expect("limits")
@@ -116,37 +270,60 @@ fn one(f: &Fixture, n: u32, case: &Case) -> Result<(), TestCaseError> {
         "soft limits shown: {:?}",
         texts
     );
+    for attribute in ATTRIBUTES {
+        let given = match attribute {
+            "disabled" => case.disabled,
+            "cascade" => case.cascade,
+            _ => case.on_unavailable,
+        };
+        prop_assert_eq!(given.is_some(), !first[attribute].is_null(), "{}", first);
+    }
 
-    // The text form, as `limits get` printed it.
-    set(f, &["limits", "set", "--resource", r, &texts.join(",")])?;
-    prop_assert_eq!(&shown(f, r)?, &first, "text form");
+    // The JSON document, as `limits get --output json` printed it.
+    let document = temp_file("level.json", &first.to_string());
+    scramble(f, &names, case)?;
+    prop_assert_ne!(&shown(f, &names)?, &first, "scrambled");
+    limits_set(f, &names, &["--file", document.to_str().unwrap()])?;
+    prop_assert_eq!(&shown(f, &names)?, &first, "JSON document: {}", first);
 
-    // The YAML form: each name mapped to the rest of its text.
+    if texts.is_empty() {
+        // Attributes alone keep the limits in the text and YAML forms: only the document
+        // removes them.
+        return Ok(());
+    }
+
+    // The text form: the limits as printed, then each attribute.
+    let text: Vec<String> = texts
+        .iter()
+        .cloned()
+        .chain(
+            ATTRIBUTES
+                .iter()
+                .map(|a| format!("{a}={}", text_value(&first[*a]))),
+        )
+        .collect();
+    scramble(f, &names, case)?;
+    limits_set(f, &names, &[&text.join(",")])?;
+    prop_assert_eq!(&shown(f, &names)?, &first, "text form: {:?}", text);
+
+    // The YAML form: each name mapped to the rest of its text, and each attribute.
     let yaml: String = texts
         .iter()
         .map(|t| {
             let (name, rest) = t.split_once('=').expect("NAME=...");
             format!("{name}: {}\n", serde_json::to_string(rest).unwrap())
         })
+        .chain(ATTRIBUTES.iter().map(|a| format!("{a}: {}\n", first[*a])))
         .collect();
     let file = temp_file("limits.yaml", &yaml);
-    set(
-        f,
-        &[
-            "limits",
-            "set",
-            "--resource",
-            r,
-            "--file",
-            file.to_str().unwrap(),
-        ],
-    )?;
-    prop_assert_eq!(&shown(f, r)?, &first, "YAML form: {}", yaml);
+    scramble(f, &names, case)?;
+    limits_set(f, &names, &["--file", file.to_str().unwrap()])?;
+    prop_assert_eq!(&shown(f, &names)?, &first, "YAML form: {}", yaml);
     Ok(())
 }
 
 #[test]
-fn get_set_get_is_the_identity_in_the_text_and_yaml_forms() {
+fn get_set_get_is_the_identity_in_every_form_at_every_level() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
