@@ -25,8 +25,12 @@ pub(crate) struct DeployArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) aggregator_binary: Option<PathBuf>,
     /// Deploy without the aggregator Lambda, its code bucket, dead-letter queue and alarms.
-    #[arg(long, conflicts_with_all = ["aggregator_zip", "aggregator_binary"])]
+    #[arg(long, conflicts_with_all = ["aggregator_zip", "aggregator_binary", "provisioner"])]
     pub(crate) no_aggregator: bool,
+    /// Also deploy the limits provisioner Lambda (it runs from the aggregator's package),
+    /// which `limits cfn-template`'s custom resource invokes.
+    #[arg(long)]
+    pub(crate) provisioner: bool,
     /// Aggregator architecture.
     #[arg(long, value_parser = ["arm64", "x86_64"])]
     pub(crate) architecture: Option<String>,
@@ -106,6 +110,7 @@ impl DeployArgs {
     fn options(&self) -> Result<StackOptions> {
         let mut o = StackOptions::default();
         o.aggregator = !self.no_aggregator;
+        o.provisioner = self.provisioner;
         macro_rules! set {
             ($($field:ident => $target:ident),* $(,)?) => {
                 $(if let Some(v) = &self.$field { o.$target = v.clone(); })*

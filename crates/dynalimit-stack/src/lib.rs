@@ -65,6 +65,9 @@ pub const MAX_PITR_RECOVERY_DAYS: u32 = 35;
 pub struct StackOptions {
     /// Create the aggregator Lambda, its code bucket, dead-letter queue and alarms.
     pub aggregator: bool,
+    /// Create the limits provisioner Lambda (from the aggregator's package, so it needs
+    /// `aggregator`).
+    pub provisioner: bool,
     /// `arm64` or `x86_64`.
     pub architecture: String,
     /// Aggregator memory, 128–10240 MB.
@@ -129,6 +132,7 @@ impl Default for StackOptions {
     fn default() -> Self {
         StackOptions {
             aggregator: true,
+            provisioner: false,
             architecture: "arm64".into(),
             lambda_memory_mb: 256,
             lambda_timeout_seconds: 60,
@@ -176,6 +180,13 @@ impl StackOptions {
     /// # Errors
     /// [`StackError::Validation`] naming the first bad option.
     pub fn validate(&self) -> Result<(), StackError> {
+        if self.provisioner && !self.aggregator {
+            return Err(invalid(
+                "provisioner",
+                "enabled",
+                "runs from the aggregator's package: enable the aggregator too",
+            ));
+        }
         if !["arm64", "x86_64"].contains(&self.architecture.as_str()) {
             return Err(invalid(
                 "architecture",
@@ -284,6 +295,7 @@ impl StackOptions {
             ("EnableDeletionProtection", flag(self.deletion_protection)),
             ("KmsKeyArn", opt(&self.kms_key_arn)),
             ("EnableAggregator", flag(self.aggregator)),
+            ("EnableProvisioner", flag(self.provisioner)),
             ("AggregatorArchitecture", self.architecture.clone()),
             ("LambdaMemorySize", self.lambda_memory_mb.to_string()),
             ("LambdaTimeout", self.lambda_timeout_seconds.to_string()),
@@ -881,7 +893,7 @@ mod tests {
 
     #[test]
     fn bad_options_are_refused() {
-        let cases: [fn(&mut StackOptions); 12] = [
+        let cases: [fn(&mut StackOptions); 13] = [
             |o| o.architecture = "mips".into(),
             |o| o.lambda_memory_mb = 64,
             |o| o.lambda_timeout_seconds = 901,
@@ -894,6 +906,10 @@ mod tests {
             |o| o.kms_key_arn = Some("alias/dynalimit".into()),
             |o| o.kms_key_arn = Some("arn:aws:kms:eu-west-1:123456789012:alias/dynalimit".into()),
             |o| o.kms_key_arn = Some(String::new()),
+            |o| {
+                o.aggregator = false;
+                o.provisioner = true;
+            },
         ];
         for change in cases {
             let mut o = StackOptions::default();

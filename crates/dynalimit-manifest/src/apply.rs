@@ -11,18 +11,20 @@
 //! applying a manifest over a table that already holds part of it
 //! (`manifest::apply_finishes_a_partial_apply`).
 
-use anyhow::{Context, Result};
 use dynalimit_format::config::Slot;
-use dynalimit_repository::{LimitConfig, NewEntity, Repository};
+use dynalimit_repository::{LimitConfig, NewEntity, Repository, RepositoryError};
 
-use super::model::Level;
-use super::plan::{Op, Step, flag_scope, level_name};
+use crate::error::ManifestError;
+use crate::model::Level;
+use crate::plan::{Op, Step, flag_scope, level_name};
+
+type Result<T> = std::result::Result<T, RepositoryError>;
 
 /// Takes `steps` in order; stops at the first failure, naming the step.
 ///
 /// # Errors
 /// The first writer that failed, with the level it was writing.
-pub(crate) async fn apply(repo: &Repository, steps: &[Step]) -> Result<()> {
+pub async fn apply(repo: &Repository, steps: &[Step]) -> std::result::Result<(), ManifestError> {
     for step in steps {
         let what = match &step.op {
             Op::Write { slot, .. } | Op::Remove { slot, .. } => level_name(slot),
@@ -30,7 +32,10 @@ pub(crate) async fn apply(repo: &Repository, steps: &[Step]) -> Result<()> {
         };
         run(repo, &step.op)
             .await
-            .with_context(|| format!("applying {what}"))?;
+            .map_err(|source| ManifestError::Repository {
+                step: format!("applying {what}"),
+                source,
+            })?;
     }
     Ok(())
 }
