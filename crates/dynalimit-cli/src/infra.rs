@@ -98,6 +98,9 @@ pub(crate) struct DeployArgs {
     /// Existing role (name) for the aggregator instead of a created one.
     #[arg(long, value_name = "NAME")]
     pub(crate) aggregator_role: Option<String>,
+    /// Existing role (name) for the limits provisioner instead of a created one.
+    #[arg(long, value_name = "NAME", requires = "provisioner")]
+    pub(crate) provisioner_role: Option<String>,
     /// Stack tag (repeatable).
     #[arg(long = "tag", value_name = "KEY=VALUE")]
     pub(crate) tags: Vec<String>,
@@ -142,6 +145,7 @@ impl DeployArgs {
         o.permission_boundary = self.permission_boundary.clone();
         o.role_name_format = self.role_name_format.clone();
         o.aggregator_role_name = self.aggregator_role.clone();
+        o.provisioner_role_name = self.provisioner_role.clone();
         for tag in &self.tags {
             let (k, v) = tag
                 .split_once('=')

@@ -124,6 +124,8 @@ pub struct StackOptions {
     pub role_name_format: Option<String>,
     /// An existing role (name with path) for the aggregator instead of a created one.
     pub aggregator_role_name: Option<String>,
+    /// An existing role (name with path) for the limits provisioner instead of a created one.
+    pub provisioner_role_name: Option<String>,
     /// Extra stack tags (`Application=dynalimit` is always set).
     pub tags: Vec<(String, String)>,
 }
@@ -154,6 +156,7 @@ impl Default for StackOptions {
             permission_boundary: None,
             role_name_format: None,
             aggregator_role_name: None,
+            provisioner_role_name: None,
             tags: Vec::new(),
         }
     }
@@ -316,6 +319,7 @@ impl StackOptions {
                 self.stream_max_retries.to_string(),
             ),
             ("AggregatorRoleName", opt(&self.aggregator_role_name)),
+            ("ProvisionerRoleName", opt(&self.provisioner_role_name)),
             ("EnableAlarms", flag(self.alarms)),
             ("AlarmSNSTopicArn", opt(&self.alarm_topic_arn)),
             (

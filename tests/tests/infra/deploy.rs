@@ -106,11 +106,13 @@ async fn deploy_update_with_code_and_delete_cycle() {
     assert_eq!(schema_mismatches(&table), Vec::<String>::new());
     assert_eq!(moto.table_protection(name).await, Some(true));
 
-    // Update: new options and the aggregator code, uploaded after the stack exists.
+    // Update: new options, the limits provisioner, and the aggregator code (which the
+    // provisioner runs from), uploaded after the stack exists.
     // (Not the log retention: moto loses a log group whose properties change in an update.)
     let mut options = StackOptions::default();
     options.snapshot_retention_days = 30;
     options.lambda_memory_mb = 512;
+    options.provisioner = true;
     let zip = b"PK\x05\x06 not really a zip, moto does not run it";
     let mut events = Vec::new();
     let info = m
@@ -121,9 +123,19 @@ async fn deploy_update_with_code_and_delete_cycle() {
     assert_eq!(info.parameters["AggregatorCodeKey"], stack::code_key(zip));
     assert_eq!(info.parameters["SnapshotRetentionDays"], "30");
     assert_eq!(info.parameters["LambdaMemorySize"], "512");
-    for output in ["AggregatorFunctionArn", "AggregatorDLQArn"] {
+    assert_eq!(info.parameters["EnableProvisioner"], "true");
+    for output in [
+        "AggregatorFunctionArn",
+        "AggregatorDLQArn",
+        "ProvisionerFunctionArn",
+        "ProvisionerFunctionName",
+    ] {
         assert!(info.outputs.contains_key(output), "{output}");
     }
+    assert_eq!(
+        info.outputs["ProvisionerFunctionName"],
+        format!("{name}-limits-provisioner")
+    );
     assert!(!events.is_empty());
 
     // A repository works on the deployed table.
