@@ -159,7 +159,7 @@ impl Chaos {
 #[derive(Debug, Clone)]
 enum Upstream {
     Http(http::Uri),
-    Memory(dynalimit_repository::memory::Store),
+    Memory(dynalimit_memory::Store),
 }
 
 /// The proxy; stops with the test's runtime.

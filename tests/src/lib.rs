@@ -9,7 +9,7 @@
 //!   JVM when the test process ends, however it ends.
 //!
 //! * With `DYNALIMIT_TEST_BACKEND=memory`, every test of the process talks to one in-process
-//!   table store ([`dynalimit_repository::memory::Store`]) through the same SDK clients, and
+//!   table store ([`dynalimit_memory::Store`]) through the same SDK clients, and
 //!   no JVM is started. Tests that cannot run there by nature call
 //!   [`skipped_on_the_memory_backend`] with the reason.
 //!
@@ -63,10 +63,10 @@ use aws_sdk_dynamodb::Client;
 use dynalimit_core::{Clock, SystemClock};
 use dynalimit_format::schema;
 use dynalimit_local::DynamoDbLocal;
+use dynalimit_memory::Store;
 use dynalimit_repository::RequestCounter;
 use dynalimit_repository::aws::is_loopback;
 use dynalimit_repository::aws::local_credentials;
-use dynalimit_repository::memory::Store;
 use dynalimit_repository::{Repository, RepositoryBuilder};
 
 /// The system's clocks with the wall reading moved by a fixed offset.
@@ -163,7 +163,7 @@ pub fn endpoint() -> &'static Endpoint {
     let result = ENDPOINT.get_or_init(|| {
         if memory_backend() {
             return Ok(Endpoint {
-                url: dynalimit_repository::memory::ENDPOINT.to_owned(),
+                url: dynalimit_memory::ENDPOINT.to_owned(),
                 external: false,
                 local: None,
                 memory: Some(Store::new()),

@@ -8,7 +8,7 @@ use aws_smithy_runtime_api::client::http::{
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use dynalimit_repository::memory::{ENDPOINT, Store};
+use dynalimit_memory::{ENDPOINT, Store};
 
 /// Routes each request to the store or to the network by its endpoint.
 #[derive(Debug, Clone)]

@@ -263,9 +263,45 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     }
 }
 
+/// The UTC calendar date and time of `epoch_millis`. Instants beyond the years -9999 to 9999
+/// are clamped to them.
+pub fn utc_datetime(epoch_millis: i64) -> jiff::civil::DateTime {
+    let at = jiff::Timestamp::from_millisecond(epoch_millis).unwrap_or(if epoch_millis < 0 {
+        jiff::Timestamp::MIN
+    } else {
+        jiff::Timestamp::MAX
+    });
+    jiff::tz::Offset::UTC.to_datetime(at)
+}
+
+/// `epoch_millis` as `YYYY-MM-DDTHH:MM:SSZ`, UTC (the table's timestamp attributes).
+pub fn iso_seconds(epoch_millis: i64) -> String {
+    let t = utc_datetime(epoch_millis);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        t.year(),
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn iso_seconds_match_known_instants_and_clamp_the_far_ones() {
+        assert_eq!(iso_seconds(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso_seconds(-1), "1969-12-31T23:59:59Z");
+        assert_eq!(iso_seconds(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(iso_seconds(1_798_761_599_999), "2026-12-31T23:59:59Z");
+        // Clamped to the last (first) days of the range, whatever the instant.
+        assert!(iso_seconds(i64::MAX).starts_with("9999-12-"));
+        assert!(iso_seconds(i64::MIN).starts_with("-9999-01-"));
+    }
 
     #[test]
     fn system_clock_is_after_2020_and_monotonic_never_decreases() {

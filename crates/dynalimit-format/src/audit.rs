@@ -137,7 +137,10 @@ impl NewAuditEvent<'_> {
         for (attr, value) in [
             (attr::ENTITY_ID, item::s(self.entity_id)),
             (attr::EVENT_ID, item::s(self.event_id)),
-            (attr::TIMESTAMP, item::s(item::iso_seconds(self.at))),
+            (
+                attr::TIMESTAMP,
+                item::s(dynalimit_core::time::iso_seconds(self.at)),
+            ),
             (attr::ACTION, item::s(self.action.as_str())),
             (attr::PRINCIPAL, item::s_or_null(self.principal)),
             (attr::RESOURCE, item::s_or_null(self.resource)),

@@ -182,7 +182,10 @@ impl NewEntity {
             (attr::PGEN, item::n(now)),
             (attr::PINC, item::s(incarnation)),
             (attr::METADATA, AttributeValue::M(metadata)),
-            (attr::CREATED_AT, item::s(item::iso_seconds(now))),
+            (
+                attr::CREATED_AT,
+                item::s(dynalimit_core::time::iso_seconds(now)),
+            ),
             (attr::GSI4PK, item::s(ns)),
             (attr::GSI4SK, item::s(keys::entity_pk(ns, &self.id))),
         ] {

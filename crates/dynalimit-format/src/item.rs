@@ -134,44 +134,9 @@ pub fn s_or_null(value: Option<&str>) -> AttributeValue {
     value.map_or(AttributeValue::Null(true), s)
 }
 
-/// The current UTC time formatted as `YYYY-MM-DDTHH:MM:SSZ`, from epoch milliseconds.
-pub fn iso_seconds(epoch_millis: i64) -> String {
-    let secs = epoch_millis.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
-pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn iso_formatting_matches_known_instants() {
-        assert_eq!(iso_seconds(0), "1970-01-01T00:00:00Z");
-        assert_eq!(iso_seconds(951_782_400_000), "2000-02-29T00:00:00Z");
-        assert_eq!(iso_seconds(1_798_761_599_999), "2026-12-31T23:59:59Z");
-    }
 
     #[test]
     fn numbers_parse_in_every_shape_dynamodb_returns() {

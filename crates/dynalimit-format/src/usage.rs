@@ -26,7 +26,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::attr;
 use crate::expr::Expr;
-use crate::item::{self, Item, civil_from_days};
+use crate::item::{self, Item};
 use crate::keys;
 
 /// A snapshot window.
@@ -64,13 +64,10 @@ impl Window {
     /// assert_eq!(Window::Monthly.key(t), "2023-11-01T00:00:00Z");
     /// ```
     pub fn key(self, epoch_ms: i64) -> String {
-        let secs = epoch_ms.div_euclid(1000);
-        let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+        let t = dynalimit_core::time::utc_datetime(epoch_ms);
+        let (y, m, d) = (t.year(), t.month(), t.day());
         match self {
-            Window::Hourly => {
-                let hour = secs.rem_euclid(86_400) / 3600;
-                format!("{y:04}-{m:02}-{d:02}T{hour:02}:00:00Z")
-            }
+            Window::Hourly => format!("{y:04}-{m:02}-{d:02}T{:02}:00:00Z", t.hour()),
             Window::Daily => format!("{y:04}-{m:02}-{d:02}T00:00:00Z"),
             Window::Monthly => format!("{y:04}-{m:02}-01T00:00:00Z"),
         }

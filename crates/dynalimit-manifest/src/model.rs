@@ -338,7 +338,9 @@ fn level(value: &Value, path: &[Seg], kind: LevelKind) -> Parsed<Level> {
                     Value::Null => None,
                     Value::Bool(true) => Some(DisabledFlag::Disabled),
                     Value::Bool(false) => Some(DisabledFlag::Enabled),
-                    Value::String(s) if s == "bypass" => Some(DisabledFlag::Bypass),
+                    Value::String(s) if s == dynalimit_format::attr::BYPASS => {
+                        Some(DisabledFlag::Bypass)
+                    }
                     _ => {
                         return Err(value_error(&p, "disabled is true, false, bypass or null"));
                     }

@@ -75,17 +75,12 @@ pub fn level_name(slot: &Slot) -> String {
     }
 }
 
-/// A limit as the output shows it: the command line's text (soft ones marked `:soft`).
-fn limit_text(limit: &Limit) -> String {
-    format_limit(limit)
-}
-
 /// Two limits that differ in what the text form leaves out (a quota's refill period): the
 /// numbers, so that the change is visible.
 fn limit_detail(limit: &Limit) -> String {
     format!(
         "{} (capacity {}, refill {} per {}s)",
-        limit_text(limit),
+        format_limit(limit),
         limit.capacity(),
         limit.refill_amount(),
         limit.refill_period_seconds()
@@ -115,7 +110,7 @@ pub fn level_change(desired: &Level, stored: Option<&LimitConfig>) -> Vec<Attrib
         if b == a {
             continue;
         }
-        let (mut bt, mut at) = (b.map(|l| limit_text(l)), a.map(|l| limit_text(l)));
+        let (mut bt, mut at) = (b.map(|l| format_limit(l)), a.map(|l| format_limit(l)));
         if bt == at {
             (bt, at) = (b.map(|l| limit_detail(l)), a.map(|l| limit_detail(l)));
         }

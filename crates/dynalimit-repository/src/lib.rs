@@ -16,7 +16,7 @@
 //! | [`bucket`] | the acquire path's reads and writes of bucket items (the limiter, the aggregator) |
 //! | [`aws`] | AWS settings, loaded as the AWS CLI loads them, for every client dynalimit builds |
 //! | [`RequestCounter`] | counting the requests a client sends (tests, the benchmark) |
-//! | `memory` (feature `memory`) | an in-process table store for tests and single-process use (`RepositoryBuilder::in_memory`) |
+//! | `RepositoryBuilder::in_memory` (feature `memory`) | opening on the in-process table store of `dynalimit-memory`, for tests and single-process use |
 //!
 //! A missing table is created directly on an emulator (DynamoDB Local, LocalStack). On AWS it
 //! is provisioned as the CloudFormation stack of `dynalimit-stack` when the cargo feature
@@ -43,8 +43,6 @@ pub mod bucket;
 mod config;
 mod entity;
 mod error;
-#[cfg(feature = "memory")]
-pub mod memory;
 mod metrics;
 mod namespace;
 mod operation;

@@ -105,7 +105,7 @@ impl Repository {
             return Ok(id);
         }
         let id = new_namespace_id();
-        let now = item::iso_seconds(self.shared.clock.epoch_millis());
+        let now = dynalimit_core::time::iso_seconds(self.shared.clock.epoch_millis());
         let condition = absent();
         let put = |it: Item| {
             Put::builder()
@@ -315,7 +315,7 @@ impl Repository {
             .send()
             .await
             .map_err(|e| classify("DeleteItem", e))?;
-        let now = item::iso_seconds(self.shared.clock.epoch_millis());
+        let now = dynalimit_core::time::iso_seconds(self.shared.clock.epoch_millis());
         self.update_reverse_record(&info.id, DELETED, Some(Some(now)))
             .await?;
         self.forget_namespace(name);

@@ -10,7 +10,7 @@ use dynalimit_core::bounded::BoundedMap;
 use dynalimit_core::{Clock, SystemClock, ids};
 use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::version::{self, VersionRecord};
-use dynalimit_format::{attr, item, keys};
+use dynalimit_format::{attr, keys};
 
 use crate::aws::{self, AwsSettings};
 use crate::config::ConfigCache;
@@ -269,7 +269,7 @@ impl Repository {
         &self,
         lambda_version: Option<&str>,
     ) -> Result<(), RepositoryError> {
-        let now = item::iso_seconds(self.shared.clock.epoch_millis());
+        let now = dynalimit_core::time::iso_seconds(self.shared.clock.epoch_millis());
         let mut absent = Expr::default();
         let c = absent.not_exists(attr::PK);
         absent.when(c);
@@ -422,7 +422,7 @@ pub struct RepositoryBuilder {
     fast_path: Option<bool>,
     counter: Option<RequestCounter>,
     #[cfg(feature = "memory")]
-    memory: Option<crate::memory::Store>,
+    memory: Option<dynalimit_memory::Store>,
 }
 
 impl fmt::Debug for RepositoryBuilder {
@@ -520,7 +520,7 @@ impl RepositoryBuilder {
     }
 
     /// Keeps the table in a new in-process store instead of DynamoDB (cargo feature
-    /// `memory`; for tests and single-process use, see [`crate::memory`]). The table is
+    /// `memory`; for tests and single-process use, see `dynalimit_memory`). The table is
     /// created when the repository opens, as on an emulator. Overrides the endpoint, region,
     /// SDK settings and ready client.
     ///
@@ -538,13 +538,13 @@ impl RepositoryBuilder {
     /// ```
     #[cfg(feature = "memory")]
     pub fn in_memory(self) -> Self {
-        self.in_memory_store(&crate::memory::Store::new())
+        self.in_memory_store(&dynalimit_memory::Store::new())
     }
 
     /// As [`RepositoryBuilder::in_memory`], in `store`, which other repositories (and
     /// limiters) of the process may share.
     #[cfg(feature = "memory")]
-    pub fn in_memory_store(mut self, store: &crate::memory::Store) -> Self {
+    pub fn in_memory_store(mut self, store: &dynalimit_memory::Store) -> Self {
         self.memory = Some(store.clone());
         self
     }

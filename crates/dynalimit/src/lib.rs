@@ -121,7 +121,7 @@ pub use dynalimit_core::Limit;
 /// (`Repository::builder().in_memory_store(&store)`).
 #[cfg(feature = "memory")]
 pub mod memory {
-    pub use dynalimit_repository::memory::{ENDPOINT, Store};
+    pub use dynalimit_memory::{ENDPOINT, Store};
 }
 
 /// Scheduled limits (reference §12.2): the parameters a limit has at a time of day, in an

@@ -16,7 +16,7 @@ use dynalimit_aggregator::config::Settings;
 use dynalimit_aggregator::processor;
 use dynalimit_aggregator::record::StreamRecord;
 use dynalimit_format::item::Item;
-use dynalimit_repository::memory::Store;
+use dynalimit_memory::Store;
 use dynalimit_tests::hostile::strategy::Case;
 use dynalimit_tests::hostile::world::{self, Role};
 use dynalimit_tests::hostile::{self, CHILD, NAMESPACE, PARENT, RESOURCE, T0};

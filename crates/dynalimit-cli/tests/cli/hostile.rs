@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use dynalimit_memory::Store;
 use dynalimit_repository::Repository;
-use dynalimit_repository::memory::Store;
 use dynalimit_tests::hostile::{self, CHILD, NAMESPACE, PARENT, RESOURCE, strategy};
 use proptest::test_runner::{TestCaseError, TestRunner};
 

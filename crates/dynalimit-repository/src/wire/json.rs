@@ -6,7 +6,8 @@ use std::fmt;
 
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_smithy_types::base64;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 
@@ -227,9 +228,7 @@ fn write_value(buf: &mut Vec<u8>, value: &AttributeValue) {
         AttributeValue::S(s) => write_tagged(buf, "S", |b| write_string(b, s)),
         AttributeValue::N(n) => write_tagged(buf, "N", |b| write_string(b, n)),
         AttributeValue::B(blob) => {
-            write_tagged(buf, "B", |b| {
-                write_string(b, &base64::encode(blob.as_ref()))
-            });
+            write_tagged(buf, "B", |b| write_string(b, &BASE64.encode(blob.as_ref())));
         }
         AttributeValue::Bool(v) => write_tagged(buf, "BOOL", |b| {
             b.extend_from_slice(if *v { b"true" } else { b"false" });
@@ -245,7 +244,7 @@ fn write_value(buf: &mut Vec<u8>, value: &AttributeValue) {
         }
         AttributeValue::Bs(l) => write_tagged(buf, "BS", |b| {
             write_list(b, l, |b, blob| {
-                write_string(b, &base64::encode(blob.as_ref()))
+                write_string(b, &BASE64.encode(blob.as_ref()))
             });
         }),
         // A variant added by a newer SDK; the fast path never builds one.
@@ -332,7 +331,8 @@ impl<'de> Deserialize<'de> for Values {
 }
 
 fn blob<E: de::Error>(text: &str) -> Result<Blob, E> {
-    base64::decode(text)
+    BASE64
+        .decode(text)
         .map(Blob::new)
         .map_err(|e| E::custom(format!("invalid base64 in a binary attribute: {e}")))
 }

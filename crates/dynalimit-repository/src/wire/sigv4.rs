@@ -39,17 +39,9 @@ pub(crate) struct Stamp {
 impl Stamp {
     /// The stamp of `epoch_millis` (UTC).
     pub(crate) fn at(epoch_millis: i64) -> Stamp {
-        let secs = epoch_millis.div_euclid(1000);
-        let days = secs.div_euclid(86_400);
-        let rem = secs.rem_euclid(86_400);
-        let (y, m, d) = civil_from_days(days);
-        let day = format!("{y:04}{m:02}{d:02}");
-        let amz_date = format!(
-            "{day}T{:02}{:02}{:02}Z",
-            rem / 3600,
-            rem % 3600 / 60,
-            rem % 60
-        );
+        let t = dynalimit_core::time::utc_datetime(epoch_millis);
+        let day = format!("{:04}{:02}{:02}", t.year(), t.month(), t.day());
+        let amz_date = format!("{day}T{:02}{:02}{:02}Z", t.hour(), t.minute(), t.second());
         let time = if epoch_millis >= 0 {
             UNIX_EPOCH + Duration::from_millis(epoch_millis.unsigned_abs())
         } else {
@@ -61,30 +53,6 @@ impl Stamp {
             time,
         }
     }
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    out
 }
 
 /// The derived signing key of one secret, day, region and service.
@@ -147,12 +115,12 @@ impl SigningKey {
             canonical,
             "x-amz-target:{}\n\n{signed_headers}\n{}",
             request.target,
-            hex(&Sha256::digest(request.body))
+            hex::encode(Sha256::digest(request.body))
         );
         let string_to_sign = format!(
             "AWS4-HMAC-SHA256\n{amz_date}\n{}\n{}",
             self.scope,
-            hex(&Sha256::digest(canonical.as_bytes()))
+            hex::encode(Sha256::digest(canonical.as_bytes()))
         );
         let signature = v4::calculate_signature(&self.key, string_to_sign.as_bytes());
         format!(

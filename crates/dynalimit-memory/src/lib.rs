@@ -1,5 +1,5 @@
-//! An in-process DynamoDB table store, for tests and single-process use (cargo feature
-//! `memory`).
+//! An in-process DynamoDB table store, for tests and single-process use: a crate a service
+//! adds as a dev-dependency (through `dynalimit`'s feature `memory`).
 //!
 //! A [`Store`] answers the DynamoDB API in the process itself: it is the HTTP client of an
 //! ordinary AWS SDK DynamoDB client, so every request the repository and the limiter send,
@@ -37,19 +37,20 @@
 //!   Attribute names written inline in an expression are not checked against DynamoDB's
 //!   reserved words, and pages are not cut at 1 MB.
 //!
+//! A repository opens on a store with `Repository::builder().in_memory_store(&store)`;
+//! repositories (and limiters) opened on one store share its tables, as two services of one
+//! test would share a table. Any SDK client works too:
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), dynalimit_repository::RepositoryError> {
-//! use dynalimit_repository::Repository;
-//! use dynalimit_repository::memory::Store;
+//! # async fn main() {
+//! use dynalimit_memory::Store;
 //!
-//! // One store shared by two repositories, as two services of one test would share a table.
 //! let store = Store::new();
-//! let a = Repository::builder().in_memory_store(&store).namespace("tenant-a").open().await?;
-//! let b = Repository::builder().in_memory_store(&store).namespace("tenant-b").open().await?;
-//! assert_eq!(a.table_name(), b.table_name());
-//! assert!(store.table_names().contains(&a.table_name().to_owned()));
-//! # Ok(()) }
+//! let tables = store.client().list_tables().send().await.unwrap();
+//! assert!(tables.table_names().is_empty());
+//! assert!(store.table_names().is_empty());
+//! # }
 //! ```
 
 mod eval;
@@ -143,7 +144,13 @@ impl Store {
         aws_sdk_dynamodb::config::Builder::new()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(REGION))
-            .credentials_provider(crate::aws::local_credentials())
+            .credentials_provider(aws_credential_types::Credentials::new(
+                "dynalimit",
+                "local",
+                None,
+                None,
+                "dynalimit-memory",
+            ))
             .endpoint_url(ENDPOINT)
             .http_client(self.clone())
     }
@@ -294,12 +301,42 @@ mod tests {
         assert_eq!(answer.status(), http::StatusCode::BAD_REQUEST);
     }
 
+    fn key_element(
+        name: &str,
+        kind: aws_sdk_dynamodb::types::KeyType,
+    ) -> aws_sdk_dynamodb::types::KeySchemaElement {
+        aws_sdk_dynamodb::types::KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(kind)
+            .build()
+            .unwrap()
+    }
+
+    fn string_attribute(name: &str) -> aws_sdk_dynamodb::types::AttributeDefinition {
+        aws_sdk_dynamodb::types::AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
+            .build()
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn the_sdk_reads_the_store_s_answers() {
         use aws_sdk_dynamodb::types::AttributeValue;
         let store = Store::new();
         let client = store.client();
-        crate::create_table(&client, "memory-table").await.unwrap();
+        client
+            .create_table()
+            .table_name("memory-table")
+            .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
+            .set_key_schema(Some(vec![
+                key_element("PK", aws_sdk_dynamodb::types::KeyType::Hash),
+                key_element("SK", aws_sdk_dynamodb::types::KeyType::Range),
+            ]))
+            .set_attribute_definitions(Some(vec![string_attribute("PK"), string_attribute("SK")]))
+            .send()
+            .await
+            .unwrap();
         let key = |sk: &str| {
             [
                 ("PK".to_owned(), AttributeValue::S("p".into())),
