@@ -340,3 +340,141 @@ impl Drop for Function {
         let _ = self.child.wait();
     }
 }
+
+/// One request a [`ResponseCatcher`] received.
+#[derive(Debug, Clone)]
+pub struct Caught {
+    /// `PUT`, …
+    pub method: String,
+    /// The path and query.
+    pub path: String,
+    /// The `Content-Type` header, when sent.
+    pub content_type: Option<String>,
+    /// The body, as JSON (`Null` when it is not JSON).
+    pub body: Value,
+    /// The status it was answered with.
+    pub status: u16,
+}
+
+/// A loopback HTTP server standing in for CloudFormation's pre-signed response URL: it
+/// records every request and answers 200, or 500 to the next requests it is told to
+/// refuse (an answer the custom resource cannot deliver). Dropping it stops it.
+#[derive(Debug)]
+pub struct ResponseCatcher {
+    port: u16,
+    caught: std::sync::Arc<std::sync::Mutex<Vec<Caught>>>,
+    refuse: std::sync::Arc<AtomicU32>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ResponseCatcher {
+    /// Starts it on a free loopback port.
+    ///
+    /// # Panics
+    /// When no port can be bound.
+    pub async fn start() -> ResponseCatcher {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port");
+        let port = listener.local_addr().expect("address").port();
+        let caught = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let refuse = std::sync::Arc::new(AtomicU32::new(0));
+        let (c, r) = (caught.clone(), refuse.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let (c, r) = (c.clone(), r.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    let (head, body_start) = loop {
+                        let Ok(n) = stream.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break (String::from_utf8_lossy(&buf[..at]).into_owned(), at + 4);
+                        }
+                    };
+                    let mut lines = head.lines();
+                    let mut first = lines.next().unwrap_or_default().split(' ');
+                    let method = first.next().unwrap_or_default().to_owned();
+                    let path = first.next().unwrap_or_default().to_owned();
+                    let mut length = 0usize;
+                    let mut content_type = None;
+                    for line in lines {
+                        if let Some((k, v)) = line.split_once(':') {
+                            match k.trim().to_ascii_lowercase().as_str() {
+                                "content-length" => length = v.trim().parse().unwrap_or(0),
+                                "content-type" => content_type = Some(v.trim().to_owned()),
+                                _ => {}
+                            }
+                        }
+                    }
+                    let mut body = buf[body_start..].to_vec();
+                    while body.len() < length {
+                        let Ok(n) = stream.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            break;
+                        }
+                        body.extend_from_slice(&chunk[..n]);
+                    }
+                    let refused = r
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok();
+                    let status = if refused { 500 } else { 200 };
+                    c.lock().expect("caught").push(Caught {
+                        method,
+                        path,
+                        content_type,
+                        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+                        status,
+                    });
+                    let reason = if refused {
+                        "Internal Server Error"
+                    } else {
+                        "OK"
+                    };
+                    let _ = stream
+                        .write_all(
+                            format!("HTTP/1.1 {status} {reason}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                                .as_bytes(),
+                        )
+                        .await;
+                });
+            }
+        });
+        ResponseCatcher {
+            port,
+            caught,
+            refuse,
+            task,
+        }
+    }
+
+    /// A URL of this server, with `path` (which should start with `/`).
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Answers the next `n` requests with 500.
+    pub fn refuse_next(&self, n: u32) {
+        self.refuse.store(n, Ordering::SeqCst);
+    }
+
+    /// Every request received so far.
+    pub fn caught(&self) -> Vec<Caught> {
+        self.caught.lock().expect("caught").clone()
+    }
+}
+
+impl Drop for ResponseCatcher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

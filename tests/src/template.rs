@@ -110,8 +110,9 @@ pub fn resolve_with_defaults(
 }
 
 /// The environment Lambda gives function `logical_id` when the stack runs with default
-/// parameters: its `Environment.Variables`, plus `AWS_LAMBDA_LOG_FORMAT` and
-/// `AWS_LAMBDA_LOG_LEVEL`, which Lambda sets from the function's `LoggingConfig`.
+/// parameters: its `Environment.Variables`, plus `_HANDLER` (its `Handler`) and
+/// `AWS_LAMBDA_LOG_FORMAT` and `AWS_LAMBDA_LOG_LEVEL`, which Lambda sets from the function's
+/// `LoggingConfig`.
 ///
 /// # Panics
 /// As [`resolve_with_defaults`], or when the resource is not a function.
@@ -131,6 +132,10 @@ pub fn function_environment(
                 .collect()
         })
         .unwrap_or_default();
+    // Lambda hands a custom runtime the function's handler.
+    if let Some(handler) = p["Handler"].as_str() {
+        env.insert("_HANDLER".to_owned(), handler.to_owned());
+    }
     for (var, field) in [
         ("AWS_LAMBDA_LOG_FORMAT", "LogFormat"),
         ("AWS_LAMBDA_LOG_LEVEL", "ApplicationLogLevel"),

@@ -128,6 +128,6 @@ impl std::fmt::Display for BadInput {
 impl std::error::Error for BadInput {}
 
 /// Marks `error` as bad input, keeping its message.
-pub(crate) fn bad_input(error: anyhow::Error) -> anyhow::Error {
-    anyhow::Error::new(BadInput(format!("{error:#}")))
+pub(crate) fn bad_input(error: impl Into<anyhow::Error>) -> anyhow::Error {
+    anyhow::Error::new(BadInput(format!("{:#}", error.into())))
 }

@@ -25,8 +25,12 @@ pub(crate) struct DeployArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) aggregator_binary: Option<PathBuf>,
     /// Deploy without the aggregator Lambda, its code bucket, dead-letter queue and alarms.
-    #[arg(long, conflicts_with_all = ["aggregator_zip", "aggregator_binary"])]
+    #[arg(long, conflicts_with_all = ["aggregator_zip", "aggregator_binary", "provisioner"])]
     pub(crate) no_aggregator: bool,
+    /// Also deploy the limits provisioner Lambda (it runs from the aggregator's package),
+    /// which `limits cfn-template`'s custom resource invokes.
+    #[arg(long)]
+    pub(crate) provisioner: bool,
     /// Aggregator architecture.
     #[arg(long, value_parser = ["arm64", "x86_64"])]
     pub(crate) architecture: Option<String>,
@@ -94,6 +98,9 @@ pub(crate) struct DeployArgs {
     /// Existing role (name) for the aggregator instead of a created one.
     #[arg(long, value_name = "NAME")]
     pub(crate) aggregator_role: Option<String>,
+    /// Existing role (name) for the limits provisioner instead of a created one.
+    #[arg(long, value_name = "NAME", requires = "provisioner")]
+    pub(crate) provisioner_role: Option<String>,
     /// Stack tag (repeatable).
     #[arg(long = "tag", value_name = "KEY=VALUE")]
     pub(crate) tags: Vec<String>,
@@ -106,6 +113,7 @@ impl DeployArgs {
     fn options(&self) -> Result<StackOptions> {
         let mut o = StackOptions::default();
         o.aggregator = !self.no_aggregator;
+        o.provisioner = self.provisioner;
         macro_rules! set {
             ($($field:ident => $target:ident),* $(,)?) => {
                 $(if let Some(v) = &self.$field { o.$target = v.clone(); })*
@@ -137,6 +145,7 @@ impl DeployArgs {
         o.permission_boundary = self.permission_boundary.clone();
         o.role_name_format = self.role_name_format.clone();
         o.aggregator_role_name = self.aggregator_role.clone();
+        o.provisioner_role_name = self.provisioner_role.clone();
         for tag in &self.tags {
             let (k, v) = tag
                 .split_once('=')

@@ -262,8 +262,8 @@ fn checked(limits: Vec<Limit>) -> Result<Vec<Limit>, LevelError> {
     Ok(limits)
 }
 
-fn limit_error(error: anyhow::Error) -> LevelError {
-    LevelError::Limit(format!("{error:#}"))
+fn limit_error(error: dynalimit_manifest::ManifestError) -> LevelError {
+    LevelError::Limit(error.to_string())
 }
 
 /// Parses the text form: comma-separated limits and `NAME=VALUE` attributes.

@@ -137,6 +137,13 @@ pub(crate) enum LimitsCommand {
         after_help = "Examples:\n  dynalimit limits apply --file limits.yaml\n  dynalimit limits apply --file limits.yaml --full"
     )]
     Apply(crate::manifest::ManifestArgs),
+    /// Print a CloudFormation template whose custom resource has the stack's provisioner
+    /// apply a manifest (to the namespace -N, on the table of --stack).
+    #[command(
+        name = "cfn-template",
+        after_help = "Example:\n  dynalimit limits cfn-template --file limits.yaml > limits.cfn.yaml\n\nThe stack needs the provisioner: dynalimit deploy --provisioner. Guide: docs/limits-as-code.md."
+    )]
+    CfnTemplate(crate::manifest::TemplateArgs),
 }
 
 fn level_config(level: String, config: &LimitConfig) -> LevelConfig {
@@ -360,6 +367,7 @@ pub(crate) async fn run(global: &Global, command: &LimitsCommand) -> Result<()> 
         LimitsCommand::Apply(args) => {
             return crate::manifest::run(global, crate::manifest::Mode::Apply, args).await;
         }
+        LimitsCommand::CfnTemplate(args) => return crate::manifest::cfn_template(global, args),
     }
     Ok(())
 }

@@ -15,7 +15,6 @@ mod entity;
 mod hot_key;
 mod infra;
 mod level_spec;
-mod limit_spec;
 mod limits;
 mod local;
 mod manifest;
@@ -25,6 +24,8 @@ mod output;
 mod package;
 mod usage;
 
+/// The text and YAML forms of limits, shared with the provisioner.
+use dynalimit_manifest::spec as limit_spec;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -157,7 +158,7 @@ fn demo_error(error: dynalimit_demo::Error) -> anyhow::Error {
         dynalimit_demo::Error::Repository(e) => e.into(),
         dynalimit_demo::Error::Limiter(e) => e.into(),
         dynalimit_demo::Error::Invalid(e) => e.into(),
-        dynalimit_demo::Error::InvalidOption { .. } => context::bad_input(error.into()),
+        dynalimit_demo::Error::InvalidOption { .. } => context::bad_input(error),
         other => other.into(),
     }
 }
@@ -174,8 +175,9 @@ fn exit_code(error: &anyhow::Error) -> u8 {
     if error.chain().any(|e| {
         e.is::<dynalimit_core::CoreError>()
             || e.is::<context::BadInput>()
-            || e.is::<manifest::ManifestError>()
             || e.is::<level_spec::LevelError>()
+            || e.downcast_ref::<manifest::ManifestError>()
+                .is_some_and(manifest::ManifestError::is_refusal)
     }) {
         return 2;
     }

@@ -65,6 +65,9 @@ pub const MAX_PITR_RECOVERY_DAYS: u32 = 35;
 pub struct StackOptions {
     /// Create the aggregator Lambda, its code bucket, dead-letter queue and alarms.
     pub aggregator: bool,
+    /// Create the limits provisioner Lambda (from the aggregator's package, so it needs
+    /// `aggregator`).
+    pub provisioner: bool,
     /// `arm64` or `x86_64`.
     pub architecture: String,
     /// Aggregator memory, 128–10240 MB.
@@ -121,6 +124,8 @@ pub struct StackOptions {
     pub role_name_format: Option<String>,
     /// An existing role (name with path) for the aggregator instead of a created one.
     pub aggregator_role_name: Option<String>,
+    /// An existing role (name with path) for the limits provisioner instead of a created one.
+    pub provisioner_role_name: Option<String>,
     /// Extra stack tags. `Application=dynalimit` and `ManagedBy=dynalimit` are always set,
     /// over a tag given here with either key.
     pub tags: Vec<(String, String)>,
@@ -130,6 +135,7 @@ impl Default for StackOptions {
     fn default() -> Self {
         StackOptions {
             aggregator: true,
+            provisioner: false,
             architecture: "arm64".into(),
             lambda_memory_mb: 256,
             lambda_timeout_seconds: 60,
@@ -151,6 +157,7 @@ impl Default for StackOptions {
             permission_boundary: None,
             role_name_format: None,
             aggregator_role_name: None,
+            provisioner_role_name: None,
             tags: Vec::new(),
         }
     }
@@ -177,6 +184,13 @@ impl StackOptions {
     /// # Errors
     /// [`StackError::Validation`] naming the first bad option.
     pub fn validate(&self) -> Result<(), StackError> {
+        if self.provisioner && !self.aggregator {
+            return Err(invalid(
+                "provisioner",
+                "enabled",
+                "runs from the aggregator's package: enable the aggregator too",
+            ));
+        }
         if !["arm64", "x86_64"].contains(&self.architecture.as_str()) {
             return Err(invalid(
                 "architecture",
@@ -285,6 +299,7 @@ impl StackOptions {
             ("EnableDeletionProtection", flag(self.deletion_protection)),
             ("KmsKeyArn", opt(&self.kms_key_arn)),
             ("EnableAggregator", flag(self.aggregator)),
+            ("EnableProvisioner", flag(self.provisioner)),
             ("AggregatorArchitecture", self.architecture.clone()),
             ("LambdaMemorySize", self.lambda_memory_mb.to_string()),
             ("LambdaTimeout", self.lambda_timeout_seconds.to_string()),
@@ -305,6 +320,7 @@ impl StackOptions {
                 self.stream_max_retries.to_string(),
             ),
             ("AggregatorRoleName", opt(&self.aggregator_role_name)),
+            ("ProvisionerRoleName", opt(&self.provisioner_role_name)),
             ("EnableAlarms", flag(self.alarms)),
             ("AlarmSNSTopicArn", opt(&self.alarm_topic_arn)),
             (
@@ -910,7 +926,7 @@ mod tests {
 
     #[test]
     fn bad_options_are_refused() {
-        let cases: [fn(&mut StackOptions); 12] = [
+        let cases: [fn(&mut StackOptions); 13] = [
             |o| o.architecture = "mips".into(),
             |o| o.lambda_memory_mb = 64,
             |o| o.lambda_timeout_seconds = 901,
@@ -923,6 +939,10 @@ mod tests {
             |o| o.kms_key_arn = Some("alias/dynalimit".into()),
             |o| o.kms_key_arn = Some("arn:aws:kms:eu-west-1:123456789012:alias/dynalimit".into()),
             |o| o.kms_key_arn = Some(String::new()),
+            |o| {
+                o.aggregator = false;
+                o.provisioner = true;
+            },
         ];
         for change in cases {
             let mut o = StackOptions::default();

@@ -19,6 +19,7 @@ use dynalimit_tests::TestTable;
 mod bootstrap;
 mod lambda;
 mod proactive;
+mod provisioner;
 mod restart;
 mod shared_windows;
 mod with_limiter;

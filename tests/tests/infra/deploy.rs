@@ -108,11 +108,13 @@ async fn deploy_update_with_code_and_delete_cycle() {
     assert_eq!(schema_mismatches(&table), Vec::<String>::new());
     assert_eq!(moto.table_protection(name).await, Some(true));
 
-    // Update: new options and the aggregator code, uploaded after the stack exists.
+    // Update: new options, the limits provisioner, and the aggregator code (which the
+    // provisioner runs from), uploaded after the stack exists.
     // (Not the log retention: moto loses a log group whose properties change in an update.)
     let mut options = StackOptions::default();
     options.snapshot_retention_days = 30;
     options.lambda_memory_mb = 512;
+    options.provisioner = true;
     let zip = b"PK\x05\x06 not really a zip, moto does not run it";
     let mut events = Vec::new();
     let info = m
@@ -123,9 +125,25 @@ async fn deploy_update_with_code_and_delete_cycle() {
     assert_eq!(info.parameters["AggregatorCodeKey"], stack::code_key(zip));
     assert_eq!(info.parameters["SnapshotRetentionDays"], "30");
     assert_eq!(info.parameters["LambdaMemorySize"], "512");
-    for output in ["AggregatorFunctionArn", "AggregatorDLQArn"] {
+    assert_eq!(info.parameters["EnableProvisioner"], "true");
+    for output in [
+        "AggregatorFunctionArn",
+        "AggregatorDLQArn",
+        "ProvisionerFunctionArn",
+        "ProvisionerServiceToken",
+        "ProvisionerFunctionName",
+    ] {
         assert!(info.outputs.contains_key(output), "{output}");
     }
+    // Named by CloudFormation, never the name zae-limiter's auto-update writes to.
+    let provisioner = &info.outputs["ProvisionerFunctionName"];
+    assert!(provisioner.starts_with(name), "{provisioner}");
+    assert_ne!(provisioner, &format!("{name}-limits-provisioner"));
+    assert!(
+        info.outputs["ProvisionerServiceToken"].ends_with(&format!(":function:{provisioner}")),
+        "{:?}",
+        info.outputs
+    );
     assert!(!events.is_empty());
 
     // A repository works on the deployed table.

@@ -668,3 +668,78 @@ fn every_stack_of_the_template_carries_the_mark_delete_looks_for() {
         "the mark is there whatever the parameters: {output}"
     );
 }
+
+#[test]
+fn the_provisioner_is_opt_in_runs_from_the_aggregator_package_and_is_exported() {
+    let t = template();
+    let parts = [
+        "ProvisionerFunction",
+        "ProvisionerRole",
+        "ProvisionerLogGroup",
+    ];
+    let created = |params: &[(&str, &str)]| {
+        created_resources(&t, &params.iter().copied().collect::<BTreeMap<_, _>>())
+    };
+    let code = ("AggregatorCodeKey", "aggregator/x.zip");
+    for (params, expected) in [
+        (vec![code], false),
+        (vec![("EnableProvisioner", "true")], false),
+        (vec![code, ("EnableProvisioner", "true")], true),
+        (
+            vec![
+                code,
+                ("EnableProvisioner", "true"),
+                ("EnableAggregator", "false"),
+            ],
+            false,
+        ),
+    ] {
+        let made = created(&params);
+        for part in parts {
+            assert_eq!(
+                made.contains(&part.to_owned()),
+                expected,
+                "{part} {params:?}"
+            );
+        }
+    }
+    let f = &t["Resources"]["ProvisionerFunction"]["Properties"];
+    assert_eq!(f["Handler"], dynalimit_manifest::provisioner::HANDLER);
+    assert_eq!(
+        f["Code"], t["Resources"]["AggregatorFunction"]["Properties"]["Code"],
+        "the aggregator's package"
+    );
+    assert!(
+        f.get("FunctionName").is_none(),
+        "CloudFormation names the provisioner, never `{{stack}}-limits-provisioner`"
+    );
+    // Its environment is exactly what it reads.
+    let vars: Vec<&String> = f["Environment"]["Variables"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(vars, [dynalimit_manifest::provisioner::ENV_TABLE]);
+    assert_eq!(
+        f["Environment"]["Variables"][dynalimit_manifest::provisioner::ENV_TABLE],
+        json!({"Ref": "RateLimitsTable"})
+    );
+    // The custom resource finds it by the export `limits cfn-template` imports.
+    let out = &t["Outputs"]["ProvisionerServiceToken"];
+    assert_eq!(
+        out["Condition"],
+        t["Resources"]["ProvisionerFunction"]["Condition"]
+    );
+    assert_eq!(
+        out["Value"],
+        json!({"Fn::Sub": "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${ProvisionerFunction}"})
+    );
+    assert_eq!(
+        out["Export"]["Name"],
+        json!({"Fn::Sub": "${AWS::StackName}-ProvisionerArn"})
+    );
+    assert_eq!(
+        dynalimit_manifest::cfn::provisioner_export("app"),
+        "app-ProvisionerArn"
+    );
+}

@@ -4,3 +4,4 @@
 
 mod paths;
 mod policy;
+mod provisioner;

@@ -259,6 +259,32 @@ impl Policy {
         self
     }
 
+    /// The statement `sid` of the inline policy of role `role` (a logical id).
+    pub(crate) fn inline(template: &Value, role: &str, sid: &str) -> Policy {
+        let statements = template["Resources"][role]["Properties"]["Policies"][0]["PolicyDocument"]
+            ["Statement"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{role} has an inline policy"))
+            .iter()
+            .filter(|s| s["Sid"] == sid)
+            .cloned()
+            .collect::<Vec<_>>();
+        assert_eq!(statements.len(), 1, "{role} has one statement {sid}");
+        Policy {
+            name: format!("{role}.{sid}"),
+            statements,
+        }
+    }
+
+    /// Every action the policy names.
+    pub(crate) fn actions(&self) -> std::collections::BTreeSet<String> {
+        self.statements
+            .iter()
+            .flat_map(|s| strings(&s["Action"]))
+            .filter_map(|a| a.as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// The same policy without `action` in any statement.
     pub(crate) fn without_action(&self, action: &str) -> Policy {
         let mut less = self.clone();

@@ -1,27 +1,24 @@
-//! Limits as code: `limits plan|diff|apply --file F [--full]`.
+//! Limits as code: `limits plan|diff|apply --file F [--full]` and `limits cfn-template`.
 //!
-//! A manifest (`model`) says what a namespace's configuration levels hold. `plan` reads the
-//! table and computes the change set (`plan`); `diff` does the same and exits 2 when there
-//! is one; `apply` writes it with the repository's writers (`apply`) and prints what it
-//! changed. A manifest is checked whole, with the line of anything refused, before the table
-//! is opened. `docs/limits-as-code.md` is the guide.
-
-mod apply;
-mod lines;
-mod model;
-mod plan;
+//! The manifest, its change set and its apply are `dynalimit_manifest`'s, the code the
+//! provisioner Lambda runs too. `plan` prints the change set; `diff` does the same and exits
+//! 2 when there is one; `apply` writes it and prints what it changed. A manifest is checked
+//! whole, with the line of anything refused, before the table is opened. `cfn-template`
+//! prints the CloudFormation custom resource that has the stack's provisioner apply it.
+//! `docs/limits-as-code.md` is the guide.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
 
-pub(crate) use apply::{delete_level, set_cascade, set_disabled};
-pub(crate) use model::ManifestError;
+pub(crate) use dynalimit_manifest::ManifestError;
+pub(crate) use dynalimit_manifest::apply::{delete_level, set_cascade, set_disabled};
+use dynalimit_manifest::{Manifest, cfn};
 
 use crate::context::Global;
 use crate::output::Format;
-use crate::output::manifest::ManifestReport;
+use crate::output::manifest::text;
 
 /// The arguments of `limits plan|diff|apply`.
 #[derive(Debug, Args)]
@@ -57,25 +54,19 @@ pub(crate) struct Drift(pub(crate) usize);
 pub(crate) struct DiffFailed;
 
 /// Reads and checks the manifest at `path` for the namespace `namespace`.
-fn load(path: &PathBuf, namespace: &str) -> Result<model::Manifest> {
+fn load(path: &PathBuf, namespace: &str) -> Result<Manifest> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let manifest = model::parse(&text)?;
-    if let Some(ns) = &manifest.namespace
-        && ns != namespace
-    {
-        let at = model::Place {
-            line: lines::line_of(&text, &[lines::Seg::Key("namespace".into())]),
-            path: "namespace".into(),
-        };
-        return Err(ManifestError::Namespace {
-            at,
-            manifest: ns.clone(),
-            command: namespace.to_owned(),
-        }
-        .into());
+    Ok(dynalimit_manifest::parse_for(&text, namespace)?)
+}
+
+/// A failed read or write as the repository's error under the step's context, where the
+/// exit code looks for it.
+fn failure(e: ManifestError) -> anyhow::Error {
+    match e {
+        ManifestError::Repository { step, source } => anyhow::Error::from(source).context(step),
+        other => other.into(),
     }
-    Ok(manifest)
 }
 
 /// Runs `limits plan|diff|apply`.
@@ -98,26 +89,42 @@ async fn run_mode(global: &Global, mode: Mode, args: &ManifestArgs) -> Result<()
         Mode::Apply => global.writer().await?,
         Mode::Plan | Mode::Diff => global.reader().await?,
     };
-    let planned = plan::plan(&repo, &manifest, args.full).await?;
-    if mode == Mode::Apply {
-        apply::apply(&repo, &planned.steps).await?;
-    }
-    let report = ManifestReport {
-        namespace: global.namespace.clone(),
-        full: args.full,
-        applied: mode == Mode::Apply && !planned.steps.is_empty(),
-        changes: planned.steps.into_iter().map(|s| s.change).collect(),
-        unchanged: planned.unchanged,
-    };
+    let report = dynalimit_manifest::run(&repo, &manifest, args.full, mode == Mode::Apply)
+        .await
+        .map_err(failure)?;
     match global.output {
         Format::Json => global.print(&report),
         Format::Table => {
             let verb = if mode == Mode::Diff { "Drift" } else { "Plan" };
-            println!("{}", report.text(verb));
+            println!("{}", text(&report, verb));
         }
     }
     if mode == Mode::Diff && !report.changes.is_empty() {
         return Err(Drift(report.changes.len()).into());
     }
+    Ok(())
+}
+
+/// The arguments of `limits cfn-template`.
+#[derive(Debug, Args)]
+pub(crate) struct TemplateArgs {
+    /// The manifest (YAML), as for `limits apply`.
+    #[arg(long, short = 'f', value_name = "FILE")]
+    pub(crate) file: PathBuf,
+    /// Apply in full on every deploy (`FullApply: true`), as `limits apply --full`.
+    #[arg(long)]
+    pub(crate) full: bool,
+}
+
+/// Prints the CloudFormation template whose custom resource applies the manifest through
+/// the provisioner of the stack `--stack` (imported by its export), in namespace `-N`.
+/// Reads nothing from AWS.
+///
+/// # Errors
+/// A refused manifest, before anything is printed.
+pub(crate) fn cfn_template(global: &Global, args: &TemplateArgs) -> Result<()> {
+    let manifest = load(&args.file, &global.namespace)?;
+    let template = cfn::template(&manifest, &global.stack, &global.namespace, args.full);
+    print!("{}", serde_yaml_ng::to_string(&template)?);
     Ok(())
 }

@@ -25,9 +25,9 @@ use super::limits::{
     Configured, CustomLimits, LevelConfig, LevelDeleted, LevelKind, Resolved, Source, Unavailable,
 };
 use super::local::Local;
-use super::manifest::{Action, AttributeChange, LevelChange, ManifestReport};
 use super::namespace::{ItemsDeleted, Namespace, NamespaceDeleted, Registered};
 use super::usage::{Snapshot, Summary};
+use dynalimit_manifest::{Action, AttributeChange, LevelChange, ManifestReport};
 
 /// One command's (or several commands') output.
 struct Entry {

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::{Fixture, Run, temp_file};
+use crate::{Fixture, Run, execute, temp_file};
 
 /// The document a run printed (any exit code), checked against docs/cli-output.md.
 fn report(run: &Run) -> Value {
@@ -413,5 +413,103 @@ async fn a_manifest_applied_by_zae_limiter_s_provisioner_and_by_dynalimit_agree(
               "only_table": ["GSI3PK", "GSI3SK", "config_version"],
               "only_provisioner": [], "differ": [] },
         ])
+    );
+}
+
+/// cfn-lint from `$DYNALIMIT_PYTHON_VENV` or the repository's `.cache/venv`, or `None` (printing
+/// why) when it is missing and neither `DYNALIMIT_REQUIRE_MOTO=1` nor `CI` asks for it.
+fn cfn_lint() -> Option<std::path::PathBuf> {
+    let mut candidates = Vec::new();
+    if let Some(venv) = std::env::var_os("DYNALIMIT_PYTHON_VENV").filter(|v| !v.is_empty()) {
+        candidates.push(std::path::PathBuf::from(venv).join("bin/cfn-lint"));
+    }
+    candidates.push(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/venv/bin/cfn-lint"),
+    );
+    if let Some(found) = candidates.into_iter().find(|p| p.is_file()) {
+        return Some(found);
+    }
+    let message = "cfn-lint not found: run ./scripts/test (it installs it into .cache/venv)";
+    if std::env::var("DYNALIMIT_REQUIRE_MOTO").is_ok_and(|v| v == "1")
+        || std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+    {
+        panic!("{message}");
+    }
+    eprintln!("skipped: {message}");
+    None
+}
+
+#[test]
+fn cfn_template_writes_a_lint_clean_custom_resource_that_reads_back_as_the_manifest() {
+    let manifest = "\
+namespace: team
+system: {on_unavailable: allow, limits: {rpm: 1000/min}}
+resources:
+  gpt-4:
+    cascade: true
+    limits:
+      tpm: \"10000/min:burst=20000:soft@Europe/Berlin[* 9-17 * * MON-FRI=scale 0.5]\"
+      tokens: {capacity: 1000000, reset_schedule: [{cron: \"0 0 1 * *\", tz: Europe/Berlin}]}
+entities:
+  key-1: {parent: proj, resources: {gpt-4: {disabled: bypass, limits: {rpm: 50/min}}}}
+";
+    let file = temp_file("cfn-manifest.yaml", manifest);
+    let file = file.to_str().unwrap();
+    let run = execute(crate::command().args([
+        "--stack",
+        "app",
+        "-N",
+        "team",
+        "limits",
+        "cfn-template",
+        "--file",
+        file,
+        "--full",
+    ]));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let template: Value = serde_yaml_ng::from_str(&run.stdout).expect("YAML");
+    let resource = &template["Resources"]["Limits"];
+    assert_eq!(resource["Type"], "Custom::DynalimitLimits");
+    let props = &resource["Properties"];
+    assert_eq!(
+        props["ServiceToken"],
+        json!({"Fn::ImportValue": "app-ProvisionerArn"})
+    );
+    assert_eq!(
+        (
+            &props["TableName"],
+            &props["Namespace"],
+            &props["FullApply"]
+        ),
+        (&json!("app"), &json!("team"), &json!(true))
+    );
+    // What the provisioner reads from these properties is the manifest.
+    let read = dynalimit_manifest::cfn::manifest_of(props).expect("properties");
+    let parsed = dynalimit_manifest::parse(manifest).unwrap();
+    assert_eq!(
+        read,
+        dynalimit_manifest::Manifest {
+            namespace: None,
+            ..parsed
+        }
+    );
+    // A manifest for another namespace is refused before anything is printed.
+    let other = execute(crate::command().args(["limits", "cfn-template", "--file", file]));
+    other.fails(2, "namespace");
+    assert!(other.stdout.is_empty());
+
+    let Some(lint) = cfn_lint() else {
+        return;
+    };
+    let out_file = temp_file("cfn-limits.yaml", &run.stdout);
+    let out = std::process::Command::new(lint)
+        .arg(&out_file)
+        .output()
+        .expect("cfn-lint runs");
+    assert!(
+        out.status.success(),
+        "cfn-lint: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -60,7 +60,7 @@
 //!   soft: true
 //! ```
 
-use anyhow::{Context, Result, anyhow, bail};
+use crate::error::{Context, Result, bail, invalid};
 use dynalimit_core::Limit;
 use dynalimit_core::schedule::{Cron, Entry, Modifier, ResetSchedule, Schedule, Zone};
 use dynalimit_format::attr;
@@ -80,7 +80,7 @@ fn period_seconds(period: &str) -> Result<i64> {
             .and_then(|n| n.parse::<i64>().ok())
             .filter(|n| *n > 0)
             .ok_or_else(|| {
-                anyhow!("unknown period {other:?}: use sec, min, hour, day or a number of seconds like 10s")
+                invalid!("unknown period {other:?}: use sec, min, hour, day or a number of seconds like 10s")
             })?,
     };
     Ok(seconds)
@@ -89,7 +89,7 @@ fn period_seconds(period: &str) -> Result<i64> {
 fn number(what: &str, text: &str) -> Result<i64> {
     text.trim()
         .parse::<i64>()
-        .map_err(|_| anyhow!("{what} {text:?} is not a whole number"))
+        .map_err(|_| invalid!("{what} {text:?} is not a whole number"))
 }
 
 fn build(name: &str, rate: i64, period: i64, burst: Option<i64>) -> Result<Limit> {
@@ -105,7 +105,7 @@ const SOFT: &str = ":soft";
 ///
 /// # Errors
 /// A message naming what is wrong.
-pub(crate) fn parse_limit(text: &str) -> Result<Limit> {
+pub fn parse_limit(text: &str) -> Result<Limit> {
     let (head, entries) = match text.find('[') {
         Some(at) => (&text[..at], Some(&text[at..])),
         None => (text, None),
@@ -126,13 +126,13 @@ pub(crate) fn parse_limit(text: &str) -> Result<Limit> {
     let limit = match (quota, session) {
         (_, Some((head, window))) => {
             let (name, amount) = head.split_once('=').ok_or_else(|| {
-                anyhow!("session quota {text:?} must look like NAME=AMOUNT/session:PERIOD, e.g. q=100/session:day")
+                invalid!("session quota {text:?} must look like NAME=AMOUNT/session:PERIOD, e.g. q=100/session:day")
             })?;
             Limit::session_quota(name.trim(), number("amount", amount)?, window)
         }
         (Some(head), None) => {
             let (name, amount) = head.split_once('=').ok_or_else(|| {
-                anyhow!("quota {text:?} must look like NAME=AMOUNT/quota[CRON], e.g. q=1000/quota[0 0 * * *]")
+                invalid!("quota {text:?} must look like NAME=AMOUNT/quota[CRON], e.g. q=1000/quota[0 0 * * *]")
             })?;
             Limit::custom(name.trim(), number("amount", amount)?, 0, 1)
         }
@@ -183,7 +183,7 @@ fn parse_entries(name: &str, mut text: &str) -> Result<(Vec<Entry>, Vec<Cron>)> 
             .strip_prefix('[')
             .and_then(|t| t.split_once(']'))
             .ok_or_else(|| {
-                anyhow!(
+                invalid!(
                     "limit {name:?}: each schedule entry is [CRON=CHANGE] or [CRON], got {text:?}"
                 )
             })?;
@@ -222,11 +222,10 @@ fn entry_of(name: &str, cron: &str, change: &[(String, String)]) -> Result<Entry
     for (key, value) in change {
         match key.as_str() {
             "scale" => {
-                scale = Some(
-                    value
-                        .parse::<f64>()
-                        .map_err(|_| anyhow!("limit {name:?}: scale {value:?} is not a number"))?,
-                );
+                scale =
+                    Some(value.parse::<f64>().map_err(|_| {
+                        invalid!("limit {name:?}: scale {value:?} is not a number")
+                    })?);
             }
             "burst" => capacity = Some(number("burst", value)?),
             "rate" => rate = Some(number("rate", value)?),
@@ -249,13 +248,13 @@ fn entry_of(name: &str, cron: &str, change: &[(String, String)]) -> Result<Entry
 /// Parses a limit without a schedule, `NAME=RATE[/PERIOD][:burst=N]`.
 fn parse_plain(text: &str) -> Result<Limit> {
     let (name, spec) = text.split_once('=').ok_or_else(|| {
-        anyhow!("limit {text:?} must look like NAME=RATE[/PERIOD][:burst=N], e.g. rpm=100/min")
+        invalid!("limit {text:?} must look like NAME=RATE[/PERIOD][:burst=N], e.g. rpm=100/min")
     })?;
     let name = name.trim();
     let (rate_part, burst) = match spec.split_once(':') {
         Some((rate, extra)) => {
             let value = extra.trim().strip_prefix("burst=").ok_or_else(|| {
-                anyhow!("limit {name:?}: expected :burst=N after the rate, got {extra:?}")
+                invalid!("limit {name:?}: expected :burst=N after the rate, got {extra:?}")
             })?;
             (rate, Some(number("burst", value)?))
         }
@@ -273,8 +272,7 @@ fn parse_plain(text: &str) -> Result<Limit> {
 ///
 /// # Errors
 /// A message naming the first bad limit, or a repeated name.
-#[cfg(test)]
-pub(crate) fn parse_limits(text: &str) -> Result<Vec<Limit>> {
+pub fn parse_limits(text: &str) -> Result<Vec<Limit>> {
     let limits = split_top_level(text)
         .into_iter()
         .filter(|s| !s.trim().is_empty())
@@ -284,7 +282,7 @@ pub(crate) fn parse_limits(text: &str) -> Result<Vec<Limit>> {
 }
 
 /// Splits on the commas outside brackets (a schedule's cron fields have commas of their own).
-pub(crate) fn split_top_level(text: &str) -> Vec<&str> {
+pub fn split_top_level(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let (mut depth, mut start) = (0usize, 0);
     for (i, c) in text.char_indices() {
@@ -317,10 +315,10 @@ fn check(limits: Vec<Limit>) -> Result<Vec<Limit>> {
 ///
 /// # Errors
 /// A message naming what is wrong.
-pub(crate) fn parse_limits_yaml(text: &str) -> Result<Vec<Limit>> {
+pub fn parse_limits_yaml(text: &str) -> Result<Vec<Limit>> {
     let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).context("not valid YAML")?;
     let map = doc.as_mapping().ok_or_else(|| {
-        anyhow!("the limits file must map limit names to limits (e.g. `rpm: 100/min`)")
+        invalid!("the limits file must map limit names to limits (e.g. `rpm: 100/min`)")
     })?;
     check(limits_of_mapping(map.iter())?)
 }
@@ -330,7 +328,7 @@ pub(crate) fn parse_limits_yaml(text: &str) -> Result<Vec<Limit>> {
 ///
 /// # Errors
 /// A message naming the first bad limit.
-pub(crate) fn limits_of_mapping<'a>(
+pub fn limits_of_mapping<'a>(
     entries: impl IntoIterator<Item = (&'a serde_yaml_ng::Value, &'a serde_yaml_ng::Value)>,
 ) -> Result<Vec<Limit>> {
     use serde_yaml_ng::Value;
@@ -338,7 +336,7 @@ pub(crate) fn limits_of_mapping<'a>(
     for (k, v) in entries {
         let name = k
             .as_str()
-            .ok_or_else(|| anyhow!("limit names must be strings"))?;
+            .ok_or_else(|| invalid!("limit names must be strings"))?;
         let limit = match v {
             Value::String(s) => parse_limit(&format!("{name}={s}"))?,
             Value::Number(n) => parse_limit(&format!("{name}={n}"))?,
@@ -350,7 +348,7 @@ pub(crate) fn limits_of_mapping<'a>(
                         Some(v) => v
                             .as_i64()
                             .map(Some)
-                            .ok_or_else(|| anyhow!("limit {name:?}: {f} must be a whole number")),
+                            .ok_or_else(|| invalid!("limit {name:?}: {f} must be a whole number")),
                     }
                 };
                 for key in m.keys() {
@@ -375,13 +373,13 @@ pub(crate) fn limits_of_mapping<'a>(
                     continue;
                 }
                 let rate =
-                    int("rate")?.ok_or_else(|| anyhow!("limit {name:?}: rate is missing"))?;
+                    int("rate")?.ok_or_else(|| invalid!("limit {name:?}: rate is missing"))?;
                 let period = match field("per") {
                     None => 60,
                     Some(Value::String(p)) => period_seconds(p)?,
                     Some(Value::Number(n)) => n
                         .as_i64()
-                        .ok_or_else(|| anyhow!("limit {name:?}: per must be a period"))?,
+                        .ok_or_else(|| invalid!("limit {name:?}: per must be a period"))?,
                     Some(_) => bail!("limit {name:?}: per must be a period such as min"),
                 };
                 let limit = build(name, rate, period, int("burst")?)?.with_soft(soft);
@@ -443,11 +441,11 @@ fn yaml_schedule(
     };
     let list = schedule
         .as_sequence()
-        .ok_or_else(|| anyhow!("limit {name:?}: schedule must be a list of entries"))?;
+        .ok_or_else(|| invalid!("limit {name:?}: schedule must be a list of entries"))?;
     let mut entries = Vec::new();
     for item in list {
         let m = item.as_mapping().ok_or_else(|| {
-            anyhow!(
+            invalid!(
                 "limit {name:?}: a schedule entry is a mapping such as {{cron: ..., scale: 0.5}}"
             )
         })?;
@@ -466,7 +464,7 @@ fn yaml_schedule(
                 change.push((key.to_owned(), value));
             }
         }
-        let cron = cron.ok_or_else(|| anyhow!("limit {name:?}: a schedule entry needs cron"))?;
+        let cron = cron.ok_or_else(|| invalid!("limit {name:?}: a schedule entry needs cron"))?;
         entries.push(entry_of(name, &cron, &change)?);
     }
     let zone = match tz {
@@ -491,7 +489,7 @@ fn period_text(seconds: i64) -> String {
 }
 
 /// The text form of a limit (inverse of [`parse_limit`]).
-pub(crate) fn format_limit(limit: &Limit) -> String {
+pub fn format_limit(limit: &Limit) -> String {
     let mut out = match (limit.reset(), limit.window_seconds()) {
         (Some(_), _) => format!("{}={}/quota", limit.name(), limit.capacity()),
         (None, Some(window)) => format!(
@@ -550,9 +548,7 @@ pub(crate) fn format_limit(limit: &Limit) -> String {
 ///
 /// # Errors
 /// What the value may be.
-pub(crate) fn disabled_value(
-    value: &serde_yaml_ng::Value,
-) -> Result<Option<DisabledFlag>, &'static str> {
+pub fn disabled_value(value: &serde_yaml_ng::Value) -> Result<Option<DisabledFlag>, &'static str> {
     use serde_yaml_ng::Value;
     match value {
         Value::Null => Ok(None),
@@ -568,7 +564,7 @@ pub(crate) fn disabled_value(
 ///
 /// # Errors
 /// What the value may be.
-pub(crate) fn cascade_value(value: &serde_yaml_ng::Value) -> Result<Option<bool>, &'static str> {
+pub fn cascade_value(value: &serde_yaml_ng::Value) -> Result<Option<bool>, &'static str> {
     use serde_yaml_ng::Value;
     match value {
         Value::Null => Ok(None),
@@ -582,7 +578,7 @@ pub(crate) fn cascade_value(value: &serde_yaml_ng::Value) -> Result<Option<bool>
 ///
 /// # Errors
 /// What the value may be.
-pub(crate) fn on_unavailable_value(
+pub fn on_unavailable_value(
     value: &serde_yaml_ng::Value,
 ) -> Result<Option<OnUnavailable>, &'static str> {
     use serde_yaml_ng::Value;

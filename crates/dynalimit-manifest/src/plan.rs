@@ -6,27 +6,29 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::Result;
 use dynalimit_core::Limit;
 use dynalimit_format::config::Slot;
 use dynalimit_repository::{LimitConfig, Repository};
 
-use super::model::{Level, Manifest, entity_levels, is_default};
-use crate::limit_spec::format_limit;
-use crate::output::manifest::{Action, AttributeChange, LevelChange};
+use crate::error::ManifestError;
+use crate::model::{Level, Manifest, entity_levels, is_default};
+use crate::report::{Action, AttributeChange, LevelChange};
+use crate::spec::format_limit;
+
+type Result<T> = std::result::Result<T, ManifestError>;
 
 /// One step of an apply: what to change and what the table held when it was planned.
 #[derive(Debug, Clone)]
-pub(crate) struct Step {
+pub struct Step {
     /// What the step changes, as printed.
-    pub(crate) change: LevelChange,
+    pub change: LevelChange,
     /// What to do.
-    pub(crate) op: Op,
+    pub op: Op,
 }
 
 /// What a step does.
 #[derive(Debug, Clone)]
-pub(crate) enum Op {
+pub enum Op {
     /// Make a level hold `desired`.
     Write {
         /// The level.
@@ -57,15 +59,15 @@ pub(crate) enum Op {
 /// The change set: the steps in the order an apply takes them, and how many declared
 /// levels already match.
 #[derive(Debug, Clone)]
-pub(crate) struct Plan {
+pub struct Plan {
     /// The steps.
-    pub(crate) steps: Vec<Step>,
+    pub steps: Vec<Step>,
     /// Declared levels (and parents) that match the table.
-    pub(crate) unchanged: usize,
+    pub unchanged: usize,
 }
 
 /// How a level is named in the output.
-pub(crate) fn level_name(slot: &Slot) -> String {
+pub fn level_name(slot: &Slot) -> String {
     match slot {
         Slot::System => "system".into(),
         Slot::Resource(r) => format!("resource {r}"),
@@ -96,7 +98,7 @@ fn attribute(name: String, before: Option<String>, after: Option<String>) -> Att
 /// The attributes in which a level's desired content differs from what is stored (`None`:
 /// no item), in a fixed order: limits by name, then `disabled`, `cascade`,
 /// `on_unavailable`.
-pub(crate) fn level_change(desired: &Level, stored: Option<&LimitConfig>) -> Vec<AttributeChange> {
+pub fn level_change(desired: &Level, stored: Option<&LimitConfig>) -> Vec<AttributeChange> {
     let empty = LimitConfig::default();
     let stored = stored.unwrap_or(&empty);
     let mut out = Vec::new();
@@ -156,7 +158,7 @@ async fn stored(repo: &Repository, slot: &Slot) -> Result<Option<LimitConfig>> {
 ///
 /// # Errors
 /// A failed read; an item dynalimit cannot read.
-pub(crate) async fn plan(repo: &Repository, manifest: &Manifest, full: bool) -> Result<Plan> {
+pub async fn plan(repo: &Repository, manifest: &Manifest, full: bool) -> Result<Plan> {
     let mut plan = Plan {
         steps: Vec::new(),
         unchanged: 0,
@@ -316,7 +318,7 @@ async fn parents(
 
 /// Whether an entity level is the entity's every-resource level, given as `None` to the
 /// flag writers.
-pub(crate) fn flag_scope(resource: &str) -> Option<&str> {
+pub fn flag_scope(resource: &str) -> Option<&str> {
     (!is_default(resource)).then_some(resource)
 }
 

@@ -15,39 +15,40 @@ use dynalimit_format::attr;
 use dynalimit_repository::{DisabledFlag, OnUnavailable};
 use serde_yaml_ng::{Mapping, Value};
 
-use super::lines::{self, Seg};
-use crate::limit_spec::{cascade_value, disabled_value, on_unavailable_value, parse_limits_yaml};
+use crate::error::{ManifestError, Place};
+use crate::lines::{self, Seg};
+use crate::spec::{cascade_value, disabled_value, on_unavailable_value, parse_limits_yaml};
 
 /// A parsed manifest.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Manifest {
+pub struct Manifest {
     /// The namespace it is written for, when it names one.
-    pub(crate) namespace: Option<String>,
+    pub namespace: Option<String>,
     /// The system level, when declared.
-    pub(crate) system: Option<Level>,
+    pub system: Option<Level>,
     /// Resource levels by resource.
-    pub(crate) resources: BTreeMap<String, Level>,
+    pub resources: BTreeMap<String, Level>,
     /// Entities by id.
-    pub(crate) entities: BTreeMap<String, EntityDecl>,
+    pub entities: BTreeMap<String, EntityDecl>,
 }
 
 /// What one configuration level should hold. A declared level is owned whole: what it does
 /// not name (a limit, a flag) is removed from the table.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Level {
+pub struct Level {
     /// The limits, sorted by name.
-    pub(crate) limits: Vec<Limit>,
+    pub limits: Vec<Limit>,
     /// The `disabled` value; `None` inherits.
-    pub(crate) disabled: Option<DisabledFlag>,
+    pub disabled: Option<DisabledFlag>,
     /// The cascade policy; `None` inherits (never set on the system level).
-    pub(crate) cascade: Option<bool>,
+    pub cascade: Option<bool>,
     /// System level only: what acquires do when DynamoDB is unavailable.
-    pub(crate) on_unavailable: Option<OnUnavailable>,
+    pub on_unavailable: Option<OnUnavailable>,
 }
 
 impl Level {
     /// Whether the level holds nothing at all (the table should have no item for it).
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.limits.is_empty()
             && self.disabled.is_none()
             && self.cascade.is_none()
@@ -57,118 +58,12 @@ impl Level {
 
 /// One entity of the manifest.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct EntityDecl {
+pub struct EntityDecl {
     /// `Some(parent)` when the manifest names the parent (`Some(None)`: no parent); `None`
     /// leaves the entity's parent as the table has it.
-    pub(crate) parent: Option<Option<String>>,
+    pub parent: Option<Option<String>>,
     /// Its levels by resource (`_default_`: every resource).
-    pub(crate) resources: BTreeMap<String, Level>,
-}
-
-/// Where in the manifest a refusal points: the line (when found) and the path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Place {
-    /// The 1-based line.
-    pub(crate) line: Option<usize>,
-    /// The dotted path, e.g. `resources.gpt-4.limits.rpm`.
-    pub(crate) path: String,
-}
-
-impl std::fmt::Display for Place {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (self.line, self.path.is_empty()) {
-            (Some(line), false) => write!(f, "line {line} ({})", self.path),
-            (Some(line), true) => write!(f, "line {line}"),
-            (None, false) => f.write_str(&self.path),
-            (None, true) => f.write_str("the manifest"),
-        }
-    }
-}
-
-/// Why a manifest is refused. Every one is found before the table is read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ManifestError {
-    /// The text is not YAML, or not a mapping at the top.
-    #[error("{at}: not a valid manifest: {message}")]
-    Syntax {
-        /// Where.
-        at: Place,
-        /// What the parser said.
-        message: String,
-    },
-    /// A key the format does not define.
-    #[error("{at}: unknown key {key:?}; expected one of: {expected}")]
-    UnknownKey {
-        /// Where.
-        at: Place,
-        /// The key.
-        key: String,
-        /// The keys allowed there.
-        expected: &'static str,
-    },
-    /// A value of the wrong type or out of its range (an id, a flag, a number).
-    #[error("{at}: {message}")]
-    InvalidValue {
-        /// Where.
-        at: Place,
-        /// What is wrong.
-        message: String,
-    },
-    /// A limit name the table format reserves.
-    #[error("{at}: {message}")]
-    ReservedName {
-        /// Where.
-        at: Place,
-        /// The refused name and why.
-        message: String,
-    },
-    /// A limit whose schedule, reset schedule or time zone does not parse.
-    #[error("{at}: {message}")]
-    Schedule {
-        /// Where.
-        at: Place,
-        /// What is wrong.
-        message: String,
-    },
-    /// A limit the table cannot hold (bounds, drip and reset together, …).
-    #[error("{at}: {message}")]
-    InvalidLimit {
-        /// Where.
-        at: Place,
-        /// What is wrong.
-        message: String,
-    },
-    /// More limits at one level than one bucket carries.
-    #[error("{at}: {count} limits, more than one bucket carries (at most {max})")]
-    TooManyLimits {
-        /// Where (the level's `limits`).
-        at: Place,
-        /// How many.
-        count: usize,
-        /// The most one bucket carries.
-        max: usize,
-    },
-    /// Entities whose declared parents form a cycle.
-    #[error("{at}: the parents form a cycle: {cycle}")]
-    ParentCycle {
-        /// Where (the first entity's `parent`).
-        at: Place,
-        /// The cycle, `a -> b -> a`.
-        cycle: String,
-    },
-    /// The manifest is written for another namespace than the command's.
-    #[error(
-        "{at}: the manifest is for namespace {manifest:?}, the command works in {command:?}; \
-         run with -N {manifest}"
-    )]
-    Namespace {
-        /// Where.
-        at: Place,
-        /// The manifest's namespace.
-        manifest: String,
-        /// The command's.
-        command: String,
-    },
+    pub resources: BTreeMap<String, Level>,
 }
 
 /// A refusal before its line is known: its kind, message and path.
@@ -226,14 +121,14 @@ impl Refusal {
 
 /// The kind of refusal a limit's error is: a reserved name, a schedule that does not parse,
 /// too many limits, or another limit error.
-fn classify(path: &[Seg], error: &anyhow::Error) -> Refusal {
-    let message = format!("{error:#}");
-    for cause in error.chain() {
-        if let Some(core) = cause.downcast_ref::<CoreError>() {
-            return classify_core(path, core, message);
-        }
+fn classify(path: &[Seg], error: &ManifestError) -> Refusal {
+    let message = error.to_string();
+    match error {
+        ManifestError::LimitForm {
+            core: Some(core), ..
+        } => classify_core(path, core, message),
+        _ => refuse(path, Kind::Limit(message)),
     }
-    refuse(path, Kind::Limit(message))
 }
 
 fn classify_core(path: &[Seg], core: &CoreError, message: String) -> Refusal {
@@ -263,7 +158,7 @@ fn classify_core(path: &[Seg], core: &CoreError, message: String) -> Refusal {
 ///
 /// # Errors
 /// The first thing wrong, with its line and path.
-pub(crate) fn parse(text: &str) -> Result<Manifest, ManifestError> {
+pub fn parse(text: &str) -> Result<Manifest, ManifestError> {
     let doc: Value = serde_yaml_ng::from_str(text).map_err(|e| ManifestError::Syntax {
         at: Place {
             line: e.location().map(|l| l.line()),
@@ -272,6 +167,15 @@ pub(crate) fn parse(text: &str) -> Result<Manifest, ManifestError> {
         message: e.to_string(),
     })?;
     manifest(&doc).map_err(|r| r.locate(text))
+}
+
+/// Checks a manifest already read into a YAML value (from JSON, or from a custom
+/// resource's properties): refusals name the path, with no line.
+///
+/// # Errors
+/// The first thing wrong, with its path.
+pub fn from_value(doc: &Value) -> Result<Manifest, ManifestError> {
+    manifest(doc).map_err(|r| r.locate(""))
 }
 
 fn mapping<'a>(value: &'a Value, path: &[Seg], what: &str) -> Parsed<Option<&'a Mapping>> {
@@ -716,7 +620,7 @@ fn check_parents(m: &Manifest) -> Parsed<()> {
 }
 
 /// The entity levels of the manifest, as (entity, resource) pairs with their level.
-pub(crate) fn entity_levels(m: &Manifest) -> impl Iterator<Item = (&str, &str, &Level)> {
+pub fn entity_levels(m: &Manifest) -> impl Iterator<Item = (&str, &str, &Level)> {
     m.entities.iter().flat_map(|(id, e)| {
         e.resources
             .iter()
@@ -725,7 +629,7 @@ pub(crate) fn entity_levels(m: &Manifest) -> impl Iterator<Item = (&str, &str, &
 }
 
 /// Whether `resource` is an entity's every-resource level.
-pub(crate) fn is_default(resource: &str) -> bool {
+pub fn is_default(resource: &str) -> bool {
     resource == DEFAULT_RESOURCE
 }
 
@@ -833,6 +737,7 @@ entities:
             | ManifestError::TooManyLimits { at, .. }
             | ManifestError::ParentCycle { at, .. }
             | ManifestError::Namespace { at, .. } => at.line,
+            _ => None,
         }
     }
 

@@ -11,18 +11,20 @@
 //! applying a manifest over a table that already holds part of it
 //! (`manifest::apply_finishes_a_partial_apply`).
 
-use anyhow::{Context, Result};
 use dynalimit_format::config::Slot;
-use dynalimit_repository::{LimitConfig, NewEntity, Repository};
+use dynalimit_repository::{LimitConfig, NewEntity, Repository, RepositoryError};
 
-use super::model::Level;
-use super::plan::{Op, Step, flag_scope, level_name};
+use crate::error::ManifestError;
+use crate::model::Level;
+use crate::plan::{Op, Step, flag_scope, level_name};
+
+type Result<T> = std::result::Result<T, RepositoryError>;
 
 /// Takes `steps` in order; stops at the first failure, naming the step.
 ///
 /// # Errors
 /// The first writer that failed, with the level it was writing.
-pub(crate) async fn apply(repo: &Repository, steps: &[Step]) -> Result<()> {
+pub async fn apply(repo: &Repository, steps: &[Step]) -> std::result::Result<(), ManifestError> {
     for step in steps {
         let what = match &step.op {
             Op::Write { slot, .. } | Op::Remove { slot, .. } => level_name(slot),
@@ -30,7 +32,10 @@ pub(crate) async fn apply(repo: &Repository, steps: &[Step]) -> Result<()> {
         };
         run(repo, &step.op)
             .await
-            .with_context(|| format!("applying {what}"))?;
+            .map_err(|source| ManifestError::Repository {
+                step: format!("applying {what}"),
+                source,
+            })?;
     }
     Ok(())
 }
@@ -117,7 +122,11 @@ async fn remove(repo: &Repository, slot: &Slot, stored: &LimitConfig) -> Result<
     delete_level(repo, slot).await
 }
 
-pub(crate) async fn delete_level(repo: &Repository, slot: &Slot) -> Result<()> {
+/// Deletes the level `slot` (its limits and the attributes stored with them).
+///
+/// # Errors
+/// The classified failure of the delete.
+pub async fn delete_level(repo: &Repository, slot: &Slot) -> Result<()> {
     match slot {
         Slot::System => repo.delete_system_defaults().await?,
         Slot::Resource(r) => repo.delete_resource_defaults(r).await?,
@@ -126,7 +135,12 @@ pub(crate) async fn delete_level(repo: &Repository, slot: &Slot) -> Result<()> {
     Ok(())
 }
 
-pub(crate) async fn set_disabled(
+/// Writes the level's `disabled` flag (`None` clears it) with the repository's access writer;
+/// nothing at system level.
+///
+/// # Errors
+/// The classified failure of the write or its fan-out.
+pub async fn set_disabled(
     repo: &Repository,
     slot: &Slot,
     flag: Option<dynalimit_repository::DisabledFlag>,
@@ -143,11 +157,12 @@ pub(crate) async fn set_disabled(
     Ok(())
 }
 
-pub(crate) async fn set_cascade(
-    repo: &Repository,
-    slot: &Slot,
-    policy: Option<bool>,
-) -> Result<()> {
+/// Writes the level's cascade policy (`None` clears it) with the repository's cascade writer;
+/// nothing at system level.
+///
+/// # Errors
+/// The classified failure of the write or its fan-out.
+pub async fn set_cascade(repo: &Repository, slot: &Slot, policy: Option<bool>) -> Result<()> {
     match slot {
         Slot::System => {}
         Slot::Resource(r) => {
