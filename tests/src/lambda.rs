@@ -478,3 +478,25 @@ impl Drop for ResponseCatcher {
         self.task.abort();
     }
 }
+
+/// The variables that point a function process at the test kit's DynamoDB endpoint: the
+/// endpoint itself, with the static local credentials on an emulator, or the caller's `AWS_*`
+/// settings otherwise.
+pub fn endpoint_environment() -> Vec<(String, String)> {
+    let url = crate::endpoint().url();
+    let mut env = vec![("AWS_ENDPOINT_URL".to_owned(), url.to_owned())];
+    if dynalimit_repository::aws::is_loopback(url) {
+        for (k, v) in [
+            ("AWS_ACCESS_KEY_ID", "dynalimit"),
+            ("AWS_SECRET_ACCESS_KEY", "local"),
+            ("AWS_REGION", "us-east-1"),
+        ] {
+            env.push((k.to_owned(), v.to_owned()));
+        }
+    } else {
+        env.extend(
+            std::env::vars().filter(|(k, _)| k.starts_with("AWS_") && k != "AWS_ENDPOINT_URL"),
+        );
+    }
+    env
+}

@@ -401,6 +401,17 @@ impl StackInfo {
             |map: &BTreeMap<String, String>| map.get(MARK_KEY).is_some_and(|v| v == MARK_VALUE);
         marked(&self.outputs) || marked(&self.tags)
     }
+
+    /// [`StackInfo::is_dynalimit`], or [`StackError::Foreign`] naming stack `name` and its tags.
+    fn require_dynalimit(&self, name: &str) -> Result<(), StackError> {
+        if self.is_dynalimit() {
+            return Ok(());
+        }
+        Err(StackError::Foreign {
+            stack: name.to_owned(),
+            tags: self.tags.clone().into_iter().collect(),
+        })
+    }
 }
 
 /// One resource event of a stack operation.
@@ -555,12 +566,7 @@ impl StackManager {
         }
         let mut existing = self.status().await?;
         if let Some(info) = &existing {
-            if !info.is_dynalimit() {
-                return Err(StackError::Foreign {
-                    stack: self.name.clone(),
-                    tags: info.tags.clone().into_iter().collect(),
-                });
-            }
+            info.require_dynalimit(&self.name)?;
             if info.status.ends_with("_IN_PROGRESS") {
                 return Err(StackError::Failed {
                     stack: self.name.clone(),
@@ -631,12 +637,7 @@ impl StackManager {
         let Some(info) = self.status().await? else {
             return Ok(false);
         };
-        if !info.is_dynalimit() {
-            return Err(StackError::Foreign {
-                stack: self.name.clone(),
-                tags: info.tags.into_iter().collect(),
-            });
-        }
+        info.require_dynalimit(&self.name)?;
         if let Some(bucket) = info.outputs.get("CodeBucketName") {
             self.empty_bucket(bucket).await?;
         }

@@ -19,9 +19,8 @@ use dynalimit_core::Clock;
 use dynalimit_format::item::{Item, get_s, key, s};
 use dynalimit_format::keys;
 use dynalimit_format::keys::usage_sk as snapshot_sk;
-use dynalimit_repository::aws::is_loopback;
 use dynalimit_repository::{Repository, UsageQuery};
-use dynalimit_tests::lambda::{CargoLambda, Function, RuntimeApi};
+use dynalimit_tests::lambda::{CargoLambda, Function, RuntimeApi, endpoint_environment};
 use dynalimit_tests::template::{
     filter_matches, function_environment, parameter_default, template,
 };
@@ -374,20 +373,7 @@ async fn the_bootstrap_counts_stream_events_under_the_runtime_api_with_the_templ
         .into_iter()
         .collect();
     env.extend(api.runtime_environment(&parameter_default(&t, "LambdaMemorySize")));
-    env.push(("AWS_ENDPOINT_URL".into(), endpoint().url().to_owned()));
-    if is_loopback(endpoint().url()) {
-        for (k, v) in [
-            ("AWS_ACCESS_KEY_ID", "dynalimit"),
-            ("AWS_SECRET_ACCESS_KEY", "local"),
-            ("AWS_REGION", "us-east-1"),
-        ] {
-            env.push((k.into(), v.into()));
-        }
-    } else {
-        env.extend(
-            std::env::vars().filter(|(k, _)| k.starts_with("AWS_") && k != "AWS_ENDPOINT_URL"),
-        );
-    }
+    env.extend(endpoint_environment());
     let mut function = Function::spawn(&bootstrap, &env);
 
     // First delivery: everything but mallory's usage is counted; exactly her records with

@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 
 use dynalimit::Limit;
 use dynalimit_manifest::provisioner::{FAILED_ID, physical_id};
-use dynalimit_repository::aws::is_loopback;
 use dynalimit_repository::{DisabledFlag, Repository};
-use dynalimit_tests::endpoint;
-use dynalimit_tests::lambda::{CargoLambda, Caught, Function, ResponseCatcher, RuntimeApi};
+use dynalimit_tests::lambda::{
+    CargoLambda, Caught, Function, ResponseCatcher, RuntimeApi, endpoint_environment,
+};
 use dynalimit_tests::template::{function_environment, template};
 use serde_json::{Value, json};
 
@@ -121,20 +121,7 @@ async fn the_provisioner_applies_manifests_directly_and_as_a_custom_resource() {
             .collect();
     assert!(env.contains(&("_HANDLER".into(), "provisioner".into())));
     env.extend(api.runtime_environment("256"));
-    env.push(("AWS_ENDPOINT_URL".into(), endpoint().url().to_owned()));
-    if is_loopback(endpoint().url()) {
-        for (k, v) in [
-            ("AWS_ACCESS_KEY_ID", "dynalimit"),
-            ("AWS_SECRET_ACCESS_KEY", "local"),
-            ("AWS_REGION", "us-east-1"),
-        ] {
-            env.push((k.into(), v.into()));
-        }
-    } else {
-        env.extend(
-            std::env::vars().filter(|(k, _)| k.starts_with("AWS_") && k != "AWS_ENDPOINT_URL"),
-        );
-    }
+    env.extend(endpoint_environment());
     let function = Function::spawn(&bootstrap, &env);
     let invoke = |payload: Value| {
         let api = &api;
