@@ -5,7 +5,7 @@
 //! tools), so every value read back is untrusted. The bucket decoder
 //! (`dynalimit_format::bucket`) checks each attribute against these bounds and reports an
 //! item that holds a value outside them as corrupt, naming the item and the attribute; the
-//! arithmetic of the decisions ([`crate::decide`], [`crate::operation`]) is written for
+//! arithmetic of the decisions ([`crate::image`], [`crate::operation`]) is written for
 //! values inside them and cannot overflow on them.
 //!
 //! | value | accepted |

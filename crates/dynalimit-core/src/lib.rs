@@ -9,14 +9,13 @@ pub mod algorithms;
 pub mod bounded;
 pub mod bounds;
 pub mod bucket;
-pub mod decide;
 pub mod error;
 pub mod failure;
 pub mod ids;
+pub mod image;
 pub mod limit;
 pub mod operation;
 pub mod schedule;
-pub mod throttling;
 pub mod time;
 mod units;
 

@@ -26,7 +26,7 @@
 //!
 //! ```
 //! use dynalimit_core::Limit;
-//! use dynalimit_core::decide::{BucketImage, LimitState, TtlAction};
+//! use dynalimit_core::image::{BucketImage, LimitState, TtlAction};
 //! use dynalimit_core::operation::{OperationShard, plan_reset};
 //!
 //! let rpm = Limit::per_minute("rpm", 100);
@@ -44,7 +44,7 @@ use std::collections::BTreeMap;
 
 use crate::CoreError;
 use crate::bucket::{ShardParams, WCU, refill};
-use crate::decide::{BucketImage, TtlAction};
+use crate::image::{BucketImage, TtlAction};
 use crate::limit::{Limit, MAX_TOKENS as MAX_AMOUNT, MILLI};
 
 /// Which operation a call performs.
@@ -213,7 +213,7 @@ impl<'a> Working<'a> {
                     } else {
                         img.grant(name)
                     };
-                    let p = crate::decide::quota_params(state, sched, gc, tu, now);
+                    let p = crate::image::quota_params(state, sched, gc, tu, now);
                     match ws.ws {
                         Some(start) if rolled => {
                             w.windows.insert(
@@ -600,7 +600,7 @@ pub fn split_by_headroom(total: i64, headroom: &[i64]) -> Vec<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decide::LimitState;
+    use crate::image::LimitState;
     use crate::{Clock, ManualClock};
     use proptest::prelude::*;
     use std::time::Duration;
@@ -870,7 +870,7 @@ mod tests {
 
     #[test]
     fn a_quota_resets_to_its_share_at_the_count_and_counts_the_reset() {
-        use crate::decide::QuotaState;
+        use crate::image::QuotaState;
         use crate::schedule::Zone;
         let q = Limit::quota_per_day("q", 10, Zone::utc());
         let mut image = BucketImage {
@@ -957,7 +957,7 @@ mod tests {
 
     #[test]
     fn a_session_quota_s_top_up_opens_an_ended_window_first() {
-        use crate::decide::WindowState;
+        use crate::image::WindowState;
         let s = Limit::session_quota("s", 10, 60);
         let mut image = BucketImage {
             rf: 1_000,

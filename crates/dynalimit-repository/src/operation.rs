@@ -15,10 +15,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::bucket::decide::TtlAction;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use dynalimit_core::bucket::bucket_ttl;
-use dynalimit_core::decide::TtlAction;
 use dynalimit_core::operation::{
     OperationKind, OperationPlan, lagging, plan_reset, plan_top_up, validate_top_up,
 };

@@ -26,8 +26,8 @@ use std::time::Duration;
 use dynalimit::backoff::{Backoff, MemoryPauseStore, PauseStore};
 use dynalimit::limitset::{LimitSet, ResourceLimit};
 use dynalimit_core::bounded::{BoundedMap, Pair, PairRef};
-use dynalimit_core::decide::{BucketImage, LimitState};
 use dynalimit_core::{Clock, Limit, ManualClock, SystemClock};
+use dynalimit_repository::bucket::decide::{BucketImage, LimitState};
 
 const KEYS: usize = 1_000_000;
 

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-pub use dynalimit_core::decide::LimitStatus;
+pub use dynalimit_core::image::LimitStatus;
 
 /// A refused acquire: nothing was taken.
 ///

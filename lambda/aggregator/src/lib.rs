@@ -28,7 +28,7 @@
 //! 5. Proactive passes, each behind a switch of [`Settings`]: refill of the buckets seen in the
 //!    batch under their `rf` lock, doubling of shard 0 when its `wcu` projects below 20 %, and
 //!    propagation of a raised shard count to the older shards with pre-creation of the new ones
-//!    (planned by `dynalimit_core::decide::plan_proactive_refill` and
+//!    (planned by `dynalimit_repository::bucket::decide::plan_proactive_refill` and
 //!    `plan_proactive_doubling`, written by the repository's bucket store).
 //!
 //! # Counting each record once

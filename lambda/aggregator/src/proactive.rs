@@ -33,10 +33,10 @@ use std::collections::BTreeMap;
 use aws_sdk_dynamodb::Client;
 use dynalimit_core::Clock;
 use dynalimit_core::bucket::MAX_SHARD_COUNT;
-use dynalimit_core::decide::{plan_proactive_doubling, plan_proactive_refill};
 use dynalimit_format::bucket::{BucketKey, image_from_item, shard_count};
 use dynalimit_format::item::Item;
 use dynalimit_repository::bucket::BucketStore;
+use dynalimit_repository::bucket::decide::{plan_proactive_doubling, plan_proactive_refill};
 
 use crate::processor::{BucketActivity, BucketRef};
 

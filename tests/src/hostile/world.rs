@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, HashMap};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
-use dynalimit_core::decide::{Plan, Stamps, plan_create};
 use dynalimit_core::operation::OperationKind;
 use dynalimit_core::schedule::{Entry, Schedule, Zone};
 use dynalimit_format::audit::{AuditAction, NewAuditEvent, limits_details};
@@ -17,6 +16,7 @@ use dynalimit_format::item::{self, Item};
 use dynalimit_format::operation::NewRecord;
 use dynalimit_format::usage::{SnapshotDelta, Window, watermark_update};
 use dynalimit_format::{attr, namespace, version};
+use dynalimit_repository::bucket::decide::{Plan, Stamps, plan_create};
 
 use super::{CHILD, PARENT, RESOURCE};
 

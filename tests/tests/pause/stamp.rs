@@ -10,10 +10,10 @@ use dynalimit::Error;
 use dynalimit::backoff::{Backoff, bucket_scope};
 use dynalimit_core::Clock;
 use dynalimit_core::SystemClock;
-use dynalimit_core::decide::{Plan, Stamps, TtlAction, plan_refill};
 use dynalimit_format::attr::PAUSE_UNTIL as PAUSE_ATTRIBUTE;
 use dynalimit_format::item::get_i64;
 use dynalimit_repository::RequestCounter;
+use dynalimit_repository::bucket::decide::{Plan, Stamps, TtlAction, plan_refill};
 use dynalimit_repository::bucket::{BucketKey, ConsumeOutcome, OnThrottle, RefillOutcome};
 
 use super::{balances, bucket_item, bucket_items, limiter, open_limiter, paused, rpm, spend_one};

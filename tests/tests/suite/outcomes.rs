@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
-use dynalimit_core::decide::{Plan, Stamps, TtlAction, plan_create, plan_delta, plan_refill};
 use dynalimit_format::item::{Item, get_i64};
+use dynalimit_repository::bucket::decide::{
+    Plan, Stamps, TtlAction, plan_create, plan_delta, plan_refill,
+};
 use dynalimit_repository::bucket::{
     BucketKey, BucketStore, CreateOutcome, MetaCheck, OnThrottle, Owner,
 };
@@ -390,7 +392,7 @@ async fn pause_stamp() {
 /// moved nothing): funded by a move from shard 0 ([`plan_funding`]), in the create's
 /// transaction.
 ///
-/// [`plan_funding`]: dynalimit_core::decide::plan_funding
+/// [`plan_funding`]: dynalimit_repository::bucket::decide::plan_funding
 async fn create_with_moves(
     store: &BucketStore,
     entity: &str,
@@ -398,7 +400,8 @@ async fn create_with_moves(
     let limits = [Limit::per_minute("rpm", 100)];
     let key = BucketKey::new(entity, RESOURCE, 1);
     let siblings = store.sibling_images(&key, 2).await?;
-    let (funded, moves) = dynalimit_core::decide::plan_funding(&limits, &siblings, 1, 2, NOW);
+    let (funded, moves) =
+        dynalimit_repository::bucket::decide::plan_funding(&limits, &siblings, 1, 2, NOW);
     assert_eq!(moves.len(), 1, "shard 0 gives");
     let demand: BTreeMap<String, i64> = [("rpm".to_string(), 1000)].into();
     let soft = Stamps {
@@ -906,7 +909,7 @@ async fn window_fan_out() {
 /// moved grant and the donor is debited once, exactly as the clean twins.
 #[tokio::test]
 async fn create_with_a_grant_move() {
-    use dynalimit_core::decide::plan_funding;
+    use dynalimit_repository::bucket::decide::plan_funding;
     let table = dynalimit_tests::table().await;
     let proxy = FaultProxy::start().await;
     let repo = through(&table, &proxy).await;

@@ -9,9 +9,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
+use crate::bucket::decide::BucketImage;
 use dynalimit_core::bounds::Stamp;
 use dynalimit_core::bucket::WCU_DEBIT_MILLI;
-use dynalimit_core::decide::BucketImage;
 use dynalimit_format::bucket::{image_from_attributes, image_from_item};
 use dynalimit_format::{FormatError, attr, keys};
 use smallvec::SmallVec;

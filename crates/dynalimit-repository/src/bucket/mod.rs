@@ -1,10 +1,10 @@
-//! Bucket items (reference §1.4.7): reads and the conditional writes of the acquire path.
+//! Bucket items (reference §1.4.7): the acquire's DynamoDB algorithm, planning and requests.
 //!
-//! [`BucketStore`] turns the core's plans ([`dynalimit_core::decide`]) into single DynamoDB
-//! requests and their results back into [`BucketImage`]s. A failed condition is an ordinary
-//! outcome (the image returned with it decides what happens next), a transaction conflict is
-//! retried with full jitter up to [`CONFLICT_ATTEMPTS`] attempts in all and then reported as
-//! contention (a `Contended` outcome of the acquire's writes, which the caller turns into a
+//! [`decide`] says what to write, given what was read, without I/O. [`BucketStore`] sends its
+//! plans as single DynamoDB requests and turns their answers back into [`BucketImage`]s. A
+//! failed condition is an ordinary outcome (the image returned with it decides what happens
+//! next), a transaction conflict is retried with full jitter up to [`CONFLICT_ATTEMPTS`]
+//! attempts in all and then reported as contention (a `Contended` outcome of the acquire's writes, which the caller turns into a
 //! contended rejection; [`RepositoryError::Contended`] from a lease's net change and from the
 //! pause stamp, which have no rejection to give), and every other failure is a
 //! [`RepositoryError`]. No write retries conflicts without bound.
@@ -24,15 +24,20 @@
 //! | [`BucketStore::propagate_shard_count`] | `UpdateItem` on shards `1..old` | `shard_count < :new` |
 
 mod consume;
+pub mod decide;
 mod pause;
 #[cfg(test)]
 mod sizes;
 mod split;
+pub mod throttling;
 mod writes;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crate::bucket::decide::{
+    BucketImage, CreatePlan, DeltaPlan, Move, ProactiveRefill, RefillPlan,
+};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -43,9 +48,6 @@ use aws_sdk_dynamodb::types::{
 use aws_smithy_types::retry::RetryConfig;
 use bytes::Bytes;
 use dynalimit_core::Limit;
-use dynalimit_core::decide::{
-    BucketImage, CreatePlan, DeltaPlan, Move, ProactiveRefill, RefillPlan,
-};
 use dynalimit_core::operation::{OperationShard, ShardWrite};
 use futures::future::join_all;
 
@@ -714,7 +716,7 @@ impl BucketStore {
 
     /// Creates a missing bucket item in one transaction with a `ConditionCheck` on the
     /// owner's META as read (reference §3.7.3), the donors' side of `moves` (a shard other
-    /// than 0 funded by its siblings, [`dynalimit_core::decide::plan_funding`]), and `others`:
+    /// than 0 funded by its siblings, [`crate::bucket::decide::plan_funding`]), and `others`:
     /// the other shards of a bucket recreated whole after every shard was swept, each at its
     /// share.
     ///

@@ -14,12 +14,12 @@
 
 use std::collections::BTreeMap;
 
-use dynalimit_core::Limit;
-use dynalimit_core::bucket::WCU;
-use dynalimit_core::decide::{
+use crate::bucket::decide::{
     CreditGuard, DeltaPlan, LimitWrite, Move, MovePeriod, MovePin, ProactiveDelta, ProactiveRefill,
     QuotaPin, RefillPlan, Seed, StampChange, TtlAction, VuWrite, WindowWrite,
 };
+use dynalimit_core::Limit;
+use dynalimit_core::bucket::WCU;
 use dynalimit_core::operation::{ShardWrite, WindowOp};
 use dynalimit_core::schedule::{Entry, ResetSchedule, Schedule, Zone};
 use dynalimit_format::attr::{self, MAX_LIMITS_PER_BUCKET};

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::bucket::decide::{BucketImage, NewShard, line_of, plan_funding, plan_split};
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
-use dynalimit_core::decide::{BucketImage, NewShard, line_of, plan_funding, plan_split};
 use dynalimit_format::bucket::{BucketKey, Meta, clone_for_shard, image_from_item};
 use dynalimit_format::expr::WithExpr;
 use dynalimit_format::item::Item;
@@ -62,7 +62,7 @@ impl BucketStore {
     }
 
     /// Splits the bucket of `(entity, resource)` from `from` to `to = 2 × from` shards at
-    /// `now` (reference §3.8, with the split of `dynalimit_core::decide::plan_split`): one
+    /// `now` (reference §3.8, with the split of `crate::bucket::decide::plan_split`): one
     /// `TransactWriteItems` in which every existing shard `i < from` is materialised under its
     /// `rf` lock, gives part of each balance and takes the new count (under `shard_count =
     /// :from`), shard `i + from` is created with what it was given (a clone of shard `i`,
@@ -199,7 +199,7 @@ impl BucketStore {
     /// Creates shard `key.shard` of a bucket of `count` shards at `now`, as an aggregator
     /// pre-creates a shard that another writer's doubling brought into use (reference §7.3,
     /// path 2): a clone of the nearest existing shard of its line
-    /// (`dynalimit_core::decide::line_of`), holding what `plan_funding` gives it (moves from
+    /// (`crate::bucket::decide::line_of`), holding what `plan_funding` gives it (moves from
     /// its siblings, as the client's create makes them, or a fresh share), in one
     /// transaction with the donors' debits and a `ConditionCheck` on the owner's META as
     /// read. A transaction cancelled by a changed donor is planned again from a fresh read.

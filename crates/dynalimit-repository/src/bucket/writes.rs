@@ -2,14 +2,14 @@
 
 use std::collections::BTreeMap;
 
+use crate::bucket::decide::{
+    DeltaPlan, Move, MovePeriod, MovePin, ProactiveRefill, QuotaPin, RefillPlan, StampChange,
+    TtlAction, WindowWrite,
+};
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
 use dynalimit_core::bounds::Stamp;
 use dynalimit_core::bucket::{WCU, WCU_DEBIT_MILLI};
-use dynalimit_core::decide::{
-    DeltaPlan, Move, MovePeriod, MovePin, ProactiveRefill, QuotaPin, RefillPlan, StampChange,
-    TtlAction, WindowWrite,
-};
 use dynalimit_core::operation::ShardWrite;
 use dynalimit_core::schedule::{ResetSchedule, Schedule};
 use dynalimit_format::attr::{self, BucketField, QuotaField, bucket_limit};
@@ -710,7 +710,7 @@ pub(crate) fn operation_write(plan: &ShardWrite) -> Expr {
     e
 }
 
-/// A donor's write in a split (see `dynalimit_core::decide::plan_split`): its rf-locked
+/// A donor's write in a split (see `crate::bucket::decide::plan_split`): its rf-locked
 /// materialising write ([`refill_write`], each balance less what it gives the new shard)
 /// with `SET shard_count = :to`, under `shard_count = :from` (an absent count reads as 1).
 /// Applied twice, the second fails its own `rf` lock and count.
@@ -725,7 +725,7 @@ pub(crate) fn split_donor(plan: &RefillPlan, from: u32, to: u32) -> Expr {
 /// Propagation of a new count another writer doubled to, to an existing shard:
 /// `shard_count < :new` (never `attribute_not_exists`, which would create a stub item); the
 /// balance is kept (a shard created later is funded by a move from it, see
-/// `dynalimit_core::decide::plan_funding`).
+/// `crate::bucket::decide::plan_funding`).
 pub(crate) fn propagate(to: u32) -> Expr {
     let mut e = Expr::default();
     e.set(attr::SHARD_COUNT, num(i64::from(to)));
@@ -737,7 +737,7 @@ pub(crate) fn propagate(to: u32) -> Expr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dynalimit_core::decide::{BucketImage, LimitState, Plan, Stamps, plan_delta, plan_refill};
+    use crate::bucket::decide::{BucketImage, LimitState, Plan, Stamps, plan_delta, plan_refill};
 
     fn render(e: &Expr) -> String {
         // Substitute aliases and placeholders back, to compare against the reference text.
@@ -1177,7 +1177,7 @@ mod tests {
 
     #[test]
     fn doubling_and_propagation_conditions() {
-        let wcu = dynalimit_core::decide::wcu_seed();
+        let wcu = crate::bucket::decide::wcu_seed();
         let img = BucketImage {
             rf: 7,
             shard_count: 4,

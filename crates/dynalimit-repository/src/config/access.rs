@@ -17,8 +17,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::bucket::decide::stamp_deadline;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
-use dynalimit_core::decide::stamp_deadline;
 use dynalimit_core::ids::{self, DEFAULT_RESOURCE};
 use dynalimit_format::audit::{self, AuditAction, BUCKETS_STAMPED_DETAIL, DISABLED_DETAIL};
 use dynalimit_format::bucket::BucketKey;

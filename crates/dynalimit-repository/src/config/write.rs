@@ -9,9 +9,9 @@
 
 use std::collections::HashMap;
 
+use crate::bucket::decide::stamp_deadline;
 use aws_sdk_dynamodb::types::{Delete, Put, ReturnValue, TransactWriteItem, Update};
 use dynalimit_core::Limit;
-use dynalimit_core::decide::stamp_deadline;
 use dynalimit_core::ids::{self, DEFAULT_RESOURCE};
 use dynalimit_format::audit::{
     self, AuditAction, LIMITS_DETAIL, ON_UNAVAILABLE_DETAIL, SYSTEM_AUDIT_ID,

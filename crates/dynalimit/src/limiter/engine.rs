@@ -5,17 +5,17 @@ use std::collections::BTreeMap;
 
 use dynalimit_core::Limit;
 use dynalimit_core::bucket::{MAX_SHARD_COUNT, bucket_ttl};
-use dynalimit_core::decide::{
+use dynalimit_core::schedule::{ResetSchedule, Schedule};
+use dynalimit_format::config::{self, walk};
+use dynalimit_repository::bucket::decide::{
     BucketImage, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, Stamps, TtlAction,
     WcuDecision, classify_fast_failure, consumption_retry, debit_beyond_ceiling,
     decide_wcu_exhaustion, fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create,
     plan_delta, plan_funding, plan_refill, plan_refund, shard_in, stamp_deadline,
     statuses_from_image,
 };
-use dynalimit_core::decide::{CreatePlan, QuotaPin, QuotaState, WindowState};
-use dynalimit_core::schedule::{ResetSchedule, Schedule};
-use dynalimit_core::throttling::decide_throttling;
-use dynalimit_format::config::{self, walk};
+use dynalimit_repository::bucket::decide::{CreatePlan, QuotaPin, QuotaState, WindowState};
+use dynalimit_repository::bucket::throttling::decide_throttling;
 use dynalimit_repository::bucket::{
     BucketKey, ConsumeOutcome, CreateOutcome, MetaCheck, OnThrottle, RefillOutcome, SlowRead,
     live_windows_of,
@@ -455,7 +455,7 @@ impl Inner {
     /// * with nowhere else to go (one shard, or every one tried refused), it goes to the same
     ///   shard again, as the client's retry configuration sends it from its first retry.
     ///
-    /// [`Throttling`]: dynalimit_core::throttling::Throttling
+    /// [`Throttling`]: dynalimit_repository::bucket::throttling::Throttling
     async fn after_throttling(
         &self,
         key: &BucketKey,

@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dynalimit_core::bounded::{BoundedMap, Pair, PairRef};
-use dynalimit_core::decide::BucketImage;
-use dynalimit_core::throttling::Throttling;
 use dynalimit_core::{Clock, Limit};
+use dynalimit_repository::bucket::decide::BucketImage;
+use dynalimit_repository::bucket::throttling::Throttling;
 use dynalimit_repository::bucket::{BucketStore, Owner};
 use dynalimit_repository::{OnUnavailable, Repository, RepositoryError};
 use tokio::sync::Notify;

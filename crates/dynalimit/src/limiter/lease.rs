@@ -5,8 +5,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use dynalimit_core::CoreError;
-use dynalimit_core::decide::{LimitStatus, admitted_status};
 use dynalimit_core::limit::{MAX_TOKENS, MILLI, delta_to_milli};
+use dynalimit_repository::bucket::decide::{LimitStatus, admitted_status};
 
 use super::detach::Detach;
 use super::engine::Entry;

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dynalimit_core::decide::{BucketImage, availability};
 use dynalimit_core::ids::{validate_entity_id, validate_resource};
 use dynalimit_core::limit::amount_to_milli;
 use dynalimit_core::{CoreError, Limit};
 use dynalimit_format::attr;
+use dynalimit_repository::bucket::decide::{BucketImage, availability};
 use dynalimit_repository::{OnUnavailable, Repository, RepositoryError};
 
 use super::detach::Detach;

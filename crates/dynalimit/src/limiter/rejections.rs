@@ -30,8 +30,8 @@ use std::time::Duration;
 use dynalimit_core::Limit;
 use dynalimit_core::bounded::{BoundedMap, Pair, PairRef};
 use dynalimit_core::bucket::MAX_SHARD_COUNT;
-use dynalimit_core::decide::{BucketImage, LimitStatus, remembered_rejection};
 use dynalimit_repository::bucket::BucketKey;
+use dynalimit_repository::bucket::decide::{BucketImage, LimitStatus, remembered_rejection};
 
 /// How long a shard's refusing image is remembered unless configured otherwise.
 pub const DEFAULT_REJECTION_CACHE_TTL: Duration = Duration::from_secs(1);
@@ -296,7 +296,7 @@ impl RejectionCache {
 
 #[cfg(test)]
 mod tests {
-    use dynalimit_core::decide::{LimitState, Plan, Stamps, plan_create};
+    use dynalimit_repository::bucket::decide::{LimitState, Plan, Stamps, plan_create};
 
     use super::*;
 

@@ -12,8 +12,8 @@
 //! the second does not split it, nor does a brownout in which no write is taken at all (the
 //! table, not the partition, refuses: a split would not help).
 
-use crate::bucket::{MAX_SHARD_COUNT, doubled_shard_count};
-use crate::decide::{BucketImage, Gate, fast_rejection_gate};
+use crate::bucket::decide::{BucketImage, Gate, fast_rejection_gate};
+use dynalimit_core::bucket::{MAX_SHARD_COUNT, doubled_shard_count};
 use std::collections::BTreeMap;
 
 /// How long the bucket's shards must keep being refused before it splits: the second over
@@ -95,8 +95,8 @@ pub fn decide_throttling(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Limit;
-    use crate::decide::{Plan, Stamps, plan_create};
+    use crate::bucket::decide::{Plan, Stamps, plan_create};
+    use dynalimit_core::Limit;
 
     const T0: i64 = 1_700_000_000_000;
 
@@ -174,7 +174,7 @@ mod tests {
         let (l, tk, tc) = &p.limits[0];
         img.limits.insert(
             "rpm".into(),
-            crate::decide::LimitState {
+            crate::bucket::decide::LimitState {
                 tk: *tk,
                 cp: l.capacity_milli(),
                 ra: l.refill_amount_milli(),

@@ -1,15 +1,15 @@
-//! The decisions over the most extreme images a reader accepts ([`crate::bounds`]): every
+//! The decisions over the most extreme images a reader accepts ([`dynalimit_core::bounds`]): every
 //! field at or near its bound, stamps anywhere in the `i64` range, limits and demands at their
 //! largest. Each decision returns (no overflow, which the test build checks, and no endless
 //! scan), and an admission never drives a hard limit below zero.
 
 use super::*;
-use crate::bounds::{
+use dynalimit_core::bounds::{
     EARLIEST_TIME_MS, LATEST_TIME_MS, MAX_PERIOD_MS, MAX_PERIOD_SECONDS, MAX_STORED_MILLI,
 };
-use crate::limit::MAX_TOKENS;
-use crate::operation::{OperationShard, plan_reset, plan_top_up};
-use crate::schedule::{Entry, Zone};
+use dynalimit_core::limit::MAX_TOKENS;
+use dynalimit_core::operation::{OperationShard, plan_reset, plan_top_up};
+use dynalimit_core::schedule::{Entry, Zone};
 use proptest::prelude::*;
 
 const NAMES: [&str; 3] = ["rpm", "tpm", "q"];
@@ -53,7 +53,7 @@ fn state() -> impl Strategy<Value = LimitState> {
 fn office_hours() -> Schedule {
     Schedule::new(
         Zone::utc(),
-        vec![Entry::scaled("* 9-17 * * *", crate::schedule::MAX_SCALE).unwrap()],
+        vec![Entry::scaled("* 9-17 * * *", dynalimit_core::schedule::MAX_SCALE).unwrap()],
     )
     .unwrap()
 }

@@ -1,7 +1,7 @@
 use super::*;
-use crate::bucket::WCU;
-use crate::limit::MILLI;
-use crate::{Clock, ManualClock};
+use dynalimit_core::bucket::{WCU, WCU_CAPACITY_MILLI, WCU_PERIOD_MS, WCU_REFILL_MILLI};
+use dynalimit_core::limit::MILLI;
+use dynalimit_core::{Clock, ManualClock};
 use proptest::prelude::*;
 use std::time::Duration;
 
@@ -224,7 +224,7 @@ fn fresh(limits: &[Limit], d: &BTreeMap<String, i64>, shards: u32, now: i64) -> 
 #[test]
 fn create_starts_at_the_share_minus_consumption_like_the_worked_example() {
     let limits = [rpm(100), Limit::per_minute("tpm", 10_000)];
-    let ttl = crate::bucket::bucket_ttl(T0, &limits, 7);
+    let ttl = dynalimit_core::bucket::bucket_ttl(T0, &limits, 7);
     let Plan::Write(p) = plan_create(
         &limits,
         &demand(&[("rpm", 1), ("tpm", 500)]),
@@ -510,7 +510,7 @@ fn hard_case_11_expired_ttl_goes_to_the_slow_path_which_refreshes_it() {
         FastFailure::AppLimitExhausted
     );
     assert_eq!(fast_rejection_gate(&item, &d, T0), Gate::SlowPath);
-    let ttl = crate::bucket::bucket_ttl(T0, &[rpm(10)], 7).unwrap();
+    let ttl = dynalimit_core::bucket::bucket_ttl(T0, &[rpm(10)], 7).unwrap();
     let p = hard_pass(&item, &[rpm(10)], &d, T0, TtlAction::Set(ttl));
     assert!(apply_refill(&mut item, &p));
     assert_eq!(item.ttl, Some(T0 / 1000 + 420));
@@ -895,7 +895,7 @@ fn a_split_keeps_the_refill_earned_at_the_old_share_and_what_a_donor_cannot_give
 /// move is whole), for the split conservation test: dripping, scheduled (twice `cap`,
 /// halved now), calendar quota, session quota, soft.
 fn of_kind(kind: u8, cap: i64) -> Limit {
-    use crate::schedule::{Entry, Schedule, Zone};
+    use dynalimit_core::schedule::{Entry, Schedule, Zone};
     match kind {
         0 => Limit::custom("l", cap, cap, 60),
         1 => {
@@ -1376,7 +1376,7 @@ mod soft_limits {
 /// a slow pass.
 mod scheduled {
     use super::*;
-    use crate::schedule::{Entry, Schedule, Zone};
+    use dynalimit_core::schedule::{Entry, Schedule, Zone};
 
     const MINUTE: i64 = 60_000;
     /// 2023-11-14 22:13:20 UTC; the hour's first half is the window below.
@@ -1564,7 +1564,7 @@ mod scheduled {
 /// pass after a reset edge, credits pinned on the period.
 mod quotas {
     use super::*;
-    use crate::schedule::Zone;
+    use dynalimit_core::schedule::Zone;
 
     /// 2023-11-14 22:13:20 UTC; the next midnight is 1 h 46 min 40 s later.
     const NEXT_MIDNIGHT: i64 = T0 + 6_400_000;
@@ -2041,12 +2041,13 @@ mod sessions {
     fn an_operator_reset_ends_the_window_and_leaves_the_balance() {
         let img = fresh(&[session()], &demand(&[("s", 4)]), 1, T0);
         let now = T0 + 60_000;
-        let shard = crate::operation::OperationShard {
+        let shard = dynalimit_core::operation::OperationShard {
             shard: 0,
             stored_count: Some(1),
             image: img,
         };
-        let plan = crate::operation::plan_reset(&[shard], &[session()], now, TtlAction::Keep);
+        let plan =
+            dynalimit_core::operation::plan_reset(&[shard], &[session()], now, TtlAction::Keep);
         let write = &plan.writes[0];
         assert!(!write.deltas.contains_key("s"), "the balance is left");
         let op = write.windows["s"];
@@ -2124,7 +2125,7 @@ mod sessions {
 
 mod funding {
     use super::*;
-    use crate::schedule::Zone;
+    use dynalimit_core::schedule::Zone;
 
     /// 2023-11-14 22:13:20 UTC: the day's edge was at midnight, 22 h 13 min before.
     const DAY: i64 = 86_400_000;
