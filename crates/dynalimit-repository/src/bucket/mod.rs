@@ -4,8 +4,8 @@
 //! plans as single DynamoDB requests and turns their answers back into [`BucketImage`]s. A
 //! failed condition is an ordinary outcome (the image returned with it decides what happens
 //! next), a transaction conflict is retried with full jitter up to [`CONFLICT_ATTEMPTS`]
-//! attempts in all and then reported as contention (a `Contended` outcome of the acquire's writes, which the caller turns into a
-//! contended rejection; [`RepositoryError::Contended`] from a lease's net change and from the
+//! attempts in all and then reported as contention (a `Contended` outcome of the acquire's
+//! writes, which the caller turns into a contended rejection; [`RepositoryError::Contended`] from a lease's net change and from the
 //! pause stamp, which have no rejection to give), and every other failure is a
 //! [`RepositoryError`]. No write retries conflicts without bound.
 //!
@@ -208,12 +208,22 @@ impl Write<'_> {
 // The image is moved once per write and read at once; boxing it would cost every acquire
 // an allocation.
 #[allow(clippy::large_enum_variant)]
+/// What one bucket `UpdateItem` came to. A write that lost to transactions through every
+/// attempt is no outcome but [`RepositoryError::Contended`], decided in one place
+/// ([`BucketStore::send`]).
 enum Update {
     /// Applied; the item after the write when it was asked for (`ALL_NEW`) and the answer
     /// carries one (an error when it holds a value out of bounds).
     Done(Option<Result<BucketImage, FormatError>>),
+    /// The condition failed; the item before the attempt (`None`: no item).
     ConditionFailed(Option<Item>),
-    Conflict,
+}
+
+impl Update {
+    /// Whether the write was applied (its condition held).
+    fn applied(&self) -> bool {
+        matches!(self, Update::Done(_))
+    }
 }
 
 /// Attempts of one bucket write while it loses to other transactions (a
@@ -275,9 +285,8 @@ impl BucketStore {
         dynalimit_format::entity::meta_key(&self.ns, entity_id)
     }
 
-    /// One `UpdateItem`, on the fast path when the store has one, tried again while it loses
-    /// to transactions. An attempt that may have been applied is not sent again unless
-    /// `resend` is [`Resend::Harmless`] (see [`crate::retry`]).
+    /// One `UpdateItem` of an expression: [`BucketStore::send`] with throttled attempts sent
+    /// again as the client's retry configuration says.
     async fn update(
         &self,
         key: &BucketKey,
@@ -285,12 +294,15 @@ impl BucketStore {
         return_new: bool,
         resend: Resend,
     ) -> Result<Update, RepositoryError> {
-        self.update_write(key, Write::Expr(e), return_new, (resend, OnThrottle::Retry))
+        self.send(key, Write::Expr(e), return_new, (resend, OnThrottle::Retry))
             .await
     }
 
-    /// [`BucketStore::update`] of any [`Write`].
-    async fn update_write(
+    /// Sends one bucket `UpdateItem`, on the fast path when the store has one, and tries it
+    /// again while it loses to transactions: [`CONFLICT_ATTEMPTS`] attempts, then
+    /// [`RepositoryError::Contended`]. An attempt that may have been applied is not sent again
+    /// unless `resend` is [`Resend::Harmless`] (see [`crate::retry`]).
+    async fn send(
         &self,
         key: &BucketKey,
         write: Write<'_>,
@@ -298,64 +310,52 @@ impl BucketStore {
         policy: (Resend, OnThrottle),
     ) -> Result<Update, RepositoryError> {
         let span = request_span("UpdateItem", key);
-        let attempts = std::sync::atomic::AtomicU32::new(0);
+        let mut attempt = 1;
         let result = tracing::Instrument::instrument(
-            self.update_attempts(key, write, return_new, policy, &attempts),
+            async {
+                loop {
+                    let sent = match &self.wire {
+                        Some(wire) => self.send_fast(wire, key, write, return_new, policy).await,
+                        None => {
+                            let mut built = None;
+                            // Boxed: the SDK's future is large, and the fast path's callers
+                            // should not carry it.
+                            let e = write.expr(&mut built);
+                            Box::pin(self.update_sdk(key, e, return_new, policy)).await
+                        }
+                    };
+                    match sent {
+                        Err(RepositoryError::TransactionConflict { .. })
+                            if attempt < CONFLICT_ATTEMPTS =>
+                        {
+                            crate::metrics::contention_retry("UpdateItem");
+                            Backoff::CONFLICT.pause(attempt).await;
+                            attempt += 1;
+                        }
+                        Err(RepositoryError::TransactionConflict { .. }) => return Err(contended()),
+                        done => return done,
+                    }
+                }
+            },
             span.clone(),
         )
         .await;
-        span.record(
-            "attempts",
-            attempts.load(std::sync::atomic::Ordering::Relaxed),
-        );
+        span.record("attempts", attempt);
         span.record(
             "outcome",
             match &result {
                 Ok(Update::Done(_)) => "done",
                 Ok(Update::ConditionFailed(_)) => "condition_failed",
-                Ok(Update::Conflict) => "conflict",
+                Err(RepositoryError::Contended { .. }) => "conflict",
                 Err(_) => "error",
             },
         );
         result
     }
 
-    async fn update_attempts(
-        &self,
-        key: &BucketKey,
-        write: Write<'_>,
-        return_new: bool,
-        policy: (Resend, OnThrottle),
-        attempts: &std::sync::atomic::AtomicU32,
-    ) -> Result<Update, RepositoryError> {
-        let mut attempt = 1;
-        loop {
-            attempts.store(attempt, std::sync::atomic::Ordering::Relaxed);
-            let sent = match &self.wire {
-                Some(wire) => {
-                    self.update_fast(wire, key, write, return_new, policy)
-                        .await?
-                }
-                None => {
-                    let mut built = None;
-                    // Boxed: the SDK's future is large, and the fast path's callers should not
-                    // carry it.
-                    Box::pin(self.update_sdk(key, write.expr(&mut built), return_new, policy))
-                        .await?
-                }
-            };
-            match sent {
-                Update::Conflict if attempt < CONFLICT_ATTEMPTS => {
-                    crate::metrics::contention_retry("UpdateItem");
-                    Backoff::CONFLICT.pause(attempt).await;
-                    attempt += 1;
-                }
-                done => return Ok(done),
-            }
-        }
-    }
-
-    async fn update_fast(
+    /// One attempt on the fast path: the warm acquire's prepared request (its image read from
+    /// the answer's bytes), or any write rendered from its expression.
+    async fn send_fast(
         &self,
         wire: &FastPath,
         key: &BucketKey,
@@ -363,40 +363,20 @@ impl BucketStore {
         return_new: bool,
         (resend, on_throttle): (Resend, OnThrottle),
     ) -> Result<Update, RepositoryError> {
-        let shape = match write {
-            Write::Consume { demand, .. } => self.shapes.of(demand),
-            Write::Expr(_) => None,
-        };
-        let sent = match (write, shape) {
-            // The warm acquire: the prepared request, and the image read from the answer.
-            (Write::Consume { demand, now }, Some(shape)) => {
-                let body = shape.body(&self.table, &key.pk(&self.ns), demand, now);
-                wire.update_item_body(Bytes::from(body), resend, on_throttle)
-                    .await
-                    .map(|written| match written {
-                        Written::Updated(answer) => Update::Done(consume::image_of_answer(&answer)),
-                        Written::ConditionFailed(old) => Update::ConditionFailed(old),
-                    })
-            }
-            _ => {
-                self.update_fast_expr(wire, key, write, return_new, (resend, on_throttle))
-                    .await
-            }
-        };
-        match sent {
-            Err(RepositoryError::TransactionConflict { .. }) => Ok(Update::Conflict),
-            other => other,
+        if let Write::Consume { demand, now } = write
+            && let Some(shape) = self.shapes.of(demand)
+        {
+            let body = shape.body(&self.table, &key.pk(&self.ns), demand, now);
+            return Ok(
+                match wire
+                    .update_item_body(Bytes::from(body), resend, on_throttle)
+                    .await?
+                {
+                    Written::Updated(answer) => Update::Done(consume::image_of_answer(&answer)),
+                    Written::ConditionFailed(old) => Update::ConditionFailed(old),
+                },
+            );
         }
-    }
-
-    async fn update_fast_expr(
-        &self,
-        wire: &FastPath,
-        key: &BucketKey,
-        write: Write<'_>,
-        return_new: bool,
-        (resend, on_throttle): (Resend, OnThrottle),
-    ) -> Result<Update, RepositoryError> {
         let mut built = None;
         let e = write.expr(&mut built);
         let key = key.key_map(&self.ns);
@@ -480,7 +460,9 @@ impl BucketStore {
                     return Ok(Update::ConditionFailed(c.item().cloned()));
                 }
                 Some(UpdateItemError::TransactionConflictException(_)) => {
-                    return Ok(Update::Conflict);
+                    return Err(RepositoryError::TransactionConflict {
+                        operation: "UpdateItem",
+                    });
                 }
                 _ => {}
             }
@@ -523,12 +505,13 @@ impl BucketStore {
         on_throttle: OnThrottle,
     ) -> Result<ConsumeOutcome, RepositoryError> {
         let written = self
-            .update_write(key, write, true, (Resend::Never, on_throttle))
+            .send(key, write, true, (Resend::Never, on_throttle))
             .await;
         Ok(match written {
             Err(RepositoryError::Throttled { operation, message }) if !on_throttle.retries() => {
                 ConsumeOutcome::Throttled { operation, message }
             }
+            Err(RepositoryError::Contended { .. }) => ConsumeOutcome::Contended,
             Err(e) => return Err(e),
             // Applied to an item holding a value out of bounds: the debit stands (the
             // item's own balance admitted it) and the item is reported corrupt.
@@ -553,7 +536,6 @@ impl BucketStore {
                     None => ConsumeOutcome::Failed(old.as_ref().map(image_from_item).transpose()?),
                 }
             }
-            Ok(Update::Conflict) => ConsumeOutcome::Contended,
         })
     }
 
@@ -652,21 +634,13 @@ impl BucketStore {
         plan: &RefillPlan,
         owner: Option<&Owner>,
     ) -> Result<RefillOutcome, RepositoryError> {
-        Ok(
-            match self
-                .update(
-                    key,
-                    &writes::refill_write(plan, owner),
-                    false,
-                    Resend::Never,
-                )
-                .await?
-            {
-                Update::Done(_) => RefillOutcome::Applied,
-                Update::ConditionFailed(_) => RefillOutcome::LostLock,
-                Update::Conflict => RefillOutcome::Contended,
-            },
-        )
+        let e = writes::refill_write(plan, owner);
+        Ok(match self.update(key, &e, false, Resend::Never).await {
+            Ok(sent) if sent.applied() => RefillOutcome::Applied,
+            Ok(_) => RefillOutcome::LostLock,
+            Err(RepositoryError::Contended { .. }) => RefillOutcome::Contended,
+            Err(e) => return Err(e),
+        })
     }
 
     /// Writes a lease's net change: guarded first, then (if a credit could exceed the
@@ -708,7 +682,6 @@ impl BucketStore {
                 }
                 Update::ConditionFailed(None) => return Ok(DeltaOutcome::Gone),
                 Update::ConditionFailed(Some(_)) => {}
-                Update::Conflict => return Err(contended()),
             }
         }
         Ok(DeltaOutcome::Gone)
@@ -902,11 +875,7 @@ impl BucketStore {
         plan: &ProactiveRefill,
     ) -> Result<bool, RepositoryError> {
         let e = writes::proactive_refill(plan);
-        match self.update(key, &e, false, Resend::Never).await? {
-            Update::Done(_) => Ok(true),
-            Update::ConditionFailed(_) => Ok(false),
-            Update::Conflict => Err(contended()),
-        }
+        Ok(self.update(key, &e, false, Resend::Never).await?.applied())
     }
 
     /// Stamps `limits` on one existing bucket item (the parameter sync of §4.3): their
@@ -926,11 +895,10 @@ impl BucketStore {
         soft_until: i64,
     ) -> Result<bool, RepositoryError> {
         let e = writes::sync_parameters(limits, remove_ttl, soft_until);
-        match self.update(key, &e, false, Resend::Harmless).await? {
-            Update::Done(_) => Ok(true),
-            Update::ConditionFailed(_) => Ok(false),
-            Update::Conflict => Err(contended()),
-        }
+        Ok(self
+            .update(key, &e, false, Resend::Harmless)
+            .await?
+            .applied())
     }
 
     /// The other shards of `key`'s bucket below `count`, strongly consistent: the donors a
@@ -1002,10 +970,9 @@ impl BucketStore {
                     };
                     let e = writes::window_fanout(name, *start, *rsa);
                     async move {
-                        matches!(
-                            self.update(&sibling, &e, false, Resend::Harmless).await,
-                            Ok(Update::Done(_))
-                        )
+                        self.update(&sibling, &e, false, Resend::Harmless)
+                            .await
+                            .is_ok_and(|sent| sent.applied())
                     }
                 })
             });
@@ -1030,11 +997,10 @@ impl BucketStore {
         owner: &Owner,
     ) -> Result<bool, RepositoryError> {
         let e = writes::owner_fanout(owner);
-        match self.update(key, &e, false, Resend::Harmless).await? {
-            Update::Done(_) => Ok(true),
-            Update::ConditionFailed(_) => Ok(false),
-            Update::Conflict => Err(contended()),
-        }
+        Ok(self
+            .update(key, &e, false, Resend::Harmless)
+            .await?
+            .applied())
     }
 
     /// Stamps one existing bucket item's soft limits (reference §12.4): `SET b_{name}_soft =
@@ -1052,11 +1018,10 @@ impl BucketStore {
         until: i64,
     ) -> Result<bool, RepositoryError> {
         let e = writes::soft_stamps(limits, until);
-        match self.update(key, &e, false, Resend::Harmless).await? {
-            Update::Done(_) => Ok(true),
-            Update::ConditionFailed(_) => Ok(false),
-            Update::Conflict => Err(contended()),
-        }
+        Ok(self
+            .update(key, &e, false, Resend::Harmless)
+            .await?
+            .applied())
     }
 
     /// Stamps one existing bucket item with its access mode (reference §4.3): `disabled`,
@@ -1074,11 +1039,10 @@ impl BucketStore {
         bypass_until: i64,
     ) -> Result<bool, RepositoryError> {
         let e = dynalimit_format::bucket::access_stamp(access, bypass_until);
-        match self.update(key, &e, false, Resend::Harmless).await? {
-            Update::Done(_) => Ok(true),
-            Update::ConditionFailed(_) => Ok(false),
-            Update::Conflict => Err(contended()),
-        }
+        Ok(self
+            .update(key, &e, false, Resend::Harmless)
+            .await?
+            .applied())
     }
 
     /// Sets `shard_count = to` on shards `1..from` of `(entity, resource)` under
@@ -1121,9 +1085,8 @@ impl BucketStore {
         let mut report = Propagation::default();
         for (shard, result) in join_all(writes).await {
             match result {
-                Ok(Update::Done(_)) => report.updated.push(shard),
-                Ok(Update::ConditionFailed(_)) => {}
-                Ok(Update::Conflict) => report.failed.push((shard, contended())),
+                Ok(sent) if sent.applied() => report.updated.push(shard),
+                Ok(_) => {}
                 Err(e) => report.failed.push((shard, e)),
             }
         }

@@ -91,7 +91,6 @@ impl BucketStore {
                     Update::ConditionFailed(old) => {
                         Ok(old.as_ref().and_then(|item| live_pause(item, now)))
                     }
-                    Update::Conflict => Err(super::contended()),
                 }
             }
         });
