@@ -66,7 +66,7 @@ pub const STAMP_TTL_MS: i64 = 60_000;
 /// How far ahead of its writer's clock a boundary (`vu`) may lie: the longest session window
 /// (10^9 s). A parameter schedule's next change and a reset schedule's next edge lie within
 /// 366 days.
-pub const MAX_BOUNDARY_AHEAD_MS: i64 = MAX_PERIOD_MS;
+pub(crate) const MAX_BOUNDARY_AHEAD_MS: i64 = MAX_PERIOD_MS;
 
 /// The longest shared pause (one day).
 pub const MAX_PAUSE_MS: i64 = 86_400_000;
@@ -85,7 +85,7 @@ pub enum Stamp {
 
 impl Stamp {
     /// The longest this kind of stamp lives, in milliseconds.
-    pub const fn lifetime_ms(self) -> i64 {
+    pub(crate) const fn lifetime_ms(self) -> i64 {
         match self {
             Stamp::Deadline => STAMP_TTL_MS,
             Stamp::Boundary => MAX_BOUNDARY_AHEAD_MS,

@@ -47,7 +47,7 @@ pub struct ShardParams {
 impl ShardParams {
     /// Per-shard parameters from stored (undivided) `cp`, `ra`, `rp` and the item's
     /// `shard_count`.
-    pub fn for_shard(cp: i64, ra: i64, rp: i64, shard_count: u32) -> Self {
+    pub(crate) fn for_shard(cp: i64, ra: i64, rp: i64, shard_count: u32) -> Self {
         let s = i64::from(shard_count.max(1));
         ShardParams {
             ceiling: cp.div_euclid(s),
@@ -143,7 +143,7 @@ pub fn retry_after_ms(deficit: i64, p: ShardParams) -> i64 {
 /// it (§2.6): for a dripping limit the largest time-to-fill `(capacity / refill_amount) ×
 /// period_seconds` over its base and every window of its schedule; for a calendar quota the
 /// shortest cycle of its reset patterns; for a session quota its window length.
-pub fn ttl_horizon_seconds<'a>(limits: impl IntoIterator<Item = &'a Limit>) -> f64 {
+pub(crate) fn ttl_horizon_seconds<'a>(limits: impl IntoIterator<Item = &'a Limit>) -> f64 {
     #[allow(clippy::cast_precision_loss)]
     let fill = |p: Params| {
         if p.refill_amount <= 0 {

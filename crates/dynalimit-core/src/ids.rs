@@ -16,7 +16,7 @@ pub const DEFAULT_RESOURCE: &str = "_default_";
 /// The reserved namespace holding the namespace registry and the version record.
 pub const RESERVED_NAMESPACE: &str = "_";
 /// The reserved limit name of the write-capacity tracker on every bucket item.
-pub const WCU_LIMIT: &str = "wcu";
+pub(crate) const WCU_LIMIT: &str = "wcu";
 
 fn check(
     field: &'static str,

@@ -178,7 +178,7 @@ impl WindowState {
     /// the window reached it (`tc - wtc`, when a fan-out recorded `wtc`). The counters may
     /// hold any value another writer stored: the difference is taken exactly and the balance
     /// is never below `-MAX_STORED_MILLI`.
-    pub fn roll_target(&self, share: i64, tc: i64) -> i64 {
+    pub(crate) fn roll_target(&self, share: i64, tc: i64) -> i64 {
         match self.wtc {
             Some(wtc) => {
                 let spent = (i128::from(tc) - i128::from(wtc)).max(0);

@@ -130,7 +130,12 @@ impl Limit {
 
     /// Rebuilds a limit from the millitoken/millisecond values stored on a bucket item, each
     /// floored to whole units and at least 1 (how statuses report a limit read from an item).
-    pub fn from_stored(name: impl Into<String>, cp_milli: i64, ra_milli: i64, rp_ms: i64) -> Self {
+    pub(crate) fn from_stored(
+        name: impl Into<String>,
+        cp_milli: i64,
+        ra_milli: i64,
+        rp_ms: i64,
+    ) -> Self {
         Limit {
             name: name.into(),
             capacity: cp_milli.div_euclid(MILLI).max(1),
@@ -299,7 +304,7 @@ impl Limit {
     }
 
     /// The base parameters in millitokens and milliseconds, as stored on a bucket item.
-    pub fn base_params(&self) -> Params {
+    pub(crate) fn base_params(&self) -> Params {
         Params::new(
             self.capacity_milli(),
             self.refill_amount_milli(),

@@ -65,15 +65,15 @@ pub const DELETED_AT: &str = "deleted_at";
 /// Version record: the key-layout version.
 pub const SCHEMA_VERSION: &str = "schema_version";
 /// Version record: the aggregator code deployed (S or NULL).
-pub const LAMBDA_VERSION: &str = "lambda_version";
+pub(crate) const LAMBDA_VERSION: &str = "lambda_version";
 /// Version record: the oldest client allowed to use the table.
-pub const CLIENT_MIN_VERSION: &str = "client_min_version";
+pub(crate) const CLIENT_MIN_VERSION: &str = "client_min_version";
 /// Version record: when it was last written.
-pub const UPDATED_AT: &str = "updated_at";
+pub(crate) const UPDATED_AT: &str = "updated_at";
 /// Version record: who wrote it last.
-pub const UPDATED_BY: &str = "updated_by";
+pub(crate) const UPDATED_BY: &str = "updated_by";
 /// Version record: an older name readers tolerate.
-pub const TEMPLATE_VERSION: &str = "template_version";
+pub(crate) const TEMPLATE_VERSION: &str = "template_version";
 
 /// Owner entity of entity, config, bucket, operation, audit and snapshot items.
 pub const ENTITY_ID: &str = "entity_id";
@@ -91,11 +91,11 @@ pub const PINC: &str = "pinc";
 pub const METADATA: &str = "metadata";
 
 /// Config: always written as 1.
-pub const CONFIG_VERSION: &str = "config_version";
+pub(crate) const CONFIG_VERSION: &str = "config_version";
 /// System config: `allow` or `block`.
 pub const ON_UNAVAILABLE: &str = "on_unavailable";
 /// System config: audit retention in days.
-pub const AUDIT_RETENTION_DAYS: &str = "audit_retention_days";
+pub(crate) const AUDIT_RETENTION_DAYS: &str = "audit_retention_days";
 /// The resource of config, bucket, operation, audit and snapshot items.
 pub const RESOURCE: &str = "resource";
 /// Config (BOOL or `"bypass"`) and bucket (BOOL true) disable stamp.
@@ -116,7 +116,7 @@ pub const VU: &str = "vu";
 /// Bucket: the item-level parameter schedule.
 pub const SCHED: &str = "sched";
 /// Bucket: the item-level reset schedule.
-pub const RSCHED: &str = "rsched";
+pub(crate) const RSCHED: &str = "rsched";
 /// Bucket: a shared pause deadline (N, epoch ms) before which no acquire may spend the
 /// bucket's tokens. Written by dynalimit's backoff gate; its name has none of the `b_` / `l_`
 /// / `w_` prefixes that bucket readers parse, so readers that do not know it ignore it.
@@ -127,7 +127,7 @@ pub const OPERATION: &str = "operation";
 /// Operation record: the writer's nonce.
 pub const WRITER: &str = "writer";
 /// Operation record: the entity incarnation.
-pub const ENT: &str = "ent";
+pub(crate) const ENT: &str = "ent";
 /// Operation record: the shard count.
 pub const SHARDS: &str = "shards";
 /// Operation record: the amounts (M).
@@ -149,25 +149,25 @@ pub const WINDOW: &str = "window";
 /// Usage snapshot: the window key.
 pub const WINDOW_START: &str = "window_start";
 /// Usage snapshot: consumption events counted.
-pub const TOTAL_EVENTS: &str = "total_events";
+pub(crate) const TOTAL_EVENTS: &str = "total_events";
 
 /// Provisioner state: whether the system level is managed.
-pub const MANAGED_SYSTEM: &str = "managed_system";
+pub(crate) const MANAGED_SYSTEM: &str = "managed_system";
 /// Provisioner state: the managed resources.
-pub const MANAGED_RESOURCES: &str = "managed_resources";
+pub(crate) const MANAGED_RESOURCES: &str = "managed_resources";
 /// Provisioner state: the managed entities.
-pub const MANAGED_ENTITIES: &str = "managed_entities";
+pub(crate) const MANAGED_ENTITIES: &str = "managed_entities";
 /// Provisioner state: when it was last applied.
-pub const LAST_APPLIED: &str = "last_applied";
+pub(crate) const LAST_APPLIED: &str = "last_applied";
 /// Provisioner state: the hash of what was applied.
-pub const APPLIED_HASH: &str = "applied_hash";
+pub(crate) const APPLIED_HASH: &str = "applied_hash";
 /// Provisioner pending items: the owners map.
 pub const OWNERS: &str = "owners";
 
 /// Legacy (pre-0.6) consumption counter.
-pub const TOTAL_CONSUMED_MILLI: &str = "total_consumed_milli";
+pub(crate) const TOTAL_CONSUMED_MILLI: &str = "total_consumed_milli";
 /// Legacy (pre-0.6) balance.
-pub const TOKENS_MILLI: &str = "tokens_milli";
+pub(crate) const TOKENS_MILLI: &str = "tokens_milli";
 /// Legacy (pre-0.6) nested data.
 pub const DATA: &str = "data";
 
@@ -600,7 +600,7 @@ pub fn config_limit(prefix: ConfigPrefix, name: &str, field: ConfigField) -> Str
 
 /// The limit names a config item declares, by prefix: attributes ending `_cp` that start with
 /// `l_` or `w_`, the name being the middle part (it may itself contain `_`).
-pub fn config_limit_names<'a>(
+pub(crate) fn config_limit_names<'a>(
     attrs: impl IntoIterator<Item = &'a String>,
 ) -> (Vec<String>, Vec<String>) {
     let mut plain = Vec::new();

@@ -190,9 +190,9 @@ pub const RECORDS_DELETED_DETAIL: &str = "records_deleted";
 pub const COMPLETE_DETAIL: &str = "complete";
 
 /// The details key of a reset or top-up: whole tokens per limit (M of N).
-pub const AMOUNTS_DETAIL: &str = "amounts";
+pub(crate) const AMOUNTS_DETAIL: &str = "amounts";
 /// The details key of a reset or top-up: the shards written.
-pub const SHARDS_DETAIL: &str = "shards";
+pub(crate) const SHARDS_DETAIL: &str = "shards";
 
 /// The details of a reset or top-up: `{amounts: {name: tokens}, shards}`.
 pub fn operation_details(
@@ -209,7 +209,7 @@ pub fn operation_details(
 }
 
 /// The limit dict of audit details: `{name, capacity, refill_amount, refill_period_seconds}`.
-pub fn limit_details(limit: &Limit) -> AttributeValue {
+pub(crate) fn limit_details(limit: &Limit) -> AttributeValue {
     AttributeValue::M(HashMap::from([
         ("name".to_string(), item::s(limit.name())),
         ("capacity".to_string(), item::n(limit.capacity())),

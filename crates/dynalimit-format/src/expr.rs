@@ -124,7 +124,7 @@ impl Expr {
     }
 
     /// `SET attr = if_not_exists(attr, 0) + by`: a counter raised by `by` (0 when absent).
-    pub fn set_incremented(&mut self, attr: &str, by: i64) {
+    pub(crate) fn set_incremented(&mut self, attr: &str, by: i64) {
         let (a, zero, by) = (self.name(attr), self.num(0), self.num(by));
         self.set
             .push(format!("{a} = if_not_exists({a}, {zero}) + {by}"));

@@ -89,7 +89,7 @@ impl Digits {
 }
 
 /// Parses a DynamoDB number that holds an integer (`"12"`, `"12.0"`, `"1.2E1"`).
-pub fn parse_number(text: &str) -> Option<i64> {
+pub(crate) fn parse_number(text: &str) -> Option<i64> {
     if let Ok(v) = text.parse::<i64>() {
         return Some(v);
     }
@@ -98,7 +98,7 @@ pub fn parse_number(text: &str) -> Option<i64> {
 }
 
 /// Reads a boolean attribute.
-pub fn get_bool(item: &Item, name: &str) -> Option<bool> {
+pub(crate) fn get_bool(item: &Item, name: &str) -> Option<bool> {
     match item.get(name) {
         Some(AttributeValue::Bool(v)) => Some(*v),
         _ => None,
@@ -109,7 +109,7 @@ pub fn get_bool(item: &Item, name: &str) -> Option<bool> {
 ///
 /// # Errors
 /// [`FormatError::Corrupt`] when missing.
-pub fn require_s(item: &Item, name: &str) -> Result<String, FormatError> {
+pub(crate) fn require_s(item: &Item, name: &str) -> Result<String, FormatError> {
     get_s(item, name)
         .map(str::to_string)
         .ok_or_else(|| FormatError::corrupt(describe_key(item), format!("missing string {name}")))

@@ -40,15 +40,15 @@ pub const BUCKET_INDEX_SK_PREFIX: &str = "BUCKET#";
 /// Prefix of the GSI2 sort keys of usage snapshots.
 pub const USAGE_INDEX_SK_PREFIX: &str = "USAGE#";
 /// Prefix of the GSI4 sort keys of operation records.
-pub const OP_INDEX_SK_PREFIX: &str = "OP#";
+pub(crate) const OP_INDEX_SK_PREFIX: &str = "OP#";
 
 /// `#NAMESPACE#{name}`.
-pub fn namespace_sk(name: &str) -> String {
+pub(crate) fn namespace_sk(name: &str) -> String {
     format!("{NAMESPACE_SK_PREFIX}{name}")
 }
 
 /// `#NSID#{id}`.
-pub fn nsid_sk(id: &str) -> String {
+pub(crate) fn nsid_sk(id: &str) -> String {
     format!("{NSID_SK_PREFIX}{id}")
 }
 
@@ -78,7 +78,7 @@ pub fn audit_sk(event_id: &str) -> String {
 }
 
 /// `#CONFIG#{resource}` (entity configuration, `_default_` included).
-pub fn entity_config_sk(resource: &str) -> String {
+pub(crate) fn entity_config_sk(resource: &str) -> String {
     format!("{CONFIG_SK_PREFIX}{resource}")
 }
 
@@ -88,7 +88,7 @@ pub fn parent_gsi1pk(ns: &str, parent: &str) -> String {
 }
 
 /// `CHILD#{entity}` (GSI1 sort key of a child).
-pub fn child_gsi1sk(entity: &str) -> String {
+pub(crate) fn child_gsi1sk(entity: &str) -> String {
     format!("CHILD#{entity}")
 }
 
@@ -125,12 +125,12 @@ pub fn bucket_gsi4sk(entity: &str, resource: &str, shard: u32) -> String {
 
 /// `#OP#{operation_id}`: sort key of a reset or top-up's operation record, in the partition
 /// of the bucket's shard 0 (§1.4.8).
-pub fn op_sk(operation_id: &str) -> String {
+pub(crate) fn op_sk(operation_id: &str) -> String {
     format!("{OP_SK_PREFIX}{operation_id}")
 }
 
 /// `OP#{entity}#{resource}#{operation_id}`: GSI4 sort key of an operation record.
-pub fn op_gsi4sk(entity: &str, resource: &str, operation_id: &str) -> String {
+pub(crate) fn op_gsi4sk(entity: &str, resource: &str, operation_id: &str) -> String {
     format!("{OP_INDEX_SK_PREFIX}{entity}#{resource}#{operation_id}")
 }
 
@@ -145,13 +145,13 @@ pub fn usage_sk_prefix(resource: &str) -> String {
 }
 
 /// `USAGE#{window_key}#{entity}`: GSI2 sort key of a usage snapshot.
-pub fn usage_gsi2sk(window_key: &str, entity: &str) -> String {
+pub(crate) fn usage_gsi2sk(window_key: &str, entity: &str) -> String {
     format!("{USAGE_INDEX_SK_PREFIX}{window_key}#{entity}")
 }
 
 /// `#AGGREGATOR#{resource}#{shard}`: sort key of the aggregator's watermark of one bucket
 /// item, in the owner entity's partition.
-pub fn watermark_sk(resource: &str, shard: u32) -> String {
+pub(crate) fn watermark_sk(resource: &str, shard: u32) -> String {
     format!("{WATERMARK_SK_PREFIX}{resource}#{shard}")
 }
 

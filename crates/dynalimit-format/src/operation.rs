@@ -23,11 +23,11 @@ use crate::item::{self, Item};
 use crate::keys;
 
 /// How long an operation record lives: 3 days, in seconds.
-pub const RECORD_TTL_SECONDS: i64 = 3 * 86_400;
+pub(crate) const RECORD_TTL_SECONDS: i64 = 3 * 86_400;
 
 /// The incarnation of an entity without META (or of a pre-0.17 META without `pinc` and
 /// `created_at`): it matches every incarnation.
-pub const LEGACY_INCARNATION: &str = "-";
+pub(crate) const LEGACY_INCARNATION: &str = "-";
 
 /// The stored name of an operation: `reset` or `top_up`.
 pub fn kind_name(kind: OperationKind) -> &'static str {
@@ -55,7 +55,7 @@ pub fn record_key(ns: &str, entity: &str, resource: &str, operation_id: &str) ->
 }
 
 /// Whole tokens per limit as an `M` of `N`.
-pub fn amounts_value(amounts: &BTreeMap<String, i64>) -> AttributeValue {
+pub(crate) fn amounts_value(amounts: &BTreeMap<String, i64>) -> AttributeValue {
     AttributeValue::M(
         amounts
             .iter()

@@ -33,7 +33,7 @@ use dynalimit_core::schedule::{Cron, Entry, Modifier, ResetSchedule, Schedule, Z
 use crate::FormatError;
 
 /// The encoding version written, and the highest read.
-pub const ENCODING_VERSION: u32 = 1;
+pub(crate) const ENCODING_VERSION: u32 = 1;
 
 /// The per-limit value that marks a limit unscheduled on an item whose default is a
 /// schedule (`b_{name}_sched = "-"`).
@@ -183,7 +183,7 @@ pub fn encode_reset(reset: &ResetSchedule) -> Result<String, FormatError> {
 /// (`sched_tz`), a default (`sched`, the first scheduled limit's), and the limits that differ
 /// from it (`b_{name}_sched`, `"-"` for an unscheduled limit beside a default).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ItemSchedules {
+pub(crate) struct ItemSchedules {
     /// `sched_tz`, when a limit is scheduled.
     pub zone: Option<String>,
     /// `sched`, when a limit is scheduled.
@@ -195,7 +195,7 @@ pub struct ItemSchedules {
 /// The stored parameter schedules of a bucket item's limits, in order (the first scheduled
 /// limit gives the default). The limits' zones must agree (checked before any write by
 /// [`dynalimit_core::schedule::one_zone`]); the first scheduled limit's zone is used.
-pub fn item_schedules<'a>(
+pub(crate) fn item_schedules<'a>(
     limits: impl IntoIterator<Item = (&'a str, Option<&'a Schedule>)>,
 ) -> ItemSchedules {
     stored(
@@ -207,7 +207,7 @@ pub fn item_schedules<'a>(
 
 /// The stored reset schedules of a bucket item's quotas, by the same rule as
 /// [`item_schedules`] (`rsched`, `b_{name}_rsched`).
-pub fn item_resets<'a>(
+pub(crate) fn item_resets<'a>(
     limits: impl IntoIterator<Item = (&'a str, Option<&'a ResetSchedule>)>,
 ) -> ItemSchedules {
     stored(limits.into_iter().map(|(name, r)| {

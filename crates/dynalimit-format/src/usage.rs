@@ -74,7 +74,7 @@ impl Window {
     }
 
     /// Whether `key` (`YYYY-MM-DDTHH:MM:SSZ`) is the start of a window of this kind.
-    pub fn starts_at(self, key: &str) -> bool {
+    pub(crate) fn starts_at(self, key: &str) -> bool {
         if key.len() != 20 || !key.ends_with(":00:00Z") {
             return false;
         }

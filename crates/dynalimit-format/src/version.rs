@@ -86,7 +86,7 @@ pub fn ratchet(stored: Option<&str>, new: &str) -> Expr {
 
 /// The features whose writers ratchet `client_min_version` (reference §10): the minimum
 /// reader each one sets, and what it is called.
-pub const RATCHETING_FEATURES: [(&str, &str); 6] = [
+pub(crate) const RATCHETING_FEATURES: [(&str, &str); 6] = [
     ("0.15.0", "session quotas (a limit with reset_after)"),
     ("0.16.0", "cascade policies"),
     ("0.17.0", "soft limits"),
@@ -99,7 +99,7 @@ pub const RATCHETING_FEATURES: [(&str, &str); 6] = [
 /// client declaring [`COMPATIBILITY_VERSION`] does not implement: those whose minimum reader
 /// is above the declared version and at most `required`, newest first (the ratchet keeps
 /// only the highest minimum, so the newest group is the one that certainly set it).
-pub fn unimplemented_features(required: &str) -> Vec<&'static str> {
+pub(crate) fn unimplemented_features(required: &str) -> Vec<&'static str> {
     let (Some(required), Some(declared)) = (
         Version::parse(required),
         Version::parse(COMPATIBILITY_VERSION),

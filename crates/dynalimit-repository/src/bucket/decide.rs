@@ -340,7 +340,7 @@ pub fn remembered_rejection(
 }
 
 /// Whether refilling the image's `wcu` limit to `now` restores at least one write token.
-pub fn wcu_refill_restores(img: &BucketImage, now: i64) -> bool {
+pub(crate) fn wcu_refill_restores(img: &BucketImage, now: i64) -> bool {
     let Some(w) = img.wcu else {
         return true;
     };
@@ -949,7 +949,7 @@ pub enum MovePeriod {
 /// assert_eq!(split_amount(12_500, 12_500, 12_500), 6_000);
 /// assert_eq!(split_amount(-4_000, 30_000, 30_000), 0);
 /// ```
-pub fn split_amount(balance: i64, share: i64, keep_max: i64) -> i64 {
+pub(crate) fn split_amount(balance: i64, share: i64, keep_max: i64) -> i64 {
     let b = balance.max(0);
     let half = b.div_euclid(2).div_euclid(MILLI) * MILLI;
     let whole_share = share.max(0).div_euclid(MILLI) * MILLI;
@@ -1489,7 +1489,7 @@ pub fn shard_in(from: u32, to: u32, r: u32) -> u32 {
 /// use dynalimit_core::bucket::decide::split_from;
 /// assert_eq!([0, 1, 2, 3, 5, 7, 12].map(split_from), [0, 0, 0, 1, 1, 3, 4]);
 /// ```
-pub fn split_from(shard: u32) -> u32 {
+pub(crate) fn split_from(shard: u32) -> u32 {
     match shard.checked_ilog2() {
         Some(bit) => shard - (1 << bit),
         None => 0,

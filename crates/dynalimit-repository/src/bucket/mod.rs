@@ -887,7 +887,7 @@ impl BucketStore {
     /// # Errors
     /// [`RepositoryError::Contended`] when conflicts persist; [`RepositoryError`] when
     /// DynamoDB cannot be reached or refuses the request.
-    pub async fn sync_parameters(
+    pub(crate) async fn sync_parameters(
         &self,
         key: &BucketKey,
         limits: &[Limit],
@@ -991,7 +991,7 @@ impl BucketStore {
     /// # Errors
     /// [`RepositoryError::Contended`] when conflicts persist; [`RepositoryError`] when
     /// DynamoDB cannot be reached or refuses the request.
-    pub async fn stamp_owner(
+    pub(crate) async fn stamp_owner(
         &self,
         key: &BucketKey,
         owner: &Owner,
@@ -1011,7 +1011,7 @@ impl BucketStore {
     /// # Errors
     /// [`RepositoryError::Contended`] when conflicts persist; [`RepositoryError`] when
     /// DynamoDB cannot be reached or refuses the request.
-    pub async fn stamp_soft(
+    pub(crate) async fn stamp_soft(
         &self,
         key: &BucketKey,
         limits: &[Limit],
@@ -1032,7 +1032,7 @@ impl BucketStore {
     /// # Errors
     /// [`RepositoryError::Contended`] when conflicts persist; [`RepositoryError`] when
     /// DynamoDB cannot be reached or refuses the request.
-    pub async fn stamp_access(
+    pub(crate) async fn stamp_access(
         &self,
         key: &BucketKey,
         access: Access,
@@ -1213,7 +1213,7 @@ impl BucketStore {
     /// [`RepositoryError::Corrupt`] when a shard holds a value out of bounds (a
     /// `shard_count` above 32, say: nothing is collected beyond the cap);
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
-    pub async fn operation_shards(
+    pub(crate) async fn operation_shards(
         &self,
         entity_id: &str,
         resource: &str,

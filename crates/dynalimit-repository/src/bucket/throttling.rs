@@ -18,11 +18,11 @@ use std::collections::BTreeMap;
 
 /// How long the bucket's shards must keep being refused before it splits: the second over
 /// which the `wcu` count measures a partition's writes.
-pub const SUSTAINED_THROTTLING_MS: i64 = 1_000;
+pub(crate) const SUSTAINED_THROTTLING_MS: i64 = 1_000;
 
 /// The longest quiet gap between two refusals of the bucket's shards that still counts as one
 /// run of throttling; also how long a refused shard is left out of the draws.
-pub const THROTTLING_GAP_MS: i64 = 250;
+pub(crate) const THROTTLING_GAP_MS: i64 = 250;
 
 /// What one process saw of the throttling of one bucket's shards.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
