@@ -1,8 +1,9 @@
 //! Pure domain logic of dynalimit: no I/O.
 //!
 //! Everything here is deterministic and takes time from an injected [`Clock`] ([`time`], the
-//! one time abstraction of the workspace), so the decisions the DynamoDB data plane makes can
-//! be tested without DynamoDB and without sleeps.
+//! one time abstraction of the workspace), so it can be tested without DynamoDB and without
+//! sleeps. The acquire's decisions over a bucket image live beside the store that sends them,
+//! in `dynalimit_repository::bucket::decide`.
 
 pub mod adaptive;
 pub mod algorithms;

@@ -13,7 +13,7 @@
 //! |---|---|
 //! | [`Repository`], [`RepositoryBuilder`], [`RepositoryError`] | services and operators |
 //! | [`OperationOptions`], [`BucketOperation`] | an operator's reset or top-up of a bucket ([`Repository::reset_bucket`], [`Repository::top_up`]) |
-//! | [`bucket`] | the acquire path's reads and writes of bucket items (the limiter, the aggregator) |
+//! | [`bucket`] | the acquire's DynamoDB algorithm: its decisions ([`bucket::decide`], no I/O) and the reads and writes that carry them out (the limiter, the aggregator) |
 //! | [`aws`] | AWS settings, loaded as the AWS CLI loads them, for every client dynalimit builds |
 //! | [`RequestCounter`] | counting the requests a client sends (tests, the benchmark) |
 //! | `RepositoryBuilder::in_memory` (feature `memory`) | opening on the in-process table store of `dynalimit-memory`, for tests and single-process use |
