@@ -47,7 +47,7 @@ pub struct ShardParams {
 impl ShardParams {
     /// Per-shard parameters from stored (undivided) `cp`, `ra`, `rp` and the item's
     /// `shard_count`.
-    pub(crate) fn for_shard(cp: i64, ra: i64, rp: i64, shard_count: u32) -> Self {
+    pub fn for_shard(cp: i64, ra: i64, rp: i64, shard_count: u32) -> Self {
         let s = i64::from(shard_count.max(1));
         ShardParams {
             ceiling: cp.div_euclid(s),

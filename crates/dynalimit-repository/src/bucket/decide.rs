@@ -943,13 +943,13 @@ pub enum MovePeriod {
 /// the shares do not divide the capacity (`cp mod S` millitokens at most).
 ///
 /// ```
-/// use dynalimit_core::bucket::decide::split_amount;
+/// use dynalimit_repository::bucket::decide::split_amount;
 /// assert_eq!(split_amount(60_000, 30_000, 30_000), 30_000);
 /// assert_eq!(split_amount(7_000, 30_000, 30_000), 3_000);
 /// assert_eq!(split_amount(12_500, 12_500, 12_500), 6_000);
 /// assert_eq!(split_amount(-4_000, 30_000, 30_000), 0);
 /// ```
-pub(crate) fn split_amount(balance: i64, share: i64, keep_max: i64) -> i64 {
+pub fn split_amount(balance: i64, share: i64, keep_max: i64) -> i64 {
     let b = balance.max(0);
     let half = b.div_euclid(2).div_euclid(MILLI) * MILLI;
     let whole_share = share.max(0).div_euclid(MILLI) * MILLI;
@@ -1062,7 +1062,7 @@ fn line_donor<'a>(
 /// (none for shard 0).
 ///
 /// ```
-/// use dynalimit_core::bucket::decide::line_of;
+/// use dynalimit_repository::bucket::decide::line_of;
 /// assert_eq!(line_of(13).collect::<Vec<_>>(), [5, 1, 0]);
 /// assert_eq!(line_of(0).count(), 0);
 /// ```
@@ -1486,10 +1486,10 @@ pub fn shard_in(from: u32, to: u32, r: u32) -> u32 {
 /// from the nearest one of its line that exists ([`plan_funding`]).
 ///
 /// ```
-/// use dynalimit_core::bucket::decide::split_from;
+/// use dynalimit_repository::bucket::decide::split_from;
 /// assert_eq!([0, 1, 2, 3, 5, 7, 12].map(split_from), [0, 0, 0, 1, 1, 3, 4]);
 /// ```
-pub(crate) fn split_from(shard: u32) -> u32 {
+pub fn split_from(shard: u32) -> u32 {
     match shard.checked_ilog2() {
         Some(bit) => shard - (1 << bit),
         None => 0,
