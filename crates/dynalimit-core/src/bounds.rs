@@ -77,7 +77,7 @@ pub const MAX_PAUSE_MS: i64 = 86_400_000;
 pub enum Stamp {
     /// A bypass stamp (`bypass`) or a soft stamp (`b_{name}_soft`): [`STAMP_TTL_MS`].
     Deadline,
-    /// The boundary `vu`: [`MAX_BOUNDARY_AHEAD_MS`].
+    /// The boundary `vu`: `MAX_BOUNDARY_AHEAD_MS`.
     Boundary,
     /// A shared pause: [`MAX_PAUSE_MS`].
     Pause,

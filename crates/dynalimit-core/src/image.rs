@@ -452,7 +452,7 @@ impl BucketImage {
     }
 
     /// The limits as the item stores them: capacity, refill and period (in whole units, as
-    /// [`Limit::from_stored`] reads them), with the item's schedules, reset schedules and
+    /// `Limit::from_stored` reads them), with the item's schedules, reset schedules and
     /// session windows. What a writer without the configuration (the aggregator) plans with.
     pub fn stored_limits(&self) -> Vec<Limit> {
         self.limits
@@ -752,7 +752,7 @@ pub fn wcu_seed() -> Seed {
     }
 }
 
-/// A shard created whole from a donor shard's item (by a split, [`plan_split`], or by an
+/// A shard created whole from a donor shard's item (by a split, `plan_split`, or by an
 /// aggregator's pre-creation): the donor's item with this shard's keys, `shard_count`, `rf`
 /// and `vu`; every limit holding its balance from `balances` (0 when not named), nothing
 /// consumed (`tc = 0`); the `wcu` block full (it is never divided); a quota's grant sized at

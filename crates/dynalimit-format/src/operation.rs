@@ -39,7 +39,7 @@ pub fn kind_name(kind: OperationKind) -> &'static str {
 
 /// The entity incarnation an operation belongs to, read off the entity's META item: `pinc`,
 /// else `created_at` (entities written before `pinc` existed), else
-/// [`LEGACY_INCARNATION`]; [`LEGACY_INCARNATION`] without META.
+/// `LEGACY_INCARNATION`; `LEGACY_INCARNATION` without META.
 pub fn incarnation(meta: Option<&Item>) -> String {
     meta.and_then(|m| item::get_s(m, attr::PINC).or_else(|| item::get_s(m, attr::CREATED_AT)))
         .unwrap_or(LEGACY_INCARNATION)
@@ -86,7 +86,7 @@ impl OperationRecord {
     }
 
     /// Whether the record belongs to the entity incarnation `incarnation`: written for it, or
-    /// either side is [`LEGACY_INCARNATION`] (a record written before the entity had META is
+    /// either side is `LEGACY_INCARNATION` (a record written before the entity had META is
     /// its own; a caller that read no META takes any record for the key). A record of an
     /// earlier incarnation (the entity was deleted and created again) reads as absent, and
     /// [`put_condition`] lets a new record replace it.
@@ -181,7 +181,7 @@ impl NewRecord<'_> {
 }
 
 /// The condition of a record's put: `attribute_not_exists(PK)`, or, for a caller that read a
-/// META (`incarnation` other than [`LEGACY_INCARNATION`]), a record written for another,
+/// META (`incarnation` other than `LEGACY_INCARNATION`), a record written for another,
 /// non-legacy incarnation: `attribute_not_exists(PK) OR (ent <> :ent AND ent <> "-")`. A record
 /// written before the entity had META is never replaced, and a caller that read none never
 /// replaces one.

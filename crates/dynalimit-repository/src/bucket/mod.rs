@@ -17,7 +17,7 @@
 //! | [`BucketStore::consume_only`] | `UpdateItem` | `tk >= amount`, no pause in force |
 //! | [`BucketStore::bypass_consume`] | `UpdateItem` | exists, a bypass stamp, no pause in force |
 //! | [`BucketStore::apply_delta`] | `UpdateItem` (then a trimming retry) | exists, ceiling guards |
-//! | [`BucketStore::stamp_access`] | `UpdateItem` | exists |
+//! | `BucketStore::stamp_access` | `UpdateItem` | exists |
 //! | [`BucketStore::stamp_pause`] | `UpdateItem` on every existing shard | exists, stamp absent, earlier, or further ahead than a pause lasts |
 //! | [`BucketStore::double_shards`] | `TransactWriteItems`: every shard below `old` (rf-locked, gives part of its balances) + a Put of its twin + owner META check | `rf = :read`, `shard_count = :old`, floors; `attribute_not_exists(PK)` |
 //! | [`BucketStore::create_shard`] | `TransactWriteItems` (Put of a clone + owner META check + donors' moves) | as a create |

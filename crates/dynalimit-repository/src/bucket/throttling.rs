@@ -4,8 +4,8 @@
 //!
 //! A refused write applied nothing, so the acquire sends it to another shard of the bucket
 //! at once ([`Throttling::avoid`] says which to leave out). When the bucket's shards keep
-//! being refused for [`SUSTAINED_THROTTLING_MS`] with no quiet gap longer than
-//! [`THROTTLING_GAP_MS`] between two refusals (of any shard: a refused shard is avoided, so
+//! being refused for `SUSTAINED_THROTTLING_MS` with no quiet gap longer than
+//! `THROTTLING_GAP_MS` between two refusals (of any shard: a refused shard is avoided, so
 //! the refusals move from shard to shard), while the bucket still took writes in that time,
 //! its partitions are hot for good and the bucket splits, as after a `wcu` shortfall
 //! ([`decide_throttling`]). A burst that dies down within
@@ -42,8 +42,8 @@ impl Throttling {
     }
 
     /// Records that `shard` refused a write at `now`. True when the bucket's shards have now
-    /// been refused for at least [`SUSTAINED_THROTTLING_MS`] without a gap longer than
-    /// [`THROTTLING_GAP_MS`], and the bucket took a write within that run: the bucket should
+    /// been refused for at least `SUSTAINED_THROTTLING_MS` without a gap longer than
+    /// `THROTTLING_GAP_MS`, and the bucket took a write within that run: the bucket should
     /// split.
     pub fn refused(&mut self, shard: u32, now: i64) -> bool {
         let previous = self.last.values().copied().max();
@@ -58,7 +58,7 @@ impl Throttling {
             && self.served.is_some_and(|at| at >= since)
     }
 
-    /// The shards refused within the last [`THROTTLING_GAP_MS`] at `now`: where a request is
+    /// The shards refused within the last `THROTTLING_GAP_MS` at `now`: where a request is
     /// not sent while another shard may take it.
     pub fn avoid(&self, now: i64) -> Vec<u32> {
         self.last
