@@ -683,8 +683,7 @@ impl Bench {
         };
         let mut add = Expr::default();
         add.add("n", 1);
-        wire.send_update(&self.table, &self.raw_key(index), &add)
-            .await?;
+        dynalimit_repository::send_update(wire, &self.table, &self.raw_key(index), &add).await?;
         Ok(())
     }
 

@@ -63,6 +63,7 @@ pub use dynalimit_format::entity::{Entity, NewEntity};
 pub use dynalimit_format::namespace::NamespaceInfo;
 pub use dynalimit_format::usage::UsageSnapshot;
 pub use dynalimit_format::version::VersionRecord;
+pub use dynalimit_wire::{FastPath, MAX_RESPONSE_BYTES};
 pub use error::RepositoryError;
 pub use metrics::{
     CONFIG_CACHE, CONTENTION_RETRIES, DYNAMODB_REQUESTS, FAST_PATH, FOREIGN_INDEX_ITEMS,
@@ -75,4 +76,4 @@ pub use repository::{
 };
 pub use schema::create_table;
 pub use usage::{UsagePage, UsageQuery, UsageSummary};
-pub use wire::{FastPath, MAX_RESPONSE_BYTES};
+pub use wire::send_update;

@@ -16,7 +16,7 @@ use crate::aws::{self, AwsSettings};
 use crate::config::ConfigCache;
 use crate::error::classify;
 use crate::metrics::RequestCounter;
-use crate::wire::{EndpointCapture, FastPath};
+use crate::wire::{EndpointCapture, FastPath, Reporting};
 use crate::{RepositoryError, schema};
 
 /// The default stack (and table) name.
@@ -234,10 +234,13 @@ impl Repository {
         if !shared.fast_path || shared.wire.get().is_some() {
             return;
         }
+        let reporting = Arc::new(Reporting {
+            counter: shared.counter.clone(),
+        });
         match FastPath::for_client(
             &shared.client,
             capture,
-            shared.counter.clone(),
+            reporting,
             Arc::clone(&shared.budget),
         ) {
             Ok(wire) => {

@@ -371,6 +371,7 @@ impl BucketStore {
                 let body = shape.body(&self.table, &key.pk(&self.ns), demand, now);
                 wire.update_item_body(Bytes::from(body), resend, on_throttle)
                     .await
+                    .map_err(RepositoryError::from)
                     .map(|written| match written {
                         Written::Updated(answer) => Update::Done(consume::image_of_answer(&answer)),
                         Written::ConditionFailed(old) => Update::ConditionFailed(old),
