@@ -1,3 +1,5 @@
+//! Internal to dynalimit, no stable API: services depend on `dynalimit`.
+//!
 //! The DynamoDB data plane of dynalimit.
 //!
 //! A [`Repository`] owns one namespace of one table: it creates the table when it is missing,

@@ -1,3 +1,5 @@
+//! Internal to dynalimit, no stable API: services depend on `dynalimit`.
+//!
 //! The CloudFormation stack: the template of `infra/`, embedded, and a [`StackManager`] that
 //! creates, updates, inspects and deletes it.
 //!

@@ -1,3 +1,5 @@
+//! Internal to dynalimit, no stable API: services depend on `dynalimit`.
+//!
 //! The dynalimit aggregator: turns the table's DynamoDB stream into usage snapshots, tops up
 //! active buckets and doubles the shard count of hot ones (reference §7).
 //!

@@ -1,5 +1,6 @@
 //! The crate graph: each crate depends only on crates of lower layers (so the graph has no
-//! cycle and the layers in ARCHITECTURE.md hold).
+//! cycle and the layers in ARCHITECTURE.md hold), `dynalimit-core` compiles no async runtime,
+//! and every crate a service should not depend on says so in its manifest and its docs.
 
 use std::collections::BTreeMap;
 
@@ -17,7 +18,19 @@ const LAYERS: &[&[&str]] = &[
     &["dynalimit-cli", "dynalimit-tests"],
 ];
 
-#[allow(dead_code)]
+/// The crates a service or an operator uses directly; every other crate is internal.
+/// `dynalimit-memory` is test support a service adds as a dev-dependency.
+const PUBLIC: &[&str] = &[
+    "dynalimit",
+    "dynalimit-memory",
+    "dynalimit-cli",
+    "dynalimit-demo",
+    "dynalimit-tests",
+];
+
+/// What an internal crate's description and crate documentation begin with.
+const INTERNAL: &str = "Internal to dynalimit, no stable API";
+
 struct Package {
     manifest: std::path::PathBuf,
     description: String,
@@ -114,4 +127,65 @@ fn the_transport_knows_no_data_plane() {
         .map(|(d, _)| d.as_str())
         .collect();
     assert_eq!(ours, ["dynalimit-core", "dynalimit-format"]);
+}
+
+#[test]
+fn core_depends_on_no_async_runtime() {
+    let packages = packages();
+    let core = &packages["dynalimit-core"];
+    let runtime: Vec<_> = core
+        .all
+        .iter()
+        .filter(|(dep, kind)| kind != "dev" && dep.starts_with("tokio"))
+        .collect();
+    assert!(
+        runtime.is_empty(),
+        "{} depends on {runtime:?}",
+        core.manifest.display()
+    );
+}
+
+/// The first line of a crate root's documentation (`//!`).
+fn first_doc_line(root: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(root).expect("a crate root");
+    text.lines()
+        .find_map(|l| l.strip_prefix("//!"))
+        .map(|l| l.trim().to_owned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn internal_crates_say_so_and_public_ones_do_not() {
+    let packages = packages();
+    let mut wrong = Vec::new();
+    for (name, package) in &packages {
+        let public = PUBLIC.contains(&name.as_str());
+        let described = package.description.starts_with(INTERNAL)
+            && package
+                .description
+                .contains("Services depend on `dynalimit`");
+        let documented = package
+            .lib
+            .as_deref()
+            .is_some_and(|root| first_doc_line(root).starts_with(INTERNAL));
+        if public && (package.description.contains(INTERNAL) || documented) {
+            wrong.push(format!("{name} is public but says it is internal"));
+        }
+        if !public && !described {
+            wrong.push(format!(
+                "{name}: the description must begin \"{INTERNAL}\" and say \"Services depend on `dynalimit`\""
+            ));
+        }
+        if !public && package.lib.is_some() && !documented {
+            wrong.push(format!(
+                "{name}: the crate documentation must begin \"{INTERNAL}\""
+            ));
+        }
+    }
+    for name in PUBLIC {
+        if !packages.contains_key(*name) {
+            wrong.push(format!("PUBLIC names {name}, which is no workspace crate"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
