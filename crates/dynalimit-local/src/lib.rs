@@ -28,6 +28,8 @@
 mod error;
 mod pins;
 #[cfg(feature = "throttle")]
+pub mod proxy;
+#[cfg(feature = "throttle")]
 pub mod throttle;
 
 use std::io::{Read, Write};
