@@ -18,6 +18,7 @@
 //! | [`bucket`] | the acquire path's reads and writes of bucket items (the limiter, the aggregator) |
 //! | [`aws`] | AWS settings, loaded as the AWS CLI loads them, for every client dynalimit builds |
 //! | [`RequestCounter`] | counting the requests a client sends (tests, the benchmark) |
+//! | [`FastPath`], [`send_update`] | the acquire's transport (`dynalimit-wire`), and one raw `UpdateItem` through it (the benchmark) |
 //! | `RepositoryBuilder::in_memory` (feature `memory`) | opening on the in-process table store of `dynalimit-memory`, for tests and single-process use |
 //!
 //! A missing table is created directly on an emulator (DynamoDB Local, LocalStack). On AWS it

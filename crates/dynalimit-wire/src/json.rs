@@ -384,7 +384,7 @@ impl<'de> Deserialize<'de> for Value {
 /// place from its bytes with nothing copied: `Some` with the attributes (none when the answer
 /// carries no item), `None` when the answer is anything but the plain shape (a string with an
 /// escape, a value other than a number, a string or a boolean, or text that is not JSON); such
-/// an answer is read as a whole instead ([`UpdateItemBody`]).
+/// an answer is read as a whole instead (`UpdateItemBody`).
 pub fn plain_attributes(bytes: &[u8]) -> Option<PlainAttributes<'_>> {
     let text = std::str::from_utf8(bytes).ok()?;
     let mut c = Cursor { text, at: 0 };

@@ -76,7 +76,7 @@ struct Endpoint {
     service: String,
 }
 
-/// An SDK interceptor that records the [`Endpoint`] of the requests it sees; add it to one
+/// An SDK interceptor that records the endpoint of the requests it sees; add it to one
 /// operation with `.customize().interceptor(capture.clone())`.
 /// It also keeps the request's runtime components, whose identity resolver and cache give the
 /// fast path the very credentials the SDK signs with.
