@@ -83,6 +83,13 @@ pub(crate) struct DeployArgs {
     /// SNS topic ARN the alarms notify.
     #[arg(long, value_name = "ARN")]
     pub(crate) alarm_topic: Option<String>,
+    /// Share of the aggregator's timeout above which its duration alarm fires (1-100,
+    /// default 80).
+    #[arg(long, value_name = "PERCENT", alias = "lambda-duration-threshold-pct")]
+    pub(crate) duration_alarm_percent: Option<u32>,
+    /// Active AWS X-Ray tracing of the aggregator (off by default).
+    #[arg(long, alias = "enable-tracing")]
+    pub(crate) tracing: bool,
     /// Do not create the managed IAM policies.
     #[arg(long)]
     pub(crate) no_iam: bool,
@@ -95,9 +102,17 @@ pub(crate) struct DeployArgs {
     /// Role name format, `{}` standing for the role (e.g. `team-{}-prod`).
     #[arg(long, value_name = "FORMAT")]
     pub(crate) role_name_format: Option<String>,
+    /// Managed policy name format, `{}` standing for the policy (acquire-only, full-access,
+    /// read-only, namespace-acquire, namespace-full-access, namespace-read-only, table-key),
+    /// e.g. `limits-prod-{}`. Policy names are unique in an account: include the stack.
+    #[arg(long, value_name = "FORMAT")]
+    pub(crate) policy_name_format: Option<String>,
     /// Existing role (name) for the aggregator instead of a created one.
     #[arg(long, value_name = "NAME")]
     pub(crate) aggregator_role: Option<String>,
+    /// Existing role (ARN) for the aggregator instead of a created one.
+    #[arg(long, value_name = "ARN", conflicts_with = "aggregator_role")]
+    pub(crate) aggregator_role_arn: Option<String>,
     /// Existing role (name) for the limits provisioner instead of a created one.
     #[arg(long, value_name = "NAME", requires = "provisioner")]
     pub(crate) provisioner_role: Option<String>,
@@ -130,6 +145,7 @@ impl DeployArgs {
             batch_size => stream_batch_size,
             batching_window => stream_batching_window_seconds,
             max_retries => stream_max_retries,
+            duration_alarm_percent => duration_alarm_percent,
         );
         if self.no_pitr {
             o.pitr_recovery_days = None;
@@ -140,6 +156,9 @@ impl DeployArgs {
         o.kms_key_arn = self.kms_key.clone();
         o.alarms = !self.no_alarms;
         o.alarm_topic_arn = self.alarm_topic.clone();
+        o.tracing = self.tracing;
+        o.policy_name_format = self.policy_name_format.clone();
+        o.aggregator_role_arn = self.aggregator_role_arn.clone();
         o.iam = !self.no_iam;
         o.iam_roles = self.iam_roles;
         o.permission_boundary = self.permission_boundary.clone();

@@ -114,6 +114,12 @@ pub struct StackOptions {
     pub alarm_topic_arn: Option<String>,
     /// Stream iterator age (ms) that raises the alarm.
     pub iterator_age_threshold_ms: u32,
+    /// Share of the aggregator's timeout, 1–100 %, above which its duration alarm fires
+    /// (template parameter `LambdaDurationThresholdMs`, the share in milliseconds).
+    pub duration_alarm_percent: u32,
+    /// Active X-Ray tracing of the aggregator; a created aggregator role may then write trace
+    /// segments.
+    pub tracing: bool,
     /// The six managed policies.
     pub iam: bool,
     /// Application, admin and read-only roles.
@@ -122,8 +128,14 @@ pub struct StackOptions {
     pub permission_boundary: Option<String>,
     /// Role name format with `{}` for the role's own name.
     pub role_name_format: Option<String>,
+    /// Managed policy name format with `{}` for the policy's own name ([`POLICY_NAMES`]).
+    /// Policy names are unique in an account, so a format should carry the stack's name.
+    pub policy_name_format: Option<String>,
     /// An existing role (name with path) for the aggregator instead of a created one.
     pub aggregator_role_name: Option<String>,
+    /// An existing role, by its ARN, for the aggregator instead of a created one (another way
+    /// to name it than `aggregator_role_name`; at most one of the two).
+    pub aggregator_role_arn: Option<String>,
     /// An existing role (name with path) for the limits provisioner instead of a created one.
     pub provisioner_role_name: Option<String>,
     /// Extra stack tags. `Application=dynalimit` and `ManagedBy=dynalimit` are always set,
@@ -152,11 +164,15 @@ impl Default for StackOptions {
             alarms: true,
             alarm_topic_arn: None,
             iterator_age_threshold_ms: 60_000,
+            duration_alarm_percent: 80,
+            tracing: false,
             iam: true,
             iam_roles: false,
             permission_boundary: None,
             role_name_format: None,
+            policy_name_format: None,
             aggregator_role_name: None,
+            aggregator_role_arn: None,
             provisioner_role_name: None,
             tags: Vec::new(),
         }
@@ -258,6 +274,31 @@ impl StackOptions {
                 "must contain {} exactly once",
             ));
         }
+        in_range(
+            "duration alarm percent",
+            self.duration_alarm_percent,
+            1,
+            100,
+        )?;
+        if let Some(format) = &self.policy_name_format {
+            validate_policy_name_format(format)?;
+        }
+        if let Some(arn) = &self.aggregator_role_arn {
+            if self.aggregator_role_name.is_some() {
+                return Err(invalid(
+                    "aggregator role",
+                    arn,
+                    "give the existing role by its name or by its ARN, not both",
+                ));
+            }
+            if !is_role_arn(arn) {
+                return Err(invalid(
+                    "aggregator role ARN",
+                    arn,
+                    "must be the ARN of an IAM role (arn:aws:iam::ACCOUNT:role/NAME)",
+                ));
+            }
+        }
         for (field, arn) in [
             ("alarm topic", &self.alarm_topic_arn),
             ("permission boundary", &self.permission_boundary),
@@ -320,6 +361,8 @@ impl StackOptions {
                 self.stream_max_retries.to_string(),
             ),
             ("AggregatorRoleName", opt(&self.aggregator_role_name)),
+            ("AggregatorRoleArn", opt(&self.aggregator_role_arn)),
+            ("EnableTracing", flag(self.tracing)),
             ("ProvisionerRoleName", opt(&self.provisioner_role_name)),
             ("EnableAlarms", flag(self.alarms)),
             ("AlarmSNSTopicArn", opt(&self.alarm_topic_arn)),
@@ -327,12 +370,78 @@ impl StackOptions {
                 "IteratorAgeThresholdMs",
                 self.iterator_age_threshold_ms.to_string(),
             ),
+            (
+                "LambdaDurationThresholdMs",
+                self.duration_alarm_threshold_ms().to_string(),
+            ),
             ("EnableIAM", flag(self.iam)),
             ("EnableIAMRoles", flag(self.iam_roles)),
             ("PermissionBoundary", opt(&self.permission_boundary)),
             ("RoleNameFormat", opt(&self.role_name_format)),
+            ("PolicyNameFormat", opt(&self.policy_name_format)),
         ]
     }
+
+    /// The aggregator duration (ms) above which the duration alarm fires:
+    /// `duration_alarm_percent` of the timeout, floored.
+    pub fn duration_alarm_threshold_ms(&self) -> u64 {
+        u64::from(self.lambda_timeout_seconds) * 1000 * u64::from(self.duration_alarm_percent) / 100
+    }
+}
+
+/// The own names of the managed policies, which `{}` of
+/// [`StackOptions::policy_name_format`] stands for.
+pub const POLICY_NAMES: [&str; 7] = [
+    "acquire-only",
+    "full-access",
+    "read-only",
+    "namespace-acquire",
+    "namespace-full-access",
+    "namespace-read-only",
+    "table-key",
+];
+
+/// The longest IAM managed policy name.
+const MAX_POLICY_NAME: usize = 128;
+
+/// A policy name format holds `{}` once, only characters IAM allows in a policy name
+/// (`[A-Za-z0-9+=,.@_-]`), and makes names of at most 128 characters.
+fn validate_policy_name_format(format: &str) -> Result<(), StackError> {
+    let refuse = |reason: &str| Err(invalid("policy name format", format, reason));
+    if format.matches("{}").count() != 1 {
+        return refuse("must contain {} exactly once");
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "+=,.@_-".contains(c);
+    if !format.replace("{}", "").chars().all(allowed) {
+        return refuse("may hold only letters, digits and + = , . @ _ - besides {}");
+    }
+    let longest = POLICY_NAMES.iter().map(|n| n.len()).max().unwrap_or(0);
+    if format.len() - 2 + longest > MAX_POLICY_NAME {
+        return refuse("makes policy names longer than 128 characters");
+    }
+    Ok(())
+}
+
+/// Whether `arn` is what the template's `AggregatorRoleArn` accepts:
+/// `arn:aws[a-z-]*:iam::[0-9]{12}:role/[a-zA-Z0-9+=,.@_/-]+`.
+fn is_role_arn(arn: &str) -> bool {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    let [scheme, partition, service, region, account, resource] = parts.as_slice() else {
+        return false;
+    };
+    let name = resource.strip_prefix("role/").unwrap_or_default();
+    *scheme == "arn"
+        && partition
+            .strip_prefix("aws")
+            .is_some_and(|rest| rest.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'))
+        && *service == "iam"
+        && region.is_empty()
+        && account.len() == 12
+        && account.bytes().all(|b| b.is_ascii_digit())
+        && !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+=,.@_/-".contains(c))
 }
 
 /// Whether `arn` is what the template's `KmsKeyArn` accepts:
@@ -927,7 +1036,7 @@ mod tests {
 
     #[test]
     fn bad_options_are_refused() {
-        let cases: [fn(&mut StackOptions); 13] = [
+        let cases: [fn(&mut StackOptions); 21] = [
             |o| o.architecture = "mips".into(),
             |o| o.lambda_memory_mb = 64,
             |o| o.lambda_timeout_seconds = 901,
@@ -944,11 +1053,74 @@ mod tests {
                 o.aggregator = false;
                 o.provisioner = true;
             },
+            |o| o.duration_alarm_percent = 0,
+            |o| o.duration_alarm_percent = 101,
+            |o| o.policy_name_format = Some("no-placeholder".into()),
+            |o| o.policy_name_format = Some("a-{}-{}".into()),
+            |o| o.policy_name_format = Some("team/{}".into()),
+            |o| o.policy_name_format = Some(format!("{}{{}}", "p".repeat(110))),
+            |o| o.aggregator_role_arn = Some("my-role".into()),
+            |o| {
+                o.aggregator_role_name = Some("my-role".into());
+                o.aggregator_role_arn = Some("arn:aws:iam::123456789012:role/my-role".into());
+            },
         ];
         for change in cases {
             let mut o = StackOptions::default();
             change(&mut o);
             assert!(matches!(o.validate(), Err(StackError::Validation(_))));
+        }
+    }
+
+    #[test]
+    fn role_arns_name_an_iam_role_of_an_account() {
+        for good in [
+            "arn:aws:iam::123456789012:role/dynalimit-aggregator",
+            "arn:aws-cn:iam::123456789012:role/service/team+lim@x.y_z-1",
+        ] {
+            assert!(is_role_arn(good), "{good}");
+        }
+        for bad in [
+            "",
+            "dynalimit-aggregator",
+            "arn:aws:iam::123456789012:role/",
+            "arn:aws:iam::123456789012:user/someone",
+            "arn:aws:iam:eu-west-1:123456789012:role/r",
+            "arn:aws:iam::12345678901:role/r",
+            "arn:aws:sts::123456789012:role/r",
+            "arn:aws:iam::123456789012:role/r:x",
+            "arn:aws:iam::123456789012:role/r x",
+        ] {
+            assert!(!is_role_arn(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_duration_alarm_fires_at_a_share_of_the_timeout() {
+        let mut o = StackOptions::default();
+        assert_eq!(o.duration_alarm_threshold_ms(), 48_000);
+        o.lambda_timeout_seconds = 900;
+        o.duration_alarm_percent = 100;
+        assert_eq!(o.duration_alarm_threshold_ms(), 900_000);
+        o.lambda_timeout_seconds = 1;
+        o.duration_alarm_percent = 1;
+        assert_eq!(o.duration_alarm_threshold_ms(), 10);
+        assert!(
+            o.parameters()
+                .contains(&("LambdaDurationThresholdMs", "10".to_owned()))
+        );
+    }
+
+    #[test]
+    fn policy_name_formats_make_valid_iam_names() {
+        let longest = format!("{}{{}}", "p".repeat(128 - 21));
+        for good in [
+            "limits-prod-{}",
+            "{}",
+            "team+x=y,z.a@b_c-{}",
+            longest.as_str(),
+        ] {
+            validate_policy_name_format(good).unwrap();
         }
     }
 

@@ -119,6 +119,26 @@ fn deploy_refuses_bad_options_before_any_request() {
         &["deploy", "--kms-key", "alias/dynalimit"],
     );
     run.fails(2, "kms key");
+    for (args, needle) in [
+        (
+            &["--policy-name-format", "team/{}"][..],
+            "policy name format",
+        ),
+        (
+            &["--aggregator-role-arn", "my-role"][..],
+            "aggregator role ARN",
+        ),
+        (
+            &["--duration-alarm-percent", "0"][..],
+            "duration alarm percent",
+        ),
+        (
+            &["--lambda-duration-threshold-pct", "101"][..],
+            "duration alarm percent",
+        ),
+    ] {
+        run_on("http://127.0.0.1:9", "x", &[&["deploy"][..], args].concat()).fails(2, needle);
+    }
     let zip = temp_file("not.zip", "plain text");
     let run = run_on(
         "http://127.0.0.1:9",
