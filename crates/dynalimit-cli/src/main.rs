@@ -63,9 +63,18 @@ enum Command {
     /// delete the table); refuse any other stack.
     #[command(after_help = "Example:\n  dynalimit delete --stack limits-dev --yes")]
     Delete(delete::DeleteArgs),
-    /// Print the CloudFormation template.
-    #[command(after_help = "Example:\n  dynalimit template -o template.yaml")]
+    /// Print the CloudFormation template (also named `cfn-template`, zae-limiter's name), for a
+    /// team's own pipeline.
+    #[command(
+        visible_alias = "cfn-template",
+        after_help = "Example:\n  dynalimit template -o template.yaml\n  dynalimit cfn-template > template.yaml"
+    )]
     Template(infra::TemplateArgs),
+    /// Write the aggregator's Lambda zip, as `deploy` uploads it, for a team's own pipeline.
+    #[command(
+        after_help = "Examples:\n  dynalimit lambda-export --aggregator-binary target/aarch64-unknown-linux-gnu/release/dynalimit-aggregator -o aggregator.zip\n  scripts/build-lambda --arch arm64 && dynalimit lambda-export --info"
+    )]
+    LambdaExport(infra::LambdaExportArgs),
     /// Print the client's versions and, with --table, the table's version record.
     #[command(after_help = "Example:\n  dynalimit version --table --stack limits-prod")]
     Version(infra::VersionArgs),
@@ -127,6 +136,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status => infra::status(g).await,
         Command::Delete(args) => delete::run(g, args).await,
         Command::Template(args) => infra::template(args),
+        Command::LambdaExport(args) => infra::lambda_export(g, args),
         Command::Version(args) => infra::version(g, args).await,
         Command::Namespace(c) => namespace::run(g, c).await,
         Command::Entity(c) => entity::run(g, c).await,

@@ -1,4 +1,5 @@
-//! The output of `deploy`, `status`, `delete` and `version`.
+//! The output of `deploy`, `status`, `delete`, `version`, `lambda-export`, `list`, `check` and
+//! `upgrade`.
 
 use std::collections::BTreeMap;
 
@@ -145,4 +146,23 @@ impl TableCompatibility {
             compatible,
         }
     }
+}
+
+/// `lambda-export`: the aggregator package written (or, with `--info`, described).
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct LambdaPackage {
+    /// The zip file.
+    pub(crate) file: String,
+    /// Whether it was written (false with `--info`).
+    pub(crate) written: bool,
+    /// What it was made from: the zip or binary given, or the zip `scripts/build-lambda` wrote.
+    pub(crate) source: String,
+    /// Its size in bytes.
+    pub(crate) bytes: u64,
+    /// The object key `deploy` uploads it under in the stack's code bucket (the template's
+    /// `AggregatorCodeKey`), from a hash of its bytes.
+    pub(crate) code_key: String,
+    /// The `lambda_version` `deploy` records for it in the version record.
+    pub(crate) lambda_version: String,
 }
