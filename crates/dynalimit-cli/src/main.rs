@@ -12,6 +12,7 @@ mod compare;
 mod context;
 mod delete;
 mod entity;
+mod fleet;
 mod hot_key;
 mod infra;
 mod level_spec;
@@ -56,6 +57,20 @@ enum Command {
         after_help = "Examples:\n  dynalimit deploy --stack limits-prod --aggregator-zip aggregator.zip\n  dynalimit deploy --no-aggregator --pitr-days 7 --tag team=payments"
     )]
     Deploy(Box<infra::DeployArgs>),
+    /// List every dynalimit and zae-limiter stack of the region, with its versions.
+    #[command(after_help = "Example:\n  dynalimit list --region eu-west-1")]
+    List,
+    /// Check whether this client may use the table (its version record), changing nothing;
+    /// exits 0 when it may, 1 when not.
+    #[command(after_help = "Example:\n  dynalimit check --stack limits-prod && echo compatible")]
+    Check,
+    /// Bring a dynalimit stack and its aggregator to this release: the current template with
+    /// the stack's own parameters, the aggregator code, and the version record (whose
+    /// client_min_version is never lowered); refuse any other stack.
+    #[command(
+        after_help = "Examples:\n  dynalimit upgrade --stack limits-prod --aggregator-zip aggregator.zip\n  scripts/build-lambda --arch arm64 && dynalimit upgrade --stack limits-prod"
+    )]
+    Upgrade(fleet::UpgradeArgs),
     /// Show the stack, its outputs, the table and its version record.
     #[command(after_help = "Example:\n  dynalimit status --stack limits-prod")]
     Status,
@@ -134,6 +149,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Deploy(args) => infra::deploy(g, args).await,
         Command::Status => infra::status(g).await,
+        Command::List => fleet::list(g).await,
+        Command::Check => fleet::check(g).await,
+        Command::Upgrade(args) => fleet::upgrade(g, args).await,
         Command::Delete(args) => delete::run(g, args).await,
         Command::Template(args) => infra::template(args),
         Command::LambdaExport(args) => infra::lambda_export(g, args),

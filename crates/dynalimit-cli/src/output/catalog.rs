@@ -21,7 +21,8 @@ use super::bench::{
 };
 use super::entity::{Available, Balance, Comeback, Entity, Operation, OperationName, ParentSet};
 use super::infra::{
-    LambdaPackage, Stack, StackDeleted, Status, TableCompatibility, TableVersion, Version,
+    Check, Compatibility, LambdaPackage, ListedStack, Stack, StackDeleted, Status,
+    TableCompatibility, TableVersion, Upgraded, Version,
 };
 use super::limits::{
     Configured, CustomLimits, LevelConfig, LevelDeleted, LevelKind, Resolved, Source, Unavailable,
@@ -476,6 +477,71 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                         table: "limits-prod".into(),
                         table_status: "ACTIVE".into(),
                         deletion_protection: Some(true),
+                    },
+                ),
+                many(
+                    "list",
+                    vec![
+                        ListedStack {
+                            stack: "limits-prod".into(),
+                            tool: "dynalimit".into(),
+                            status: "UPDATE_COMPLETE".into(),
+                            table: "limits-prod".into(),
+                            created: Some(CREATED.into()),
+                            updated: Some("2026-11-27T16:40:11Z".into()),
+                            version: Some("0.1.0".into()),
+                            schema_version: Some("0.10.0".into()),
+                            lambda_version: Some("0.17.0".into()),
+                            client_min_version: Some("0.17.0".into()),
+                        },
+                        ListedStack {
+                            stack: "payments".into(),
+                            tool: "zae-limiter".into(),
+                            status: "CREATE_COMPLETE".into(),
+                            table: "payments".into(),
+                            created: Some(CREATED.into()),
+                            updated: None,
+                            version: Some("0.17.0".into()),
+                            schema_version: Some("0.10.0".into()),
+                            lambda_version: Some("0.17.0".into()),
+                            client_min_version: None,
+                        },
+                    ],
+                ),
+                one(
+                    "check",
+                    Check {
+                        stack: "limits-prod".into(),
+                        result: Compatibility::UpdateAvailable,
+                        reason: Some(
+                            "the aggregator is 0.16.0, this client's is 0.17.0: `dynalimit \
+                             upgrade` brings it up"
+                                .into(),
+                        ),
+                        dynalimit: "0.1.0".into(),
+                        implements: "0.17.0".into(),
+                        client_schema_version: "0.10.0".into(),
+                        table: Some(TableVersion {
+                            schema_version: "0.10.0".into(),
+                            lambda_version: Some("0.16.0".into()),
+                            client_min_version: "0.16.0".into(),
+                        }),
+                    },
+                ),
+                one(
+                    "upgrade",
+                    Upgraded {
+                        stack: Stack {
+                            status: "UPDATE_COMPLETE".into(),
+                            ..stack()
+                        },
+                        dynalimit_version: Some("0.1.0".into()),
+                        code_updated: true,
+                        version: TableVersion {
+                            schema_version: "0.10.0".into(),
+                            lambda_version: Some("0.17.0".into()),
+                            client_min_version: "0.16.0".into(),
+                        },
                     },
                 ),
                 one(
