@@ -8,6 +8,7 @@ mod access;
 mod aggregator;
 mod audit;
 mod bench;
+mod chart;
 mod compare;
 mod context;
 mod delete;
@@ -116,7 +117,7 @@ enum Command {
     Limits(limits::LimitsCommand),
     /// Show usage snapshots written by the aggregator, or a summary of them.
     #[command(
-        after_help = "Examples:\n  dynalimit usage --entity key-1 --resource gpt-4 --window hourly\n  dynalimit usage summary --resource gpt-4 --start 2026-11-01T00:00:00Z"
+        after_help = "Examples:\n  dynalimit usage --entity key-1 --resource gpt-4 --window hourly\n  dynalimit usage --entity key-1 --window hourly --plot --chart usage.html\n  dynalimit usage summary --resource gpt-4 --start 2026-11-01T00:00:00Z"
     )]
     Usage(usage::UsageArgs),
     /// Maintain usage snapshots from the table's stream without Lambda.

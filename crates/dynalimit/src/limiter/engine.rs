@@ -1192,7 +1192,11 @@ impl Inner {
                 now,
             )
         };
-        self.store.apply_delta(&entry.key, &plan).await.map(|_| ())
+        let written = self.store.apply_delta(&entry.key, &plan).await.map(|_| ());
+        // Landed, refused or lost: a refusal this process read before now may predate it.
+        self.rejections
+            .gave_back(&entry.key, self.clock.epoch_millis());
+        written
     }
 
     pub(super) async fn compensate(&self, entry: &Entry) {

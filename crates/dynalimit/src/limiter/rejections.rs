@@ -9,7 +9,10 @@
 //! shard draw avoids them. What this process gives back to a shard (a rollback, a refund, a
 //! compensation) or takes from it successfully forgets that shard, a pause it stamps forgets
 //! the pair (so that its acquires report the pause); a configuration write
-//! through the repository ([`Repository::config_generation`]) forgets everything. Writes by
+//! through the repository ([`Repository::config_generation`]) forgets everything. A refusal
+//! is not remembered when a give-back to its pair landed at or after the moment its acquire
+//! began: the refusing image may predate the tokens given back, and a stale refusal would
+//! outlive the forgetting that ran before it was remembered. Writes by
 //! other processes are seen only when the entry expires: the cost is at most the time to live
 //! of refusals this process makes that the table would have admitted (default 1 s).
 //!
@@ -94,9 +97,16 @@ impl Entries {
     }
 }
 
+/// Slots of [`RejectionCache::gave`]: pairs share a slot by hash, which only makes the cache
+/// remember less.
+const GIVE_SLOTS: usize = 64;
+
 /// The cache of one limiter (shared by its clones).
 pub(super) struct RejectionCache {
     ttl_ms: AtomicI64,
+    /// Per slot of (entity, resource) pairs, the latest clock reading (epoch ms) at which a
+    /// give-back of this process had landed.
+    gave: [AtomicI64; GIVE_SLOTS],
     /// Pairs remembered; zero keeps the common path to one atomic load.
     len: AtomicUsize,
     entries: Mutex<Entries>,
@@ -117,6 +127,7 @@ impl RejectionCache {
     pub(super) fn new(ttl: Duration) -> Self {
         let cache = RejectionCache {
             ttl_ms: AtomicI64::new(0),
+            gave: std::array::from_fn(|_| AtomicI64::new(i64::MIN)),
             len: AtomicUsize::new(0),
             entries: Mutex::new(Entries::new(0)),
             refused: AtomicU64::new(0),
@@ -241,6 +252,9 @@ impl RejectionCache {
         {
             return;
         }
+        if self.gave[give_slot(&key.entity_id, &key.resource)].load(Ordering::Acquire) >= now {
+            return;
+        }
         let mut entries = self.lock();
         if entries.generation != generation {
             self.forget_all(&mut entries, generation);
@@ -277,6 +291,15 @@ impl RejectionCache {
         self.counted(&entries);
     }
 
+    /// Records that a give-back to the shard of `key` (a rollback, a commit's credit, a
+    /// compensation) had landed by `landed` (a clock reading taken after its answer, or after
+    /// its answer was lost), and forgets the shard again: a refusal read before it landed may
+    /// have been remembered since the forgetting that ran when it was sent.
+    pub(super) fn gave_back(&self, key: &BucketKey, landed: i64) {
+        self.gave[give_slot(&key.entity_id, &key.resource)].fetch_max(landed, Ordering::AcqRel);
+        self.forget(key);
+    }
+
     /// Forgets every shard of (entity, resource).
     pub(super) fn forget_pair(&self, entity: &str, resource: &str) {
         if self.len.load(Ordering::Relaxed) == 0 {
@@ -292,6 +315,14 @@ impl RejectionCache {
         entries.generation = generation;
         self.len.store(0, Ordering::Relaxed);
     }
+}
+
+/// The slot of [`RejectionCache::gave`] for (entity, resource).
+fn give_slot(entity: &str, resource: &str) -> usize {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (entity, resource).hash(&mut h);
+    (h.finish() % GIVE_SLOTS as u64) as usize
 }
 
 #[cfg(test)]
@@ -411,6 +442,38 @@ mod tests {
             Verdict::Unknown
         );
         assert_eq!(cache.len.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_refusal_read_before_a_give_back_landed_is_not_remembered() {
+        let cache = RejectionCache::new(Duration::from_secs(10));
+        let spent = image(0, 1);
+        // The give-back's forgetting ran first, then it landed at T0 + 5: an acquire that
+        // began at T0 + 5 or earlier may have read the balance before it.
+        cache.forget(&key("e", 0));
+        cache.gave_back(&key("e", 0), T0 + 5);
+        for began in [T0, T0 + 5] {
+            cache.remember(&key("e", 0), &spent, &demand(1), at(began, 0));
+            assert_eq!(cache.len.load(Ordering::Relaxed), 0, "began at {began}");
+        }
+        // Another pair (unless it shares the slot) and a later acquire are remembered.
+        let other = BucketKey::new("f", "r", 0);
+        if give_slot("f", "r") != give_slot("e", "r") {
+            cache.remember(&other, &spent, &demand(1), at(T0, 0));
+            assert_eq!(cache.len.load(Ordering::Relaxed), 1);
+            cache.forget(&other);
+        }
+        cache.remember(&key("e", 0), &spent, &demand(1), at(T0 + 6, 0));
+        assert!(matches!(
+            cache.check(("e", "r"), 1, &demand(1), None, at(T0 + 6, 0)),
+            Verdict::Refuse(_)
+        ));
+        // A give-back landing later forgets the remembered refusal.
+        cache.gave_back(&key("e", 0), T0 + 7);
+        assert_eq!(
+            cache.check(("e", "r"), 1, &demand(1), None, at(T0 + 7, 0)),
+            Verdict::Unknown
+        );
     }
 
     #[test]
