@@ -154,6 +154,10 @@ pub(crate) struct UpgradeArgs {
 /// before changing anything; then updates the stack with this release's template (keeping its
 /// parameters), uploads the aggregator code when the stack has the aggregator and code is
 /// given or built, and refreshes the version record (`lambda_version` with the code).
+///
+/// An answer lost after a step was applied leaves a state a second `upgrade` completes: the
+/// stack update is found done (CloudFormation has nothing to update), the code is uploaded
+/// under the same key, and the version record's refresh sets the same values again.
 pub(crate) async fn upgrade(global: &Global, args: &UpgradeArgs) -> Result<()> {
     let config = global.sdk_config().await?;
     let manager = global

@@ -168,7 +168,8 @@ async fn list_check_and_upgrade_across_both_tools_stacks() {
         assert_eq!(after[kept], before[kept], "{kept}");
     }
 
-    // upgrade with nothing built: the template only, the code as it was.
+    // upgrade with nothing built: the template only, the code as it was. It is also the
+    // second run after one whose answer was lost: the update already applied is found done.
     let template_only = run(ours, &["upgrade", "--poll-ms", "100"]);
     assert!(
         template_only.stderr.contains("left as it is"),
