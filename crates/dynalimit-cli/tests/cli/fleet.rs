@@ -128,6 +128,32 @@ async fn list_check_and_upgrade_across_both_tools_stacks() {
     assert_eq!(before["EnableTracing"], "true");
     assert_eq!(before["LambdaDurationThresholdMs"], "60000");
 
+    // Stacks of neither tool, and zae-limiter's load generator: none is listed.
+    let tag = |k: &str, v: &str| {
+        aws_sdk_cloudformation::types::Tag::builder()
+            .key(k)
+            .value(v)
+            .build()
+    };
+    for (name, tags) in [
+        ("someone-elses", vec![tag("ManagedBy", "terraform")]),
+        (
+            "zae-load",
+            vec![
+                tag("ManagedBy", "zae-limiter"),
+                tag("zae-limiter:type", "load-test"),
+            ],
+        ),
+    ] {
+        cfn.create_stack()
+            .stack_name(name)
+            .template_body("Resources:\n  Queue:\n    Type: AWS::SQS::Queue\n")
+            .set_tags(Some(tags))
+            .send()
+            .await
+            .expect("another stack");
+    }
+
     // list: both tools' stacks, with their versions.
     let list = run(ours, &["list"]).json();
     let mine = listed(&list, ours);
