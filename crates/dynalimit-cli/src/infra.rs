@@ -23,7 +23,8 @@ pub(crate) struct CodeArgs {
     /// used when present.
     #[arg(long, value_name = "ZIP", conflicts_with = "aggregator_binary")]
     pub(crate) aggregator_zip: Option<PathBuf>,
-    /// Built aggregator binary (Linux, matching --architecture) to package as `bootstrap`.
+    /// Built aggregator binary (Linux, for the aggregator's architecture) to package as
+    /// `bootstrap`.
     #[arg(long, value_name = "FILE")]
     pub(crate) aggregator_binary: Option<PathBuf>,
 }

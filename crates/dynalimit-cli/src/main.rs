@@ -79,8 +79,7 @@ enum Command {
     /// delete the table); refuse any other stack.
     #[command(after_help = "Example:\n  dynalimit delete --stack limits-dev --yes")]
     Delete(delete::DeleteArgs),
-    /// Print the CloudFormation template (also named `cfn-template`, zae-limiter's name), for a
-    /// team's own pipeline.
+    /// Print the CloudFormation template, for a team's own pipeline.
     #[command(
         visible_alias = "cfn-template",
         after_help = "Example:\n  dynalimit template -o template.yaml\n  dynalimit cfn-template > template.yaml"
