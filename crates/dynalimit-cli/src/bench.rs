@@ -449,8 +449,8 @@ fn processor_throughput() -> f64 {
     use dynalimit_aggregator::processor::{extract, plan};
     let records = dynalimit_aggregator::sample::modifications(PROCESSOR_BATCH);
     let windows = [
-        dynalimit_aggregator::Window::Hourly,
-        dynalimit_aggregator::Window::Daily,
+        dynalimit_aggregator::SnapshotWindow::Hourly,
+        dynalimit_aggregator::SnapshotWindow::Daily,
     ];
     let run = || {
         let extracted = extract(std::hint::black_box(&records));

@@ -81,6 +81,6 @@ pub mod metrics {
     pub use crate::aggregator::{ERRORS, PROACTIVE_WRITES, RECORDS, SNAPSHOT_WRITES};
 }
 pub use config::Settings;
-pub use dynalimit_format::usage::Window;
+pub use dynalimit_format::usage::SnapshotWindow;
 pub use error::AggregatorError;
 pub use record::{EventKind, SequenceNumber, StreamRecord};
