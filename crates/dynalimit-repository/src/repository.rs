@@ -68,8 +68,8 @@ pub(crate) struct Scope {
 /// namespace of the same table with the same client.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
-/// use dynalimit_repository::Repository;
+/// # async fn demo() -> Result<(), dynalimit::RepositoryError> {
+/// use dynalimit::Repository;
 ///
 /// // Stack from DYNALIMIT_STACK (default "dynalimit"); the table is created when missing.
 /// let repo = Repository::open("tenant-alpha").await?;
@@ -397,9 +397,9 @@ impl Repository {
 /// Builds a [`Repository`]. Every setting has a default; see each method.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
+/// # async fn demo() -> Result<(), dynalimit::RepositoryError> {
 /// use std::time::Duration;
-/// use dynalimit_repository::Repository;
+/// use dynalimit::Repository;
 ///
 /// let repo = Repository::builder()
 ///     .endpoint_url("http://127.0.0.1:8000")
@@ -532,10 +532,10 @@ impl RepositoryBuilder {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), dynalimit_repository::RepositoryError> {
+    /// # async fn main() -> Result<(), dynalimit::RepositoryError> {
     /// use std::sync::Arc;
     /// use dynalimit_core::ManualClock;
-    /// use dynalimit_repository::Repository;
+    /// use dynalimit::Repository;
     ///
     /// let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     /// let repo = Repository::builder().in_memory().clock(clock).namespace("t").open().await?;
