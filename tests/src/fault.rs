@@ -25,11 +25,9 @@ use aws_smithy_types::date_time::Format;
 use axum::body::Body;
 use bytes::Bytes;
 use dynalimit_core::{Clock, SystemClock};
+use dynalimit_local::proxy::{self, Served};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
 /// One planned fault.
 #[derive(Debug, Clone)]
@@ -179,21 +177,16 @@ impl FaultProxy {
             Some(store) => Upstream::Memory(store.clone()),
             None => Upstream::Http(crate::endpoint().url().parse().expect("endpoint URI")),
         };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the fault proxy");
-        let addr = listener.local_addr().expect("proxy address");
         let state = Arc::new(State::default());
-        let client: Client<HttpConnector, Full<Bytes>> =
-            Client::builder(TokioExecutor::new()).build_http();
+        let client = proxy::upstream();
         let shared = state.clone();
-        let app = axum::Router::new().fallback(move |request: Request<Body>| {
+        let addr = Served::start(move |request: Request<Body>| {
             let (client, state, upstream) = (client.clone(), shared.clone(), upstream.clone());
             async move { forward(&client, &state, &upstream, request).await }
-        });
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        })
+        .await
+        .expect("bind the fault proxy")
+        .detach();
         FaultProxy { addr, state }
     }
 
@@ -413,16 +406,12 @@ impl FaultProxy {
 }
 
 async fn forward(
-    client: &Client<HttpConnector, Full<Bytes>>,
+    client: &proxy::Upstream,
     state: &State,
     upstream: &Upstream,
     request: Request<Body>,
 ) -> Response<Body> {
-    let operation = request
-        .headers()
-        .get("x-amz-target")
-        .and_then(|t| t.to_str().ok())
-        .and_then(|t| t.rsplit('.').next())
+    let operation = proxy::operation(request.headers())
         .unwrap_or("unknown")
         .to_string();
     state.seen.lock().expect("seen").push(operation.clone());

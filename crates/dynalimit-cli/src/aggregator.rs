@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use dynalimit_aggregator::runner::{Runner, RunnerOptions, StartPosition};
-use dynalimit_aggregator::{Settings, Window};
+use dynalimit_aggregator::{Settings, SnapshotWindow};
 use dynalimit_repository::aws::{self, AwsSettings};
 
 /// Aggregator commands.
@@ -63,7 +63,7 @@ pub(crate) async fn run(
 ) -> Result<()> {
     let AggregatorCommand::Run(args) = command;
     let mut settings = Settings::new(stack);
-    settings.windows = Window::parse_list(&args.windows)?;
+    settings.windows = SnapshotWindow::parse_list(&args.windows)?;
     anyhow::ensure!(
         !settings.windows.is_empty(),
         "--windows names no window (hourly, daily, monthly)"

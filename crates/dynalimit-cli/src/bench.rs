@@ -449,8 +449,8 @@ fn processor_throughput() -> f64 {
     use dynalimit_aggregator::processor::{extract, plan};
     let records = dynalimit_aggregator::sample::modifications(PROCESSOR_BATCH);
     let windows = [
-        dynalimit_aggregator::Window::Hourly,
-        dynalimit_aggregator::Window::Daily,
+        dynalimit_aggregator::SnapshotWindow::Hourly,
+        dynalimit_aggregator::SnapshotWindow::Daily,
     ];
     let run = || {
         let extracted = extract(std::hint::black_box(&records));
@@ -683,8 +683,7 @@ impl Bench {
         };
         let mut add = Expr::default();
         add.add("n", 1);
-        wire.send_update(&self.table, &self.raw_key(index), &add)
-            .await?;
+        dynalimit_repository::send_update(wire, &self.table, &self.raw_key(index), &add).await?;
         Ok(())
     }
 

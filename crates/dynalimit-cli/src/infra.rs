@@ -1,10 +1,12 @@
-//! `deploy`, `status`, `template`, `version`: the stack and the table (`delete` has its own
-//! module).
+//! `deploy`, `status`, `template`, `version`, `lambda-export`: the stack and the table
+//! (`delete`, and `list`, `check` and `upgrade`, have modules of their own).
 
 use std::path::PathBuf;
 
 use crate::context::Global;
-use crate::output::infra::{Stack, Status, TableCompatibility, TableVersion, Version};
+use crate::output::infra::{
+    LambdaPackage, Stack, Status, TableCompatibility, TableVersion, Version,
+};
 use crate::package;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
@@ -12,18 +14,56 @@ use dynalimit_format::version;
 use dynalimit_repository::Repository;
 use dynalimit_stack::{self as stack, StackError, StackOptions};
 
-/// Options of `deploy`; unset ones keep the template's defaults.
+/// Where the aggregator's code comes from (`deploy`, `upgrade`, `lambda-export`).
 #[derive(Debug, Args)]
-pub(crate) struct DeployArgs {
-    /// Aggregator Lambda zip to upload (its `bootstrap` built for provided.al2023). Without
-    /// this or --aggregator-binary, the zip `scripts/build-lambda --arch ARCH` writes
+pub(crate) struct CodeArgs {
+    /// Aggregator Lambda zip (its `bootstrap` built for provided.al2023). Without this or
+    /// --aggregator-binary, the zip `scripts/build-lambda --arch ARCH` writes
     /// (target/lambda/ARCH/dynalimit-aggregator/bootstrap.zip, under the current directory) is
     /// used when present.
     #[arg(long, value_name = "ZIP", conflicts_with = "aggregator_binary")]
     pub(crate) aggregator_zip: Option<PathBuf>,
-    /// Built aggregator binary (Linux, matching --architecture) to package as `bootstrap`.
+    /// Built aggregator binary (Linux, for the aggregator's architecture) to package as
+    /// `bootstrap`.
     #[arg(long, value_name = "FILE")]
     pub(crate) aggregator_binary: Option<PathBuf>,
+}
+
+impl CodeArgs {
+    /// The zip to upload: the one given, the binary given packaged, else the one
+    /// `scripts/build-lambda --arch architecture` wrote ([`Code::Missing`] when there is none).
+    pub(crate) fn read(&self, architecture: &str) -> Result<Code> {
+        if let Some(path) = &self.aggregator_zip {
+            return read_zip(path).map(|bytes| Code::Zip(bytes, path.clone()));
+        }
+        if let Some(path) = &self.aggregator_binary {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            return Ok(Code::Zip(package::bootstrap_zip(&bytes)?, path.clone()));
+        }
+        let built = built_zip(architecture);
+        if !built.exists() {
+            return Ok(Code::Missing(built));
+        }
+        eprintln!("packaging the aggregator from {}", built.display());
+        read_zip(&built).map(|bytes| Code::Zip(bytes, built))
+    }
+}
+
+/// The bytes of the zip archive at `path`.
+fn read_zip(path: &std::path::Path) -> Result<Vec<u8>> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if !bytes.starts_with(b"PK") {
+        bail!("{} is not a zip archive", path.display());
+    }
+    Ok(bytes)
+}
+
+/// Options of `deploy`; unset ones keep the template's defaults.
+#[derive(Debug, Args)]
+pub(crate) struct DeployArgs {
+    #[command(flatten)]
+    pub(crate) code: CodeArgs,
     /// Deploy without the aggregator Lambda, its code bucket, dead-letter queue and alarms.
     #[arg(long, conflicts_with_all = ["aggregator_zip", "aggregator_binary", "provisioner"])]
     pub(crate) no_aggregator: bool,
@@ -83,6 +123,13 @@ pub(crate) struct DeployArgs {
     /// SNS topic ARN the alarms notify.
     #[arg(long, value_name = "ARN")]
     pub(crate) alarm_topic: Option<String>,
+    /// Share of the aggregator's timeout above which its duration alarm fires (1-100,
+    /// default 80).
+    #[arg(long, value_name = "PERCENT", alias = "lambda-duration-threshold-pct")]
+    pub(crate) duration_alarm_percent: Option<u32>,
+    /// Active AWS X-Ray tracing of the aggregator (off by default).
+    #[arg(long, alias = "enable-tracing")]
+    pub(crate) tracing: bool,
     /// Do not create the managed IAM policies.
     #[arg(long)]
     pub(crate) no_iam: bool,
@@ -95,9 +142,17 @@ pub(crate) struct DeployArgs {
     /// Role name format, `{}` standing for the role (e.g. `team-{}-prod`).
     #[arg(long, value_name = "FORMAT")]
     pub(crate) role_name_format: Option<String>,
+    /// Managed policy name format, `{}` standing for the policy (acquire-only, full-access,
+    /// read-only, namespace-acquire, namespace-full-access, namespace-read-only, table-key),
+    /// e.g. `limits-prod-{}`. Policy names are unique in an account: include the stack.
+    #[arg(long, value_name = "FORMAT")]
+    pub(crate) policy_name_format: Option<String>,
     /// Existing role (name) for the aggregator instead of a created one.
     #[arg(long, value_name = "NAME")]
     pub(crate) aggregator_role: Option<String>,
+    /// Existing role (ARN) for the aggregator instead of a created one.
+    #[arg(long, value_name = "ARN", conflicts_with = "aggregator_role")]
+    pub(crate) aggregator_role_arn: Option<String>,
     /// Existing role (name) for the limits provisioner instead of a created one.
     #[arg(long, value_name = "NAME", requires = "provisioner")]
     pub(crate) provisioner_role: Option<String>,
@@ -130,6 +185,7 @@ impl DeployArgs {
             batch_size => stream_batch_size,
             batching_window => stream_batching_window_seconds,
             max_retries => stream_max_retries,
+            duration_alarm_percent => duration_alarm_percent,
         );
         if self.no_pitr {
             o.pitr_recovery_days = None;
@@ -140,6 +196,9 @@ impl DeployArgs {
         o.kms_key_arn = self.kms_key.clone();
         o.alarms = !self.no_alarms;
         o.alarm_topic_arn = self.alarm_topic.clone();
+        o.tracing = self.tracing;
+        o.policy_name_format = self.policy_name_format.clone();
+        o.aggregator_role_arn = self.aggregator_role_arn.clone();
         o.iam = !self.no_iam;
         o.iam_roles = self.iam_roles;
         o.permission_boundary = self.permission_boundary.clone();
@@ -157,30 +216,10 @@ impl DeployArgs {
     }
 
     fn code(&self, architecture: &str) -> Result<Code> {
-        if let Some(path) = &self.aggregator_zip {
-            let bytes =
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            if !bytes.starts_with(b"PK") {
-                bail!("{} is not a zip archive", path.display());
-            }
-            return Ok(Code::Zip(bytes));
-        }
-        if let Some(path) = &self.aggregator_binary {
-            let bytes =
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            return Ok(Code::Zip(package::bootstrap_zip(&bytes)?));
-        }
         if self.no_aggregator {
             return Ok(Code::NotWanted);
         }
-        let built = built_zip(architecture);
-        match std::fs::read(&built) {
-            Ok(bytes) => {
-                eprintln!("packaging the aggregator from {}", built.display());
-                Ok(Code::Zip(bytes))
-            }
-            Err(_) => Ok(Code::Missing(built)),
-        }
+        self.code.read(architecture)
     }
 }
 
@@ -199,9 +238,9 @@ fn built_zip(architecture: &str) -> PathBuf {
 }
 
 /// The aggregator code of a deployment.
-enum Code {
-    /// Upload this zip.
-    Zip(Vec<u8>),
+pub(crate) enum Code {
+    /// Upload this zip, read or packaged from this file.
+    Zip(Vec<u8>, PathBuf),
     /// `--no-aggregator`.
     NotWanted,
     /// Wanted, but no zip was given and none is built at this path.
@@ -215,7 +254,7 @@ pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
     let options = args.options()?;
     let code = args.code(&options.architecture)?;
     let zip = match &code {
-        Code::Zip(bytes) => Some(bytes.as_slice()),
+        Code::Zip(bytes, _) => Some(bytes.as_slice()),
         Code::NotWanted | Code::Missing(_) => None,
     };
     let manager = global
@@ -347,5 +386,66 @@ pub(crate) async fn version(global: &Global, args: &VersionArgs) -> Result<()> {
         shown.table = Some(TableCompatibility::new(&record, compatible));
     }
     global.print(&shown);
+    Ok(())
+}
+
+/// Options of `lambda-export`.
+#[derive(Debug, Args)]
+pub(crate) struct LambdaExportArgs {
+    #[command(flatten)]
+    pub(crate) code: CodeArgs,
+    /// Architecture of the zip `scripts/build-lambda` wrote, when neither --aggregator-zip nor
+    /// --aggregator-binary is given.
+    #[arg(long, value_parser = ["arm64", "x86_64"], default_value = "arm64")]
+    pub(crate) architecture: String,
+    /// The zip to write.
+    #[arg(
+        long,
+        short = 'o',
+        value_name = "FILE",
+        default_value = "aggregator.zip"
+    )]
+    pub(crate) output_file: PathBuf,
+    /// Overwrite the file when it exists.
+    #[arg(long, short = 'f')]
+    pub(crate) force: bool,
+    /// Describe the package without writing it.
+    #[arg(long)]
+    pub(crate) info: bool,
+}
+
+/// `lambda-export`: writes the aggregator's zip, as `deploy` would upload it, for a team's own
+/// pipeline (with the template of `cfn-template`, whose `AggregatorCodeKey` names it in the
+/// stack's code bucket). An existing file is kept unless `--force`.
+pub(crate) fn lambda_export(global: &Global, args: &LambdaExportArgs) -> Result<()> {
+    let (zip, source) = match args.code.read(&args.architecture)? {
+        Code::Zip(zip, source) => (zip, source),
+        Code::NotWanted => bail!("no aggregator code was asked for"),
+        Code::Missing(path) => bail!(
+            "no aggregator package: {} does not exist. Build it with `scripts/build-lambda \
+             --arch {}`, or pass --aggregator-binary or --aggregator-zip",
+            path.display(),
+            args.architecture
+        ),
+    };
+    let path = &args.output_file;
+    let written = !args.info;
+    if written {
+        if path.exists() && !args.force {
+            return Err(crate::context::bad_input(anyhow!(
+                "{} exists; --force overwrites it",
+                path.display()
+            )));
+        }
+        std::fs::write(path, &zip).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    global.print(&LambdaPackage {
+        file: path.display().to_string(),
+        written,
+        source: source.display().to_string(),
+        bytes: zip.len() as u64,
+        code_key: stack::code_key(&zip),
+        lambda_version: version::COMPATIBILITY_VERSION.to_owned(),
+    });
     Ok(())
 }

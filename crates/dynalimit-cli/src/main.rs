@@ -13,6 +13,7 @@ mod compare;
 mod context;
 mod delete;
 mod entity;
+mod fleet;
 mod hot_key;
 mod infra;
 mod level_spec;
@@ -57,6 +58,20 @@ enum Command {
         after_help = "Examples:\n  dynalimit deploy --stack limits-prod --aggregator-zip aggregator.zip\n  dynalimit deploy --no-aggregator --pitr-days 7 --tag team=payments"
     )]
     Deploy(Box<infra::DeployArgs>),
+    /// List every dynalimit and zae-limiter stack of the region, with its versions.
+    #[command(after_help = "Example:\n  dynalimit list --region eu-west-1")]
+    List,
+    /// Check whether this client may use the table (its version record), changing nothing;
+    /// exits 0 when it may, 1 when not.
+    #[command(after_help = "Example:\n  dynalimit check --stack limits-prod && echo compatible")]
+    Check,
+    /// Bring a dynalimit stack and its aggregator to this release: the current template with
+    /// the stack's own parameters, the aggregator code, and the version record (whose
+    /// client_min_version is never lowered); refuse any other stack.
+    #[command(
+        after_help = "Examples:\n  dynalimit upgrade --stack limits-prod --aggregator-zip aggregator.zip\n  scripts/build-lambda --arch arm64 && dynalimit upgrade --stack limits-prod"
+    )]
+    Upgrade(fleet::UpgradeArgs),
     /// Show the stack, its outputs, the table and its version record.
     #[command(after_help = "Example:\n  dynalimit status --stack limits-prod")]
     Status,
@@ -64,9 +79,17 @@ enum Command {
     /// delete the table); refuse any other stack.
     #[command(after_help = "Example:\n  dynalimit delete --stack limits-dev --yes")]
     Delete(delete::DeleteArgs),
-    /// Print the CloudFormation template.
-    #[command(after_help = "Example:\n  dynalimit template -o template.yaml")]
+    /// Print the CloudFormation template, for a team's own pipeline.
+    #[command(
+        visible_alias = "cfn-template",
+        after_help = "Example:\n  dynalimit template -o template.yaml\n  dynalimit cfn-template > template.yaml"
+    )]
     Template(infra::TemplateArgs),
+    /// Write the aggregator's Lambda zip, as `deploy` uploads it, for a team's own pipeline.
+    #[command(
+        after_help = "Examples:\n  dynalimit lambda-export --aggregator-binary target/aarch64-unknown-linux-gnu/release/dynalimit-aggregator -o aggregator.zip\n  scripts/build-lambda --arch arm64 && dynalimit lambda-export --info"
+    )]
+    LambdaExport(infra::LambdaExportArgs),
     /// Print the client's versions and, with --table, the table's version record.
     #[command(after_help = "Example:\n  dynalimit version --table --stack limits-prod")]
     Version(infra::VersionArgs),
@@ -126,8 +149,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Deploy(args) => infra::deploy(g, args).await,
         Command::Status => infra::status(g).await,
+        Command::List => fleet::list(g).await,
+        Command::Check => fleet::check(g).await,
+        Command::Upgrade(args) => fleet::upgrade(g, args).await,
         Command::Delete(args) => delete::run(g, args).await,
         Command::Template(args) => infra::template(args),
+        Command::LambdaExport(args) => infra::lambda_export(g, args),
         Command::Version(args) => infra::version(g, args).await,
         Command::Namespace(c) => namespace::run(g, c).await,
         Command::Entity(c) => entity::run(g, c).await,

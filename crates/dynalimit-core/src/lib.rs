@@ -1,3 +1,5 @@
+//! Internal to dynalimit, no stable API: services depend on `dynalimit`.
+//!
 //! Pure domain logic of dynalimit: no I/O.
 //!
 //! Everything here is deterministic and takes time from an injected [`Clock`] ([`time`], the
@@ -22,4 +24,4 @@ mod units;
 
 pub use error::CoreError;
 pub use limit::Limit;
-pub use time::{Clock, ManualClock, SystemClock, TokioClock};
+pub use time::{Clock, ManualClock, SystemClock};

@@ -7,22 +7,24 @@
 //!
 //! | clock | readings | waits |
 //! |---|---|---|
-//! | [`SystemClock`] | the operating system's clocks | the async runtime's timer (tokio), thread park |
-//! | [`TokioClock`] | tokio's clock, which tests can pause and advance | tokio's timer |
+//! | [`SystemClock`] | the operating system's clocks | a timer thread of the process, thread park |
 //! | [`ManualClock`] | only what [`ManualClock::advance`] says | woken by `advance`, never polled |
+//! | `dynalimit::time::TokioClock` | tokio's clock, which tests can pause and advance | tokio's timer |
 //!
-//! Retry pauses between DynamoDB attempts are not waits of the limiter's semantics and use
-//! the runtime's timer directly.
+//! Nothing here needs an async runtime: a sleep is woken through its [`Waker`], by the timer
+//! thread or by [`ManualClock::advance`]. Retry pauses between DynamoDB attempts are not
+//! waits of the limiter's semantics and use the runtime's timer directly.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::Notify;
+mod timer;
 
 /// A future returned by [`Clock::sleep_until`].
 pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
@@ -38,12 +40,11 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// Monotonic time since an arbitrary, fixed origin. Never goes backwards.
     fn monotonic(&self) -> Duration;
 
-    /// Completes once [`Clock::monotonic`] reaches `deadline`. The default sleeps on the async
-    /// runtime's timer (a tokio runtime with the time driver must be running) for the time
-    /// left at the call.
+    /// Completes once [`Clock::monotonic`] reaches `deadline`. The default sleeps for the time
+    /// left at the call on the process's timer thread (no async runtime needed).
     fn sleep_until(&self, deadline: Duration) -> Sleep {
         let left = deadline.saturating_sub(self.monotonic());
-        Box::pin(tokio::time::sleep(left))
+        timer::sleep(left)
     }
 
     /// Blocks the calling thread until [`Clock::monotonic`] reaches `deadline` (forever when
@@ -87,50 +88,6 @@ impl Clock for SystemClock {
     }
 }
 
-/// Monotonic time from tokio's clock (which can be paused and advanced), and wall time as a
-/// fixed epoch origin plus the tokio time elapsed since the clock was created.
-///
-/// Under `tokio::time::pause()` virtual time jumps to the next timer as soon as every task is
-/// idle, so a test or a simulation can run hours of waits in milliseconds while the readings
-/// and the waits agree.
-#[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
-    origin: tokio::time::Instant,
-    origin_epoch_millis: i64,
-}
-
-impl TokioClock {
-    /// A clock whose wall reading starts at `origin_epoch_millis`.
-    pub fn new(origin_epoch_millis: i64) -> Self {
-        Self {
-            origin: tokio::time::Instant::now(),
-            origin_epoch_millis,
-        }
-    }
-
-    /// A clock whose wall reading starts at the operating system's current time.
-    pub fn from_system() -> Self {
-        Self::new(SystemClock.epoch_millis())
-    }
-}
-
-impl Default for TokioClock {
-    fn default() -> Self {
-        Self::from_system()
-    }
-}
-
-impl Clock for TokioClock {
-    fn epoch_millis(&self) -> i64 {
-        let elapsed = i64::try_from(self.monotonic().as_millis()).unwrap_or(i64::MAX);
-        self.origin_epoch_millis.saturating_add(elapsed)
-    }
-
-    fn monotonic(&self) -> Duration {
-        tokio::time::Instant::now().saturating_duration_since(self.origin)
-    }
-}
-
 /// A clock that only moves when told to, for deterministic tests. Clones share the same time
 /// and wake the same waiters.
 ///
@@ -157,7 +114,8 @@ struct ManualInner {
     epoch_millis: AtomicI64,
     monotonic_nanos: AtomicU64,
     parked: Mutex<Vec<Thread>>,
-    advanced: Notify,
+    /// The async sleepers waiting for the next [`ManualClock::advance`].
+    sleepers: Mutex<Vec<Waker>>,
 }
 
 impl ManualClock {
@@ -183,7 +141,16 @@ impl ManualClock {
         for thread in self.parked().iter() {
             thread.unpark();
         }
-        self.inner.advanced.notify_waiters();
+        let sleepers = std::mem::take(
+            &mut *self
+                .inner
+                .sleepers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for waker in sleepers {
+            waker.wake();
+        }
     }
 
     /// Sets the wall reading, forwards or backwards (a clock step); the monotonic reading is
@@ -218,17 +185,9 @@ impl Clock for ManualClock {
     }
 
     fn sleep_until(&self, deadline: Duration) -> Sleep {
-        let clock = self.clone();
-        Box::pin(async move {
-            loop {
-                let advanced = clock.inner.advanced.notified();
-                tokio::pin!(advanced);
-                advanced.as_mut().enable();
-                if clock.monotonic() >= deadline {
-                    return;
-                }
-                advanced.await;
-            }
+        Box::pin(ManualSleep {
+            clock: self.clone(),
+            deadline,
         })
     }
 
@@ -242,6 +201,34 @@ impl Clock for ManualClock {
             thread::park();
         }
         self.parked().retain(|t| t.id() != id);
+    }
+}
+
+/// A sleep on a [`ManualClock`]: it registers its waker, then reads the clock, so an
+/// `advance` between the two wakes it.
+struct ManualSleep {
+    clock: ManualClock,
+    deadline: Duration,
+}
+
+impl Future for ManualSleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.clock.monotonic() >= self.deadline {
+            return Poll::Ready(());
+        }
+        self.clock
+            .inner
+            .sleepers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(cx.waker().clone());
+        if self.clock.monotonic() >= self.deadline {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
     }
 }
 
@@ -338,14 +325,6 @@ mod tests {
         clock.set_epoch_millis(5_000);
         assert_eq!(clock.epoch_millis(), 5_000);
         assert_eq!(clock.monotonic(), Duration::from_secs(2));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn tokio_clock_follows_paused_virtual_time() {
-        let clock = TokioClock::new(1_000_000);
-        clock.sleep_until(Duration::from_secs(90)).await;
-        assert_eq!(clock.monotonic(), Duration::from_secs(90));
-        assert_eq!(clock.epoch_millis(), 1_090_000);
     }
 
     #[tokio::test]

@@ -1,3 +1,5 @@
+//! Internal to dynalimit, no stable API: services depend on `dynalimit`.
+//!
 //! The table format of dynalimit, in one place: every key, attribute name, expression rule and
 //! item codec of the DynamoDB table, with no I/O.
 //!

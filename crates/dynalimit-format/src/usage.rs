@@ -31,7 +31,7 @@ use crate::keys;
 
 /// A snapshot window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Window {
+pub enum SnapshotWindow {
     /// One UTC hour.
     Hourly,
     /// One UTC day.
@@ -40,16 +40,20 @@ pub enum Window {
     Monthly,
 }
 
-impl Window {
+impl SnapshotWindow {
     /// Every window, finest first.
-    pub const ALL: [Window; 3] = [Window::Hourly, Window::Daily, Window::Monthly];
+    pub const ALL: [SnapshotWindow; 3] = [
+        SnapshotWindow::Hourly,
+        SnapshotWindow::Daily,
+        SnapshotWindow::Monthly,
+    ];
 
     /// The stored name: `hourly`, `daily` or `monthly`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Window::Hourly => "hourly",
-            Window::Daily => "daily",
-            Window::Monthly => "monthly",
+            SnapshotWindow::Hourly => "hourly",
+            SnapshotWindow::Daily => "daily",
+            SnapshotWindow::Monthly => "monthly",
         }
     }
 
@@ -57,19 +61,19 @@ impl Window {
     /// `YYYY-MM-DDT00:00:00Z` (daily) or `YYYY-MM-01T00:00:00Z` (monthly), UTC.
     ///
     /// ```
-    /// use dynalimit_format::usage::Window;
+    /// use dynalimit_format::usage::SnapshotWindow;
     /// let t = 1_700_000_000_000; // 2023-11-14T22:13:20Z
-    /// assert_eq!(Window::Hourly.key(t), "2023-11-14T22:00:00Z");
-    /// assert_eq!(Window::Daily.key(t), "2023-11-14T00:00:00Z");
-    /// assert_eq!(Window::Monthly.key(t), "2023-11-01T00:00:00Z");
+    /// assert_eq!(SnapshotWindow::Hourly.key(t), "2023-11-14T22:00:00Z");
+    /// assert_eq!(SnapshotWindow::Daily.key(t), "2023-11-14T00:00:00Z");
+    /// assert_eq!(SnapshotWindow::Monthly.key(t), "2023-11-01T00:00:00Z");
     /// ```
     pub fn key(self, epoch_ms: i64) -> String {
         let t = dynalimit_core::time::utc_datetime(epoch_ms);
         let (y, m, d) = (t.year(), t.month(), t.day());
         match self {
-            Window::Hourly => format!("{y:04}-{m:02}-{d:02}T{:02}:00:00Z", t.hour()),
-            Window::Daily => format!("{y:04}-{m:02}-{d:02}T00:00:00Z"),
-            Window::Monthly => format!("{y:04}-{m:02}-01T00:00:00Z"),
+            SnapshotWindow::Hourly => format!("{y:04}-{m:02}-{d:02}T{:02}:00:00Z", t.hour()),
+            SnapshotWindow::Daily => format!("{y:04}-{m:02}-{d:02}T00:00:00Z"),
+            SnapshotWindow::Monthly => format!("{y:04}-{m:02}-01T00:00:00Z"),
         }
     }
 
@@ -79,9 +83,9 @@ impl Window {
             return false;
         }
         match self {
-            Window::Hourly => true,
-            Window::Daily => key.ends_with("T00:00:00Z"),
-            Window::Monthly => key.ends_with("T00:00:00Z") && key.get(8..10) == Some("01"),
+            SnapshotWindow::Hourly => true,
+            SnapshotWindow::Daily => key.ends_with("T00:00:00Z"),
+            SnapshotWindow::Monthly => key.ends_with("T00:00:00Z") && key.get(8..10) == Some("01"),
         }
     }
 
@@ -90,10 +94,10 @@ impl Window {
     ///
     /// # Errors
     /// The first unknown name.
-    pub fn parse_list(text: &str) -> Result<Vec<Window>, UnknownWindow> {
+    pub fn parse_list(text: &str) -> Result<Vec<SnapshotWindow>, UnknownWindow> {
         let mut out = Vec::new();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let w: Window = part.parse()?;
+            let w: SnapshotWindow = part.parse()?;
             if !out.contains(&w) {
                 out.push(w);
             }
@@ -107,18 +111,18 @@ impl Window {
 #[error("unknown snapshot window {0:?} (expected hourly, daily or monthly)")]
 pub struct UnknownWindow(pub String);
 
-impl FromStr for Window {
+impl FromStr for SnapshotWindow {
     type Err = UnknownWindow;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Window::ALL
+        SnapshotWindow::ALL
             .into_iter()
             .find(|w| w.as_str() == s)
             .ok_or_else(|| UnknownWindow(s.to_owned()))
     }
 }
 
-impl fmt::Display for Window {
+impl fmt::Display for SnapshotWindow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -131,7 +135,10 @@ pub fn window_holds(wanted: &str, stored: &str, start: &str) -> bool {
     if wanted == stored {
         return true;
     }
-    match (wanted.parse::<Window>(), stored.parse::<Window>()) {
+    match (
+        wanted.parse::<SnapshotWindow>(),
+        stored.parse::<SnapshotWindow>(),
+    ) {
         (Ok(w), Ok(s)) => w > s && w.starts_at(start),
         _ => false,
     }
@@ -212,7 +219,7 @@ pub struct SnapshotDelta<'a> {
     /// The resource.
     pub resource: &'a str,
     /// The window written as `window` when the item is new.
-    pub window: Window,
+    pub window: SnapshotWindow,
     /// The item's window key.
     pub window_key: &'a str,
     /// Whole tokens per limit.
@@ -317,14 +324,23 @@ mod tests {
 
     #[test]
     fn keys_at_boundaries_and_before_the_epoch() {
-        assert_eq!(Window::Hourly.key(0), "1970-01-01T00:00:00Z");
-        assert_eq!(Window::Hourly.key(3_599_999), "1970-01-01T00:00:00Z");
-        assert_eq!(Window::Hourly.key(3_600_000), "1970-01-01T01:00:00Z");
-        assert_eq!(Window::Daily.key(-1), "1969-12-31T00:00:00Z");
-        // 2024-02-29T23:59:59.999Z, a leap day.
-        assert_eq!(Window::Daily.key(1_709_251_199_999), "2024-02-29T00:00:00Z");
+        assert_eq!(SnapshotWindow::Hourly.key(0), "1970-01-01T00:00:00Z");
         assert_eq!(
-            Window::Monthly.key(1_709_251_200_000),
+            SnapshotWindow::Hourly.key(3_599_999),
+            "1970-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            SnapshotWindow::Hourly.key(3_600_000),
+            "1970-01-01T01:00:00Z"
+        );
+        assert_eq!(SnapshotWindow::Daily.key(-1), "1969-12-31T00:00:00Z");
+        // 2024-02-29T23:59:59.999Z, a leap day.
+        assert_eq!(
+            SnapshotWindow::Daily.key(1_709_251_199_999),
+            "2024-02-29T00:00:00Z"
+        );
+        assert_eq!(
+            SnapshotWindow::Monthly.key(1_709_251_200_000),
             "2024-03-01T00:00:00Z"
         );
     }
@@ -332,11 +348,11 @@ mod tests {
     #[test]
     fn window_lists_parse_and_reject_unknown_names() {
         assert_eq!(
-            Window::parse_list(" hourly, daily,,hourly ").unwrap(),
-            vec![Window::Hourly, Window::Daily]
+            SnapshotWindow::parse_list(" hourly, daily,,hourly ").unwrap(),
+            vec![SnapshotWindow::Hourly, SnapshotWindow::Daily]
         );
         assert_eq!(
-            Window::parse_list("weekly"),
+            SnapshotWindow::parse_list("weekly"),
             Err(UnknownWindow("weekly".into()))
         );
     }
@@ -375,7 +391,7 @@ mod tests {
             namespace_id: "ns",
             entity_id: "u1",
             resource: "gpt-4",
-            window: Window::Hourly,
+            window: SnapshotWindow::Hourly,
             window_key: "2026-03-10T00:00:00Z",
             counters: &counters,
             overdrawn: &overdrawn,

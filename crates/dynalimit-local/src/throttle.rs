@@ -44,21 +44,17 @@
 //! ```
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
-use bytes::Bytes;
 use dynalimit_core::{Clock, SystemClock};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
+use crate::proxy::{self, Served};
 use crate::{LocalError, setup_error};
 
 /// The rates one partition key sustains.
@@ -286,9 +282,8 @@ struct Counts {
 /// A running throttling proxy; it stops when dropped.
 #[derive(Debug)]
 pub struct ThrottleProxy {
-    addr: SocketAddr,
+    served: Served,
     counts: Arc<Counts>,
-    server: tokio::task::JoinHandle<()>,
 }
 
 impl ThrottleProxy {
@@ -325,36 +320,25 @@ impl ThrottleProxy {
                 "throttle proxy: a partition rate must be above zero",
             ));
         }
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|e| setup_error(format!("throttle proxy: cannot bind a port: {e}")))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| setup_error(format!("throttle proxy: {e}")))?;
         let counts = Arc::new(Counts::default());
         let shared = Arc::new(Shared {
             partitions: Partitions::new(limits, clock),
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            client: proxy::upstream(),
             upstream,
             counts: counts.clone(),
         });
-        let app = axum::Router::new().fallback(move |request: Request<Body>| {
+        let served = Served::start(move |request: Request<Body>| {
             let shared = shared.clone();
             async move { shared.serve(request).await }
-        });
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(ThrottleProxy {
-            addr,
-            counts,
-            server,
         })
+        .await
+        .map_err(|e| setup_error(format!("throttle proxy: cannot bind a port: {e}")))?;
+        Ok(ThrottleProxy { served, counts })
     }
 
     /// The proxy's endpoint URL.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.served.url()
     }
 
     /// Requests forwarded to the emulator so far.
@@ -368,27 +352,17 @@ impl ThrottleProxy {
     }
 }
 
-impl Drop for ThrottleProxy {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
 #[derive(Debug)]
 struct Shared {
     partitions: Partitions,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: proxy::Upstream,
     upstream: http::Uri,
     counts: Arc<Counts>,
 }
 
 impl Shared {
     async fn serve(&self, request: Request<Body>) -> Response<Body> {
-        let operation = request
-            .headers()
-            .get("x-amz-target")
-            .and_then(|t| t.to_str().ok())
-            .and_then(|t| t.rsplit('.').next())
+        let operation = proxy::operation(request.headers())
             .unwrap_or_default()
             .to_string();
         let (mut parts, body) = request.into_parts();

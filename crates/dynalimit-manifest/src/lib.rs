@@ -1,3 +1,5 @@
+//! Internal to dynalimit, no stable API: services depend on `dynalimit`.
+//!
 //! Limits as code: a manifest of what a namespace's configuration levels hold, the change
 //! set between it and the table, and its apply with the repository's writers.
 //!

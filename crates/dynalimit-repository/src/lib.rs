@@ -1,3 +1,5 @@
+//! Internal to dynalimit, no stable API: services depend on `dynalimit`.
+//!
 //! The DynamoDB data plane of dynalimit.
 //!
 //! A [`Repository`] owns one namespace of one table: it creates the table when it is missing,
@@ -16,6 +18,7 @@
 //! | [`bucket`] | the acquire's DynamoDB algorithm: its decisions ([`bucket::decide`], no I/O) and the reads and writes that carry them out (the limiter, the aggregator) |
 //! | [`aws`] | AWS settings, loaded as the AWS CLI loads them, for every client dynalimit builds |
 //! | [`RequestCounter`] | counting the requests a client sends (tests, the benchmark) |
+//! | [`FastPath`], [`send_update`] | the acquire's transport (`dynalimit-wire`), and one raw `UpdateItem` through it (the benchmark) |
 //! | `RepositoryBuilder::in_memory` (feature `memory`) | opening on the in-process table store of `dynalimit-memory`, for tests and single-process use |
 //!
 //! A missing table is created directly on an emulator (DynamoDB Local, LocalStack). On AWS it
@@ -63,6 +66,7 @@ pub use dynalimit_format::entity::{Entity, NewEntity};
 pub use dynalimit_format::namespace::NamespaceInfo;
 pub use dynalimit_format::usage::UsageSnapshot;
 pub use dynalimit_format::version::VersionRecord;
+pub use dynalimit_wire::{FastPath, MAX_RESPONSE_BYTES};
 pub use error::RepositoryError;
 pub use metrics::{
     CONFIG_CACHE, CONTENTION_RETRIES, DYNAMODB_REQUESTS, FAST_PATH, FOREIGN_INDEX_ITEMS,
@@ -75,4 +79,4 @@ pub use repository::{
 };
 pub use schema::create_table;
 pub use usage::{UsagePage, UsageQuery, UsageSummary};
-pub use wire::{FastPath, MAX_RESPONSE_BYTES};
+pub use wire::send_update;

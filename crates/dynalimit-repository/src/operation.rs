@@ -46,7 +46,7 @@ pub const OPERATION_ATTEMPTS: u32 = 4;
 /// Options of [`Repository::reset_bucket`] and [`Repository::top_up`].
 ///
 /// ```
-/// use dynalimit_repository::OperationOptions;
+/// use dynalimit::OperationOptions;
 /// let options = OperationOptions::new()
 ///     .idempotency_key("refund-2026-11-17-0042")
 ///     .principal("support:alice");
@@ -202,8 +202,8 @@ impl Repository {
     /// changing through every attempt; the classified failure.
     ///
     /// ```no_run
-    /// # async fn demo(repo: dynalimit_repository::Repository) -> Result<(), dynalimit_repository::RepositoryError> {
-    /// use dynalimit_repository::OperationOptions;
+    /// # async fn demo(repo: dynalimit::Repository) -> Result<(), dynalimit::RepositoryError> {
+    /// use dynalimit::OperationOptions;
     ///
     /// let done = repo
     ///     .reset_bucket("key-1", "gpt-4", &OperationOptions::new().idempotency_key("ticket-881"))
@@ -246,8 +246,8 @@ impl Repository {
     /// written); otherwise as [`Repository::reset_bucket`].
     ///
     /// ```no_run
-    /// # async fn demo(repo: dynalimit_repository::Repository) -> Result<(), dynalimit_repository::RepositoryError> {
-    /// use dynalimit_repository::OperationOptions;
+    /// # async fn demo(repo: dynalimit::Repository) -> Result<(), dynalimit::RepositoryError> {
+    /// use dynalimit::OperationOptions;
     ///
     /// let done = repo
     ///     .top_up("key-1", "gpt-4", [("tpm", 5_000)], &OperationOptions::new())

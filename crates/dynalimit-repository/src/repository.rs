@@ -16,7 +16,7 @@ use crate::aws::{self, AwsSettings};
 use crate::config::ConfigCache;
 use crate::error::classify;
 use crate::metrics::RequestCounter;
-use crate::wire::{EndpointCapture, FastPath};
+use crate::wire::{EndpointCapture, FastPath, Reporting};
 use crate::{RepositoryError, schema};
 
 /// The default stack (and table) name.
@@ -68,8 +68,8 @@ pub(crate) struct Scope {
 /// namespace of the same table with the same client.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
-/// use dynalimit_repository::Repository;
+/// # async fn demo() -> Result<(), dynalimit::RepositoryError> {
+/// use dynalimit::Repository;
 ///
 /// // Stack from DYNALIMIT_STACK (default "dynalimit"); the table is created when missing.
 /// let repo = Repository::open("tenant-alpha").await?;
@@ -234,10 +234,13 @@ impl Repository {
         if !shared.fast_path || shared.wire.get().is_some() {
             return;
         }
+        let reporting = Arc::new(Reporting {
+            counter: shared.counter.clone(),
+        });
         match FastPath::for_client(
             &shared.client,
             capture,
-            shared.counter.clone(),
+            reporting,
             Arc::clone(&shared.budget),
         ) {
             Ok(wire) => {
@@ -394,9 +397,9 @@ impl Repository {
 /// Builds a [`Repository`]. Every setting has a default; see each method.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
+/// # async fn demo() -> Result<(), dynalimit::RepositoryError> {
 /// use std::time::Duration;
-/// use dynalimit_repository::Repository;
+/// use dynalimit::Repository;
 ///
 /// let repo = Repository::builder()
 ///     .endpoint_url("http://127.0.0.1:8000")
@@ -529,10 +532,10 @@ impl RepositoryBuilder {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), dynalimit_repository::RepositoryError> {
+    /// # async fn main() -> Result<(), dynalimit::RepositoryError> {
     /// use std::sync::Arc;
     /// use dynalimit_core::ManualClock;
-    /// use dynalimit_repository::Repository;
+    /// use dynalimit::Repository;
     ///
     /// let clock = Arc::new(ManualClock::new(1_700_000_000_000));
     /// let repo = Repository::builder().in_memory().clock(clock).namespace("t").open().await?;

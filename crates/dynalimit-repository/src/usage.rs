@@ -13,7 +13,7 @@ use dynalimit_core::ids;
 use dynalimit_format::expr::Expr;
 use dynalimit_format::item;
 use dynalimit_format::schema::GSI2;
-use dynalimit_format::usage::{UsageSnapshot, Window, window_holds};
+use dynalimit_format::usage::{SnapshotWindow, UsageSnapshot, window_holds};
 use dynalimit_format::{attr, keys};
 
 use crate::entity::partition;
@@ -96,7 +96,7 @@ impl UsageQuery {
             ids::validate_resource(r)?;
         }
         if let Some(w) = &self.window
-            && w.parse::<Window>().is_err()
+            && w.parse::<SnapshotWindow>().is_err()
         {
             return Err(CoreError::invalid_value(
                 "window",

@@ -1,3 +1,5 @@
+//! Internal to dynalimit, no stable API: services depend on `dynalimit`.
+//!
 //! The CloudFormation stack: the template of `infra/`, embedded, and a [`StackManager`] that
 //! creates, updates, inspects and deletes it.
 //!
@@ -114,6 +116,12 @@ pub struct StackOptions {
     pub alarm_topic_arn: Option<String>,
     /// Stream iterator age (ms) that raises the alarm.
     pub iterator_age_threshold_ms: u32,
+    /// Share of the aggregator's timeout, 1–100 %, above which its duration alarm fires
+    /// (template parameter `LambdaDurationThresholdMs`, the share in milliseconds).
+    pub duration_alarm_percent: u32,
+    /// Active X-Ray tracing of the aggregator; a created aggregator role may then write trace
+    /// segments.
+    pub tracing: bool,
     /// The six managed policies.
     pub iam: bool,
     /// Application, admin and read-only roles.
@@ -122,8 +130,14 @@ pub struct StackOptions {
     pub permission_boundary: Option<String>,
     /// Role name format with `{}` for the role's own name.
     pub role_name_format: Option<String>,
+    /// Managed policy name format with `{}` for the policy's own name ([`POLICY_NAMES`]).
+    /// Policy names are unique in an account, so a format should carry the stack's name.
+    pub policy_name_format: Option<String>,
     /// An existing role (name with path) for the aggregator instead of a created one.
     pub aggregator_role_name: Option<String>,
+    /// An existing role, by its ARN, for the aggregator instead of a created one (another way
+    /// to name it than `aggregator_role_name`; at most one of the two).
+    pub aggregator_role_arn: Option<String>,
     /// An existing role (name with path) for the limits provisioner instead of a created one.
     pub provisioner_role_name: Option<String>,
     /// Extra stack tags. `Application=dynalimit` and `ManagedBy=dynalimit` are always set,
@@ -152,11 +166,15 @@ impl Default for StackOptions {
             alarms: true,
             alarm_topic_arn: None,
             iterator_age_threshold_ms: 60_000,
+            duration_alarm_percent: 80,
+            tracing: false,
             iam: true,
             iam_roles: false,
             permission_boundary: None,
             role_name_format: None,
+            policy_name_format: None,
             aggregator_role_name: None,
+            aggregator_role_arn: None,
             provisioner_role_name: None,
             tags: Vec::new(),
         }
@@ -258,6 +276,31 @@ impl StackOptions {
                 "must contain {} exactly once",
             ));
         }
+        in_range(
+            "duration alarm percent",
+            self.duration_alarm_percent,
+            1,
+            100,
+        )?;
+        if let Some(format) = &self.policy_name_format {
+            validate_policy_name_format(format)?;
+        }
+        if let Some(arn) = &self.aggregator_role_arn {
+            if self.aggregator_role_name.is_some() {
+                return Err(invalid(
+                    "aggregator role",
+                    arn,
+                    "give the existing role by its name or by its ARN, not both",
+                ));
+            }
+            if !is_role_arn(arn) {
+                return Err(invalid(
+                    "aggregator role ARN",
+                    arn,
+                    "must be the ARN of an IAM role (arn:aws:iam::ACCOUNT:role/NAME)",
+                ));
+            }
+        }
         for (field, arn) in [
             ("alarm topic", &self.alarm_topic_arn),
             ("permission boundary", &self.permission_boundary),
@@ -320,6 +363,8 @@ impl StackOptions {
                 self.stream_max_retries.to_string(),
             ),
             ("AggregatorRoleName", opt(&self.aggregator_role_name)),
+            ("AggregatorRoleArn", opt(&self.aggregator_role_arn)),
+            ("EnableTracing", flag(self.tracing)),
             ("ProvisionerRoleName", opt(&self.provisioner_role_name)),
             ("EnableAlarms", flag(self.alarms)),
             ("AlarmSNSTopicArn", opt(&self.alarm_topic_arn)),
@@ -327,12 +372,78 @@ impl StackOptions {
                 "IteratorAgeThresholdMs",
                 self.iterator_age_threshold_ms.to_string(),
             ),
+            (
+                "LambdaDurationThresholdMs",
+                self.duration_alarm_threshold_ms().to_string(),
+            ),
             ("EnableIAM", flag(self.iam)),
             ("EnableIAMRoles", flag(self.iam_roles)),
             ("PermissionBoundary", opt(&self.permission_boundary)),
             ("RoleNameFormat", opt(&self.role_name_format)),
+            ("PolicyNameFormat", opt(&self.policy_name_format)),
         ]
     }
+
+    /// The aggregator duration (ms) above which the duration alarm fires:
+    /// `duration_alarm_percent` of the timeout, floored.
+    pub fn duration_alarm_threshold_ms(&self) -> u64 {
+        u64::from(self.lambda_timeout_seconds) * 1000 * u64::from(self.duration_alarm_percent) / 100
+    }
+}
+
+/// The own names of the managed policies, which `{}` of
+/// [`StackOptions::policy_name_format`] stands for.
+pub const POLICY_NAMES: [&str; 7] = [
+    "acquire-only",
+    "full-access",
+    "read-only",
+    "namespace-acquire",
+    "namespace-full-access",
+    "namespace-read-only",
+    "table-key",
+];
+
+/// The longest IAM managed policy name.
+const MAX_POLICY_NAME: usize = 128;
+
+/// A policy name format holds `{}` once, only characters IAM allows in a policy name
+/// (`[A-Za-z0-9+=,.@_-]`), and makes names of at most 128 characters.
+fn validate_policy_name_format(format: &str) -> Result<(), StackError> {
+    let refuse = |reason: &str| Err(invalid("policy name format", format, reason));
+    if format.matches("{}").count() != 1 {
+        return refuse("must contain {} exactly once");
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "+=,.@_-".contains(c);
+    if !format.replace("{}", "").chars().all(allowed) {
+        return refuse("may hold only letters, digits and + = , . @ _ - besides {}");
+    }
+    let longest = POLICY_NAMES.iter().map(|n| n.len()).max().unwrap_or(0);
+    if format.len() - 2 + longest > MAX_POLICY_NAME {
+        return refuse("makes policy names longer than 128 characters");
+    }
+    Ok(())
+}
+
+/// Whether `arn` is what the template's `AggregatorRoleArn` accepts:
+/// `arn:aws[a-z-]*:iam::[0-9]{12}:role/[a-zA-Z0-9+=,.@_/-]+`.
+fn is_role_arn(arn: &str) -> bool {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    let [scheme, partition, service, region, account, resource] = parts.as_slice() else {
+        return false;
+    };
+    let name = resource.strip_prefix("role/").unwrap_or_default();
+    *scheme == "arn"
+        && partition
+            .strip_prefix("aws")
+            .is_some_and(|rest| rest.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'))
+        && *service == "iam"
+        && region.is_empty()
+        && account.len() == 12
+        && account.bytes().all(|b| b.is_ascii_digit())
+        && !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+=,.@_/-".contains(c))
 }
 
 /// Whether `arn` is what the template's `KmsKeyArn` accepts:
@@ -370,6 +481,188 @@ pub const MARK_VALUE: &str = "dynalimit";
 /// carry `ManagedBy=zae-limiter` (which its discovery lists), dynalimit's `deploy` sets
 /// `ManagedBy=dynalimit`.
 pub const MANAGED_BY_KEY: &str = "ManagedBy";
+
+/// The stack tag `deploy` and `upgrade` set to the dynalimit release that last applied the
+/// template (zae-limiter's stacks carry `zae-limiter:version`).
+pub const VERSION_TAG_KEY: &str = "dynalimit:version";
+
+/// The dynalimit release of this crate, which [`VERSION_TAG_KEY`] records.
+pub const RELEASE: &str = env!("CARGO_PKG_VERSION");
+
+/// zae-limiter's stack tags: the managing tool's value, and the keys of its name, type and
+/// versions (read by [`discover`]).
+pub mod zae_tags {
+    /// `ManagedBy`'s value on zae-limiter's stacks.
+    pub const MANAGED_BY: &str = "zae-limiter";
+    /// The stack name prefix of zae-limiter's untagged older stacks.
+    pub const LEGACY_PREFIX: &str = "ZAEL-";
+    /// The kind of stack: `limiter`, or `load-test` for its load generator.
+    pub const TYPE: &str = "zae-limiter:type";
+    /// The client release that deployed the stack.
+    pub const VERSION: &str = "zae-limiter:version";
+    /// The release of its Lambda code.
+    pub const LAMBDA_VERSION: &str = "zae-limiter:lambda-version";
+    /// The table's schema version.
+    pub const SCHEMA_VERSION: &str = "zae-limiter:schema-version";
+}
+
+/// Which tool deployed a stack [`discover`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    /// dynalimit: the stack carries its mark ([`StackInfo::is_dynalimit`]).
+    Dynalimit,
+    /// zae-limiter: tagged `ManagedBy=zae-limiter` (or named `ZAEL-…`, its older stacks), and
+    /// not its load generator.
+    ZaeLimiter,
+}
+
+impl Tool {
+    /// `dynalimit` or `zae-limiter`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tool::Dynalimit => "dynalimit",
+            Tool::ZaeLimiter => "zae-limiter",
+        }
+    }
+}
+
+/// A rate limiter stack of the region, as [`discover`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Deployed {
+    /// The stack's state.
+    pub info: StackInfo,
+    /// Which tool deployed it.
+    pub tool: Tool,
+    /// When it was created (ISO 8601).
+    pub created: Option<String>,
+    /// When it was last updated (ISO 8601), if ever.
+    pub updated: Option<String>,
+    /// The release that last applied its template: dynalimit's [`VERSION_TAG_KEY`] tag, or
+    /// zae-limiter's `zae-limiter:version` tag.
+    pub version: Option<String>,
+    /// Its schema version: dynalimit's `SchemaVersion` parameter, or zae-limiter's tag.
+    pub schema_version: Option<String>,
+    /// zae-limiter's `zae-limiter:lambda-version` tag (dynalimit records the aggregator's in
+    /// the table's version record only).
+    pub lambda_version: Option<String>,
+}
+
+impl Deployed {
+    /// The table of the stack: its `TableName` output, else the stack's name.
+    pub fn table(&self) -> &str {
+        self.info
+            .outputs
+            .get("TableName")
+            .map_or(self.info.name.as_str(), String::as_str)
+    }
+}
+
+/// Which tool deployed the stack `info` describes, `None` for any other stack.
+pub fn tool_of(info: &StackInfo) -> Option<Tool> {
+    if info.is_dynalimit() {
+        return Some(Tool::Dynalimit);
+    }
+    let managed = info.tags.get(MANAGED_BY_KEY).map(String::as_str) == Some(zae_tags::MANAGED_BY);
+    let legacy = info.name.starts_with(zae_tags::LEGACY_PREFIX);
+    let limiter = info.tags.get(zae_tags::TYPE).is_none_or(|t| t == "limiter");
+    ((managed || legacy) && limiter).then_some(Tool::ZaeLimiter)
+}
+
+/// Every dynalimit and zae-limiter stack of the region the settings name (stacks being
+/// deleted or deleted are left out), by name.
+///
+/// # Errors
+/// The classified CloudFormation failure.
+pub async fn discover(config: &SdkConfig) -> Result<Vec<Deployed>, StackError> {
+    let cfn = aws_sdk_cloudformation::Client::new(config);
+    let mut found = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = cfn
+            .describe_stacks()
+            .set_next_token(token.take())
+            .send()
+            .await
+            .map_err(|e| classify("DescribeStacks", e))?;
+        for stack in page.stacks() {
+            let info = stack_info(stack);
+            if info.status == "DELETE_COMPLETE" {
+                continue;
+            }
+            let Some(tool) = tool_of(&info) else {
+                continue;
+            };
+            let time = |t: Option<&aws_sdk_cloudformation::primitives::DateTime>| {
+                t.and_then(|t| {
+                    t.fmt(aws_sdk_cloudformation::primitives::DateTimeFormat::DateTime)
+                        .ok()
+                })
+            };
+            let tag = |k: &str| info.tags.get(k).cloned();
+            let (version, schema_version, lambda_version) = match tool {
+                Tool::Dynalimit => (
+                    tag(VERSION_TAG_KEY),
+                    info.parameters.get("SchemaVersion").cloned(),
+                    None,
+                ),
+                Tool::ZaeLimiter => (
+                    tag(zae_tags::VERSION),
+                    tag(zae_tags::SCHEMA_VERSION),
+                    tag(zae_tags::LAMBDA_VERSION),
+                ),
+            };
+            found.push(Deployed {
+                created: time(stack.creation_time()),
+                updated: time(stack.last_updated_time()),
+                info,
+                tool,
+                version,
+                schema_version,
+                lambda_version,
+            });
+        }
+        token = page.next_token().map(str::to_owned);
+        if token.is_none() {
+            break;
+        }
+    }
+    found.sort_by(|a, b| a.info.name.cmp(&b.info.name));
+    Ok(found)
+}
+
+/// The [`StackInfo`] of a described stack.
+fn stack_info(stack: &aws_sdk_cloudformation::types::Stack) -> StackInfo {
+    StackInfo {
+        name: stack.stack_name().unwrap_or_default().to_string(),
+        id: stack.stack_id().map(str::to_string),
+        status: stack
+            .stack_status()
+            .map(|s| s.as_str().to_string())
+            .unwrap_or_default(),
+        reason: stack.stack_status_reason().map(str::to_string),
+        outputs: stack
+            .outputs()
+            .iter()
+            .filter_map(|o| Some((o.output_key()?.to_string(), o.output_value()?.to_string())))
+            .collect(),
+        parameters: stack
+            .parameters()
+            .iter()
+            .filter_map(|p| {
+                Some((
+                    p.parameter_key()?.to_string(),
+                    p.parameter_value().unwrap_or_default().to_string(),
+                ))
+            })
+            .collect(),
+        tags: stack
+            .tags()
+            .iter()
+            .filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string())))
+            .collect(),
+    }
+}
 
 /// The state of a stack.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -499,39 +792,14 @@ impl StackManager {
         let Some(stack) = out.stacks().first() else {
             return Ok(None);
         };
-        let status = stack
-            .stack_status()
-            .map(|s| s.as_str().to_string())
-            .unwrap_or_default();
-        if status == "DELETE_COMPLETE" {
+        let info = StackInfo {
+            name: self.name.clone(),
+            ..stack_info(stack)
+        };
+        if info.status == "DELETE_COMPLETE" {
             return Ok(None);
         }
-        Ok(Some(StackInfo {
-            name: self.name.clone(),
-            id: stack.stack_id().map(str::to_string),
-            status,
-            reason: stack.stack_status_reason().map(str::to_string),
-            outputs: stack
-                .outputs()
-                .iter()
-                .filter_map(|o| Some((o.output_key()?.to_string(), o.output_value()?.to_string())))
-                .collect(),
-            parameters: stack
-                .parameters()
-                .iter()
-                .filter_map(|p| {
-                    Some((
-                        p.parameter_key()?.to_string(),
-                        p.parameter_value().unwrap_or_default().to_string(),
-                    ))
-                })
-                .collect(),
-            tags: stack
-                .tags()
-                .iter()
-                .filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string())))
-                .collect(),
-        }))
+        Ok(Some(info))
     }
 
     /// Creates the stack, or updates it when it exists (a stack whose creation failed is
@@ -587,35 +855,145 @@ impl StackManager {
             Some(info) => {
                 let key = info.parameters.get("AggregatorCodeKey").cloned();
                 let key = key.filter(|_| options.aggregator).unwrap_or_default();
-                self.update(&info, options, &key, progress).await?;
+                let parameters = Self::cfn_parameters(options, &key);
+                self.update(&info, parameters, Self::tags(options), progress)
+                    .await?;
                 self.expect_status().await?
             }
         };
         if let Some(zip) = aggregator_zip {
-            let bucket =
-                info.outputs
-                    .get("CodeBucketName")
-                    .cloned()
-                    .ok_or_else(|| StackError::Failed {
-                        stack: self.name.clone(),
-                        status: info.status.clone(),
-                        reason: "the stack has no CodeBucketName output".into(),
-                    })?;
-            let key = code_key(zip);
-            self.s3
-                .put_object()
-                .bucket(&bucket)
-                .key(&key)
-                .body(zip.to_vec().into())
-                .send()
-                .await
-                .map_err(|e| classify("PutObject", e))?;
+            let key = self.upload(&info, zip).await?;
             if info.parameters.get("AggregatorCodeKey") != Some(&key) {
-                self.update(&info, options, &key, progress).await?;
+                let parameters = Self::cfn_parameters(options, &key);
+                self.update(&info, parameters, Self::tags(options), progress)
+                    .await?;
                 info = self.expect_status().await?;
             }
         }
         Ok(info)
+    }
+
+    /// Uploads `zip` to the code bucket of the stack `info` describes; returns its key.
+    async fn upload(&self, info: &StackInfo, zip: &[u8]) -> Result<String, StackError> {
+        let bucket =
+            info.outputs
+                .get("CodeBucketName")
+                .cloned()
+                .ok_or_else(|| StackError::Failed {
+                    stack: self.name.clone(),
+                    status: info.status.clone(),
+                    reason: "the stack has no CodeBucketName output".into(),
+                })?;
+        let key = code_key(zip);
+        self.s3
+            .put_object()
+            .bucket(&bucket)
+            .key(&key)
+            .body(zip.to_vec().into())
+            .send()
+            .await
+            .map_err(|e| classify("PutObject", e))?;
+        Ok(key)
+    }
+
+    /// Brings a dynalimit stack to this release, keeping what it was deployed with: updates
+    /// it with this crate's template, every parameter the stack has at its previous value
+    /// (`SchemaVersion` at this release's; a parameter the template added takes its default,
+    /// the duration alarm's threshold the default share of the stack's timeout), its own tags
+    /// with [`VERSION_TAG_KEY`] at [`RELEASE`]; then, with `aggregator_zip`, uploads the code
+    /// and switches the function to it, as [`StackManager::deploy`] does. Every resource event
+    /// is passed to `progress`. The updates name the stack by the id read with its mark.
+    ///
+    /// An answer lost after an update was accepted leaves the update running or done; the
+    /// next `upgrade` waits for nothing and finds it (CloudFormation reports an in-progress
+    /// stack as [`StackError::Failed`], a finished one as updated, and an unchanged one as
+    /// nothing to do).
+    ///
+    /// # Errors
+    /// [`StackError::NotFound`] without a stack; [`StackError::Foreign`] (nothing changed)
+    /// for a stack without dynalimit's mark; [`StackError::Validation`] for code given to a
+    /// stack without the aggregator; [`StackError::Failed`] for a stack busy or never
+    /// created, or when CloudFormation rolls back; the classified failures.
+    pub async fn upgrade(
+        &self,
+        aggregator_zip: Option<&[u8]>,
+        progress: &mut (dyn FnMut(&StackEvent) + Send),
+    ) -> Result<StackInfo, StackError> {
+        ids::validate_stack_name(&self.name)?;
+        let info = self.expect_status().await?;
+        info.require_dynalimit(&self.name)?;
+        let busy = info.status.ends_with("_IN_PROGRESS");
+        if busy || info.status == "ROLLBACK_COMPLETE" || info.status == "ROLLBACK_FAILED" {
+            return Err(StackError::Failed {
+                stack: self.name.clone(),
+                status: info.status.clone(),
+                reason: if busy {
+                    "another operation is in progress; wait for it and retry".into()
+                } else {
+                    "its creation failed; run deploy to create it again".into()
+                },
+            });
+        }
+        let aggregator = info.parameters.get("EnableAggregator").map(String::as_str);
+        if aggregator_zip.is_some() && aggregator != Some("true") {
+            return Err(invalid(
+                "aggregator",
+                "disabled",
+                "the stack runs without the aggregator: deploy it with the aggregator first",
+            ));
+        }
+        let tags = Self::marked_tags(info.tags.clone().into_iter());
+        self.update(
+            &info,
+            Self::kept_parameters(&info, None),
+            tags.clone(),
+            progress,
+        )
+        .await?;
+        let mut info = self.expect_status().await?;
+        if let Some(zip) = aggregator_zip {
+            let key = self.upload(&info, zip).await?;
+            if info.parameters.get("AggregatorCodeKey") != Some(&key) {
+                let parameters = Self::kept_parameters(&info, Some(&key));
+                self.update(&info, parameters, tags, progress).await?;
+                info = self.expect_status().await?;
+            }
+        }
+        Ok(info)
+    }
+
+    /// The parameters of an upgrade of the stack `info` describes (see
+    /// [`StackManager::upgrade`]), with `code_key` when the code changes.
+    fn kept_parameters(info: &StackInfo, code_key: Option<&str>) -> Vec<Parameter> {
+        let defaults = StackOptions::default();
+        let names = defaults
+            .parameters()
+            .into_iter()
+            .map(|(name, _)| name)
+            .chain(["AggregatorCodeKey"]);
+        names
+            .filter_map(|name| {
+                let p = Parameter::builder().parameter_key(name);
+                let value = match (name, code_key) {
+                    ("SchemaVersion", _) => Some(SCHEMA_VERSION.to_owned()),
+                    ("AggregatorCodeKey", Some(key)) => Some(key.to_owned()),
+                    _ if info.parameters.contains_key(name) => {
+                        return Some(p.use_previous_value(true).build());
+                    }
+                    ("LambdaDurationThresholdMs", _) => {
+                        let mut o = StackOptions::default();
+                        if let Some(t) = info.parameters.get("LambdaTimeout")
+                            && let Ok(t) = t.parse()
+                        {
+                            o.lambda_timeout_seconds = t;
+                        }
+                        Some(o.duration_alarm_threshold_ms().to_string())
+                    }
+                    _ => None,
+                };
+                value.map(|v| p.parameter_value(v).build())
+            })
+            .collect()
     }
 
     /// Deletes the stack (emptying its code bucket first) and waits until it is gone.
@@ -717,17 +1095,21 @@ impl StackManager {
     }
 
     fn tags(options: &StackOptions) -> Vec<Tag> {
-        let managed = [MARK_KEY, MANAGED_BY_KEY];
+        Self::marked_tags(options.tags.iter().cloned())
+    }
+
+    /// dynalimit's mark, `ManagedBy=dynalimit` and [`VERSION_TAG_KEY`], then `others` but
+    /// those of the same keys.
+    fn marked_tags(others: impl Iterator<Item = (String, String)>) -> Vec<Tag> {
+        let managed = [
+            (MARK_KEY, MARK_VALUE),
+            (MANAGED_BY_KEY, MARK_VALUE),
+            (VERSION_TAG_KEY, RELEASE),
+        ];
         managed
             .iter()
-            .map(|k| ((*k).to_string(), MARK_VALUE.to_string()))
-            .chain(
-                options
-                    .tags
-                    .iter()
-                    .filter(|(k, _)| !managed.contains(&k.as_str()))
-                    .cloned(),
-            )
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .chain(others.filter(|(k, _)| !managed.iter().any(|(m, _)| m == k)))
             .map(|(k, v)| Tag::builder().key(k).value(v).build())
             .collect()
     }
@@ -754,8 +1136,8 @@ impl StackManager {
     async fn update(
         &self,
         info: &StackInfo,
-        options: &StackOptions,
-        code_key: &str,
+        parameters: Vec<Parameter>,
+        tags: Vec<Tag>,
         progress: &mut (dyn FnMut(&StackEvent) + Send),
     ) -> Result<(), StackError> {
         let seen = self.event_ids().await?;
@@ -764,9 +1146,9 @@ impl StackManager {
             .update_stack()
             .stack_name(info.id.as_deref().unwrap_or(&self.name))
             .template_body(TEMPLATE)
-            .set_parameters(Some(Self::cfn_parameters(options, code_key)))
+            .set_parameters(Some(parameters))
             .capabilities(Capability::CapabilityNamedIam)
-            .set_tags(Some(Self::tags(options)))
+            .set_tags(Some(tags))
             .send()
             .await;
         match result {
@@ -927,7 +1309,7 @@ mod tests {
 
     #[test]
     fn bad_options_are_refused() {
-        let cases: [fn(&mut StackOptions); 13] = [
+        let cases: [fn(&mut StackOptions); 21] = [
             |o| o.architecture = "mips".into(),
             |o| o.lambda_memory_mb = 64,
             |o| o.lambda_timeout_seconds = 901,
@@ -944,11 +1326,74 @@ mod tests {
                 o.aggregator = false;
                 o.provisioner = true;
             },
+            |o| o.duration_alarm_percent = 0,
+            |o| o.duration_alarm_percent = 101,
+            |o| o.policy_name_format = Some("no-placeholder".into()),
+            |o| o.policy_name_format = Some("a-{}-{}".into()),
+            |o| o.policy_name_format = Some("team/{}".into()),
+            |o| o.policy_name_format = Some(format!("{}{{}}", "p".repeat(110))),
+            |o| o.aggregator_role_arn = Some("my-role".into()),
+            |o| {
+                o.aggregator_role_name = Some("my-role".into());
+                o.aggregator_role_arn = Some("arn:aws:iam::123456789012:role/my-role".into());
+            },
         ];
         for change in cases {
             let mut o = StackOptions::default();
             change(&mut o);
             assert!(matches!(o.validate(), Err(StackError::Validation(_))));
+        }
+    }
+
+    #[test]
+    fn role_arns_name_an_iam_role_of_an_account() {
+        for good in [
+            "arn:aws:iam::123456789012:role/dynalimit-aggregator",
+            "arn:aws-cn:iam::123456789012:role/service/team+lim@x.y_z-1",
+        ] {
+            assert!(is_role_arn(good), "{good}");
+        }
+        for bad in [
+            "",
+            "dynalimit-aggregator",
+            "arn:aws:iam::123456789012:role/",
+            "arn:aws:iam::123456789012:user/someone",
+            "arn:aws:iam:eu-west-1:123456789012:role/r",
+            "arn:aws:iam::12345678901:role/r",
+            "arn:aws:sts::123456789012:role/r",
+            "arn:aws:iam::123456789012:role/r:x",
+            "arn:aws:iam::123456789012:role/r x",
+        ] {
+            assert!(!is_role_arn(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_duration_alarm_fires_at_a_share_of_the_timeout() {
+        let mut o = StackOptions::default();
+        assert_eq!(o.duration_alarm_threshold_ms(), 48_000);
+        o.lambda_timeout_seconds = 900;
+        o.duration_alarm_percent = 100;
+        assert_eq!(o.duration_alarm_threshold_ms(), 900_000);
+        o.lambda_timeout_seconds = 1;
+        o.duration_alarm_percent = 1;
+        assert_eq!(o.duration_alarm_threshold_ms(), 10);
+        assert!(
+            o.parameters()
+                .contains(&("LambdaDurationThresholdMs", "10".to_owned()))
+        );
+    }
+
+    #[test]
+    fn policy_name_formats_make_valid_iam_names() {
+        let longest = format!("{}{{}}", "p".repeat(128 - 21));
+        for good in [
+            "limits-prod-{}",
+            "{}",
+            "team+x=y,z.a@b_c-{}",
+            longest.as_str(),
+        ] {
+            validate_policy_name_format(good).unwrap();
         }
     }
 
@@ -1052,9 +1497,117 @@ mod tests {
             [
                 ("Application".to_owned(), "dynalimit".to_owned()),
                 ("ManagedBy".to_owned(), "dynalimit".to_owned()),
+                ("dynalimit:version".to_owned(), RELEASE.to_owned()),
                 ("team".to_owned(), "payments".to_owned()),
             ]
         );
+    }
+
+    #[test]
+    fn discovery_knows_both_tools_stacks_and_no_other() {
+        let info = |name: &str, outputs: &[(&str, &str)], tags: &[(&str, &str)]| StackInfo {
+            name: name.into(),
+            id: None,
+            status: "CREATE_COMPLETE".into(),
+            reason: None,
+            outputs: outputs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            parameters: BTreeMap::new(),
+            tags: tags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        let ours = info("a", &[("Application", "dynalimit")], &[]);
+        assert_eq!(tool_of(&ours), Some(Tool::Dynalimit));
+        let zae = info("b", &[], &[("ManagedBy", "zae-limiter")]);
+        assert_eq!(tool_of(&zae), Some(Tool::ZaeLimiter));
+        let legacy = info("ZAEL-old", &[], &[]);
+        assert_eq!(tool_of(&legacy), Some(Tool::ZaeLimiter));
+        let limiter = info(
+            "c",
+            &[],
+            &[
+                ("ManagedBy", "zae-limiter"),
+                ("zae-limiter:type", "limiter"),
+            ],
+        );
+        assert_eq!(tool_of(&limiter), Some(Tool::ZaeLimiter));
+        let load_test = info(
+            "d",
+            &[],
+            &[
+                ("ManagedBy", "zae-limiter"),
+                ("zae-limiter:type", "load-test"),
+            ],
+        );
+        assert_eq!(
+            tool_of(&load_test),
+            None,
+            "its load generator is no limiter"
+        );
+        for other in [
+            info("e", &[], &[]),
+            info("f", &[], &[("ManagedBy", "terraform")]),
+            info("zael-lower", &[], &[]),
+        ] {
+            assert_eq!(tool_of(&other), None, "{}", other.name);
+        }
+    }
+
+    #[test]
+    fn an_upgrade_keeps_every_parameter_but_the_schema_and_the_new_ones() {
+        let mut stack = StackInfo {
+            name: "limits".into(),
+            id: None,
+            status: "UPDATE_COMPLETE".into(),
+            reason: None,
+            outputs: BTreeMap::new(),
+            parameters: StackOptions::default()
+                .parameters()
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .chain([(
+                    "AggregatorCodeKey".to_owned(),
+                    "aggregator/old.zip".to_owned(),
+                )])
+                .collect(),
+            tags: BTreeMap::new(),
+        };
+        // As an older template left it: without the duration alarm's threshold.
+        stack.parameters.remove("LambdaDurationThresholdMs");
+        stack
+            .parameters
+            .insert("LambdaTimeout".into(), "300".into());
+        let shown = |p: &Parameter| {
+            (
+                p.parameter_key().unwrap_or_default().to_owned(),
+                p.use_previous_value(),
+                p.parameter_value().map(str::to_owned),
+            )
+        };
+        let kept: Vec<_> = StackManager::kept_parameters(&stack, Some("aggregator/k.zip"))
+            .iter()
+            .map(shown)
+            .collect();
+        for (name, previous, value) in &kept {
+            match name.as_str() {
+                "SchemaVersion" => assert_eq!(value.as_deref(), Some(SCHEMA_VERSION)),
+                "AggregatorCodeKey" => assert_eq!(value.as_deref(), Some("aggregator/k.zip")),
+                "LambdaDurationThresholdMs" => assert_eq!(value.as_deref(), Some("240000")),
+                _ => assert_eq!((*previous, value), (Some(true), &None), "{name}"),
+            }
+        }
+        assert_eq!(kept.len(), StackOptions::default().parameters().len() + 1);
+        // Without new code, the code key stays as it was.
+        let kept = StackManager::kept_parameters(&stack, None);
+        let key = kept
+            .iter()
+            .find(|p| p.parameter_key() == Some("AggregatorCodeKey"))
+            .unwrap();
+        assert_eq!(key.use_previous_value(), Some(true));
     }
 
     #[test]

@@ -56,12 +56,7 @@ mod rejection;
 #[cfg(feature = "tower")]
 pub mod tower;
 
-/// Time, injected: the clocks every part of dynalimit reads time and waits through (see
-/// [`dynalimit_core::time`]). Tests drive a [`ManualClock`](time::ManualClock) or, under
-/// paused tokio time, a [`TokioClock`](time::TokioClock).
-pub mod time {
-    pub use dynalimit_core::time::{Clock, ManualClock, Sleep, SystemClock, TokioClock};
-}
+pub mod time;
 
 pub use dynalimit_core::Limit;
 

@@ -6,12 +6,12 @@
 use std::collections::HashMap;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use dynalimit_aggregator::Window;
+use dynalimit_aggregator::SnapshotWindow;
 use dynalimit_aggregator::processor::{extract, plan};
 use dynalimit_aggregator::sample::modifications;
 
 fn processor(c: &mut Criterion) {
-    let windows = [Window::Hourly, Window::Daily];
+    let windows = [SnapshotWindow::Hourly, SnapshotWindow::Daily];
     let mut group = c.benchmark_group("processor");
     for size in [100usize, 1000] {
         let records = modifications(size);

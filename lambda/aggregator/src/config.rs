@@ -18,7 +18,7 @@
 //! `AWS_LAMBDA_LOG_FORMAT` (falling back to `RUST_LOG`).
 
 use crate::error::AggregatorError;
-use dynalimit_format::usage::Window;
+use dynalimit_format::usage::SnapshotWindow;
 
 /// The table (stack) name. Required.
 pub const ENV_TABLE: &str = "DYNALIMIT_TABLE";
@@ -82,7 +82,7 @@ pub struct Settings {
     /// The table (stack) name.
     pub table_name: String,
     /// Snapshot windows to maintain (default hourly and daily).
-    pub windows: Vec<Window>,
+    pub windows: Vec<SnapshotWindow>,
     /// Snapshot retention: a snapshot's `ttl` is its creation time plus this many days.
     pub snapshot_ttl_days: i64,
     /// Top up active buckets under the `rf` lock (reference §7.3).
@@ -98,7 +98,7 @@ impl Settings {
     pub fn new(table_name: impl Into<String>) -> Self {
         Settings {
             table_name: table_name.into(),
-            windows: vec![Window::Hourly, Window::Daily],
+            windows: vec![SnapshotWindow::Hourly, SnapshotWindow::Daily],
             snapshot_ttl_days: DEFAULT_SNAPSHOT_TTL_DAYS,
             proactive_refill: true,
             proactive_sharding: true,
@@ -132,7 +132,7 @@ impl Settings {
         };
         let table = value(ENV_TABLE)?;
         let windows = value(ENV_SNAPSHOT_WINDOWS)?;
-        let windows = match Window::parse_list(&windows) {
+        let windows = match SnapshotWindow::parse_list(&windows) {
             Ok(list) if !list.is_empty() => list,
             Ok(_) => return Err(config(format!("{ENV_SNAPSHOT_WINDOWS} lists no window"))),
             Err(e) => return Err(config(format!("{ENV_SNAPSHOT_WINDOWS}: {e}"))),
@@ -209,7 +209,10 @@ mod tests {
             (ENV_PROACTIVE_SHARDING, "false"),
         ]))
         .unwrap();
-        assert_eq!(s.windows, vec![Window::Daily, Window::Monthly]);
+        assert_eq!(
+            s.windows,
+            vec![SnapshotWindow::Daily, SnapshotWindow::Monthly]
+        );
         assert_eq!(s.snapshot_ttl(86_400_000), 86_400 + 7 * 86_400);
         assert!(!s.proactive_refill && !s.proactive_sharding);
     }

@@ -1,3 +1,5 @@
+//! Internal to dynalimit, no stable API: services depend on `dynalimit`.
+//!
 //! The dynalimit aggregator: turns the table's DynamoDB stream into usage snapshots, tops up
 //! active buckets and doubles the shard count of hot ones (reference §7).
 //!
@@ -79,6 +81,6 @@ pub mod metrics {
     pub use crate::aggregator::{ERRORS, PROACTIVE_WRITES, RECORDS, SNAPSHOT_WRITES};
 }
 pub use config::Settings;
-pub use dynalimit_format::usage::Window;
+pub use dynalimit_format::usage::SnapshotWindow;
 pub use error::AggregatorError;
 pub use record::{EventKind, SequenceNumber, StreamRecord};

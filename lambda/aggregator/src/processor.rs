@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use dynalimit_format::bucket::{self, balance, bucket_pk_of, consumed, counter, is_soft};
 use dynalimit_format::item::Item;
-use dynalimit_format::usage::{SNAPSHOT_ATTRIBUTES, Window};
+use dynalimit_format::usage::{SNAPSHOT_ATTRIBUTES, SnapshotWindow};
 
 use crate::record::{EventKind, SequenceNumber, StreamRecord};
 
@@ -259,10 +259,10 @@ pub struct SnapshotWrite {
     pub group: GroupKey,
     /// The value of `window` if this write creates the item: the first configured window
     /// the earliest counted record maps to this item.
-    pub window: Window,
+    pub window: SnapshotWindow,
     /// Every window whose counts this write carries, in the configured order (more than one
     /// when windows share the item).
-    pub windows: Vec<Window>,
+    pub windows: Vec<SnapshotWindow>,
     /// The window key (its UTC start), which is also the item's key.
     pub window_key: String,
     /// Whole tokens to add per limit: each record's tokens once per window it is counted in.
@@ -328,7 +328,7 @@ struct Builder {
 }
 
 impl Builder {
-    fn would_overflow(&self, usage: &Usage, windows: &[Window]) -> bool {
+    fn would_overflow(&self, usage: &Usage, windows: &[SnapshotWindow]) -> bool {
         let new_snapshots = windows
             .iter()
             .map(|w| w.key(usage.at_ms))
@@ -339,7 +339,7 @@ impl Builder {
         self.snapshots.len() + self.markers.len() + new_snapshots + new_marker > MAX_TRANSACT_ITEMS
     }
 
-    fn add(&mut self, usage: &Usage, expected: Option<SequenceNumber>, windows: &[Window]) {
+    fn add(&mut self, usage: &Usage, expected: Option<SequenceNumber>, windows: &[SnapshotWindow]) {
         // Item keys this record has reached so far: the first window (in the configured
         // order) to reach an item is the `window` it gets if this record is the earliest.
         let mut firsts: Vec<&str> = Vec::with_capacity(windows.len());
@@ -412,7 +412,7 @@ impl Builder {
 pub fn plan(
     usage: &[Usage],
     watermarks: &HashMap<BucketRef, SequenceNumber>,
-    windows: &[Window],
+    windows: &[SnapshotWindow],
 ) -> Vec<GroupPlan> {
     let mut per_bucket: BTreeMap<&BucketRef, Vec<&Usage>> = BTreeMap::new();
     for u in usage {
@@ -488,7 +488,11 @@ mod tests {
     const DEC31_2330: i64 = 1_798_759_800_000;
     const JAN01_0010: i64 = 1_798_762_200_000;
 
-    const ALL: [Window; 3] = [Window::Hourly, Window::Daily, Window::Monthly];
+    const ALL: [SnapshotWindow; 3] = [
+        SnapshotWindow::Hourly,
+        SnapshotWindow::Daily,
+        SnapshotWindow::Monthly,
+    ];
 
     fn bucket(shard: u32) -> BucketRef {
         BucketRef {
@@ -524,7 +528,7 @@ mod tests {
     /// The single transaction of a single group, with its snapshot writes by item key.
     fn one_transaction(
         usage: &[Usage],
-        windows: &[Window],
+        windows: &[SnapshotWindow],
     ) -> (Transaction, BTreeMap<String, SnapshotWrite>) {
         let plans = plan(usage, &HashMap::new(), windows);
         assert_eq!(plans.len(), 1);
@@ -611,7 +615,7 @@ mod tests {
         ];
         let out = extract(&records);
         assert_eq!(out.activity[&bucket(0)].consumed["rpm"], i64::MAX);
-        let (tx, _) = one_transaction(&out.usage, &[Window::Hourly]);
+        let (tx, _) = one_transaction(&out.usage, &[SnapshotWindow::Hourly]);
         assert_eq!(tx.snapshots[0].counters["rpm"], (big / 1000) * 2);
         let many: Vec<Usage> = (0..3)
             .map(|i| {
@@ -624,7 +628,7 @@ mod tests {
                 usage(0, i, MAR10_0020, vec![half])
             })
             .collect();
-        let (tx, _) = one_transaction(&many, &[Window::Hourly]);
+        let (tx, _) = one_transaction(&many, &[SnapshotWindow::Hourly]);
         assert_eq!(tx.snapshots[0].counters["rpm"], i64::MAX);
     }
 
@@ -670,20 +674,23 @@ mod tests {
                 ),
                 usage(0, 2, MAR10_0105, vec![delta("rpm", 5, false)]),
             ],
-            &[Window::Hourly, Window::Daily],
+            &[SnapshotWindow::Hourly, SnapshotWindow::Daily],
         );
         assert_one_operation_per_item(&tx);
         // Two items: 00 (hour 00 and the day) and 01; plus one watermark.
         assert_eq!(tx.len(), 3);
         let shared = &snaps["2026-03-10T00:00:00Z"];
-        assert_eq!(shared.windows, [Window::Hourly, Window::Daily]);
-        assert_eq!(shared.window, Window::Hourly);
+        assert_eq!(
+            shared.windows,
+            [SnapshotWindow::Hourly, SnapshotWindow::Daily]
+        );
+        assert_eq!(shared.window, SnapshotWindow::Hourly);
         // Hour 00 (3 rpm, 100 tpm) + the day (8 rpm, 100 tpm).
         assert_eq!(shared.counters, counts(&[("rpm", 11), ("tpm", 200)]));
         // (record, limit, window): 2 limits x 2 windows + 1 limit x 1 window.
         assert_eq!(shared.total_events, 5);
         let h01 = &snaps["2026-03-10T01:00:00Z"];
-        assert_eq!(h01.windows, [Window::Hourly]);
+        assert_eq!(h01.windows, [SnapshotWindow::Hourly]);
         assert_eq!(h01.counters, counts(&[("rpm", 5)]));
         assert_eq!(h01.total_events, 1);
     }
@@ -706,7 +713,7 @@ mod tests {
         assert_eq!(tx.snapshots.len(), 2);
         let shared = &snaps["2026-04-01T00:00:00Z"];
         assert_eq!(shared.windows, ALL);
-        assert_eq!(shared.window, Window::Hourly);
+        assert_eq!(shared.window, SnapshotWindow::Hourly);
         // 00:10 counted three times (hour, day, month), 05:00 twice (day, month).
         assert_eq!(
             shared.counters,
@@ -717,7 +724,7 @@ mod tests {
         let h05 = &snaps["2026-04-01T05:00:00Z"];
         assert_eq!(
             (h05.window, h05.counters.clone()),
-            (Window::Hourly, counts(&[("rpm", 7)]))
+            (SnapshotWindow::Hourly, counts(&[("rpm", 7)]))
         );
     }
 
@@ -730,15 +737,22 @@ mod tests {
             usage(1, 7, APR01_0010, vec![delta("rpm", 1, false)]),
         ];
         let (_, snaps) = one_transaction(&records, &ALL);
-        assert_eq!(snaps["2026-04-01T00:00:00Z"].window, Window::Hourly);
-        let (_, snaps) = one_transaction(&records, &[Window::Monthly, Window::Daily]);
+        assert_eq!(snaps["2026-04-01T00:00:00Z"].window, SnapshotWindow::Hourly);
+        let (_, snaps) =
+            one_transaction(&records, &[SnapshotWindow::Monthly, SnapshotWindow::Daily]);
         let shared = &snaps["2026-04-01T00:00:00Z"];
-        assert_eq!(shared.window, Window::Monthly);
-        assert_eq!(shared.windows, [Window::Monthly, Window::Daily]);
+        assert_eq!(shared.window, SnapshotWindow::Monthly);
+        assert_eq!(
+            shared.windows,
+            [SnapshotWindow::Monthly, SnapshotWindow::Daily]
+        );
         assert_eq!(shared.counters, counts(&[("rpm", 4)]));
         // Only shard 0's record: daily first in this order.
-        let (_, snaps) = one_transaction(&records[..1], &[Window::Daily, Window::Monthly]);
-        assert_eq!(snaps["2026-04-01T00:00:00Z"].window, Window::Daily);
+        let (_, snaps) = one_transaction(
+            &records[..1],
+            &[SnapshotWindow::Daily, SnapshotWindow::Monthly],
+        );
+        assert_eq!(snaps["2026-04-01T00:00:00Z"].window, SnapshotWindow::Daily);
     }
 
     #[test]
@@ -751,7 +765,7 @@ mod tests {
             &ALL,
         );
         assert_one_operation_per_item(&tx);
-        let got: BTreeMap<&str, (Vec<Window>, i64, i64)> = snaps
+        let got: BTreeMap<&str, (Vec<SnapshotWindow>, i64, i64)> = snaps
             .iter()
             .map(|(k, s)| {
                 (
@@ -763,9 +777,12 @@ mod tests {
         assert_eq!(
             got,
             BTreeMap::from([
-                ("2026-12-01T00:00:00Z", (vec![Window::Monthly], 1, 1)),
-                ("2026-12-31T00:00:00Z", (vec![Window::Daily], 1, 1)),
-                ("2026-12-31T23:00:00Z", (vec![Window::Hourly], 1, 1)),
+                (
+                    "2026-12-01T00:00:00Z",
+                    (vec![SnapshotWindow::Monthly], 1, 1)
+                ),
+                ("2026-12-31T00:00:00Z", (vec![SnapshotWindow::Daily], 1, 1)),
+                ("2026-12-31T23:00:00Z", (vec![SnapshotWindow::Hourly], 1, 1)),
                 ("2027-01-01T00:00:00Z", (ALL.to_vec(), 30, 3)),
             ])
         );

@@ -6,7 +6,7 @@ use aws_lambda_events::event::dynamodb::Event;
 use dynalimit_aggregator::processor::{
     BucketRef, GroupPlan, MAX_TRANSACT_ITEMS, SnapshotWrite, Usage, extract, plan,
 };
-use dynalimit_aggregator::{EventKind, SequenceNumber, Window, handler};
+use dynalimit_aggregator::{EventKind, SequenceNumber, SnapshotWindow, handler};
 
 fn fixture() -> Event {
     serde_json::from_str(include_str!("fixtures/batch.json")).expect("fixture parses")
@@ -54,7 +54,7 @@ fn fixture_batch_becomes_hourly_and_daily_snapshots() {
     // The TTL removal and the snapshot item's own change are ignored; the create counts.
     assert_eq!(extracted.ignored, 2);
     assert_eq!(extracted.usage.len(), 6);
-    let windows = [Window::Hourly, Window::Daily];
+    let windows = [SnapshotWindow::Hourly, SnapshotWindow::Daily];
     let plans = plan(&extracted.usage, &HashMap::new(), &windows);
     assert_eq!(plans.len(), 2, "one plan per (entity, resource)");
     let snaps = snapshots(&plans);
@@ -96,7 +96,7 @@ fn fixture_batch_becomes_hourly_and_daily_snapshots() {
 fn a_redelivered_batch_plans_nothing_and_a_partial_one_only_the_rest() {
     let records = handler::records_of(fixture());
     let extracted = extract(&records);
-    let windows = [Window::Hourly];
+    let windows = [SnapshotWindow::Hourly];
     let first = plan(&extracted.usage, &HashMap::new(), &windows);
     let watermarks: HashMap<BucketRef, SequenceNumber> = first
         .iter()
@@ -130,7 +130,7 @@ fn long_runs_split_into_transactions_of_at_most_100_items_in_order() {
             ..template.clone()
         })
         .collect();
-    let windows = [Window::Hourly, Window::Daily];
+    let windows = [SnapshotWindow::Hourly, SnapshotWindow::Daily];
     let plans = plan(&usage, &HashMap::new(), &windows);
     assert_eq!(plans.len(), 1);
     let txs = &plans[0].transactions;
@@ -148,7 +148,7 @@ fn long_runs_split_into_transactions_of_at_most_100_items_in_order() {
         hourly_items += tx
             .snapshots
             .iter()
-            .filter(|s| s.windows.contains(&Window::Hourly))
+            .filter(|s| s.windows.contains(&SnapshotWindow::Hourly))
             .count();
     }
     assert_eq!(expected.unwrap().as_str(), "1249");

@@ -14,7 +14,7 @@ use dynalimit_format::entity::NewEntity;
 use dynalimit_format::expr::WithExpr;
 use dynalimit_format::item::{self, Item};
 use dynalimit_format::operation::NewRecord;
-use dynalimit_format::usage::{SnapshotDelta, Window, watermark_update};
+use dynalimit_format::usage::{SnapshotDelta, SnapshotWindow, watermark_update};
 use dynalimit_format::{attr, namespace, version};
 use dynalimit_repository::bucket::decide::{Plan, Stamps, plan_create};
 
@@ -297,12 +297,12 @@ fn bucket(ns: &str, key: &BucketKey, limits: &[Limit], count: u32, owner: &Owner
 async fn updated(client: &Client, table: &str, ns: &str, bp: &Blueprint) -> Vec<(Role, Item)> {
     let counters: BTreeMap<String, i64> = bp.limits.iter().map(|l| (l.name.clone(), 3)).collect();
     let overdrawn = BTreeMap::new();
-    let window_key = Window::Hourly.key(WRITTEN_AT);
+    let window_key = SnapshotWindow::Hourly.key(WRITTEN_AT);
     let snapshot = SnapshotDelta {
         namespace_id: ns,
         entity_id: CHILD,
         resource: RESOURCE,
-        window: Window::Hourly,
+        window: SnapshotWindow::Hourly,
         window_key: &window_key,
         counters: &counters,
         overdrawn: &overdrawn,

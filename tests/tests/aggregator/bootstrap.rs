@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodbstreams::types::{AttributeValue as StreamValue, Record, ShardIteratorType};
 use dynalimit::{Limit, RateLimiter};
-use dynalimit_aggregator::Window;
+use dynalimit_aggregator::SnapshotWindow;
 use dynalimit_core::Clock;
 use dynalimit_format::item::{Item, get_s, key, s};
 use dynalimit_format::keys;
@@ -292,7 +292,7 @@ async fn the_bootstrap_counts_stream_events_under_the_runtime_api_with_the_templ
         .map(|t| {
             let mut it = key(
                 keys::entity_pk(&ns, "mallory"),
-                snapshot_sk(RESOURCE, &Window::Daily.key(t)),
+                snapshot_sk(RESOURCE, &SnapshotWindow::Daily.key(t)),
             );
             it.insert("rpm".into(), s("not a number"));
             it

@@ -2,7 +2,7 @@
 //! and on the first of a month its month's too. DynamoDB refuses a transaction with two
 //! operations on one item, so before the aggregator merged them every such record failed.
 
-use dynalimit_aggregator::Window;
+use dynalimit_aggregator::SnapshotWindow;
 use dynalimit_aggregator::runner::{Runner, RunnerOptions};
 use dynalimit_format::item::{get_i64, get_s};
 use dynalimit_format::keys;
@@ -29,7 +29,11 @@ async fn a_year_end_batch_with_every_window_writes_each_shared_item_once() {
         .await;
 
     let mut settings = counting_only(table.name());
-    settings.windows = vec![Window::Hourly, Window::Daily, Window::Monthly];
+    settings.windows = vec![
+        SnapshotWindow::Hourly,
+        SnapshotWindow::Daily,
+        SnapshotWindow::Monthly,
+    ];
     let sdk = sdk_for(dynalimit_tests::endpoint().url()).await;
     let mut runner = Runner::from_sdk_config(&sdk, settings.clone(), RunnerOptions::default());
     let report = drain(&mut runner).await;

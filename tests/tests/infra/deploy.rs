@@ -306,3 +306,74 @@ async fn bad_options_are_refused_before_any_request() {
         .unwrap_err();
     assert!(matches!(err, StackError::Validation(_)), "{err}");
 }
+
+#[tokio::test]
+async fn locked_down_account_options_reach_the_deployed_resources() {
+    let Some(moto) = MotoServer::start() else {
+        return;
+    };
+    let name = "dynalimit-locked";
+    let m = manager(&moto, name).await;
+    let mut options = StackOptions::default();
+    options.policy_name_format = Some(format!("{name}-{{}}"));
+    options.tracing = true;
+    options.lambda_timeout_seconds = 120;
+    options.duration_alarm_percent = 50;
+    let zip = b"PK\x05\x06 not really a zip, moto does not run it";
+    let info = m
+        .deploy(&options, Some(zip), &mut |_| {})
+        .await
+        .expect("deploy");
+    assert_eq!(info.parameters["PolicyNameFormat"], format!("{name}-{{}}"));
+    assert_eq!(info.parameters["EnableTracing"], "true");
+    assert_eq!(info.parameters["LambdaDurationThresholdMs"], "60000");
+    assert_eq!(info.parameters["AggregatorRoleArn"], "");
+
+    // What CloudFormation created: the policies under the format's names.
+    let cfn = aws_sdk_cloudformation::Client::new(&settings(moto.url()).await);
+    let resources = cfn
+        .describe_stack_resources()
+        .stack_name(name)
+        .send()
+        .await
+        .expect("DescribeStackResources");
+    let physical = |logical: &str| {
+        resources
+            .stack_resources()
+            .iter()
+            .find(|r| r.logical_resource_id() == Some(logical))
+            .and_then(|r| r.physical_resource_id())
+            .unwrap_or_else(|| {
+                let ids: Vec<_> = resources
+                    .stack_resources()
+                    .iter()
+                    .map(|r| (r.logical_resource_id(), r.physical_resource_id()))
+                    .collect();
+                panic!("no {logical} in {ids:?}")
+            })
+            .to_owned()
+    };
+    for (logical, own) in [
+        ("AcquireOnlyPolicy", "acquire-only"),
+        ("FullAccessPolicy", "full-access"),
+        ("NamespaceReadOnlyPolicy", "namespace-read-only"),
+    ] {
+        assert!(
+            physical(logical).ends_with(&format!(":policy/{name}-{own}")),
+            "{logical}: {}",
+            physical(logical)
+        );
+        assert_eq!(
+            info.outputs[&format!("{logical}Arn")],
+            physical(logical),
+            "{logical}"
+        );
+    }
+    // moto names no alarm or function setting in its resources: the template tests show the
+    // duration alarm and the tracing mode; here the parameters that set them.
+    assert!(info.outputs.contains_key("AggregatorFunctionArn"));
+    assert!(physical("AggregatorRole").starts_with(name));
+
+    assert!(m.delete(&mut |_| {}).await.expect("delete"));
+    moto.drop_retained_table(name).await;
+}

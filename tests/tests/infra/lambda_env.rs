@@ -7,7 +7,7 @@ use dynalimit_aggregator::config::{
     DEFAULT_SNAPSHOT_TTL_DAYS, ENV_SNAPSHOT_RETENTION_DAYS, ENV_SNAPSHOT_WINDOWS, ENV_TABLE,
     ENVIRONMENT, EnvVar,
 };
-use dynalimit_aggregator::{Settings, Window};
+use dynalimit_aggregator::{Settings, SnapshotWindow};
 use dynalimit_stack::LOG_LEVELS;
 use dynalimit_tests::template::{
     function_environment, parameter_default, resolve_with_defaults, template,
@@ -56,7 +56,7 @@ fn the_template_sets_exactly_what_the_aggregator_reads_with_the_same_defaults() 
         DEFAULT_SNAPSHOT_TTL_DAYS.to_string()
     );
     assert_eq!(
-        Window::parse_list(&parameter_default(&t, "SnapshotWindows")).unwrap(),
+        SnapshotWindow::parse_list(&parameter_default(&t, "SnapshotWindows")).unwrap(),
         Settings::new("limits").windows
     );
 

@@ -135,6 +135,7 @@ fn without_aggregator_code_there_is_no_function_mapping_queue_or_alarm_on_them()
         "AggregatorErrorsAlarm",
         "StreamIteratorAgeAlarm",
         "AggregatorDLQAlarm",
+        "AggregatorDurationAlarm",
     ];
     let created = |params: &[(&str, &str)]| {
         created_resources(&t, &params.iter().copied().collect::<BTreeMap<_, _>>())
@@ -266,6 +267,7 @@ fn alarms_cover_lambda_errors_iterator_age_dlq_depth_and_throttles() {
     for want in [
         ("AWS/Lambda", "Errors"),
         ("AWS/Lambda", "IteratorAge"),
+        ("AWS/Lambda", "Duration"),
         ("AWS/SQS", "ApproximateNumberOfMessagesVisible"),
         ("AWS/DynamoDB", "ReadThrottleEvents"),
         ("AWS/DynamoDB", "WriteThrottleEvents"),
@@ -741,5 +743,168 @@ fn the_provisioner_is_opt_in_runs_from_the_aggregator_package_and_is_exported() 
     assert_eq!(
         dynalimit_manifest::cfn::provisioner_export("app"),
         "app-ProvisionerArn"
+    );
+}
+
+/// The parameters of a stack with aggregator code and `extra`.
+fn with_code<'a>(extra: &[(&'a str, &'a str)]) -> BTreeMap<&'a str, &'a str> {
+    [("AggregatorCodeKey", "aggregator/x.zip")]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect()
+}
+
+#[test]
+fn a_policy_name_format_names_every_managed_policy_after_its_own_name() {
+    let t = template();
+    let policies = resources_of_type(&t, "AWS::IAM::ManagedPolicy");
+    assert_eq!(policies.len(), dynalimit_stack::POLICY_NAMES.len());
+    let kms = [("KmsKeyArn", KEY)];
+    let unnamed: BTreeMap<&str, &str> = kms.into_iter().collect();
+    let named: BTreeMap<&str, &str> = kms
+        .into_iter()
+        .chain([("PolicyNameFormat", "limits-prod-{}")])
+        .collect();
+    let mut own_names = Vec::new();
+    for (id, policy) in &policies {
+        let properties = |p| resolve_conditions(&t, &policy["Properties"], p).unwrap();
+        assert!(
+            properties(&unnamed).get("ManagedPolicyName").is_none(),
+            "{id}: CloudFormation names it without a format"
+        );
+        let name = &properties(&named)["ManagedPolicyName"];
+        // `{}` replaced by the policy's own name: Join(own, Split("{}", format)).
+        let own = name["Fn::Join"][0].as_str().expect(id).to_owned();
+        assert_eq!(
+            name["Fn::Join"][1],
+            json!({ "Fn::Split": ["{}", { "Ref": "PolicyNameFormat" }] }),
+            "{id}"
+        );
+        own_names.push(own);
+    }
+    own_names.sort();
+    let mut expected: Vec<String> = dynalimit_stack::POLICY_NAMES
+        .iter()
+        .map(|n| (*n).to_owned())
+        .collect();
+    expected.sort();
+    assert_eq!(own_names, expected);
+    let mut o = StackOptions::default();
+    o.policy_name_format = Some("limits-prod-{}".into());
+    assert!(
+        o.parameters()
+            .contains(&("PolicyNameFormat", "limits-prod-{}".to_owned()))
+    );
+}
+
+#[test]
+fn an_existing_role_arn_replaces_the_created_aggregator_role() {
+    let t = template();
+    let arn = "arn:aws:iam::123456789012:role/team/aggregator";
+    let function = &t["Resources"]["AggregatorFunction"]["Properties"];
+    let role = |p: &BTreeMap<&str, &str>| resolve_conditions(&t, &function["Role"], p).unwrap();
+    let created = created_resources(&t, &with_code(&[]));
+    assert!(created.contains(&"AggregatorRole".to_owned()));
+    assert_eq!(
+        role(&with_code(&[])),
+        json!({ "Fn::GetAtt": ["AggregatorRole", "Arn"] })
+    );
+    let own = with_code(&[("AggregatorRoleArn", arn)]);
+    assert!(!created_resources(&t, &own).contains(&"AggregatorRole".to_owned()));
+    assert!(created_resources(&t, &own).contains(&"AggregatorFunction".to_owned()));
+    assert_eq!(role(&own), json!({ "Ref": "AggregatorRoleArn" }));
+    // The output of the created role's ARN goes with it.
+    assert_eq!(
+        t["Outputs"]["AggregatorRoleArn"]["Condition"],
+        "CreateAggregatorRole"
+    );
+    // By name, as before.
+    let by_name = with_code(&[("AggregatorRoleName", "team/aggregator")]);
+    assert!(
+        role(&by_name)["Fn::Sub"]
+            .as_str()
+            .is_some_and(|s| s.ends_with(":role/${AggregatorRoleName}"))
+    );
+    let pattern = t["Parameters"]["AggregatorRoleArn"]["AllowedPattern"]
+        .as_str()
+        .unwrap();
+    assert!(pattern.contains(":iam::[0-9]{12}:role/"), "{pattern}");
+    let mut o = StackOptions::default();
+    o.aggregator_role_arn = Some(arn.into());
+    o.validate().unwrap();
+    assert!(
+        o.parameters()
+            .contains(&("AggregatorRoleArn", arn.to_owned()))
+    );
+}
+
+#[test]
+fn tracing_turns_on_active_x_ray_and_lets_the_created_role_write_segments() {
+    let t = template();
+    let function = &t["Resources"]["AggregatorFunction"]["Properties"];
+    let mode = |p: &BTreeMap<&str, &str>| {
+        resolve_conditions(&t, &function["TracingConfig"], p).unwrap()["Mode"].clone()
+    };
+    let tracing_statements = |p: &BTreeMap<&str, &str>| -> Vec<Value> {
+        policy_statements(&t, "AggregatorRole", p)
+            .into_iter()
+            .filter(|s| s["Sid"] == "Tracing")
+            .collect()
+    };
+    assert_eq!(t["Parameters"]["EnableTracing"]["Default"], "false");
+    assert_eq!(mode(&with_code(&[])), "PassThrough");
+    assert!(tracing_statements(&with_code(&[])).is_empty());
+    let on = with_code(&[("EnableTracing", "true")]);
+    assert_eq!(mode(&on), "Active");
+    assert_eq!(
+        tracing_statements(&on),
+        [json!({
+            "Sid": "Tracing",
+            "Effect": "Allow",
+            "Action": ["xray:PutTraceSegments", "xray:PutTelemetryRecords"],
+            "Resource": "*",
+        })]
+    );
+    let mut o = StackOptions::default();
+    o.tracing = true;
+    assert!(
+        o.parameters()
+            .contains(&("EnableTracing", "true".to_owned()))
+    );
+}
+
+#[test]
+fn the_duration_alarm_watches_the_aggregators_longest_run_against_the_threshold() {
+    let t = template();
+    let alarm = &t["Resources"]["AggregatorDurationAlarm"];
+    assert_eq!(alarm["Condition"], "AggregatorAlarmsEnabled");
+    let p = &alarm["Properties"];
+    assert_eq!(p["Namespace"], "AWS/Lambda");
+    assert_eq!(p["MetricName"], "Duration");
+    assert_eq!(p["Statistic"], "Maximum");
+    assert_eq!(p["ComparisonOperator"], "GreaterThanThreshold");
+    assert_eq!(
+        p["Threshold"],
+        json!({ "Ref": "LambdaDurationThresholdMs" })
+    );
+    assert_eq!(
+        p["Dimensions"],
+        json!([{ "Name": "FunctionName", "Value": { "Ref": "AggregatorFunction" } }])
+    );
+    assert!(
+        !created_resources(&t, &with_code(&[("EnableAlarms", "false")]))
+            .contains(&"AggregatorDurationAlarm".to_owned())
+    );
+    // The default is 80 % of the default timeout; the CLI passes the share of the timeout.
+    assert_eq!(
+        t["Parameters"]["LambdaDurationThresholdMs"]["Default"],
+        48000
+    );
+    let mut o = StackOptions::default();
+    o.lambda_timeout_seconds = 300;
+    o.duration_alarm_percent = 50;
+    assert!(
+        o.parameters()
+            .contains(&("LambdaDurationThresholdMs", "150000".to_owned()))
     );
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use aws_lambda_events::event::dynamodb::Event;
-use dynalimit_aggregator::{Aggregator, Settings, Window, handler};
+use dynalimit_aggregator::{Aggregator, Settings, SnapshotWindow, handler};
 use dynalimit_format::item::{Item, get_i64, key, n, s};
 use dynalimit_format::keys;
 use dynalimit_tests::TestTable;
@@ -128,7 +128,11 @@ async fn snapshots_of_shared_windows_match_zae_limiter_attribute_by_attribute() 
     let (theirs, python) = shared_table!();
     let ours = dynalimit_tests::table().await;
     let batch = batch();
-    let windows = [Window::Hourly, Window::Daily, Window::Monthly];
+    let windows = [
+        SnapshotWindow::Hourly,
+        SnapshotWindow::Daily,
+        SnapshotWindow::Monthly,
+    ];
 
     let answer = python
         .one(

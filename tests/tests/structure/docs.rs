@@ -16,9 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use super::source::{relative, root};
+use super::source::{self, relative, root};
 
 /// The first directories of the repository's own paths: a path in code that starts with one of
 /// these names a file of the repository (others, such as `target/` or `.cache/`, are made by a
@@ -201,18 +200,7 @@ struct Package {
 }
 
 fn workspace() -> BTreeMap<String, Package> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let out = Command::new(cargo)
-        .current_dir(root())
-        .args(["metadata", "--no-deps", "--format-version", "1", "--locked"])
-        .output()
-        .expect("cargo runs");
-    assert!(
-        out.status.success(),
-        "cargo metadata failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let metadata = source::metadata();
     let mut packages = BTreeMap::new();
     for package in metadata["packages"].as_array().expect("packages") {
         let manifest = PathBuf::from(package["manifest_path"].as_str().expect("a manifest"));

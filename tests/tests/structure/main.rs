@@ -3,6 +3,7 @@
 //! `dynalimit-format`, no two files of one crate import each other, directly or through
 //! others, and the README and the guide name only tests, files and commands that exist.
 
+mod crates;
 mod cycles;
 mod docs;
 mod features;

@@ -2,6 +2,7 @@
 //! declarations, so a file no crate declares is not read) and what is compiled only for tests.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use syn::{Attribute, ImplItem, Item};
 
@@ -11,6 +12,22 @@ pub(crate) fn root() -> PathBuf {
         .parent()
         .expect("the test kit lives one level below the workspace root")
         .to_path_buf()
+}
+
+/// `cargo metadata` of the workspace's packages (`--no-deps`, as locked).
+pub(crate) fn metadata() -> serde_json::Value {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = Command::new(cargo)
+        .current_dir(root())
+        .args(["metadata", "--no-deps", "--format-version", "1", "--locked"])
+        .output()
+        .expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
 /// One compilation unit: a library or a binary.
@@ -28,6 +45,7 @@ pub(crate) struct Unit {
 pub(crate) const PACKAGES: &[&str] = &[
     "crates/dynalimit-core",
     "crates/dynalimit-format",
+    "crates/dynalimit-wire",
     "crates/dynalimit-repository",
     "crates/dynalimit-stack",
     "crates/dynalimit-local",

@@ -20,11 +20,14 @@ use super::bench::{
     Peer, Processor, Ratio, Report, Verdict,
 };
 use super::entity::{Available, Balance, Comeback, Entity, Operation, OperationName, ParentSet};
-use super::infra::{Stack, StackDeleted, Status, TableCompatibility, TableVersion, Version};
+use super::infra::{
+    Check, Compatibility, LambdaPackage, ListedStack, Stack, StackDeleted, Status,
+    TableCompatibility, TableVersion, Upgraded, Version,
+};
 use super::limits::{
     Configured, CustomLimits, LevelConfig, LevelDeleted, LevelKind, Resolved, Source, Unavailable,
 };
-use super::local::Local;
+use super::local::{Local, LocalEnv, LocalLog};
 use super::namespace::{ItemsDeleted, Namespace, NamespaceDeleted, Registered};
 use super::usage::{Snapshot, Summary};
 use dynalimit_manifest::{Action, AttributeChange, LevelChange, ManifestReport};
@@ -418,6 +421,35 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                     },
                 ),
                 one("local down", Local::Stopped { pid: Some(48213) }),
+                one(
+                    "local env",
+                    LocalEnv {
+                        endpoint: "http://127.0.0.1:8000".into(),
+                        variables: BTreeMap::from([
+                            ("AWS_ACCESS_KEY_ID".into(), "dynalimit".into()),
+                            (
+                                "AWS_ENDPOINT_URL_DYNAMODB".into(),
+                                "http://127.0.0.1:8000".into(),
+                            ),
+                            ("AWS_REGION".into(), "us-east-1".into()),
+                            ("AWS_SECRET_ACCESS_KEY".into(), "local".into()),
+                            (
+                                "DYNALIMIT_ENDPOINT_URL".into(),
+                                "http://127.0.0.1:8000".into(),
+                            ),
+                        ]),
+                    },
+                ),
+                one(
+                    "local logs",
+                    LocalLog {
+                        file: "/home/me/.cache/dynalimit/local/dynamodb-local.log".into(),
+                        lines: vec![
+                            "Initializing DynamoDB Local with the following configuration:".into(),
+                            "Port:\t8000".into(),
+                        ],
+                    },
+                ),
             ],
         ),
         (
@@ -445,6 +477,82 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                         table: "limits-prod".into(),
                         table_status: "ACTIVE".into(),
                         deletion_protection: Some(true),
+                    },
+                ),
+                many(
+                    "list",
+                    vec![
+                        ListedStack {
+                            stack: "limits-prod".into(),
+                            tool: "dynalimit".into(),
+                            status: "UPDATE_COMPLETE".into(),
+                            table: "limits-prod".into(),
+                            created: Some(CREATED.into()),
+                            updated: Some("2026-11-27T16:40:11Z".into()),
+                            version: Some("0.1.0".into()),
+                            schema_version: Some("0.10.0".into()),
+                            lambda_version: Some("0.17.0".into()),
+                            client_min_version: Some("0.17.0".into()),
+                        },
+                        ListedStack {
+                            stack: "payments".into(),
+                            tool: "zae-limiter".into(),
+                            status: "CREATE_COMPLETE".into(),
+                            table: "payments".into(),
+                            created: Some(CREATED.into()),
+                            updated: None,
+                            version: Some("0.17.0".into()),
+                            schema_version: Some("0.10.0".into()),
+                            lambda_version: Some("0.17.0".into()),
+                            client_min_version: None,
+                        },
+                    ],
+                ),
+                one(
+                    "check",
+                    Check {
+                        stack: "limits-prod".into(),
+                        result: Compatibility::UpdateAvailable,
+                        reason: Some(
+                            "the aggregator is 0.16.0, this client's is 0.17.0: `dynalimit \
+                             upgrade` brings it up"
+                                .into(),
+                        ),
+                        dynalimit: "0.1.0".into(),
+                        implements: "0.17.0".into(),
+                        client_schema_version: "0.10.0".into(),
+                        table: Some(TableVersion {
+                            schema_version: "0.10.0".into(),
+                            lambda_version: Some("0.16.0".into()),
+                            client_min_version: "0.16.0".into(),
+                        }),
+                    },
+                ),
+                one(
+                    "upgrade",
+                    Upgraded {
+                        stack: Stack {
+                            status: "UPDATE_COMPLETE".into(),
+                            ..stack()
+                        },
+                        dynalimit_version: Some("0.1.0".into()),
+                        code_updated: true,
+                        version: TableVersion {
+                            schema_version: "0.10.0".into(),
+                            lambda_version: Some("0.17.0".into()),
+                            client_min_version: "0.16.0".into(),
+                        },
+                    },
+                ),
+                one(
+                    "lambda-export",
+                    LambdaPackage {
+                        file: "aggregator.zip".into(),
+                        written: true,
+                        source: "target/lambda/arm64/dynalimit-aggregator/bootstrap.zip".into(),
+                        bytes: 4_812_301,
+                        code_key: "aggregator/5f1d2c3b4a596877-4812301.zip".into(),
+                        lambda_version: "0.17.0".into(),
                     },
                 ),
                 one(

@@ -1,4 +1,5 @@
-//! The output of `deploy`, `status`, `delete` and `version`.
+//! The output of `deploy`, `status`, `delete`, `version`, `lambda-export`, `list`, `check` and
+//! `upgrade`.
 
 use std::collections::BTreeMap;
 
@@ -145,4 +146,109 @@ impl TableCompatibility {
             compatible,
         }
     }
+}
+
+/// `lambda-export`: the aggregator package written (or, with `--info`, described).
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct LambdaPackage {
+    /// The zip file.
+    pub(crate) file: String,
+    /// Whether it was written (false with `--info`).
+    pub(crate) written: bool,
+    /// What it was made from: the zip or binary given, or the zip `scripts/build-lambda` wrote.
+    pub(crate) source: String,
+    /// Its size in bytes.
+    pub(crate) bytes: u64,
+    /// The object key `deploy` uploads it under in the stack's code bucket (the template's
+    /// `AggregatorCodeKey`), from a hash of its bytes.
+    pub(crate) code_key: String,
+    /// The `lambda_version` `deploy` records for it in the version record.
+    pub(crate) lambda_version: String,
+}
+
+/// One stack of `list`: a dynalimit or zae-limiter stack of the region.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct ListedStack {
+    /// The stack name.
+    pub(crate) stack: String,
+    /// The tool that deployed it: `dynalimit` (its mark) or `zae-limiter` (`ManagedBy` tag,
+    /// or a `ZAEL-` name).
+    pub(crate) tool: String,
+    /// CloudFormation's status.
+    pub(crate) status: String,
+    /// Its table (the `TableName` output, else the stack's name).
+    pub(crate) table: String,
+    /// When it was created (ISO 8601); null when CloudFormation gives no time.
+    pub(crate) created: Option<String>,
+    /// When it was last updated (ISO 8601); null when never.
+    pub(crate) updated: Option<String>,
+    /// The release that last applied its template: the tag `dynalimit:version` or
+    /// `zae-limiter:version`; null without one (a dynalimit stack deployed before the tag).
+    pub(crate) version: Option<String>,
+    /// The table's schema version: its version record's, else the stack's parameter or tag;
+    /// null when neither is readable.
+    pub(crate) schema_version: Option<String>,
+    /// The aggregator's release: the version record's `lambda_version`, else zae-limiter's
+    /// `zae-limiter:lambda-version` tag; null when none is known.
+    pub(crate) lambda_version: Option<String>,
+    /// The version record's `client_min_version`; null when the record cannot be read.
+    pub(crate) client_min_version: Option<String>,
+}
+
+/// The verdict of `check`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Compatibility {
+    /// This client may use the table, and its aggregator is current.
+    Compatible,
+    /// This client may use the table; its aggregator is older than this client's
+    /// (`dynalimit upgrade` brings it up).
+    UpdateAvailable,
+    /// This client may not: the table's `client_min_version` is above what it implements, or
+    /// the schema's major version differs.
+    Incompatible,
+    /// The table has no version record.
+    NotInitialized,
+}
+
+/// `check`: whether this client may use the table (exit code 0 for `compatible` and
+/// `update_available`, 1 otherwise).
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct Check {
+    /// The stack (the table's name).
+    pub(crate) stack: String,
+    /// The verdict.
+    pub(crate) result: Compatibility,
+    /// Why, unless `compatible`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reason: Option<String>,
+    /// This client's release.
+    pub(crate) dynalimit: String,
+    /// The zae-limiter version whose table format this client implements.
+    pub(crate) implements: String,
+    /// The schema version this client writes.
+    pub(crate) client_schema_version: String,
+    /// The table's version record; its keys are absent when it has none.
+    #[serde(flatten)]
+    pub(crate) table: Option<TableVersion>,
+}
+
+/// `upgrade`: the stack as `deploy` prints it, and what changed.
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct Upgraded {
+    /// The stack, its outputs keys of their own.
+    #[serde(flatten)]
+    pub(crate) stack: Stack,
+    /// The release now recorded on the stack (its `dynalimit:version` tag).
+    pub(crate) dynalimit_version: Option<String>,
+    /// Whether new aggregator code was uploaded (false: the template only).
+    pub(crate) code_updated: bool,
+    /// The table's version record as read back.
+    #[serde(flatten)]
+    pub(crate) version: TableVersion,
 }

@@ -1,4 +1,6 @@
-//! The output of `local up|down|status`.
+//! The output of `local up|down|status|env|logs`.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
@@ -29,4 +31,26 @@ pub(crate) enum Local {
         #[serde(skip_serializing_if = "Option::is_none")]
         pid: Option<u32>,
     },
+}
+
+/// `local env` with `--output json` (the table form prints `export NAME=VALUE` lines).
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct LocalEnv {
+    /// The endpoint of the running environment.
+    pub(crate) endpoint: String,
+    /// The variables, by name: `DYNALIMIT_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`
+    /// (LocalStack: `AWS_ENDPOINT_URL`), `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`.
+    pub(crate) variables: BTreeMap<String, String>,
+}
+
+/// `local logs` with `--output json` (the table form prints the lines).
+#[derive(Debug, Serialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+pub(crate) struct LocalLog {
+    /// The log file of DynamoDB Local.
+    pub(crate) file: String,
+    /// Its last lines, oldest first.
+    pub(crate) lines: Vec<String>,
 }

@@ -9,7 +9,7 @@ use crate::delete::{cloudformation, stack_status, zae_stack};
 use crate::run_json_on;
 
 /// What CloudFormation holds for a stack: its template, tags and outputs.
-async fn stack_as_held(
+pub(crate) async fn stack_as_held(
     cfn: &aws_sdk_cloudformation::Client,
     name: &str,
 ) -> (String, Vec<(String, String)>, Vec<(String, String)>) {
@@ -161,4 +161,43 @@ async fn deploy_updates_a_stack_of_an_older_template_marked_by_its_tag() {
     );
     run(&["delete", "--yes", "--poll-ms", "100"]).json();
     moto.drop_retained_table(stack).await;
+}
+
+#[tokio::test]
+async fn upgrade_refuses_a_zae_limiter_stack_of_the_same_name_and_changes_nothing() {
+    let stack = "zae-upgrade-target";
+    let Some((moto, cfn)) = zae_stack(stack).await else {
+        return;
+    };
+    let run = |args: &[&str]| run_json_on(moto.url(), stack, args);
+    run(&["entity", "create", "key-1"]).json();
+    let held = stack_as_held(&cfn, stack).await;
+    let status = run(&["status"]).json();
+
+    let binary = crate::temp_file("upgrade-bin", "#!/bin/sh\n");
+    for extra in [
+        &[][..],
+        &["--aggregator-binary", binary.to_str().unwrap()][..],
+    ] {
+        let refused = run(&[&["upgrade", "--poll-ms", "100"][..], extra].concat());
+        refused.fails(1, "not a dynalimit stack");
+        assert!(
+            refused.stderr.contains("ManagedBy=zae-limiter"),
+            "{}",
+            refused.stderr
+        );
+        assert!(refused.stdout.is_empty(), "nothing reported as upgraded");
+    }
+
+    // The stack, its table, its items and its version record are as they were.
+    assert_eq!(stack_as_held(&cfn, stack).await, held);
+    assert_eq!(
+        stack_status(&cfn, stack).await.as_deref(),
+        Some("CREATE_COMPLETE")
+    );
+    assert_eq!(run(&["status"]).json(), status, "no version record written");
+    assert_eq!(run(&["entity", "get", "key-1"]).json()["id"], "key-1");
+    // check reads it without changing anything: the record the entity's write created.
+    assert_eq!(run(&["check"]).json()["result"], "compatible");
+    assert_eq!(run(&["status"]).json(), status);
 }

@@ -119,6 +119,26 @@ fn deploy_refuses_bad_options_before_any_request() {
         &["deploy", "--kms-key", "alias/dynalimit"],
     );
     run.fails(2, "kms key");
+    for (args, needle) in [
+        (
+            &["--policy-name-format", "team/{}"][..],
+            "policy name format",
+        ),
+        (
+            &["--aggregator-role-arn", "my-role"][..],
+            "aggregator role ARN",
+        ),
+        (
+            &["--duration-alarm-percent", "0"][..],
+            "duration alarm percent",
+        ),
+        (
+            &["--lambda-duration-threshold-pct", "101"][..],
+            "duration alarm percent",
+        ),
+    ] {
+        run_on("http://127.0.0.1:9", "x", &[&["deploy"][..], args].concat()).fails(2, needle);
+    }
     let zip = temp_file("not.zip", "plain text");
     let run = run_on(
         "http://127.0.0.1:9",
@@ -140,6 +160,64 @@ fn template_prints_or_writes_the_embedded_template() {
         .unwrap();
     assert!(status.success());
     assert_eq!(std::fs::read_to_string(&out).unwrap(), TEMPLATE);
+    // zae-limiter's name for it.
+    let run = run_env(&[], &["cfn-template"]);
+    assert_eq!((run.code, run.stdout.as_str()), (0, TEMPLATE));
+}
+
+#[test]
+fn lambda_export_writes_the_package_deploy_uploads() {
+    let binary = temp_file("export-bin", "#!/bin/sh\necho aggregator\n");
+    let out = temp_file("export.zip", "");
+    std::fs::remove_file(&out).unwrap();
+    let out_s = out.to_str().unwrap();
+    let bin_s = binary.to_str().unwrap();
+    let export = |extra: &[&str]| {
+        run_env(
+            &[],
+            &[
+                &["lambda-export", "--aggregator-binary", bin_s, "-o", out_s][..],
+                extra,
+                &["--output", "json"],
+            ]
+            .concat(),
+        )
+    };
+    let info = export(&["--info"]).json();
+    assert_eq!(info["written"], false);
+    assert!(!out.exists(), "--info writes nothing");
+    let written = export(&[]).json();
+    assert_eq!(written["written"], true);
+    let zip = std::fs::read(&out).unwrap();
+    assert_eq!(written["bytes"], zip.len());
+    assert_eq!(written["code_key"], code_key(&zip));
+    assert_eq!(info["code_key"], written["code_key"], "the same package");
+    assert_eq!(written["source"], bin_s);
+    // The archive holds the binary as its bootstrap.
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(zip)).unwrap();
+    let mut entry = archive.by_name("bootstrap").unwrap();
+    let mut content = String::new();
+    std::io::Read::read_to_string(&mut entry, &mut content).unwrap();
+    assert_eq!(content, "#!/bin/sh\necho aggregator\n");
+    drop(entry);
+
+    // An existing file is kept unless --force.
+    std::fs::write(&out, b"keep me").unwrap();
+    export(&[]).fails(2, "--force");
+    assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
+    assert_eq!(export(&["--force"]).json()["written"], true);
+
+    // Nothing given and nothing built: says what to run.
+    let dir = out.parent().unwrap().join("nothing-built");
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing =
+        execute(
+            command()
+                .current_dir(&dir)
+                .args(["lambda-export", "--architecture", "x86_64"]),
+        );
+    missing.fails(1, "scripts/build-lambda --arch x86_64");
+    assert!(!dir.join("aggregator.zip").exists());
 }
 
 /// Runs `dynalimit ARGS --output json` in directory `dir` against moto.

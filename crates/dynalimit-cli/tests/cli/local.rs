@@ -1,5 +1,5 @@
-//! local up, status and down with DynamoDB Local in the background; the LocalStack mode's
-//! errors.
+//! local up, status, env, logs and down with DynamoDB Local in the background; the LocalStack
+//! mode's errors.
 
 use crate::{Run, run_env};
 
@@ -14,6 +14,7 @@ fn local_up_status_down_runs_dynamodb_local_in_the_background() {
     let run = |args: &[&str]| -> Run { run_env(&env, &[args, &["--output", "json"]].concat()) };
 
     assert_eq!(run(&["local", "status"]).json()["status"], "stopped");
+    run(&["local", "env"]).fails(1, "not running");
     let up = run(&["local", "up", "--port", "0", "--stack", "local-table"]).json();
     let endpoint = up["endpoint"].as_str().unwrap().to_string();
     let pid = up["pid"].as_u64().unwrap();
@@ -56,6 +57,57 @@ fn local_up_status_down_runs_dynamodb_local_in_the_background() {
         serde_json::json!([]),
         "no aggregator ran: no snapshots yet"
     );
+
+    // `local env`: the variables, in JSON and as shell lines a shell reads back.
+    let env_json = run(&["local", "env"]).json();
+    assert_eq!(env_json["endpoint"], endpoint);
+    assert_eq!(env_json["variables"]["DYNALIMIT_ENDPOINT_URL"], endpoint);
+    assert_eq!(env_json["variables"]["AWS_ENDPOINT_URL_DYNAMODB"], endpoint);
+    let lines = run_env(&env, &["local", "env"]);
+    assert_eq!(lines.code, 0, "{}", lines.stderr);
+    assert!(
+        lines
+            .stdout
+            .lines()
+            .any(|l| l == format!("export DYNALIMIT_ENDPOINT_URL={endpoint}")),
+        "{}",
+        lines.stdout
+    );
+    // A service pointed by these variables alone (no --endpoint-url, no DYNALIMIT_*) finds
+    // the table through the SDK's own variable.
+    let vars: Vec<(String, String)> = env_json["variables"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| !k.starts_with("DYNALIMIT_"))
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+        .collect();
+    let vars: Vec<(&str, &str)> = vars
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .chain([("DYNALIMIT_STACK", "local-table")])
+        .collect();
+    let got = run_env(&vars, &["entity", "get", "key-1", "--output", "json"]).json();
+    assert_eq!(got["id"], "key-1");
+
+    // `local logs`: DynamoDB Local's own output.
+    let log = run(&["local", "logs", "--tail", "50"]).json();
+    let lines = log["lines"].as_array().unwrap();
+    assert!(!lines.is_empty() && lines.len() <= 50, "{log}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.as_str().is_some_and(|l| l.contains("DynamoDB"))),
+        "{log}"
+    );
+    assert!(
+        log["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("dynamodb-local.log")
+    );
+    let one = run(&["local", "logs", "--tail", "1"]).json();
+    assert_eq!(one["lines"].as_array().unwrap().len(), 1);
 
     let status = run(&["local", "status"]).json();
     assert_eq!(

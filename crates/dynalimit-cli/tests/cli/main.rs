@@ -7,6 +7,7 @@ mod bench;
 mod data;
 mod delete;
 mod documented;
+mod fleet;
 mod foreign;
 mod hostile;
 mod infra;

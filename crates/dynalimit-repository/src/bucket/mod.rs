@@ -543,7 +543,7 @@ impl BucketStore {
     /// one `wcu` token.
     ///
     /// A success whose answer carries no item (`ALL_NEW` missing or empty, or a 2xx body cut
-    /// short or longer than [`crate::wire::MAX_RESPONSE_BYTES`]) is followed by a strongly
+    /// short or longer than [`crate::MAX_RESPONSE_BYTES`]) is followed by a strongly
     /// consistent `GetItem` of the item. Should that read fail, the debit stands and the error
     /// is returned: the caller loses the tokens, never gets them twice.
     ///

@@ -66,8 +66,8 @@ impl Repository {
     /// configuration caches learn it within their time-to-live.
     ///
     /// ```no_run
-    /// # async fn run(repo: dynalimit_repository::Repository) -> Result<(), dynalimit_repository::RepositoryError> {
-    /// use dynalimit_repository::DisabledFlag;
+    /// # async fn run(repo: dynalimit::Repository) -> Result<(), dynalimit::RepositoryError> {
+    /// use dynalimit::DisabledFlag;
     /// let stamped = repo.set_resource_disabled("gpt-4", Some(DisabledFlag::Disabled)).await?;
     /// println!("{stamped} buckets now refuse");
     /// repo.set_resource_disabled("gpt-4", None).await?; // back to inherit

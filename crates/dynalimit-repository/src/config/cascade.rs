@@ -40,7 +40,7 @@ impl Repository {
     /// version to 0.16.0 (reference §10). Returns the number of buckets stamped.
     ///
     /// ```no_run
-    /// # async fn run(repo: dynalimit_repository::Repository) -> Result<(), dynalimit_repository::RepositoryError> {
+    /// # async fn run(repo: dynalimit::Repository) -> Result<(), dynalimit::RepositoryError> {
     /// // key-1's gpt-4 requests also count against its project; its other resources do not.
     /// repo.set_cascade_policy("key-1", Some("gpt-4"), Some(true)).await?;
     /// repo.set_cascade_policy("key-1", None, Some(false)).await?;

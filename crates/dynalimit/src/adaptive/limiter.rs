@@ -5,10 +5,10 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use crate::time::{Clock, TokioClock};
 use dynalimit_core::CoreError;
 use dynalimit_core::adaptive::priority::{Level, Priority, rejection_rate};
 use dynalimit_core::adaptive::{ChangeReason, ControllerConfig, LimitChange, LimitController};
-use dynalimit_core::time::{Clock, TokioClock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::oneshot;

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use crate::time::{Clock, TokioClock};
 use dynalimit_core::CoreError;
 use dynalimit_core::bounded::BoundedMap;
-use dynalimit_core::time::{Clock, TokioClock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;

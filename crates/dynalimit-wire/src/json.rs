@@ -17,7 +17,7 @@ use dynalimit_format::item::{Digits, Item};
 /// Builds one JSON object. Field names are written as given (they are protocol names, never
 /// user text); every value string is escaped.
 #[derive(Debug)]
-pub(crate) struct ObjectWriter {
+pub struct ObjectWriter {
     buf: Vec<u8>,
     first: bool,
 }
@@ -30,7 +30,7 @@ impl Default for ObjectWriter {
 
 impl ObjectWriter {
     /// An empty object.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         let mut buf = Vec::with_capacity(1024);
         buf.push(b'{');
         ObjectWriter { buf, first: true }
@@ -47,14 +47,14 @@ impl ObjectWriter {
     }
 
     /// `"name": "value"`.
-    pub(crate) fn string(&mut self, name: &str, value: &str) -> &mut Self {
+    pub fn string(&mut self, name: &str, value: &str) -> &mut Self {
         self.key(name);
         write_string(&mut self.buf, value);
         self
     }
 
     /// `"name": {attribute map}`.
-    pub(crate) fn item<'a>(
+    pub fn item<'a>(
         &mut self,
         name: &str,
         item: impl IntoIterator<Item = (&'a String, &'a AttributeValue)>,
@@ -84,7 +84,7 @@ impl ObjectWriter {
     }
 
     /// `"name": {"k": "v", …}` for string pairs.
-    pub(crate) fn strings<'a>(
+    pub fn strings<'a>(
         &mut self,
         name: &str,
         pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -97,7 +97,7 @@ impl ObjectWriter {
     }
 
     /// Fields written once ahead of time ([`Fields::render`]), appended as they are.
-    pub(crate) fn fields(&mut self, prepared: &Fields) -> &mut Self {
+    pub fn fields(&mut self, prepared: &Fields) -> &mut Self {
         if prepared.0.is_empty() {
             return self;
         }
@@ -110,7 +110,7 @@ impl ObjectWriter {
     }
 
     /// `"name": {"attr": {"S": "value"}, …}`: a key of string attributes.
-    pub(crate) fn string_key(&mut self, name: &str, attrs: &[(&str, &str)]) -> &mut Self {
+    pub fn string_key(&mut self, name: &str, attrs: &[(&str, &str)]) -> &mut Self {
         self.object(name, attrs, |buf, (attr, value)| {
             write_string(buf, attr);
             buf.push(b':');
@@ -120,7 +120,7 @@ impl ObjectWriter {
 
     /// `"name": {"p0": {"N": "v0"}, …}` for number values, each behind the prepared opening
     /// `"p": {"N": "` of its placeholder ([`number_openings`]).
-    pub(crate) fn numbers(
+    pub fn numbers(
         &mut self,
         name: &str,
         openings: &[Box<[u8]>],
@@ -138,7 +138,7 @@ impl ObjectWriter {
     }
 
     /// Closes the object and returns its bytes.
-    pub(crate) fn finish(mut self) -> Vec<u8> {
+    pub fn finish(mut self) -> Vec<u8> {
         self.buf.push(b'}');
         self.buf
     }
@@ -147,11 +147,11 @@ impl ObjectWriter {
 /// Fields of an object rendered once (`"A":…,"B":…`, without braces), for requests whose
 /// constant part is prepared ahead of time.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Fields(Vec<u8>);
+pub struct Fields(Vec<u8>);
 
 impl Fields {
     /// The fields `write` adds to an empty object.
-    pub(crate) fn render(write: impl FnOnce(&mut ObjectWriter)) -> Fields {
+    pub fn render(write: impl FnOnce(&mut ObjectWriter)) -> Fields {
         let mut w = ObjectWriter::new();
         write(&mut w);
         let mut bytes = w.buf;
@@ -161,9 +161,7 @@ impl Fields {
 }
 
 /// The opening `"placeholder":{"N":"` of each number value, for [`ObjectWriter::numbers`].
-pub(crate) fn number_openings<'a>(
-    placeholders: impl IntoIterator<Item = &'a str>,
-) -> Vec<Box<[u8]>> {
+pub fn number_openings<'a>(placeholders: impl IntoIterator<Item = &'a str>) -> Vec<Box<[u8]>> {
     placeholders
         .into_iter()
         .map(|p| {
@@ -386,8 +384,8 @@ impl<'de> Deserialize<'de> for Value {
 /// place from its bytes with nothing copied: `Some` with the attributes (none when the answer
 /// carries no item), `None` when the answer is anything but the plain shape (a string with an
 /// escape, a value other than a number, a string or a boolean, or text that is not JSON); such
-/// an answer is read as a whole instead ([`UpdateItemBody`]).
-pub(crate) fn plain_attributes(bytes: &[u8]) -> Option<PlainAttributes<'_>> {
+/// an answer is read as a whole instead (`UpdateItemBody`).
+pub fn plain_attributes(bytes: &[u8]) -> Option<PlainAttributes<'_>> {
     let text = std::str::from_utf8(bytes).ok()?;
     let mut c = Cursor { text, at: 0 };
     let mut attrs = PlainAttributes::new();
@@ -413,7 +411,7 @@ pub(crate) fn plain_attributes(bytes: &[u8]) -> Option<PlainAttributes<'_>> {
 
 /// The attributes of an answer, on the stack for an item of up to 40 attributes (a bucket
 /// with six limits).
-pub(crate) type PlainAttributes<'a> = smallvec::SmallVec<[(&'a str, Plain<'a>); 40]>;
+pub type PlainAttributes<'a> = smallvec::SmallVec<[(&'a str, Plain<'a>); 40]>;
 
 /// Reads JSON text in place; every method answers `None` where the text is not what the
 /// plain answer holds.

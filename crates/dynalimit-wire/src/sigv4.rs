@@ -14,6 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_sigv4::sign::v4;
 use sha2::{Digest, Sha256};
 
+/// The JSON protocol's content type, a signed header.
+pub(crate) const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
+
 /// The signature's inputs besides the credentials.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Request<'a> {
@@ -102,7 +105,7 @@ impl SigningKey {
         };
         let mut canonical = String::with_capacity(512);
         canonical.push_str("POST\n/\n\ncontent-type:");
-        canonical.push_str(super::CONTENT_TYPE);
+        canonical.push_str(CONTENT_TYPE);
         let _ = write!(
             canonical,
             "\nhost:{}\nx-amz-date:{amz_date}\n",
@@ -165,7 +168,7 @@ mod tests {
             .unwrap()
             .into();
         let headers = [
-            ("content-type", super::super::CONTENT_TYPE),
+            ("content-type", CONTENT_TYPE),
             ("host", request.host),
             ("x-amz-date", stamp.amz_date.as_str()),
             ("x-amz-target", request.target),

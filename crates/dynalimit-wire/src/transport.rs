@@ -1,50 +1,4 @@
-//! The fast path: `UpdateItem`, the request of every acquire, sent without the SDK's
-//! orchestrator.
-//!
-//! The SDK spends around 200 µs of client CPU on one `UpdateItem` (interceptor and config-bag
-//! machinery, endpoint rules, header maps, per-request allocations). The acquire path sends one
-//! request shape only, so [`FastPath`] sends it directly: the body is written into one buffer, the
-//! request is signed with a signing key derived once per day ([`sigv4`]), and it is handed to
-//! the SDK client's own HTTP connector, so the client's HTTP client (proxy, private CA, mTLS,
-//! FIPS TLS), its connect and read timeouts and its connection pool all apply.
-//!
-//! Nothing is guessed: the endpoint, signing region and service are read off a real request
-//! the SDK client sends when the repository opens ([`EndpointCapture`]), so custom endpoints,
-//! FIPS or dual-stack endpoints and DynamoDB Local all resolve exactly as the SDK resolves
-//! them. Credentials come from the client's own credential provider, kept with the lifetimes
-//! of the SDK's identity cache (credentials without an expiry are resolved again after 15
-//! minutes); one request refreshes them five minutes before their end while the others keep
-//! signing, resolutions are at least five seconds apart whatever they returned, a provider
-//! failure is [`RepositoryError::Unavailable`], and a
-//! request refused for its credentials is signed once more with newly resolved ones. Retries
-//! follow the client's retry configuration (attempts, exponential backoff with full jitter),
-//! paid from the repository's retry budget ([`crate::retry::Budget`]), within its attempt and
-//! operation timeouts, under the rules of [`crate::retry`]: a request is sent again after a
-//! refused connection or a 4xx refusal, never after an attempt that may have been applied
-//! (unless the write says a second application is harmless). With stalled-stream protection
-//! on, an answer whose body does not arrive within the grace period is treated as a body that
-//! failed. A request refused for its signing time is signed again with the service's clock
-//! (from its `Date` header), as the SDK corrects clock skew.
-//!
-//! A client carrying interceptors other than [`RequestCounter`], or in the adaptive retry
-//! mode (whose client-side rate limiting the fast path does not implement), keeps every
-//! request on the SDK, so nothing the user configured is bypassed; [`Ineligible`] names the
-//! reason, which the repository logs at `info` when it opens, and
-//! `Repository::fast_path()` is `None`.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), dynalimit_repository::RepositoryError> {
-//! use dynalimit_repository::Repository;
-//!
-//! let repo = Repository::builder().endpoint_url("http://localhost:8000").open().await?;
-//! assert!(repo.fast_path().is_some());
-//! // Every acquire of this repository's buckets now takes the fast path.
-//! # Ok(()) }
-//! ```
-
-mod credentials;
-mod json;
-pub(crate) mod sigv4;
+//! The fast path: one signed `UpdateItem`, sent through the SDK client's own connector.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -67,21 +21,17 @@ use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::config_bag::ConfigBag;
 use aws_smithy_types::retry::RetryMode;
 use bytes::Bytes;
+use dynalimit_core::failure::{self, ErrorClass};
 use dynalimit_core::{Clock, SystemClock};
 use http_body_util::{BodyExt, Collected, LengthLimitError, Limited};
 
-pub(crate) use json::{Fields, ObjectWriter, number_openings, plain_attributes};
-
-use credentials::{Decision, Lifetime, MIN_RESOLVE_INTERVAL_MS};
-
-use crate::RepositoryError;
-use crate::error::classify_code;
-use crate::metrics::RequestCounter;
+use crate::WireError;
+use crate::credentials::{Decision, Lifetime, MIN_RESOLVE_INTERVAL_MS};
+use crate::json::{self, ObjectWriter};
 use crate::retry::{self, OnThrottle, Resend};
+use crate::sigv4::{self, CONTENT_TYPE};
 use dynalimit_format::item::Item;
 
-/// The JSON protocol's content type.
-pub(crate) const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
 const TARGET_UPDATE_ITEM: &str = "DynamoDB_20120810.UpdateItem";
 const OPERATION: &str = "UpdateItem";
 /// Error codes of a request whose signing time the service refused.
@@ -117,27 +67,27 @@ const CREDENTIALS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the SDK client sends DynamoDB requests, as seen on one of its real requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Endpoint {
+struct Endpoint {
     /// The request URI (`https://dynamodb.eu-west-1.amazonaws.com/`).
-    pub(crate) uri: String,
+    uri: String,
     /// The signing region of the credential scope.
-    pub(crate) region: String,
+    region: String,
     /// The signing service of the credential scope (`dynamodb`).
-    pub(crate) service: String,
+    service: String,
 }
 
-/// An SDK interceptor that records the [`Endpoint`] of the requests it sees; add it to one
+/// An SDK interceptor that records the endpoint of the requests it sees; add it to one
 /// operation with `.customize().interceptor(capture.clone())`.
 /// It also keeps the request's runtime components, whose identity resolver and cache give the
 /// fast path the very credentials the SDK signs with.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct EndpointCapture {
+pub struct EndpointCapture {
     seen: Arc<Mutex<Option<(Endpoint, RuntimeComponents)>>>,
 }
 
 impl EndpointCapture {
     /// The endpoint of the last request seen, if it was signed with SigV4.
-    pub(crate) fn endpoint(&self) -> Option<Endpoint> {
+    fn endpoint(&self) -> Option<Endpoint> {
         self.seen
             .lock()
             .ok()
@@ -190,7 +140,7 @@ impl Intercept for EndpointCapture {
 
 /// What an `UpdateItem` returns.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum UpdateOutcome {
+pub enum UpdateOutcome {
     /// Written; the attributes asked for by `ReturnValues` (`None` for `NONE`).
     Updated(Option<Item>),
     /// The condition failed; the item before the attempt when `ALL_OLD` was asked for on
@@ -200,7 +150,7 @@ pub(crate) enum UpdateOutcome {
 
 /// What an `UpdateItem` sent by [`FastPath::update_item_body`] returns.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Written {
+pub enum Written {
     /// Written; the bytes of the answer, unread.
     Updated(Bytes),
     /// The condition failed; the item before the attempt when `ALL_OLD` was asked for on
@@ -210,7 +160,7 @@ pub(crate) enum Written {
 
 /// The attributes of a successful `UpdateItem`'s answer (`None` when it carries none). An
 /// answer that cannot be parsed still reports an applied write: its item is not known.
-pub(crate) fn read_attributes(answer: &[u8]) -> Option<Item> {
+pub fn read_attributes(answer: &[u8]) -> Option<Item> {
     match serde_json::from_slice::<json::UpdateItemBody>(answer) {
         Ok(parsed) => parsed.attributes.map(|m| m.0),
         Err(e) => {
@@ -225,29 +175,30 @@ pub(crate) fn read_attributes(answer: &[u8]) -> Option<Item> {
 
 /// One `UpdateItem` request.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct UpdateItem<'a> {
+pub struct UpdateItem<'a> {
     /// The table.
-    pub(crate) table: &'a str,
+    pub table: &'a str,
     /// The primary key.
-    pub(crate) key: &'a Item,
+    pub key: &'a Item,
     /// `UpdateExpression`.
-    pub(crate) update_expression: Option<&'a str>,
+    pub update_expression: Option<&'a str>,
     /// `ConditionExpression`.
-    pub(crate) condition_expression: Option<&'a str>,
+    pub condition_expression: Option<&'a str>,
     /// `ExpressionAttributeNames` as (placeholder, attribute) pairs.
-    pub(crate) names: &'a [(&'a str, &'a str)],
+    pub names: &'a [(&'a str, &'a str)],
     /// `ExpressionAttributeValues` as (placeholder, value) pairs.
-    pub(crate) values: &'a [(String, AttributeValue)],
+    pub values: &'a [(String, AttributeValue)],
     /// `ReturnValues = ALL_NEW` (otherwise `NONE`).
-    pub(crate) return_all_new: bool,
+    pub return_all_new: bool,
     /// `ReturnValuesOnConditionCheckFailure = ALL_OLD`.
-    pub(crate) return_old_on_failure: bool,
+    pub return_old_on_failure: bool,
     /// Whether the request may be sent again after an attempt that may have been applied.
-    pub(crate) resend: Resend,
+    pub resend: Resend,
 }
 
 impl UpdateItem<'_> {
-    pub(crate) fn body(&self) -> Vec<u8> {
+    /// The request's JSON body.
+    pub fn body(&self) -> Vec<u8> {
         let mut w = ObjectWriter::new();
         w.string("TableName", self.table).item("Key", self.key);
         if let Some(e) = self.update_expression {
@@ -287,7 +238,7 @@ enum NoCredentials {
 impl NoCredentials {
     /// The provider's last credentials have expired and it may not be asked yet.
     #[cold]
-    fn expired(wait_ms: i64) -> RepositoryError {
+    fn expired(wait_ms: i64) -> WireError {
         NoCredentials::Failed("the credentials the provider gave have expired".into())
             .error(Some(wait_ms))
     }
@@ -295,7 +246,7 @@ impl NoCredentials {
     /// The error of a request without credentials; `wait_ms`, when the provider is asked
     /// again only in that time.
     #[cold]
-    fn error(&self, wait_ms: Option<i64>) -> RepositoryError {
+    fn error(&self, wait_ms: Option<i64>) -> WireError {
         let later = wait_ms.map_or_else(String::new, |ms| {
             format!(
                 "; the provider is asked again in {ms} ms (at most once every \
@@ -303,12 +254,10 @@ impl NoCredentials {
             )
         });
         match self {
-            NoCredentials::Failed(why) => RepositoryError::Unavailable {
-                operation: OPERATION,
+            NoCredentials::Failed(why) => WireError::Unavailable {
                 message: format!("no credentials: {why}{later}"),
             },
-            NoCredentials::NotAnAccessKey => RepositoryError::PermissionDenied {
-                operation: OPERATION,
+            NoCredentials::NotAnAccessKey => WireError::PermissionDenied {
                 message: format!("no credentials: the identity is not an access key{later}"),
             },
         }
@@ -354,7 +303,7 @@ pub struct FastPath {
     operation_timeout: Option<Duration>,
     /// The stalled-stream grace period, when the client's protection covers downloads.
     stall_grace: Option<Duration>,
-    counter: Option<RequestCounter>,
+    observer: Arc<dyn Observer>,
     /// The service's clock minus ours, once a refused signature showed they differ.
     skew_ms: AtomicI64,
 }
@@ -369,13 +318,24 @@ impl std::fmt::Debug for FastPath {
     }
 }
 
+/// What the fast path reports of the requests it sends, in place of the client's
+/// interceptors it bypasses.
+pub trait Observer: Send + Sync + std::fmt::Debug {
+    /// Whether the client's interceptor `name` does nothing but what this observer does: the
+    /// fast path then carries the client's requests without it. Any other interceptor keeps
+    /// them on the SDK.
+    fn covers(&self, name: &str) -> bool;
+    /// An attempt of `operation` goes on the wire.
+    fn started(&self, operation: &'static str);
+    /// That attempt ended, however (answer, failure, timeout or the caller dropping it).
+    fn finished(&self);
+}
+
 /// Why the fast path is not used for a client (the SDK carries every request then).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Ineligible {
+pub enum Ineligible {
     /// The client has an interceptor the fast path would bypass (its name).
     Interceptor(String),
-    /// The client counts requests but no counter was handed to the repository builder.
-    UncountedCounter,
     /// The client has no SigV4 identity resolver.
     NoCredentials,
     /// No SigV4-signed request was seen, or its URI is not plain `http(s)://host[:port]/`.
@@ -388,27 +348,21 @@ pub(crate) enum Ineligible {
 }
 
 impl FastPath {
-    /// A transport for the requests `client` sends, as `capture` saw one of them, counting
-    /// them in `counter` when given.
+    /// A transport for the requests `client` sends, as `capture` saw one of them, reporting
+    /// them to `observer` and paying its retries from `budget`.
     ///
     /// # Errors
     /// [`Ineligible`] when the fast path would change what the client does.
-    pub(crate) fn for_client(
+    pub fn for_client(
         client: &aws_sdk_dynamodb::Client,
         capture: &EndpointCapture,
-        counter: Option<RequestCounter>,
+        observer: Arc<dyn Observer>,
         budget: Arc<retry::Budget>,
     ) -> Result<FastPath, Ineligible> {
         let config = client.config();
         for interceptor in config.interceptors() {
             let name = interceptor.name();
-            if name == RequestCounter::NAME {
-                if counter.is_none() {
-                    return Err(Ineligible::UncountedCounter);
-                }
-            } else if name == crate::metrics::RequestMetrics::NAME {
-                // The fast path records its requests itself.
-            } else {
+            if !observer.covers(name) {
                 return Err(Ineligible::Interceptor(name.to_string()));
             }
         }
@@ -469,7 +423,7 @@ impl FastPath {
             attempt_timeout: timeouts.and_then(|t| t.operation_attempt_timeout()),
             operation_timeout: timeouts.and_then(|t| t.operation_timeout()),
             stall_grace,
-            counter,
+            observer,
             skew_ms: AtomicI64::new(0),
         })
     }
@@ -479,44 +433,6 @@ impl FastPath {
         &self.uri
     }
 
-    /// Sends one `UpdateItem` of `e` on item `key` of `table` (no values returned), under
-    /// the rules of every bucket write: sent again only while earlier attempts are known not
-    /// to have been applied. The benchmark measures acquires against it.
-    ///
-    /// # Errors
-    /// [`RepositoryError::OutcomeUnknown`] when an attempt may have been applied and its
-    /// answer was lost; [`RepositoryError::Rejected`] for a failed condition; otherwise the
-    /// classified failure once the retries are spent.
-    pub async fn send_update(
-        &self,
-        table: &str,
-        key: &Item,
-        e: &dynalimit_format::expr::Expr,
-    ) -> Result<(), RepositoryError> {
-        let update = e.update_expression();
-        let condition = e.condition_expression();
-        let names = e.name_pairs();
-        let request = UpdateItem {
-            table,
-            key,
-            update_expression: update.as_deref(),
-            condition_expression: condition.as_deref(),
-            names: &names,
-            values: e.value_pairs(),
-            return_all_new: false,
-            return_old_on_failure: false,
-            resend: Resend::Never,
-        };
-        match self.update_item(&request).await? {
-            UpdateOutcome::Updated(_) => Ok(()),
-            UpdateOutcome::ConditionFailed(_) => Err(RepositoryError::Rejected {
-                operation: OPERATION,
-                code: "ConditionalCheckFailedException".into(),
-                message: "the condition failed".into(),
-            }),
-        }
-    }
-
     /// Sends one `UpdateItem`.
     ///
     /// Sent again only while earlier attempts are known not to have been applied (see
@@ -524,14 +440,11 @@ impl FastPath {
     /// write: [`UpdateOutcome::Updated`] without the item.
     ///
     /// # Errors
-    /// [`RepositoryError::OutcomeUnknown`] when an attempt may have been applied and its
-    /// answer was lost (the request is not sent again unless it is [`Resend::Harmless`]);
-    /// otherwise the classified failure once the retries are spent (a transaction conflict is
-    /// [`RepositoryError::TransactionConflict`], never retried here).
-    pub(crate) async fn update_item(
-        &self,
-        request: &UpdateItem<'_>,
-    ) -> Result<UpdateOutcome, RepositoryError> {
+    /// [`WireError::OutcomeUnknown`] when an attempt may have been applied and its answer
+    /// was lost (the request is not sent again unless it is [`Resend::Harmless`]); otherwise
+    /// the service's refusal once the retries are spent ([`WireError::Refused`]; a
+    /// transaction conflict is never retried here).
+    pub async fn update_item(&self, request: &UpdateItem<'_>) -> Result<UpdateOutcome, WireError> {
         self.update_item_on_throttle(request, OnThrottle::Retry)
             .await
     }
@@ -541,11 +454,11 @@ impl FastPath {
     ///
     /// # Errors
     /// As [`FastPath::update_item`].
-    pub(crate) async fn update_item_on_throttle(
+    pub async fn update_item_on_throttle(
         &self,
         request: &UpdateItem<'_>,
         on_throttle: OnThrottle,
-    ) -> Result<UpdateOutcome, RepositoryError> {
+    ) -> Result<UpdateOutcome, WireError> {
         Ok(
             match self
                 .update_item_body(Bytes::from(request.body()), request.resend, on_throttle)
@@ -564,12 +477,12 @@ impl FastPath {
     ///
     /// # Errors
     /// As [`FastPath::update_item`].
-    pub(crate) async fn update_item_body(
+    pub async fn update_item_body(
         &self,
         body: Bytes,
         resend: Resend,
         on_throttle: OnThrottle,
-    ) -> Result<Written, RepositoryError> {
+    ) -> Result<Written, WireError> {
         match self
             .send(TARGET_UPDATE_ITEM, body, resend, on_throttle)
             .await?
@@ -578,7 +491,7 @@ impl FastPath {
             Answer::Failure(_, error) if error.code() == "ConditionalCheckFailedException" => {
                 Ok(Written::ConditionFailed(error.item.map(|m| m.0)))
             }
-            Answer::Failure(status, error) => Err(to_repository_error(status, &error)),
+            Answer::Failure(status, error) => Err(refused(status, &error)),
         }
     }
 
@@ -594,7 +507,7 @@ impl FastPath {
     }
 
     /// The signing state for a request at `stamp` (see the `credentials` module).
-    async fn signing(&self, stamp: &sigv4::Stamp) -> Result<Arc<Signing>, RepositoryError> {
+    async fn signing(&self, stamp: &sigv4::Stamp) -> Result<Arc<Signing>, WireError> {
         let now = self.credential_now_ms();
         let next = self.next_resolve_ms.load(Ordering::Relaxed);
         if let Some(current) = self.current() {
@@ -672,7 +585,7 @@ impl FastPath {
 
     /// Resolves new credentials and makes them the signing state; the next resolution may
     /// start [`MIN_RESOLVE_INTERVAL_MS`] after this one ends, whatever it returned.
-    async fn resolve(&self, stamp: &sigv4::Stamp) -> Result<Arc<Signing>, RepositoryError> {
+    async fn resolve(&self, stamp: &sigv4::Stamp) -> Result<Arc<Signing>, WireError> {
         let resolved = self.resolve_credentials().await;
         let now = self.credential_now_ms();
         self.next_resolve_ms.store(
@@ -734,7 +647,7 @@ impl FastPath {
 
     /// The credentials of the client's own provider. A provider that fails or does not answer
     /// within [`CREDENTIALS_TIMEOUT`] leaves the service unreachable for now: the failure is
-    /// [`RepositoryError::Unavailable`], so the limiter's `on_unavailable` policy applies.
+    /// [`WireError::Unavailable`], so the limiter's `on_unavailable` policy applies.
     async fn resolve_credentials(&self) -> Result<Credentials, NoCredentials> {
         let bag = ConfigBag::base();
         let identity = tokio::time::timeout(
@@ -797,7 +710,7 @@ impl FastPath {
         body: Bytes,
         resend: Resend,
         on_throttle: OnThrottle,
-    ) -> Result<Answer, RepositoryError> {
+    ) -> Result<Answer, WireError> {
         let policy = (resend, on_throttle);
         let Some(limit) = self.operation_timeout else {
             return self
@@ -808,15 +721,13 @@ impl FastPath {
         match tokio::time::timeout(limit, self.attempts(target, body, policy, &maybe_applied)).await
         {
             Ok(answer) => answer,
-            Err(_) if maybe_applied.load(Ordering::Relaxed) => Err(retry::unknown(
-                OPERATION,
-                format!(
+            Err(_) if maybe_applied.load(Ordering::Relaxed) => Err(WireError::OutcomeUnknown {
+                message: format!(
                     "{}: no answer within the operation timeout {limit:?}",
                     self.uri
                 ),
-            )),
-            Err(_) => Err(RepositoryError::Unavailable {
-                operation: OPERATION,
+            }),
+            Err(_) => Err(WireError::Unavailable {
                 message: format!(
                     "{}: not sent within the operation timeout {limit:?}",
                     self.uri
@@ -833,7 +744,7 @@ impl FastPath {
         body: Bytes,
         (resend, on_throttle): (Resend, OnThrottle),
         maybe_applied: &AtomicBool,
-    ) -> Result<Answer, RepositoryError> {
+    ) -> Result<Answer, WireError> {
         let mut attempt = 0;
         let mut paid = 0;
         let mut reauthenticated = false;
@@ -842,7 +753,9 @@ impl FastPath {
         if on_throttle == OnThrottle::Resume {
             // The first attempt was refused for throughput before this call: the first retry.
             if self.max_attempts <= 1 || !self.budget.pay(retry::THROTTLING_RETRY_COST) {
-                return Err(retry::throttled_again(OPERATION));
+                return Err(WireError::Throttled {
+                    message: "throttled, and no retry left to send it again".to_owned(),
+                });
             }
             paid += retry::THROTTLING_RETRY_COST;
             attempt = 1;
@@ -854,11 +767,8 @@ impl FastPath {
             let now = SystemClock.epoch_millis() + self.skew_ms.load(Ordering::Relaxed);
             let stamp = sigv4::Stamp::at(now);
             let signing = self.signing(&stamp).await?;
-            crate::metrics::request_sent(OPERATION);
-            let _on_the_wire = self.counter.as_ref().map(|c| {
-                c.started(OPERATION);
-                Finished(c)
-            });
+            self.observer.started(OPERATION);
+            let _on_the_wire = Finished(self.observer.as_ref());
             let request = self.request(target, body.clone(), &signing, stamp);
             maybe_applied.store(true, Ordering::Relaxed);
             let sent = async {
@@ -891,8 +801,7 @@ impl FastPath {
                 Err(Failed::NotSent(message)) => {
                     maybe_applied.store(unknown_before, Ordering::Relaxed);
                     if last || !self.budget.pay(retry::RETRY_COST) {
-                        return Err(RepositoryError::Unavailable {
-                            operation: OPERATION,
+                        return Err(WireError::Unavailable {
                             message: format!("{}: {message}", self.uri),
                         });
                     }
@@ -909,8 +818,7 @@ impl FastPath {
                 // A 4xx status: refused, nothing applied.
                 Err(Failed::Unread(status, why)) if status.is_client_error() => {
                     maybe_applied.store(unknown_before, Ordering::Relaxed);
-                    return Err(RepositoryError::Unavailable {
-                        operation: OPERATION,
+                    return Err(WireError::Unavailable {
                         message: format!("{}: answer {status} unreadable: {why}", self.uri),
                     });
                 }
@@ -935,10 +843,9 @@ impl FastPath {
                 Err(message) => {
                     let harmless = !last && resend == Resend::Harmless;
                     if !harmless || !self.budget.pay(retry::RETRY_COST) {
-                        return Err(retry::unknown(
-                            OPERATION,
-                            format!("{}: {message}", self.uri),
-                        ));
+                        return Err(WireError::OutcomeUnknown {
+                            message: format!("{}: {message}", self.uri),
+                        });
                     }
                     paid += retry::RETRY_COST;
                     unknown_before = true;
@@ -1055,7 +962,7 @@ fn body_bytes(read: Result<Bytes, BoxError>) -> Result<Bytes, String> {
 
 /// Reports the end of a counted request, however the attempt ends (answer, failure, timeout
 /// or the caller dropping the future).
-struct Finished<'a>(&'a RequestCounter);
+struct Finished<'a>(&'a dyn Observer);
 
 impl Drop for Finished<'_> {
     fn drop(&mut self) {
@@ -1098,9 +1005,18 @@ fn parse_error(status: http::StatusCode, bytes: &[u8]) -> json::ErrorBody {
     })
 }
 
-fn to_repository_error(status: http::StatusCode, error: &json::ErrorBody) -> RepositoryError {
-    let message = error.message.clone().unwrap_or_default();
-    classify_code(OPERATION, Some(status.as_u16()), error.code(), message)
+/// The service's refusal, once no retry is left.
+fn refused(status: http::StatusCode, error: &json::ErrorBody) -> WireError {
+    WireError::Refused {
+        status: status.as_u16(),
+        code: error.code().to_owned(),
+        message: error.message.clone().unwrap_or_default(),
+    }
+}
+
+/// What the service's error answer means (`dynalimit_core::failure`).
+fn class(status: http::StatusCode, error: &json::ErrorBody) -> ErrorClass {
+    failure::classify(Some(status.as_u16()), error.code())
 }
 
 /// Whether the service refused the request's credentials.
@@ -1119,7 +1035,7 @@ fn answer_code(answer: &Answer) -> &str {
 /// Whether the service refused the request for throughput.
 fn throttled(answer: &Answer) -> bool {
     matches!(answer, Answer::Failure(status, error)
-        if matches!(to_repository_error(*status, error), RepositoryError::Throttled { .. }))
+        if class(*status, error) == ErrorClass::Throttled)
 }
 
 /// Throttling and server errors are retried; everything else is an answer.
@@ -1129,8 +1045,8 @@ fn retryable(answer: &Answer) -> bool {
     };
     status.is_server_error()
         || matches!(
-            to_repository_error(*status, error),
-            RepositoryError::Throttled { .. } | RepositoryError::Unavailable { .. }
+            class(*status, error),
+            ErrorClass::Throttled | ErrorClass::Unavailable
         )
 }
 
@@ -1213,23 +1129,31 @@ mod tests {
             http::StatusCode::BAD_REQUEST,
             br#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionConflictException","message":"busy"}"#,
         );
-        assert!(matches!(
-            to_repository_error(http::StatusCode::BAD_REQUEST, &conflict),
-            RepositoryError::TransactionConflict { .. }
-        ));
+        assert_eq!(
+            class(http::StatusCode::BAD_REQUEST, &conflict),
+            ErrorClass::Conflict
+        );
+        assert_eq!(
+            refused(http::StatusCode::BAD_REQUEST, &conflict),
+            WireError::Refused {
+                status: 400,
+                code: "TransactionConflictException".into(),
+                message: "busy".into(),
+            }
+        );
         let missing = parse_error(
             http::StatusCode::BAD_REQUEST,
             br#"{"__type":"com.amazonaws.dynamodb.v20120810#ResourceNotFoundException","message":"Requested resource not found"}"#,
         );
-        assert!(matches!(
-            to_repository_error(http::StatusCode::BAD_REQUEST, &missing),
-            RepositoryError::TableNotFound { .. }
-        ));
+        assert_eq!(
+            class(http::StatusCode::BAD_REQUEST, &missing),
+            ErrorClass::NotFound
+        );
         let gateway = parse_error(http::StatusCode::BAD_GATEWAY, b"upstream");
-        assert!(matches!(
-            to_repository_error(http::StatusCode::BAD_GATEWAY, &gateway),
-            RepositoryError::Unavailable { .. }
-        ));
+        assert_eq!(
+            class(http::StatusCode::BAD_GATEWAY, &gateway),
+            ErrorClass::Unavailable
+        );
     }
 
     #[test]
