@@ -224,7 +224,7 @@ fn exit_code(error: &anyhow::Error) -> u8 {
             RepositoryError::PermissionDenied { .. }
             | RepositoryError::Throttled { .. }
             | RepositoryError::Unavailable { .. }
-            | RepositoryError::Rejected { .. },
+            | RepositoryError::InvalidRequest { .. },
         ) => 3,
         _ => 1,
     }

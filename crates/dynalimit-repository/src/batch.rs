@@ -7,7 +7,7 @@ use dynalimit_format::item::{self, Item};
 
 use crate::RepositoryError;
 use crate::error::classify;
-use crate::retry::Backoff;
+use crate::retry::RetryBackoff;
 
 /// Retries of the unprocessed keys or items of one batch request.
 const UNPROCESSED_RETRIES: u32 = 5;
@@ -34,7 +34,7 @@ pub(crate) async fn get_item(
 }
 
 /// Reads `keys` (at most 100) of `table` with `BatchGetItem`, strongly consistent when
-/// `consistent`, retrying unprocessed keys with [`Backoff::UNPROCESSED`]. Returns the items
+/// `consistent`, retrying unprocessed keys with [`RetryBackoff::UNPROCESSED`]. Returns the items
 /// found, in no particular order.
 ///
 /// # Errors
@@ -54,7 +54,7 @@ pub async fn batch_get_items(
             .set_keys(Some(std::mem::take(&mut pending)))
             .set_consistent_read(consistent.then_some(true))
             .build()
-            .map_err(|e| RepositoryError::Rejected {
+            .map_err(|e| RepositoryError::InvalidRequest {
                 operation: "BatchGetItem",
                 code: "ConstructionFailure".into(),
                 message: e.to_string(),
@@ -83,13 +83,13 @@ pub async fn batch_get_items(
                 message: format!("{} keys unprocessed after retries", pending.len()),
             });
         }
-        Backoff::UNPROCESSED.pause(retry).await;
+        RetryBackoff::UNPROCESSED.pause(retry).await;
     }
     Ok(found)
 }
 
 /// Deletes `keys` of `table` with `BatchWriteItem` in groups of 25, retrying unprocessed
-/// items with [`Backoff::UNPROCESSED`]. Returns how many were deleted. Deleting is
+/// items with [`RetryBackoff::UNPROCESSED`]. Returns how many were deleted. Deleting is
 /// idempotent, so a lost answer is harmless: running the call again finishes the job.
 ///
 /// # Errors
@@ -143,7 +143,7 @@ pub(crate) async fn batch_delete(
                     ),
                 });
             }
-            Backoff::UNPROCESSED.pause(retry).await;
+            RetryBackoff::UNPROCESSED.pause(retry).await;
         }
     }
     Ok(deleted)

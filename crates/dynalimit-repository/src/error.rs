@@ -149,8 +149,8 @@ pub enum RepositoryError {
     /// `ValidationError`, or any other 4xx that is not throttling, a permission, a conflict
     /// or a failed condition. Sending it again fails the same way, so it is never reported
     /// as unavailable ([`RepositoryError::is_invalid_request`]).
-    #[error("DynamoDB rejected {operation} ({code}): {message}")]
-    Rejected {
+    #[error("DynamoDB refused {operation} as invalid ({code}): {message}")]
+    InvalidRequest {
         /// The DynamoDB operation.
         operation: &'static str,
         /// The service's error code.
@@ -285,13 +285,13 @@ impl RepositoryError {
     }
 
     /// True when the request cannot be served as asked, now or later: DynamoDB refused it as
-    /// invalid ([`RepositoryError::Rejected`]), or the stored configuration names more limits
+    /// invalid ([`RepositoryError::InvalidRequest`]), or the stored configuration names more limits
     /// than a bucket's requests carry ([`RepositoryError::TooManyLimits`]). Neither is an
     /// outage, so `on_unavailable` does not govern them.
     pub fn is_invalid_request(&self) -> bool {
         matches!(
             self,
-            RepositoryError::Rejected { .. } | RepositoryError::TooManyLimits { .. }
+            RepositoryError::InvalidRequest { .. } | RepositoryError::TooManyLimits { .. }
         )
     }
 
@@ -376,7 +376,7 @@ where
             operation,
             message: format!("unreadable response: {}", error_chain(&err)),
         },
-        SdkError::ConstructionFailure(_) => RepositoryError::Rejected {
+        SdkError::ConstructionFailure(_) => RepositoryError::InvalidRequest {
             operation,
             code: "ConstructionFailure".into(),
             message: error_chain(&err),
@@ -405,7 +405,7 @@ pub(crate) fn classify_code(
             operation,
             message: format!("{code}: {message}"),
         },
-        ErrorClass::Invalid => RepositoryError::Rejected {
+        ErrorClass::Invalid => RepositoryError::InvalidRequest {
             operation,
             code: code.to_string(),
             message,
@@ -456,7 +456,7 @@ mod tests {
             (413, "HTTP413"),
         ] {
             let e = class(status, code);
-            assert!(matches!(e, RepositoryError::Rejected { .. }), "{e:?}");
+            assert!(matches!(e, RepositoryError::InvalidRequest { .. }), "{e:?}");
             assert!(e.is_invalid_request(), "{code}");
             assert!(!e.is_unavailable() && !e.is_retryable(), "{code}");
         }

@@ -120,7 +120,7 @@ impl Repository {
         let (forward, reverse) = match (forward, reverse) {
             (Ok(f), Ok(r)) => (f, r),
             (Err(e), _) | (_, Err(e)) => {
-                return Err(RepositoryError::Rejected {
+                return Err(RepositoryError::InvalidRequest {
                     operation: "TransactWriteItems",
                     code: "Build".into(),
                     message: e.to_string(),

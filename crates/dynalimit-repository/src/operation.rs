@@ -35,12 +35,12 @@ use dynalimit_format::{attr, bucket::BucketKey};
 
 use crate::batch::batch_get_items;
 use crate::error::classify;
-use crate::retry::{self, Attempt, Backoff};
+use crate::retry::{self, Attempt, RetryBackoff};
 use crate::{Repository, RepositoryError};
 
 /// Attempts of one reset or top-up while it loses races (a shard written since the read, a
 /// transaction conflict) or its answer is lost: the first and three more, each re-reading
-/// and re-planning after a pause of [`Backoff::RACE`].
+/// and re-planning after a pause of [`RetryBackoff::RACE`].
 pub const OPERATION_ATTEMPTS: u32 = 4;
 
 /// Options of [`Repository::reset_bucket`] and [`Repository::top_up`].
@@ -325,7 +325,7 @@ impl Repository {
         let mut last = None;
         for attempt in 1..=OPERATION_ATTEMPTS {
             if attempt > 1 {
-                Backoff::RACE.pause(attempt - 1).await;
+                RetryBackoff::RACE.pause(attempt - 1).await;
             }
             let read = self.operation_read(&call).await?;
             let ent = incarnation
@@ -498,7 +498,7 @@ impl Repository {
             if let Some(c) = &condition {
                 put = put.with_expr(c);
             }
-            let put = put.build().map_err(|e| RepositoryError::Rejected {
+            let put = put.build().map_err(|e| RepositoryError::InvalidRequest {
                 operation: "TransactWriteItems",
                 code: "ConstructionFailure".to_owned(),
                 message: e.to_string(),
@@ -528,7 +528,7 @@ impl Repository {
                     PERMANENT_REASONS.contains(&code).then(|| code.to_owned())
                 });
                 return match permanent {
-                    Some(code) => Err(RepositoryError::Rejected {
+                    Some(code) => Err(RepositoryError::InvalidRequest {
                         operation: "TransactWriteItems",
                         code,
                         message: format!(

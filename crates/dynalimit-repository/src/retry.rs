@@ -6,11 +6,11 @@
 //! conditional writes, batches and transactions.
 //!
 //! # Pauses
-//! Every retry loop of the workspace waits with a [`Backoff`], one named policy per kind of
-//! failure: [`Backoff::CONFLICT`] (a transaction conflict on one item),
-//! [`Backoff::UNPROCESSED`] (keys or items a batch request left unprocessed),
-//! [`Backoff::RACE`] (a conditional transaction that lost to another writer) and
-//! [`Backoff::of_client`] (the client's own retry configuration, for bucket writes). Pauses
+//! Every retry loop of the workspace waits with a [`RetryBackoff`], one named policy per kind of
+//! failure: [`RetryBackoff::CONFLICT`] (a transaction conflict on one item),
+//! [`RetryBackoff::UNPROCESSED`] (keys or items a batch request left unprocessed),
+//! [`RetryBackoff::RACE`] (a conditional transaction that lost to another writer) and
+//! [`RetryBackoff::of_client`] (the client's own retry configuration, for bucket writes). Pauses
 //! are the async runtime's timer, not a repository's clock: a clock injected for tests moves
 //! the time of buckets, not the pauses between attempts.
 //!
@@ -32,10 +32,10 @@
 use aws_sdk_dynamodb::error::SdkError;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 
-pub use dynalimit_wire::retry::{Backoff, OnThrottle};
 pub(crate) use dynalimit_wire::retry::{
     Budget, RETRY_COST, Resend, THROTTLING_RETRY_COST, max_attempts, never_connected,
 };
+pub use dynalimit_wire::retry::{OnThrottle, RetryBackoff};
 
 use crate::RepositoryError;
 

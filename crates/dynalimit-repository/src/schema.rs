@@ -24,7 +24,7 @@ fn key(name: &str, key_type: KeyType) -> Result<KeySchemaElement, RepositoryErro
 }
 
 fn build_error(message: String) -> RepositoryError {
-    RepositoryError::Rejected {
+    RepositoryError::InvalidRequest {
         operation: "CreateTable",
         code: "Build".into(),
         message,

@@ -75,7 +75,7 @@ impl Observer for Reporting {
 ///
 /// # Errors
 /// [`RepositoryError::OutcomeUnknown`] when an attempt may have been applied and its answer
-/// was lost; [`RepositoryError::Rejected`] for a failed condition; otherwise the classified
+/// was lost; [`RepositoryError::InvalidRequest`] for a failed condition; otherwise the classified
 /// failure once the retries are spent.
 pub async fn send_update(
     wire: &FastPath,
@@ -99,7 +99,7 @@ pub async fn send_update(
     };
     match wire.update_item(&request).await? {
         UpdateOutcome::Updated(_) => Ok(()),
-        UpdateOutcome::ConditionFailed(_) => Err(RepositoryError::Rejected {
+        UpdateOutcome::ConditionFailed(_) => Err(RepositoryError::InvalidRequest {
             operation: OPERATION,
             code: "ConditionalCheckFailedException".into(),
             message: "the condition failed".into(),

@@ -1,5 +1,5 @@
 //! How a request is sent again: the declarations a write carries ([`Resend`], [`OnThrottle`]),
-//! the pauses between attempts ([`Backoff`]) and the retry quota ([`Budget`]).
+//! the pauses between attempts ([`RetryBackoff`]) and the retry quota ([`Budget`]).
 //!
 //! The transport carries out what the caller declares. A request is sent again after a
 //! refused connection or a 4xx refusal (throttling, a refused signature or credential): nothing
@@ -54,7 +54,7 @@ impl OnThrottle {
 /// How long to wait before retry number `n` (1 for the first retry): a cap of
 /// `first × 2^(n-1)`, never above `max`, and a random pause below it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
+pub struct RetryBackoff {
     first: Duration,
     max: Duration,
     jitter: Jitter,
@@ -70,18 +70,18 @@ enum Jitter {
     Half,
 }
 
-impl Backoff {
+impl RetryBackoff {
     /// A transaction conflict on one item: full jitter below 25, 50, 100 ms, …
-    pub const CONFLICT: Backoff = Backoff::new(25, 1600, Jitter::Full);
+    pub const CONFLICT: RetryBackoff = RetryBackoff::new(25, 1600, Jitter::Full);
     /// Keys or items a batch request left unprocessed (DynamoDB asks for exponential
     /// backoff): half jitter below 50, 100, 200 ms, … up to 3.2 s.
-    pub const UNPROCESSED: Backoff = Backoff::new(50, 3200, Jitter::Half);
+    pub const UNPROCESSED: RetryBackoff = RetryBackoff::new(50, 3200, Jitter::Half);
     /// A conditional transaction that lost to another writer and is planned again: full
     /// jitter below 50, 100, 200 and 400 ms.
-    pub const RACE: Backoff = Backoff::new(50, 400, Jitter::Full);
+    pub const RACE: RetryBackoff = RetryBackoff::new(50, 400, Jitter::Full);
 
-    const fn new(first_ms: u64, max_ms: u64, jitter: Jitter) -> Backoff {
-        Backoff {
+    const fn new(first_ms: u64, max_ms: u64, jitter: Jitter) -> RetryBackoff {
+        RetryBackoff {
             first: Duration::from_millis(first_ms),
             max: Duration::from_millis(max_ms),
             jitter,
@@ -90,10 +90,10 @@ impl Backoff {
 
     /// The backoff of a client's retry configuration (the SDK's standard one when it has
     /// none): full jitter below `initial_backoff × 2^(n-1)`, at most `max_backoff`.
-    pub fn of_client(config: Option<&RetryConfig>) -> Backoff {
+    pub fn of_client(config: Option<&RetryConfig>) -> RetryBackoff {
         let standard = RetryConfig::standard();
         let retry = config.unwrap_or(&standard);
-        Backoff {
+        RetryBackoff {
             first: retry.initial_backoff(),
             max: retry.max_backoff(),
             jitter: Jitter::Full,
@@ -117,7 +117,7 @@ impl Backoff {
         }
     }
 
-    /// Waits [`Backoff::delay`] of retry `n`.
+    /// Waits [`RetryBackoff::delay`] of retry `n`.
     pub async fn pause(&self, n: u32) {
         tokio::time::sleep(self.delay(n)).await;
     }
@@ -212,7 +212,7 @@ mod tests {
         let config = RetryConfig::standard()
             .with_initial_backoff(Duration::from_millis(10))
             .with_max_backoff(Duration::from_millis(50));
-        let policy = Backoff::of_client(Some(&config));
+        let policy = RetryBackoff::of_client(Some(&config));
         for _ in 0..200 {
             assert!(policy.delay(1) < Duration::from_millis(10));
             assert!(policy.delay(2) < Duration::from_millis(20));
@@ -223,15 +223,15 @@ mod tests {
     #[test]
     fn named_policies_keep_their_caps_and_jitter() {
         for _ in 0..200 {
-            assert!(Backoff::CONFLICT.delay(1) < Duration::from_millis(25));
-            assert!(Backoff::CONFLICT.delay(3) < Duration::from_millis(100));
-            let d = Backoff::UNPROCESSED.delay(2);
+            assert!(RetryBackoff::CONFLICT.delay(1) < Duration::from_millis(25));
+            assert!(RetryBackoff::CONFLICT.delay(3) < Duration::from_millis(100));
+            let d = RetryBackoff::UNPROCESSED.delay(2);
             assert!(
                 d >= Duration::from_millis(50) && d < Duration::from_millis(100),
                 "{d:?}"
             );
-            assert!(Backoff::UNPROCESSED.delay(20) < Duration::from_millis(3200));
-            assert!(Backoff::RACE.delay(9) < Duration::from_millis(400));
+            assert!(RetryBackoff::UNPROCESSED.delay(20) < Duration::from_millis(3200));
+            assert!(RetryBackoff::RACE.delay(9) < Duration::from_millis(400));
         }
     }
 

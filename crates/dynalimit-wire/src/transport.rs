@@ -296,7 +296,7 @@ pub struct FastPath {
     next_forced_ms: AtomicI64,
     /// Why the last resolution failed, while no credentials are held.
     last_failure: Mutex<Option<NoCredentials>>,
-    retry: retry::Backoff,
+    retry: retry::RetryBackoff,
     max_attempts: u32,
     budget: Arc<retry::Budget>,
     attempt_timeout: Option<Duration>,
@@ -417,7 +417,7 @@ impl FastPath {
             next_resolve_ms: AtomicI64::new(i64::MIN),
             next_forced_ms: AtomicI64::new(i64::MIN),
             last_failure: Mutex::new(None),
-            retry: retry::Backoff::of_client(config.retry_config()),
+            retry: retry::RetryBackoff::of_client(config.retry_config()),
             max_attempts: retry::max_attempts(config.retry_config()),
             budget,
             attempt_timeout: timeouts.and_then(|t| t.operation_attempt_timeout()),

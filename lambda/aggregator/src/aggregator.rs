@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use dynalimit_core::{Clock, SystemClock};
 use dynalimit_format::item;
 use dynalimit_format::usage::watermark_seq;
-use dynalimit_repository::retry::Backoff;
+use dynalimit_repository::retry::RetryBackoff;
 use dynalimit_repository::{RepositoryError, batch_get_items};
 use futures::StreamExt;
 
@@ -214,7 +214,7 @@ impl Aggregator {
         let mut last_error = String::new();
         for attempt in 0..GROUP_ATTEMPTS {
             if attempt > 0 {
-                Backoff::RACE.pause(attempt).await;
+                RetryBackoff::RACE.pause(attempt).await;
             }
             let watermarks = match self.read_watermarks(&buckets).await {
                 Ok(w) => w,

@@ -272,7 +272,7 @@ async fn a_request_the_table_refuses_as_invalid_is_an_error_under_allow() {
         proxy.fail_next("UpdateItem", "ValidationException", 1);
         let refused = acquire("warm").await;
         assert!(
-            matches!(&refused, Err(Error::InvalidRequest(RepositoryError::Rejected { code, .. })) if code == "ValidationException"),
+            matches!(&refused, Err(Error::InvalidRequest(RepositoryError::InvalidRequest { code, .. })) if code == "ValidationException"),
             "fast path {fast}: {refused:?}"
         );
         // A bucket's create transaction.

@@ -176,7 +176,7 @@ async fn a_failed_propagation_write_updates_the_other_shards_and_a_later_pass_he
     assert_eq!(failed, [2], "{:?}", doubling.failed);
     assert!(matches!(
         doubling.failed[0].1,
-        RepositoryError::Rejected { .. }
+        RepositoryError::InvalidRequest { .. }
     ));
     let stale = counts(&table, &ns, 8).await;
     let healed = Some((8, CP));

@@ -63,7 +63,7 @@ use crate::RepositoryError;
 use crate::batch::{batch_get_items, get_item};
 use crate::error::{classify, classify_code, error_chain};
 pub use crate::retry::OnThrottle;
-use crate::retry::{self, Attempt, Backoff, Resend};
+use crate::retry::{self, Attempt, Resend, RetryBackoff};
 use crate::wire::{FastPath, UpdateItem, UpdateOutcome, Written};
 
 /// What the slow path of an acquire reads of one shard in one `BatchGetItem` (reference
@@ -329,7 +329,7 @@ impl BucketStore {
                             if attempt < CONFLICT_ATTEMPTS =>
                         {
                             crate::metrics::contention_retry("UpdateItem");
-                            Backoff::CONFLICT.pause(attempt).await;
+                            RetryBackoff::CONFLICT.pause(attempt).await;
                             attempt += 1;
                         }
                         Err(RepositoryError::TransactionConflict { .. }) => return Err(contended()),
@@ -413,7 +413,7 @@ impl BucketStore {
         (resend, on_throttle): (Resend, OnThrottle),
     ) -> Result<Update, RepositoryError> {
         let config = self.client.config();
-        let backoff = retry::Backoff::of_client(config.retry_config());
+        let backoff = retry::RetryBackoff::of_client(config.retry_config());
         let max_attempts = retry::max_attempts(config.retry_config());
         let mut attempt = 0;
         let mut paid = 0;
@@ -843,7 +843,7 @@ impl BucketStore {
                     return Ok(Transacted::Contended);
                 }
                 crate::metrics::contention_retry("TransactWriteItems");
-                Backoff::CONFLICT.pause(attempt + 1).await;
+                RetryBackoff::CONFLICT.pause(attempt + 1).await;
                 attempt += 1;
                 continue;
             }
@@ -1518,7 +1518,7 @@ fn contended() -> RepositoryError {
 }
 
 fn build_error(operation: &'static str, e: &dyn std::error::Error) -> RepositoryError {
-    RepositoryError::Rejected {
+    RepositoryError::InvalidRequest {
         operation,
         code: "ConstructionFailure".to_owned(),
         message: e.to_string(),

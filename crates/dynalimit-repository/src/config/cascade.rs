@@ -22,7 +22,7 @@ use dynalimit_format::version;
 
 use super::access::Scope;
 use crate::error::classify;
-use crate::retry::Backoff;
+use crate::retry::RetryBackoff;
 use crate::{Repository, RepositoryError};
 
 /// The deepest ancestor chain a move accepts.
@@ -248,7 +248,7 @@ impl Repository {
                             .as_service_error()
                             .is_some_and(|s| s.is_transaction_conflict_exception()) =>
                 {
-                    Backoff::CONFLICT.pause(attempt).await;
+                    RetryBackoff::CONFLICT.pause(attempt).await;
                     attempt += 1;
                 }
                 Err(err) => return Err(classify("UpdateItem", err)),

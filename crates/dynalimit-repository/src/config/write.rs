@@ -30,7 +30,7 @@ use crate::namespace::absent;
 use crate::{Repository, RepositoryError};
 
 pub(super) fn build_err(e: impl std::fmt::Display) -> RepositoryError {
-    RepositoryError::Rejected {
+    RepositoryError::InvalidRequest {
         operation: "TransactWriteItems",
         code: "Build".into(),
         message: e.to_string(),

@@ -428,7 +428,7 @@ mod tests {
 
     #[test]
     fn a_request_the_table_refuses_is_a_server_error_not_an_outage() {
-        let refused = dynalimit_repository::RepositoryError::Rejected {
+        let refused = dynalimit_repository::RepositoryError::InvalidRequest {
             operation: "UpdateItem",
             code: "ValidationException".into(),
             message: "too many operators".into(),
