@@ -595,7 +595,7 @@ async fn task(limiter: &RateLimiter, owner: &str, seed: u64, until: Instant) -> 
             }
             4..=5 => {
                 let back = adjust.min(tpm);
-                let _ = lease.release("tpm", back);
+                let _ = lease.give_back("tpm", back);
                 (
                     tokio::time::timeout(STUCK_AFTER, lease.commit()).await,
                     Some(vec![("tpm", back)]),

@@ -319,12 +319,12 @@ impl Lease {
         self.lease().adjust(limit, delta)
     }
 
-    /// Gives tokens back ([`crate::Lease::release`]).
+    /// Gives tokens back ([`crate::Lease::give_back`]).
     ///
     /// # Errors
     /// As the async lease's.
-    pub fn release(&self, limit: &str, amount: i64) -> Result<(), Error> {
-        self.lease().release(limit, amount)
+    pub fn give_back(&self, limit: &str, amount: i64) -> Result<(), Error> {
+        self.lease().give_back(limit, amount)
     }
 
     /// Writes the adjustments ([`crate::Lease::commit`]).

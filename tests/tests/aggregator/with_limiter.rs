@@ -47,7 +47,7 @@ async fn acquires_adjustments_and_rollbacks_sum_to_the_consumed_tokens() {
             }
             // Returned part of the estimate.
             2 => {
-                lease.release("tpm", 40).unwrap();
+                lease.give_back("tpm", 40).unwrap();
                 lease.commit().await.unwrap();
                 if entity == "alice" {
                     rpm += 1;

@@ -23,7 +23,7 @@ fn a_blocking_limiter_admits_refuses_and_settles_like_the_async_one() {
     assert_eq!(first.statuses()[0].available, 2);
     first.commit().unwrap();
     let second = limiter.acquire("k", "gpt-4", [("rph", 2)]).unwrap();
-    second.release("rph", 1).unwrap();
+    second.give_back("rph", 1).unwrap();
     second.commit().unwrap();
     // One token left: a request for two is refused, one for one admitted and dropped.
     let refused = limiter.acquire("k", "gpt-4", [("rph", 2)]).unwrap_err();

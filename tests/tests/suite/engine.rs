@@ -672,7 +672,7 @@ async fn conservation_after_adjustments_rollbacks_and_dropped_leases() {
     expected_tpm += 750;
     let b = acquire(1, 500).await.unwrap();
     b.adjust("tpm", -400).unwrap();
-    b.release("tpm", 50).unwrap();
+    b.give_back("tpm", 50).unwrap();
     b.commit().await.unwrap();
     expected_rpm += 1;
     expected_tpm += 50;
@@ -1668,7 +1668,7 @@ async fn lease_adjustments_are_checked_and_never_wrap() {
         Err(Error::Invalid(_))
     ));
     assert!(matches!(
-        lease.release("rpm", i64::MIN),
+        lease.give_back("rpm", i64::MIN),
         Err(Error::Invalid(_))
     ));
     lease.adjust("rpm", 2).unwrap();

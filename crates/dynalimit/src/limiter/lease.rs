@@ -176,7 +176,7 @@ impl Lease {
     ///
     /// # Errors
     /// As [`Lease::adjust`].
-    pub fn release(&self, limit: &str, amount: i64) -> Result<(), Error> {
+    pub fn give_back(&self, limit: &str, amount: i64) -> Result<(), Error> {
         self.adjust(limit, amount.saturating_neg())
     }
 

@@ -716,7 +716,7 @@ impl Acquire<'_> {
     ///     .also("moderation", [("rpm", 1)])
     ///     .await?;
     /// if let Some(moderation) = lease.resource("moderation") {
-    ///     moderation.release("rpm", 1)?; // not needed after all
+    ///     moderation.give_back("rpm", 1)?; // not needed after all
     /// }
     /// lease.commit().await?;
     /// # Ok(()) }
