@@ -8,6 +8,7 @@
 //! the table and is escaped first, as the table output escapes it.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::Path;
 
 use dynalimit_repository::UsageSnapshot;
@@ -28,6 +29,12 @@ pub(crate) struct Series {
 }
 
 impl Series {
+    /// The points with time in whole hours since the epoch: every window starts on one, so
+    /// the time axis's labels fall on window starts.
+    fn hourly(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.points.iter().map(|(t, v)| (t.div_euclid(3600), *v))
+    }
+
     fn label(&self) -> String {
         format!(
             "{} on {}, {}",
@@ -86,6 +93,24 @@ pub(crate) fn panels(snapshots: &[UsageSnapshot]) -> (Vec<Panel>, usize) {
         })
         .collect();
     (panels, unreadable)
+}
+
+/// The hour range and the value range that hold every point of `series`: never empty, and
+/// from zero (or the lowest value below it) to the largest value (at least 1).
+fn axes<'a>(series: impl IntoIterator<Item = &'a Series>) -> (Range<i64>, Range<i64>) {
+    let (mut first, mut last, mut bottom, mut top) = (i64::MAX, i64::MIN, 0, 1);
+    for (hour, value) in series.into_iter().flat_map(Series::hourly) {
+        (first, last) = (first.min(hour), last.max(hour));
+        (bottom, top) = (bottom.min(value), top.max(value));
+    }
+    if first > last {
+        (first, last) = (0, 0);
+    }
+    (first..last.max(first + 1), bottom..top)
+}
+
+fn drawing(e: impl std::fmt::Display) -> ChartError {
+    ChartError::Draw(e.to_string())
 }
 
 fn iso(second: i64) -> String {
@@ -217,16 +242,7 @@ impl DrawingBackend for &mut Braille {
 
 /// The braille chart of one series, `columns` characters wide.
 fn braille_chart(series: &Series, columns: usize) -> Result<Vec<String>, ChartError> {
-    let draw = |e: &dyn std::fmt::Display| ChartError::Draw(e.to_string());
-    let hours: Vec<(i64, i64)> = series
-        .points
-        .iter()
-        .map(|(t, v)| (t.div_euclid(3600), *v))
-        .collect();
-    let first = hours.first().map_or(0, |p| p.0);
-    let last = hours.last().map_or(0, |p| p.0).max(first + 1);
-    let top = hours.iter().map(|p| p.1).max().unwrap_or(0).max(1);
-    let bottom = hours.iter().map(|p| p.1).min().unwrap_or(0).min(0);
+    let (hours, values) = axes([series]);
     let mut canvas = Braille::new(columns, 16);
     {
         let area = (&mut canvas).into_drawing_area();
@@ -234,8 +250,8 @@ fn braille_chart(series: &Series, columns: usize) -> Result<Vec<String>, ChartEr
             .margin_right(12)
             .x_label_area_size(12)
             .y_label_area_size(20)
-            .build_cartesian_2d(first..last, bottom..top)
-            .map_err(|e| draw(&e))?;
+            .build_cartesian_2d(hours, values)
+            .map_err(drawing)?;
         chart
             .configure_mesh()
             .disable_mesh()
@@ -247,11 +263,11 @@ fn braille_chart(series: &Series, columns: usize) -> Result<Vec<String>, ChartEr
                     .unwrap_or_default()
             })
             .draw()
-            .map_err(|e| draw(&e))?;
+            .map_err(drawing)?;
         chart
-            .draw_series(LineSeries::new(hours.iter().copied(), BLACK))
-            .map_err(|e| draw(&e))?;
-        area.present().map_err(|e| draw(&e))?;
+            .draw_series(LineSeries::new(series.hourly(), BLACK))
+            .map_err(drawing)?;
+        area.present().map_err(drawing)?;
     }
     Ok(canvas.lines())
 }
@@ -333,24 +349,13 @@ pub(crate) fn svg(panels: &[Panel]) -> Result<String, ChartError> {
     }
     const PANEL_HEIGHT: u32 = 320;
     let height = PANEL_HEIGHT * u32::try_from(panels.len()).unwrap_or(u32::MAX / PANEL_HEIGHT);
-    let draw = |e: &dyn std::fmt::Display| ChartError::Draw(e.to_string());
     let mut out = String::new();
     {
         let root = SVGBackend::with_string(&mut out, (960, height)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| draw(&e))?;
+        root.fill(&WHITE).map_err(drawing)?;
         let areas = root.split_evenly((panels.len(), 1));
         for (area, panel) in areas.iter().zip(panels) {
-            // Time in whole hours since the epoch: every window starts on one, and the axis
-            // labels fall on them.
-            let all: Vec<(i64, i64)> = panel
-                .series
-                .iter()
-                .flat_map(|s| s.points.iter().map(|(t, v)| (t.div_euclid(3600), *v)))
-                .collect();
-            let first = all.iter().map(|p| p.0).min().unwrap_or(0);
-            let last = all.iter().map(|p| p.0).max().unwrap_or(0).max(first + 1);
-            let top = all.iter().map(|p| p.1).max().unwrap_or(0).max(1);
-            let bottom = all.iter().map(|p| p.1).min().unwrap_or(0).min(0);
+            let (hours, values) = axes(&panel.series);
             let mut chart = ChartBuilder::on(area)
                 .caption(
                     format!("{}: whole tokens per window", escape(&panel.limit)),
@@ -359,22 +364,19 @@ pub(crate) fn svg(panels: &[Panel]) -> Result<String, ChartError> {
                 .margin(12)
                 .x_label_area_size(32)
                 .y_label_area_size(64)
-                .build_cartesian_2d(first..last, bottom..top)
-                .map_err(|e| draw(&e))?;
+                .build_cartesian_2d(hours, values)
+                .map_err(drawing)?;
             chart
                 .configure_mesh()
                 .x_labels(6)
                 .x_label_formatter(&|h| iso(h.saturating_mul(3600)))
                 .draw()
-                .map_err(|e| draw(&e))?;
+                .map_err(drawing)?;
             for (i, series) in panel.series.iter().enumerate() {
                 let color = Palette99::pick(i).to_rgba();
                 chart
-                    .draw_series(LineSeries::new(
-                        series.points.iter().map(|(t, v)| (t.div_euclid(3600), *v)),
-                        color,
-                    ))
-                    .map_err(|e| draw(&e))?
+                    .draw_series(LineSeries::new(series.hourly(), color))
+                    .map_err(drawing)?
                     .label(series.label())
                     .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color));
             }
@@ -383,9 +385,9 @@ pub(crate) fn svg(panels: &[Panel]) -> Result<String, ChartError> {
                 .background_style(WHITE.mix(0.8))
                 .border_style(BLACK)
                 .draw()
-                .map_err(|e| draw(&e))?;
+                .map_err(drawing)?;
         }
-        root.present().map_err(|e| draw(&e))?;
+        root.present().map_err(drawing)?;
     }
     Ok(out)
 }

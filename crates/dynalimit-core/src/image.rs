@@ -318,6 +318,23 @@ impl BucketImage {
         self.schedules.get(name)
     }
 
+    /// Limit `name`'s parameter schedule, reset schedule and session window length (seconds):
+    /// the configured limit's when `limits` holds it, else the item's own.
+    pub fn timing<'a>(
+        &'a self,
+        name: &str,
+        limits: &'a [Limit],
+    ) -> (Option<&'a Schedule>, Option<&'a ResetSchedule>, Option<i64>) {
+        match limits.iter().find(|l| l.name() == name) {
+            Some(l) => (l.schedule(), l.reset(), l.window_seconds()),
+            None => (
+                self.schedule(name),
+                self.resets.get(name),
+                self.window_length(name),
+            ),
+        }
+    }
+
     /// Limit `name`'s parameters on this shard at `now`, by the schedules stored on the item
     /// (a quota's ceiling is its grant plus the period's top-ups).
     pub fn params_at(&self, name: &str, state: &LimitState, now: i64) -> ShardParams {

@@ -192,15 +192,7 @@ impl<'a> Working<'a> {
             top_ups: BTreeMap::new(),
         };
         for (name, state) in &img.limits {
-            let configured = limits.iter().find(|l| l.name() == name);
-            let (sched, reset, window) = match configured {
-                Some(l) => (l.schedule(), l.reset(), l.window_seconds()),
-                None => (
-                    img.schedule(name),
-                    img.resets.get(name),
-                    img.window_length(name),
-                ),
-            };
+            let (sched, reset, window) = img.timing(name, limits);
             let (from, p) = match reset {
                 None if window.is_some() => {
                     // A newer window a sibling opened is applied, even one that has ended

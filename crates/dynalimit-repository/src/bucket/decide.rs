@@ -550,14 +550,7 @@ pub fn plan_refill(
         let configured = limits.iter().find(|l| l.name() == name);
         // A configured limit's schedules are the configuration's; a carried one keeps the
         // item's.
-        let (sched, reset, window) = match configured {
-            Some(l) => (l.schedule(), l.reset(), l.window_seconds()),
-            None => (
-                img.schedule(name),
-                img.resets.get(name),
-                img.window_length(name),
-            ),
-        };
+        let (sched, reset, window) = img.timing(name, limits);
         if let Some(s) = sched {
             vote(s.next_change(now));
         }
