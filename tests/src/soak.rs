@@ -13,8 +13,12 @@
 //! * `debited`: amounts known to be applied (admitted acquires, adjustments up that were
 //!   committed); `credited`: known to be applied (rollbacks, releases);
 //! * `maybe_debited` / `maybe_credited`: amounts whose outcome the caller cannot know (an
-//!   acquire refused as unavailable, whose debits or whose compensation may stand; a commit or
-//!   rollback that failed).
+//!   acquire refused as unavailable, whose debits or whose compensation may stand; the debits
+//!   a rejection names as unsettled; a commit or rollback that failed).
+//!
+//! The schedule counts the emulator's up time: the time a restart takes (longer on a loaded
+//! machine) moves the later events and the end, so every run has the same time to admit,
+//! refuse and fault. The workers run until the orchestrator closes their standard input.
 //!
 //! The checks, per bucket owner and limit: the table's `Σ tc` over the shards lies within
 //! `[debited − credited − maybe_credited, debited − credited + maybe_debited]` (every unknown
@@ -26,6 +30,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aws_config::{BehaviorVersion, Region};
@@ -71,7 +77,7 @@ pub struct Options {
     pub workers: u32,
     /// Tasks per worker.
     pub tasks: u32,
-    /// Length of the acquiring phase.
+    /// Length of the acquiring phase, in seconds of the emulator's up time.
     pub seconds: u64,
     /// Probability that a data-plane request is faulted.
     pub fault_rate: f64,
@@ -116,6 +122,9 @@ pub struct Ledger {
     pub admitted: u64,
     /// Acquires refused as rate limited.
     pub rejected: u64,
+    /// Of those, refused with a give-back that did not land for certain
+    /// ([`dynalimit::Rejection::unsettled`]).
+    pub unsettled: u64,
     /// Acquires refused as unavailable.
     pub unavailable: u64,
     /// Of those, refused because an outcome was unknown.
@@ -145,6 +154,7 @@ impl Ledger {
         }
         self.admitted += other.admitted;
         self.rejected += other.rejected;
+        self.unsettled += other.unsettled;
         self.unavailable += other.unavailable;
         self.unknown += other.unknown;
         self.failed_settlements += other.failed_settlements;
@@ -206,6 +216,8 @@ pub struct Report {
     pub elapsed_s: f64,
     /// Emulator restarts done.
     pub restarts: u32,
+    /// Seconds the emulator was down (from each kill until it answered again).
+    pub down_s: f64,
     /// Doublings of the parent's shards done (its final count).
     pub parent_shards: i64,
     /// Workers that did not end on time or failed.
@@ -315,6 +327,7 @@ pub async fn run(options: &Options, worker_exe: &Path) -> Result<Report, SoakErr
             .arg(serde_json::to_string(options).map_err(setup)?)
             .arg(w.to_string())
             .env("DYNALIMIT_TEST_ENDPOINT", &endpoint)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -331,9 +344,12 @@ pub async fn run(options: &Options, worker_exe: &Path) -> Result<Report, SoakErr
     }
     events.sort();
     let mut restarts = 0;
+    // The time the emulator was down: the schedule runs on up time.
+    let mut down = Duration::ZERO;
     for (at, restart) in events {
-        tokio::time::sleep(at.saturating_sub(started.elapsed())).await;
+        tokio::time::sleep((at + down).saturating_sub(started.elapsed())).await;
         if restart {
+            let killed = Instant::now();
             if let Some(running) = emulator.take() {
                 // SIGKILL the JVM, the watchdog shell's child, then reap the shell.
                 let _ = Command::new("pkill")
@@ -343,13 +359,19 @@ pub async fn run(options: &Options, worker_exe: &Path) -> Result<Report, SoakErr
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
             emulator = Some(DynamoDbLocal::start_persistent_in(&dir, port, &db)?);
+            down += killed.elapsed();
             restarts += 1;
         } else {
             double_parent(&repo).await;
         }
     }
 
-    let deadline = Instant::now() + total.saturating_sub(started.elapsed()) + STUCK_AFTER * 3;
+    tokio::time::sleep((total + down).saturating_sub(started.elapsed())).await;
+    // The end: each worker's standard input closes.
+    for child in &mut workers {
+        drop(child.stdin.take());
+    }
+    let deadline = Instant::now() + STUCK_AFTER * 3;
     let mut ledger = Ledger::default();
     let mut failed_workers = Vec::new();
     for (w, mut child) in workers.into_iter().enumerate() {
@@ -415,6 +437,7 @@ pub async fn run(options: &Options, worker_exe: &Path) -> Result<Report, SoakErr
         balances,
         elapsed_s: elapsed.as_secs_f64(),
         restarts,
+        down_s: down.as_secs_f64(),
         parent_shards,
         failed_workers,
     })
@@ -503,14 +526,21 @@ pub async fn worker(options: &Options, index: u32) -> Result<Ledger, RepositoryE
     let repo = open(client).await?;
     let limiter = RateLimiter::with_on_unavailable(repo, OnUnavailable::Block);
     proxy.chaos(options.fault_rate, options.seed * 1000 + u64::from(index));
-    let until = Instant::now() + Duration::from_secs(options.seconds);
+    // Until the orchestrator closes standard input (or goes away).
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopper = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        stopper.store(true, Ordering::Relaxed);
+    });
     let mut tasks = Vec::new();
     for t in 0..options.tasks {
         let limiter = limiter.clone();
         let seed = options.seed * 1_000_000 + u64::from(index) * 1000 + u64::from(t);
         let owner = child((index * options.tasks + t) % CHILDREN);
+        let stop = Arc::clone(&stop);
         tasks.push(tokio::spawn(async move {
-            task(&limiter, &owner, seed, until).await
+            task(&limiter, &owner, seed, &stop).await
         }));
     }
     let mut ledger = Ledger::default();
@@ -530,23 +560,36 @@ pub async fn worker(options: &Options, index: u32) -> Result<Ledger, RepositoryE
     Ok(ledger)
 }
 
-async fn task(limiter: &RateLimiter, owner: &str, seed: u64, until: Instant) -> Ledger {
+async fn task(limiter: &RateLimiter, owner: &str, seed: u64, stop: &AtomicBool) -> Ledger {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut ledger = Ledger::default();
     let owners = [owner, PARENT];
-    while Instant::now() < until {
+    let mut unavailable_in_a_row = 0u32;
+    while !stop.load(Ordering::Relaxed) {
         let tpm: i64 = rng.random_range(1..=100);
         let amounts = [("rpm", 1), ("tpm", tpm)];
         let acquired =
             tokio::time::timeout(STUCK_AFTER, limiter.acquire(owner, RESOURCE, amounts)).await;
+        if !matches!(acquired, Ok(Err(Error::Unavailable { .. }))) {
+            unavailable_in_a_row = 0;
+        }
         let lease = match acquired {
             Err(_) => {
                 ledger.stuck += 1;
                 continue;
             }
             Ok(Ok(lease)) => lease,
-            Ok(Err(Error::Rejected(_))) => {
+            Ok(Err(Error::Rejected(rejection))) => {
                 ledger.rejected += 1;
+                // A debit given back without confirmation may stand.
+                if !rejection.unsettled().is_empty() {
+                    ledger.unsettled += 1;
+                }
+                for u in rejection.unsettled() {
+                    for (limit, n) in u.amounts() {
+                        ledger.amounts(u.entity_id(), limit).maybe_debited += n;
+                    }
+                }
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 continue;
             }
@@ -561,8 +604,10 @@ async fn task(limiter: &RateLimiter, owner: &str, seed: u64, until: Instant) -> 
                         ledger.amounts(o, limit).maybe_debited += n;
                     }
                 }
-                // As a caller would, it waits a little before trying again.
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                // As a caller would, it waits before trying again, longer while the
+                // limiter stays unavailable.
+                tokio::time::sleep(Duration::from_millis(20 << unavailable_in_a_row.min(4))).await;
+                unavailable_in_a_row += 1;
                 continue;
             }
             Ok(Err(e)) => {

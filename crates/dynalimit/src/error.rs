@@ -139,7 +139,8 @@ pub enum Error {
     #[error("pause store: {0}")]
     PauseStore(#[source] Box<dyn std::error::Error + Send + Sync>),
 
-    /// The request was refused; nothing was taken.
+    /// The request was refused; nothing was taken, except what
+    /// [`Rejection::unsettled`] names.
     #[error("{0}")]
     Rejected(#[from] Rejection),
 
@@ -216,7 +217,8 @@ impl Error {
         }
     }
 
-    /// Whether this is a refusal (nothing was taken; retrying later may succeed).
+    /// Whether this is a refusal (nothing was taken but what [`Rejection::unsettled`] names;
+    /// retrying later may succeed).
     pub fn is_rejected(&self) -> bool {
         matches!(self, Error::Rejected(_))
     }

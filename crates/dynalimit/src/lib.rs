@@ -134,4 +134,4 @@ pub use dynalimit_repository::{
 pub use error::Error;
 #[cfg(feature = "dynamodb")]
 pub use limiter::{Lease, OnUnavailable, RateLimiter};
-pub use rejection::{LimitStatus, Overload, Reason, Rejection};
+pub use rejection::{LimitStatus, Overload, Reason, Rejection, Unsettled};

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 pub use dynalimit_core::image::LimitStatus;
 
-/// A refused acquire: nothing was taken.
+/// A refused acquire: nothing was taken, except what [`Rejection::unsettled`] names.
 ///
 /// Every component refuses the same way, in the manner of tokio's semaphore and governor's
 /// `NotUntil`: a refusal is a value in the `Err` of a `Result`, carrying what the caller needs
@@ -31,8 +31,53 @@ pub use dynalimit_core::image::LimitStatus;
 pub struct Rejection {
     reason: Reason,
     retry_after: Option<Duration>,
-    bucket: Option<(String, String)>,
+    /// Boxed: a refusal is returned by value on every refusing path, and stays small.
+    bucket: Option<Box<(String, String)>>,
     statuses: Vec<LimitStatus>,
+    unsettled: Vec<Unsettled>,
+}
+
+/// A debit a refused acquire had made on another bucket and gave back, whose give-back failed
+/// or has an unknown outcome (a credit is never sent twice: a second landing would hand out
+/// tokens nobody returned). The debit may stand until refill: the bucket holds fewer tokens
+/// than it would, never more, and its usage count (`tc`) may include it.
+///
+/// A cascade debits the child and its parent; when the parent refuses, the child's debit is
+/// given back (and the other way round). A multi-resource acquire gives back the resources
+/// that were debited when one refuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsettled {
+    entity_id: String,
+    resource: String,
+    amounts: Vec<(String, i64)>,
+}
+
+impl Unsettled {
+    /// The debit of `amounts` (whole tokens per limit) on the bucket of `entity_id` on
+    /// `resource`.
+    #[cfg(feature = "dynamodb")]
+    pub(crate) fn new(entity_id: &str, resource: &str, amounts: Vec<(String, i64)>) -> Self {
+        Unsettled {
+            entity_id: entity_id.to_owned(),
+            resource: resource.to_owned(),
+            amounts,
+        }
+    }
+
+    /// The entity whose bucket was debited.
+    pub fn entity_id(&self) -> &str {
+        &self.entity_id
+    }
+
+    /// The resource of that bucket.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// Whole tokens debited per limit, by name: at most this much may stand.
+    pub fn amounts(&self) -> &[(String, i64)] {
+        &self.amounts
+    }
 }
 
 /// Why an acquire was refused.
@@ -96,8 +141,9 @@ impl Rejection {
         Rejection {
             reason: Reason::Limits,
             retry_after: Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-            bucket: Some((entity_id.to_owned(), resource.to_owned())),
+            bucket: Some(Box::new((entity_id.to_owned(), resource.to_owned()))),
             statuses,
+            unsettled: Vec::new(),
         }
     }
 
@@ -108,14 +154,22 @@ impl Rejection {
         self
     }
 
+    /// This rejection with the give-backs that did not land for certain.
+    #[cfg(feature = "dynamodb")]
+    pub(crate) fn with_unsettled(mut self, unsettled: Vec<Unsettled>) -> Self {
+        self.unsettled = unsettled;
+        self
+    }
+
     /// Writers kept colliding on the bucket of `entity_id` on `resource`.
     #[cfg(feature = "dynamodb")]
     pub(crate) fn contended(entity_id: &str, resource: &str) -> Self {
         Rejection {
             reason: Reason::Contended,
             retry_after: Some(CONTENDED_RETRY),
-            bucket: Some((entity_id.to_owned(), resource.to_owned())),
+            bucket: Some(Box::new((entity_id.to_owned(), resource.to_owned()))),
             statuses: Vec::new(),
+            unsettled: Vec::new(),
         }
     }
 
@@ -128,8 +182,9 @@ impl Rejection {
         Rejection {
             reason: Reason::Paused { until_epoch_ms },
             retry_after: Some(left),
-            bucket: bucket.map(|(e, r)| (e.to_owned(), r.to_owned())),
+            bucket: bucket.map(|(e, r)| Box::new((e.to_owned(), r.to_owned()))),
             statuses: Vec::new(),
+            unsettled: Vec::new(),
         }
     }
 
@@ -141,6 +196,7 @@ impl Rejection {
             retry_after,
             bucket: None,
             statuses: Vec::new(),
+            unsettled: Vec::new(),
         }
     }
 
@@ -156,6 +212,7 @@ impl Rejection {
             retry_after: None,
             bucket: None,
             statuses: Vec::new(),
+            unsettled: Vec::new(),
         }
     }
 
@@ -178,12 +235,12 @@ impl Rejection {
 
     /// The entity whose bucket refused (the parent when a cascade was refused).
     pub fn entity_id(&self) -> Option<&str> {
-        self.bucket.as_ref().map(|(e, _)| e.as_str())
+        self.bucket.as_deref().map(|(e, _)| e.as_str())
     }
 
     /// The resource of the bucket that refused.
     pub fn resource(&self) -> Option<&str> {
-        self.bucket.as_ref().map(|(_, r)| r.as_str())
+        self.bucket.as_deref().map(|(_, r)| r.as_str())
     }
 
     /// Every declared limit's status on the shard that was tried (the limit reported is that
@@ -201,6 +258,13 @@ impl Rejection {
     /// The status of limit `name`.
     pub fn status(&self, name: &str) -> Option<&LimitStatus> {
         self.statuses.iter().find(|s| s.limit.name() == name)
+    }
+
+    /// The debits this acquire made and gave back whose give-back failed or has an unknown
+    /// outcome; empty when nothing was taken. Each may stand until refill, so a caller that
+    /// keeps its own account of consumption counts them as possibly consumed.
+    pub fn unsettled(&self) -> &[Unsettled] {
+        &self.unsettled
     }
 
     /// The deadline of a pause, epoch milliseconds, when the reason is one.
@@ -224,7 +288,7 @@ impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let bucket = self
             .bucket
-            .as_ref()
+            .as_deref()
             .map(|(e, r)| format!(" for {e}/{r}"))
             .unwrap_or_default();
         match &self.reason {
@@ -256,6 +320,13 @@ impl fmt::Display for Rejection {
         }
         if let Some(after) = self.retry_after {
             write!(f, "; retry after {:.3}s", after.as_secs_f64())?;
+        }
+        for u in &self.unsettled {
+            write!(
+                f,
+                "; a debit on {}/{} was given back without confirmation and may stand",
+                u.entity_id, u.resource
+            )?;
         }
         Ok(())
     }

@@ -19,11 +19,14 @@ async fn nothing_is_admitted_beyond_capacity_and_every_unknown_outcome_is_accoun
         .expect("the soak runs");
     let ledger = &report.ledger;
     println!(
-        "soak: {:.0} s, admitted {}, rejected {}, unavailable {} ({} unknown outcomes), \
+        "soak: {:.0} s ({:.0} s down), admitted {}, rejected {} ({} unsettled), unavailable {} \
+         ({} unknown outcomes), \
          failed settlements {}, faults {:?}",
         report.elapsed_s,
+        report.down_s,
         ledger.admitted,
         ledger.rejected,
+        ledger.unsettled,
         ledger.unavailable,
         ledger.unknown,
         ledger.failed_settlements,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use dynalimit_core::Limit;
 use dynalimit_core::bucket::{MAX_SHARD_COUNT, bucket_ttl};
+use dynalimit_core::limit::MILLI;
 use dynalimit_core::schedule::{ResetSchedule, Schedule};
 use dynalimit_format::config::{self, walk};
 use dynalimit_repository::bucket::decide::{
@@ -25,7 +26,7 @@ use rand::Rng;
 
 use super::inner::{Demand, Inner};
 use super::rejections::{Moment, Verdict};
-use crate::Rejection;
+use crate::{Rejection, Unsettled};
 
 /// What one owner's debit produced.
 #[derive(Debug, Clone)]
@@ -1199,17 +1200,33 @@ impl Inner {
         written
     }
 
-    pub(super) async fn compensate(&self, entry: &Entry) {
+    /// Gives back everything `entry` debited for a refused acquire; the give-back when it
+    /// failed or its outcome is unknown (it is not sent again, and the debit may stand).
+    pub(super) async fn compensate(&self, entry: &Entry) -> Option<Unsettled> {
         let net = entry
             .consumed
             .iter()
             .map(|(n, c)| (n.clone(), -c))
             .collect();
-        if let Err(e) = self.credit(entry, &net).await {
-            tracing::warn!(
-                entity_id = %entry.key.entity_id, resource = %entry.key.resource, error = %e,
-                "compensation failed or its outcome is unknown (not sent again); the debit may stand"
-            );
-        }
+        let e = self.credit(entry, &net).await.err()?;
+        tracing::warn!(
+            entity_id = %entry.key.entity_id, resource = %entry.key.resource, error = %e,
+            "compensation failed or its outcome is unknown (not sent again); the debit may stand"
+        );
+        let amounts = entry
+            .consumed
+            .iter()
+            .map(|(n, c)| {
+                (
+                    n.clone(),
+                    c.div_euclid(MILLI) + i64::from(c.rem_euclid(MILLI) != 0),
+                )
+            })
+            .collect();
+        Some(Unsettled::new(
+            &entry.key.entity_id,
+            &entry.key.resource,
+            amounts,
+        ))
     }
 }

@@ -19,7 +19,7 @@ use super::detach::Detach;
 use super::engine::{Entry, Refusal, Role};
 use super::inner::{Demand, Inner, Pending, remaining, repo_error, unknown_name};
 use super::lease::Lease;
-use crate::{Error, Rejection};
+use crate::{Error, Rejection, Unsettled};
 
 /// Distributed rate limiter over one namespace of a DynamoDB table. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -334,8 +334,13 @@ impl RateLimiter {
             .await
         {
             Ok(entries) => Ok(Lease::new(Arc::clone(&self.inner), entries)),
-            Err((owner, refusal)) => {
-                Box::pin(self.refused(entity_id, resource, owner, refusal, on_unavailable)).await
+            Err(Refused {
+                owner,
+                refusal,
+                unsettled,
+            }) => {
+                let refused = self.refused(entity_id, resource, owner, refusal, on_unavailable);
+                with_unsettled(Box::pin(refused).await, unsettled)
             }
         }
     }
@@ -372,13 +377,22 @@ impl RateLimiter {
         }
         let mut refusals = Vec::new();
         let mut refunds = Vec::new();
+        let mut unsettled = Vec::new();
         for ((resource, _), outcome) in parts.into_iter().zip(outcomes) {
             match outcome {
                 Ok(entries) => refunds.extend(entries),
-                Err((owner, refusal)) => refusals.push((resource, owner, refusal)),
+                Err(refused) => {
+                    unsettled.extend(refused.unsettled);
+                    refusals.push((resource, refused.owner, refused.refusal));
+                }
             }
         }
-        futures::future::join_all(refunds.iter().map(|e| self.inner.compensate(e))).await;
+        unsettled.extend(
+            futures::future::join_all(refunds.iter().map(|e| self.inner.compensate(e)))
+                .await
+                .into_iter()
+                .flatten(),
+        );
         // A disabled resource outranks a rejection, a rejection anything else.
         let rank = |r: &Refusal| match r {
             Refusal::Disabled => 0,
@@ -408,12 +422,13 @@ impl RateLimiter {
                 on_unavailable,
             )
             .await;
-        match (outcome, longest) {
+        let outcome = match (outcome, longest) {
             (Err(Error::Rejected(rejection)), Some(ms)) => Err(Error::Rejected(
                 rejection.retry_at_least(Duration::from_millis(ms.max(0).unsigned_abs())),
             )),
             (other, _) => other,
-        }
+        };
+        with_unsettled(outcome, unsettled)
     }
 
     /// What a refused acquire returns: the refusal as an error, or under `on_unavailable =
@@ -517,7 +532,7 @@ impl RateLimiter {
         resource: &str,
         demand: &Demand,
         limits: Option<&[Limit]>,
-    ) -> Result<Vec<Entry>, (String, Refusal)> {
+    ) -> Result<Vec<Entry>, Refused> {
         let inner = &self.inner;
         if let Some(Some(parent)) = inner.known_parent(entity_id, resource) {
             let shares = match limits {
@@ -547,7 +562,7 @@ impl RateLimiter {
         demand: &Demand,
         (mine, theirs): (&Demand, &Demand),
         limits: Option<&[Limit]>,
-    ) -> Result<Vec<Entry>, (String, Refusal)> {
+    ) -> Result<Vec<Entry>, Refused> {
         let inner = &self.inner;
         let (child, up) = futures::join!(
             inner.acquire_one(
@@ -578,23 +593,26 @@ impl RateLimiter {
                     return Ok(vec![c, p]);
                 }
                 // The item says the cascade changed: the item wins.
-                Box::pin(inner.compensate(&p)).await;
-                if demand.keys().all(|name| c.consumed.contains_key(name)) {
-                    return Box::pin(self.cold_parent(c, resource, demand, limits)).await;
-                }
-                // The child was sent only its part: the whole demand is decided again.
-                Box::pin(inner.compensate(&c)).await;
-                Box::pin(self.cold_cascade(entity_id, resource, demand, limits)).await
+                let mut unsettled: Vec<Unsettled> =
+                    Box::pin(inner.compensate(&p)).await.into_iter().collect();
+                let decided = if demand.keys().all(|name| c.consumed.contains_key(name)) {
+                    Box::pin(self.cold_parent(c, resource, demand, limits)).await
+                } else {
+                    // The child was sent only its part: the whole demand is decided again.
+                    unsettled.extend(Box::pin(inner.compensate(&c)).await);
+                    Box::pin(self.cold_cascade(entity_id, resource, demand, limits)).await
+                };
+                decided.map_err(|refused| refused.with(unsettled))
             }
             (Ok(c), Err(r)) => {
-                Box::pin(inner.compensate(&c)).await;
-                Err((parent.to_owned(), r))
+                let unsettled = Box::pin(inner.compensate(&c)).await;
+                Err(Refused::by(parent, r).with(unsettled))
             }
             (Err(r), Ok(p)) => {
-                Box::pin(inner.compensate(&p)).await;
-                Err((entity_id.to_owned(), r))
+                let unsettled = Box::pin(inner.compensate(&p)).await;
+                Err(Refused::by(entity_id, r).with(unsettled))
             }
-            (Err(r), Err(_)) => Err((entity_id.to_owned(), r)),
+            (Err(r), Err(_)) => Err(Refused::by(entity_id, r)),
         }
     }
 
@@ -607,7 +625,7 @@ impl RateLimiter {
         resource: &str,
         demand: &Demand,
         limits: Option<&[Limit]>,
-    ) -> Result<Vec<Entry>, (String, Refusal)> {
+    ) -> Result<Vec<Entry>, Refused> {
         let child = self
             .inner
             .acquire_one(
@@ -618,7 +636,7 @@ impl RateLimiter {
                 Role::entity(demand, true),
             )
             .await
-            .map_err(|r| (entity_id.to_owned(), r))?;
+            .map_err(|r| Refused::by(entity_id, r))?;
         self.cold_parent(child, resource, demand, limits).await
     }
 
@@ -630,7 +648,7 @@ impl RateLimiter {
         resource: &str,
         demand: &Demand,
         limits: Option<&[Limit]>,
-    ) -> Result<Vec<Entry>, (String, Refusal)> {
+    ) -> Result<Vec<Entry>, Refused> {
         let Some(parent) = child.parent_id.clone().filter(|_| child.cascade) else {
             return Ok(vec![child]);
         };
@@ -652,10 +670,49 @@ impl RateLimiter {
         {
             Ok(p) => Ok(vec![child, p]),
             Err(r) => {
-                Box::pin(self.inner.compensate(&child)).await;
-                Err((parent, r))
+                let unsettled = Box::pin(self.inner.compensate(&child)).await;
+                Err(Refused::by(&parent, r).with(unsettled))
             }
         }
+    }
+}
+
+/// A refused debit of a cascade: the owner whose bucket refused, why, and the debits given
+/// back whose give-back did not land for certain.
+struct Refused {
+    owner: String,
+    refusal: Refusal,
+    unsettled: Vec<Unsettled>,
+}
+
+impl Refused {
+    fn by(owner: &str, refusal: Refusal) -> Self {
+        Refused {
+            owner: owner.to_owned(),
+            refusal,
+            unsettled: Vec::new(),
+        }
+    }
+
+    fn with(mut self, unsettled: impl IntoIterator<Item = Unsettled>) -> Self {
+        self.unsettled.extend(unsettled);
+        self
+    }
+}
+
+/// A refused acquire's outcome naming the give-backs that did not land for certain: on a
+/// rejection, in [`Rejection::unsettled`]. Any other outcome (an unavailable limiter, a
+/// disabled resource, a lease admitted under `on_unavailable = allow`) is returned as it is;
+/// the warning of each give-back that failed is logged.
+fn with_unsettled(
+    outcome: Result<Lease, Error>,
+    unsettled: Vec<Unsettled>,
+) -> Result<Lease, Error> {
+    match outcome {
+        Err(Error::Rejected(rejection)) if !unsettled.is_empty() => {
+            Err(Error::Rejected(rejection.with_unsettled(unsettled)))
+        }
+        other => other,
     }
 }
 
