@@ -13,7 +13,12 @@ async fn nothing_is_admitted_beyond_capacity_and_every_unknown_outcome_is_accoun
         // Killing and restarting needs a private emulator.
         return;
     }
-    let options = Options::default();
+    // 20 s of up time: each phase between the events still admits and refuses by the
+    // hundred.
+    let options = Options {
+        seconds: 20,
+        ..Options::default()
+    };
     let report = soak::run(&options, Path::new(env!("CARGO_BIN_EXE_dynalimit-soak")))
         .await
         .expect("the soak runs");
