@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::Client;
 use clap::Args;
 use dynalimit_format::version::{self, VersionRecord};
 use dynalimit_repository::{Repository, RepositoryError};
-use dynalimit_stack::{self as stack, StackError, Tool};
+use dynalimit_stack::{self as stack, StackError, Template, Tool};
 
 use crate::context::Global;
 use crate::infra::{Code, CodeArgs};
@@ -144,6 +144,15 @@ pub(crate) async fn check(global: &Global) -> Result<()> {
 pub(crate) struct UpgradeArgs {
     #[command(flatten)]
     pub(crate) code: CodeArgs,
+    /// Update the aggregator's code alone: the stack keeps its template, its other parameters
+    /// and its tags. Needs the code (built, or --aggregator-zip / --aggregator-binary).
+    #[arg(long)]
+    pub(crate) lambda_only: bool,
+    /// Accepted for zae-limiter's command lines, and always in effect: an upgrade applies the
+    /// template and the code it is given whatever versions the table records (code already
+    /// running is recognized by its content and left as it is).
+    #[arg(long)]
+    pub(crate) force: bool,
     /// How often to poll CloudFormation while waiting, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 5000, hide = true)]
     pub(crate) poll_ms: u64,
@@ -153,7 +162,9 @@ pub(crate) struct UpgradeArgs {
 /// client may not use (a newer client raised its `client_min_version`; it is never lowered)
 /// before changing anything; then updates the stack with this release's template (keeping its
 /// parameters), uploads the aggregator code when the stack has the aggregator and code is
-/// given or built, and refreshes the version record (`lambda_version` with the code).
+/// given or built, and refreshes the version record (`lambda_version` with the code). With
+/// `--lambda-only` only the code changes (the stack keeps its template, parameters and tags),
+/// and code is required.
 ///
 /// An answer lost after a step was applied leaves a state a second `upgrade` completes: the
 /// stack update is found done (CloudFormation has nothing to update), the code is uploaded
@@ -201,16 +212,43 @@ pub(crate) async fn upgrade(global: &Global, args: &UpgradeArgs) -> Result<()> {
     };
     if ours
         && !with_aggregator
-        && (args.code.aggregator_zip.is_some() || args.code.aggregator_binary.is_some())
+        && (args.lambda_only
+            || args.code.aggregator_zip.is_some()
+            || args.code.aggregator_binary.is_some())
     {
         return Err(crate::context::bad_input(anyhow!(
             "stack {} runs without the aggregator: deploy it with the aggregator to add code",
             global.stack
         )));
     }
-    eprintln!("upgrading stack {} …", global.stack);
+    if ours && args.lambda_only && code.is_none() {
+        return Err(crate::context::bad_input(anyhow!(
+            "--lambda-only updates the aggregator's code, and there is none: build it with \
+             `scripts/build-lambda`, or pass --aggregator-zip or --aggregator-binary"
+        )));
+    }
+    if args.force {
+        eprintln!(
+            "note: --force is always in effect: the template and the code given are applied \
+             whatever versions the table records"
+        );
+    }
+    let template = if args.lambda_only {
+        Template::Kept
+    } else {
+        Template::Current
+    };
+    eprintln!(
+        "upgrading {} of stack {} …",
+        if args.lambda_only {
+            "the aggregator's code"
+        } else {
+            "the template and the code"
+        },
+        global.stack
+    );
     let upgraded = manager
-        .upgrade(code.as_deref(), &mut crate::delete::progress)
+        .upgrade(code.as_deref(), template, &mut crate::delete::progress)
         .await?;
     let repo = global.writer().await?;
     let lambda = code.as_ref().map(|_| version::COMPATIBILITY_VERSION);

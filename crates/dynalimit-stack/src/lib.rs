@@ -736,6 +736,16 @@ impl fmt::Display for StackEvent {
     }
 }
 
+/// The template an upgrade applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Template {
+    /// This release's template, with the stack's tags marked at this release.
+    Current,
+    /// The template the stack runs, with its tags as they are: an upgrade of the
+    /// aggregator's code alone.
+    Kept,
+}
+
 /// Creates, updates, inspects and deletes one dynalimit stack.
 #[derive(Debug, Clone)]
 pub struct StackManager {
@@ -855,8 +865,8 @@ impl StackManager {
             Some(info) => {
                 let key = info.parameters.get("AggregatorCodeKey").cloned();
                 let key = key.filter(|_| options.aggregator).unwrap_or_default();
-                let parameters = Self::cfn_parameters(options, &key);
-                self.update(&info, parameters, Self::tags(options), progress)
+                let update = (Self::cfn_parameters(options, &key), Self::tags(options));
+                self.update(&info, update, Template::Current, progress)
                     .await?;
                 self.expect_status().await?
             }
@@ -864,8 +874,8 @@ impl StackManager {
         if let Some(zip) = aggregator_zip {
             let key = self.upload(&info, zip).await?;
             if info.parameters.get("AggregatorCodeKey") != Some(&key) {
-                let parameters = Self::cfn_parameters(options, &key);
-                self.update(&info, parameters, Self::tags(options), progress)
+                let update = (Self::cfn_parameters(options, &key), Self::tags(options));
+                self.update(&info, update, Template::Current, progress)
                     .await?;
                 info = self.expect_status().await?;
             }
@@ -901,8 +911,10 @@ impl StackManager {
     /// (`SchemaVersion` at this release's; a parameter the template added takes its default,
     /// the duration alarm's threshold the default share of the stack's timeout), its own tags
     /// with [`VERSION_TAG_KEY`] at [`RELEASE`]; then, with `aggregator_zip`, uploads the code
-    /// and switches the function to it, as [`StackManager::deploy`] does. Every resource event
-    /// is passed to `progress`. The updates name the stack by the id read with its mark.
+    /// and switches the function to it, as [`StackManager::deploy`] does. With
+    /// [`Template::Kept`] (the CLI's `upgrade --lambda-only`) only the code changes: the
+    /// switch keeps the stack's template, its other parameters and its tags. Every resource
+    /// event is passed to `progress`. The updates name the stack by the id read with its mark.
     ///
     /// An answer lost after an update was accepted leaves the update running or done; the
     /// next `upgrade` waits for nothing and finds it (CloudFormation reports an in-progress
@@ -912,14 +924,23 @@ impl StackManager {
     /// # Errors
     /// [`StackError::NotFound`] without a stack; [`StackError::Foreign`] (nothing changed)
     /// for a stack without dynalimit's mark; [`StackError::Validation`] for code given to a
-    /// stack without the aggregator; [`StackError::Failed`] for a stack busy or never
-    /// created, or when CloudFormation rolls back; the classified failures.
+    /// stack without the aggregator, and for [`Template::Kept`] without code (nothing to
+    /// do); [`StackError::Failed`] for a stack busy or never created, or when CloudFormation
+    /// rolls back; the classified failures.
     pub async fn upgrade(
         &self,
         aggregator_zip: Option<&[u8]>,
+        template: Template,
         progress: &mut (dyn FnMut(&StackEvent) + Send),
     ) -> Result<StackInfo, StackError> {
         ids::validate_stack_name(&self.name)?;
+        if template == Template::Kept && aggregator_zip.is_none() {
+            return Err(invalid(
+                "lambda-only",
+                "no code",
+                "an upgrade of the code alone needs the aggregator's code",
+            ));
+        }
         let info = self.expect_status().await?;
         info.require_dynalimit(&self.name)?;
         let busy = info.status.ends_with("_IN_PROGRESS");
@@ -942,29 +963,59 @@ impl StackManager {
                 "the stack runs without the aggregator: deploy it with the aggregator first",
             ));
         }
-        let tags = Self::marked_tags(info.tags.clone().into_iter());
-        self.update(
-            &info,
-            Self::kept_parameters(&info, None),
-            tags.clone(),
-            progress,
-        )
-        .await?;
-        let mut info = self.expect_status().await?;
+        let tags = match template {
+            Template::Current => Self::marked_tags(info.tags.clone().into_iter()),
+            Template::Kept => Self::kept_tags(&info),
+        };
+        let mut info = info;
+        if template == Template::Current {
+            let update = (Self::kept_parameters(&info, None, template), tags.clone());
+            self.update(&info, update, template, progress).await?;
+            info = self.expect_status().await?;
+        }
         if let Some(zip) = aggregator_zip {
             let key = self.upload(&info, zip).await?;
             if info.parameters.get("AggregatorCodeKey") != Some(&key) {
-                let parameters = Self::kept_parameters(&info, Some(&key));
-                self.update(&info, parameters, tags, progress).await?;
+                let parameters = Self::kept_parameters(&info, Some(&key), template);
+                self.update(&info, (parameters, tags), template, progress)
+                    .await?;
                 info = self.expect_status().await?;
             }
         }
         Ok(info)
     }
 
+    /// The stack's own tags, as they are.
+    fn kept_tags(info: &StackInfo) -> Vec<Tag> {
+        info.tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect()
+    }
+
     /// The parameters of an upgrade of the stack `info` describes (see
-    /// [`StackManager::upgrade`]), with `code_key` when the code changes.
-    fn kept_parameters(info: &StackInfo, code_key: Option<&str>) -> Vec<Parameter> {
+    /// [`StackManager::upgrade`]), with `code_key` when the code changes. Under
+    /// [`Template::Kept`] every parameter the stack has (whatever its template declares)
+    /// keeps its value, `SchemaVersion` included, and no other is sent.
+    fn kept_parameters(
+        info: &StackInfo,
+        code_key: Option<&str>,
+        template: Template,
+    ) -> Vec<Parameter> {
+        if template == Template::Kept {
+            return info
+                .parameters
+                .keys()
+                .map(|name| {
+                    let p = Parameter::builder().parameter_key(name);
+                    match code_key {
+                        Some(key) if name == "AggregatorCodeKey" => p.parameter_value(key),
+                        _ => p.use_previous_value(true),
+                    }
+                    .build()
+                })
+                .collect();
+        }
         let defaults = StackOptions::default();
         let names = defaults
             .parameters()
@@ -1133,19 +1184,25 @@ impl StackManager {
     }
 
     /// Updates the stack `info` describes, named by its id.
+    /// Updates the stack `info` describes with this release's template, or with the template
+    /// it runs when `template` is [`Template::Kept`], and waits for the update.
     async fn update(
         &self,
         info: &StackInfo,
-        parameters: Vec<Parameter>,
-        tags: Vec<Tag>,
+        (parameters, tags): (Vec<Parameter>, Vec<Tag>),
+        template: Template,
         progress: &mut (dyn FnMut(&StackEvent) + Send),
     ) -> Result<(), StackError> {
         let seen = self.event_ids().await?;
-        let result = self
+        let request = self
             .cfn
             .update_stack()
-            .stack_name(info.id.as_deref().unwrap_or(&self.name))
-            .template_body(TEMPLATE)
+            .stack_name(info.id.as_deref().unwrap_or(&self.name));
+        let request = match template {
+            Template::Current => request.template_body(TEMPLATE),
+            Template::Kept => request.use_previous_template(true),
+        };
+        let result = request
             .set_parameters(Some(parameters))
             .capabilities(Capability::CapabilityNamedIam)
             .set_tags(Some(tags))
@@ -1588,10 +1645,11 @@ mod tests {
                 p.parameter_value().map(str::to_owned),
             )
         };
-        let kept: Vec<_> = StackManager::kept_parameters(&stack, Some("aggregator/k.zip"))
-            .iter()
-            .map(shown)
-            .collect();
+        let kept: Vec<_> =
+            StackManager::kept_parameters(&stack, Some("aggregator/k.zip"), Template::Current)
+                .iter()
+                .map(shown)
+                .collect();
         for (name, previous, value) in &kept {
             match name.as_str() {
                 "SchemaVersion" => assert_eq!(value.as_deref(), Some(SCHEMA_VERSION)),
@@ -1602,12 +1660,30 @@ mod tests {
         }
         assert_eq!(kept.len(), StackOptions::default().parameters().len() + 1);
         // Without new code, the code key stays as it was.
-        let kept = StackManager::kept_parameters(&stack, None);
+        let kept = StackManager::kept_parameters(&stack, None, Template::Current);
         let key = kept
             .iter()
             .find(|p| p.parameter_key() == Some("AggregatorCodeKey"))
             .unwrap();
         assert_eq!(key.use_previous_value(), Some(true));
+        // The code alone: its key changes, every parameter the stack has keeps its value
+        // (the schema version, and one this release's template no longer declares,
+        // included), and none the stack lacks is sent.
+        stack
+            .parameters
+            .insert("RetiredParameter".into(), "x".into());
+        let kept: Vec<_> =
+            StackManager::kept_parameters(&stack, Some("aggregator/k.zip"), Template::Kept)
+                .iter()
+                .map(shown)
+                .collect();
+        for (name, previous, value) in &kept {
+            match name.as_str() {
+                "AggregatorCodeKey" => assert_eq!(value.as_deref(), Some("aggregator/k.zip")),
+                _ => assert_eq!((*previous, value), (Some(true), &None), "{name}"),
+            }
+        }
+        assert_eq!(kept.len(), stack.parameters.len());
     }
 
     #[test]

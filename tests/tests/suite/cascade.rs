@@ -259,10 +259,22 @@ async fn r_first_shard(
         .unwrap()
 }
 
-/// A child's debit given back after its parent refused, through a proxy that loses the
-/// give-back's answer in `fault`'s way: the rejection names the debit as unsettled when the
-/// give-back did not land for certain, and the table shows it standing or given back.
-async fn a_refused_cascade(fault: crate::outcomes::Fault) -> (dynalimit::Rejection, i64) {
+/// Where a refused acquire had debited and gave back.
+#[derive(Debug, Clone, Copy)]
+enum Given {
+    /// The child, when its parent (`org`) refused.
+    Child,
+    /// Another resource of a multi-resource acquire (`gpt-4`, when `moderation` refused).
+    OtherResource,
+}
+
+/// A refused acquire of `key` on gpt-4 whose debit of `key`'s gpt-4 bucket is given back
+/// through a proxy that loses the give-back's answer in `fault`'s way: the rejection, and the
+/// bucket's `tc` after it (1 when the debit stands, 0 when it was given back).
+async fn a_refused_acquire(
+    given: Given,
+    fault: crate::outcomes::Fault,
+) -> (dynalimit::Rejection, i64) {
     use dynalimit::Limit;
     use dynalimit_tests::fault::FaultProxy;
     let table = dynalimit_tests::table().await;
@@ -278,33 +290,36 @@ async fn a_refused_cascade(fault: crate::outcomes::Fault) -> (dynalimit::Rejecti
         .open()
         .await
         .unwrap();
+    let one = [Limit::per_minute("rpm", 1)];
     repo.create_entity(NewEntity::new("org")).await.unwrap();
-    repo.create_entity(NewEntity::new("key").parent("org").cascade(true))
-        .await
-        .unwrap();
-    repo.set_limits("org", "gpt-4", &[Limit::per_minute("rpm", 1)])
-        .await
-        .unwrap();
+    let key = match given {
+        Given::Child => NewEntity::new("key").parent("org").cascade(true),
+        Given::OtherResource => NewEntity::new("key"),
+    };
+    repo.create_entity(key).await.unwrap();
     repo.set_limits("key", "gpt-4", &[Limit::per_minute("rpm", 10)])
         .await
         .unwrap();
+    // The bucket that refuses, its only token spent.
+    let (owner, resource) = match given {
+        Given::Child => ("org", "gpt-4"),
+        Given::OtherResource => ("key", "moderation"),
+    };
+    repo.set_limits(owner, resource, &one).await.unwrap();
     let limiter = dynalimit::RateLimiter::new(repo.clone());
-    // The parent's only token.
-    limiter
-        .acquire("org", "gpt-4", [("rpm", 1)])
-        .await
-        .unwrap()
-        .commit()
-        .await
-        .unwrap();
-    proxy.clear_requests();
+    let spend = limiter.acquire(owner, resource, [("rpm", 1)]).await;
+    spend.unwrap().commit().await.unwrap();
     // The give-back: a credit, pinned on the shard count (the debits are not).
     fault.plan(&proxy, "UpdateItem", Some("\"shard_count\""));
-    let err = limiter
-        .acquire("key", "gpt-4", [("rpm", 1)])
-        .await
-        .unwrap_err();
+    let acquire = limiter.acquire("key", "gpt-4", [("rpm", 1)]);
+    let err = match given {
+        Given::Child => acquire.await,
+        Given::OtherResource => acquire.also("moderation", [("rpm", 1)]).await,
+    }
+    .unwrap_err();
     let rejection = err.rejection().expect("a rejection").clone();
+    assert_eq!(rejection.entity_id(), Some(owner));
+    assert_eq!(rejection.resource(), Some(resource));
     let item = r_first_shard(&table, &repo).await;
     (rejection, get_i64(&item, "b_rpm_tc").unwrap() / 1000)
 }
@@ -313,22 +328,23 @@ async fn a_refused_cascade(fault: crate::outcomes::Fault) -> (dynalimit::Rejecti
 async fn a_give_back_that_did_not_land_for_certain_is_named_by_the_rejection() {
     use crate::outcomes::Fault;
     use dynalimit_tests::fault::Lost;
-    // Never forwarded: the debit stands, and the rejection says it may.
-    let (rejection, tc) = a_refused_cascade(Fault::Hold).await;
-    assert_eq!(rejection.entity_id(), Some("org"));
-    assert_eq!(tc, 1, "the give-back never reached the table");
-    let unsettled = rejection.unsettled();
-    assert_eq!(unsettled.len(), 1, "{rejection}");
-    assert_eq!(unsettled[0].entity_id(), "key");
-    assert_eq!(unsettled[0].resource(), "gpt-4");
-    assert_eq!(unsettled[0].amounts(), [("rpm".to_owned(), 1)]);
-    assert!(rejection.to_string().contains("may stand"), "{rejection}");
-    // Applied, answer lost: given back, and still named (nobody can know it landed).
-    let (rejection, tc) = a_refused_cascade(Fault::After(Lost::Answer500)).await;
-    assert_eq!(tc, 0, "the give-back landed once");
-    assert_eq!(rejection.unsettled().len(), 1, "{rejection}");
-    // A clean give-back: nothing unsettled.
-    let (rejection, tc) = a_refused_cascade(Fault::After(Lost::CutBody)).await;
-    assert_eq!(tc, 0);
-    assert!(rejection.unsettled().is_empty(), "a 2xx is a landed write");
+    for given in [Given::Child, Given::OtherResource] {
+        // Never forwarded: the debit stands, and the rejection says it may.
+        let (rejection, tc) = a_refused_acquire(given, Fault::Hold).await;
+        assert_eq!(tc, 1, "{given:?}: the give-back never reached the table");
+        let unsettled = rejection.unsettled();
+        assert_eq!(unsettled.len(), 1, "{given:?}: {rejection}");
+        assert_eq!(unsettled[0].entity_id(), "key");
+        assert_eq!(unsettled[0].resource(), "gpt-4");
+        assert_eq!(unsettled[0].amounts(), [("rpm".to_owned(), 1)]);
+        assert!(rejection.to_string().contains("may stand"), "{rejection}");
+        // Applied, answer lost: given back, and still named (nobody can know it landed).
+        let (rejection, tc) = a_refused_acquire(given, Fault::After(Lost::Answer500)).await;
+        assert_eq!(tc, 0, "{given:?}: the give-back landed once");
+        assert_eq!(rejection.unsettled().len(), 1, "{given:?}: {rejection}");
+        // A 2xx whose body is cut is a landed give-back: nothing unsettled.
+        let (rejection, tc) = a_refused_acquire(given, Fault::After(Lost::CutBody)).await;
+        assert_eq!(tc, 0, "{given:?}");
+        assert!(rejection.unsettled().is_empty(), "{given:?}: {rejection}");
+    }
 }

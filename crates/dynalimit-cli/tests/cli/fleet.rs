@@ -196,9 +196,15 @@ async fn list_check_and_upgrade_across_both_tools_stacks() {
 
     // upgrade with nothing built: the template only, the code as it was. It is also the
     // second run after one whose answer was lost: the update already applied is found done.
-    let template_only = run(ours, &["upgrade", "--poll-ms", "100"]);
+    // zae-limiter's `--force` is accepted, and says it changes nothing.
+    let template_only = run(ours, &["upgrade", "--poll-ms", "100", "--force"]);
     assert!(
         template_only.stderr.contains("left as it is"),
+        "{}",
+        template_only.stderr
+    );
+    assert!(
+        template_only.stderr.contains("--force is always in effect"),
         "{}",
         template_only.stderr
     );
@@ -207,6 +213,46 @@ async fn list_check_and_upgrade_across_both_tools_stacks() {
         parameters(&cfn, ours).await["AggregatorCodeKey"],
         after["AggregatorCodeKey"]
     );
+
+    // --lambda-only: the code alone; the stack's template, other parameters and tags stay
+    // as they are. (That the update keeps the template, `UsePreviousTemplate`, is not shown
+    // here: moto answers 500 to an update of this stack to another template.)
+    let held = stack_as_held(&cfn, ours).await;
+    let before_code = parameters(&cfn, ours).await;
+    // Without code there is nothing to do: refused before any change.
+    run(ours, &["upgrade", "--poll-ms", "100", "--lambda-only"]).fails(2, "--lambda-only");
+    assert_eq!(stack_as_held(&cfn, ours).await, held);
+    let third = temp_file("fleet-bin-3", "#!/bin/sh\necho third\n");
+    let code_only = run(
+        ours,
+        &[
+            "upgrade",
+            "--poll-ms",
+            "100",
+            "--lambda-only",
+            "--aggregator-binary",
+            third.to_str().unwrap(),
+        ],
+    )
+    .json();
+    assert_eq!(code_only["code_updated"], true);
+    assert_eq!(code_only["dynalimit_version"], RELEASE);
+    let params = parameters(&cfn, ours).await;
+    assert_eq!(
+        params["AggregatorCodeKey"],
+        code_key(&dynalimit_tests_zip(&third))
+    );
+    assert_ne!(
+        params["AggregatorCodeKey"],
+        before_code["AggregatorCodeKey"]
+    );
+    for (name, value) in &before_code {
+        if name != "AggregatorCodeKey" {
+            assert_eq!(&params[name], value, "{name}");
+        }
+    }
+    let (template, tags, _) = stack_as_held(&cfn, ours).await;
+    assert_eq!((template, tags), (held.0.clone(), held.1.clone()));
 
     // A newer client ratcheted the table: check says so (exit 1), upgrade refuses with the
     // stack and the record as they were.
