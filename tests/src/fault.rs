@@ -221,6 +221,28 @@ impl FaultProxy {
         )
     }
 
+    /// Namespace `ns` of `table` opened through this proxy: three attempts, each bounded by
+    /// 1 s (a held or hanging request is an unknown outcome within a second).
+    ///
+    /// # Panics
+    /// When the namespace cannot be opened.
+    pub async fn repository(
+        &self,
+        table: &crate::TestTable,
+        ns: &str,
+    ) -> dynalimit_repository::Repository {
+        let client = self
+            .client(3, Some(std::time::Duration::from_secs(1)))
+            .await;
+        table
+            .builder()
+            .client(client)
+            .namespace(ns)
+            .open()
+            .await
+            .expect("open through the proxy")
+    }
+
     /// Answers the next `n` requests of `operation` (`UpdateItem`, …) with error `code`
     /// (`ThrottlingException`, …) and status 400.
     pub fn fail_next(&self, operation: &str, code: &str, n: usize) {

@@ -130,7 +130,9 @@ pub(crate) struct DeployArgs {
     /// Active AWS X-Ray tracing of the aggregator (off by default).
     #[arg(long, alias = "enable-tracing")]
     pub(crate) tracing: bool,
-    /// Do not create the managed IAM policies.
+    /// Create no IAM resource: no managed policy and no role. The aggregator then needs a
+    /// role of its own (--aggregator-role or --aggregator-role-arn); without one it is left
+    /// out, with a note. The provisioner needs --provisioner-role.
     #[arg(long)]
     pub(crate) no_iam: bool,
     /// Also create application, admin and read-only roles.
@@ -165,9 +167,41 @@ pub(crate) struct DeployArgs {
 }
 
 impl DeployArgs {
+    /// Whether the aggregator is deployed: asked for, and under `--no-iam` with a role of
+    /// its own.
+    fn with_aggregator(&self) -> bool {
+        !self.no_aggregator
+            && (!self.no_iam
+                || self.aggregator_role.is_some()
+                || self.aggregator_role_arn.is_some())
+    }
+
+    /// Refuses, before any request, what `--no-iam` cannot create: code given for an
+    /// aggregator without a role, a provisioner without one.
+    fn check_iam(&self) -> Result<()> {
+        if !self.no_iam {
+            return Ok(());
+        }
+        let code_given =
+            self.code.aggregator_zip.is_some() || self.code.aggregator_binary.is_some();
+        if code_given && !self.with_aggregator() {
+            return Err(crate::context::bad_input(anyhow!(
+                "--no-iam creates no role for the aggregator: give --aggregator-role or \
+                 --aggregator-role-arn, or deploy with --no-aggregator"
+            )));
+        }
+        if self.provisioner && self.provisioner_role.is_none() {
+            return Err(crate::context::bad_input(anyhow!(
+                "--no-iam creates no role for the provisioner: give --provisioner-role"
+            )));
+        }
+        Ok(())
+    }
+
     fn options(&self) -> Result<StackOptions> {
+        self.check_iam()?;
         let mut o = StackOptions::default();
-        o.aggregator = !self.no_aggregator;
+        o.aggregator = self.with_aggregator();
         o.provisioner = self.provisioner;
         macro_rules! set {
             ($($field:ident => $target:ident),* $(,)?) => {
@@ -216,7 +250,7 @@ impl DeployArgs {
     }
 
     fn code(&self, architecture: &str) -> Result<Code> {
-        if self.no_aggregator {
+        if !self.with_aggregator() {
             return Ok(Code::NotWanted);
         }
         self.code.read(architecture)
@@ -252,6 +286,12 @@ pub(crate) enum Code {
 /// stack, say) is refused with [`StackError::Foreign`] before anything is changed.
 pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
     let options = args.options()?;
+    if !args.no_aggregator && !options.aggregator {
+        eprintln!(
+            "note: --no-iam leaves the usage aggregator out (it would need a role): give \
+             --aggregator-role or --aggregator-role-arn to deploy it"
+        );
+    }
     let code = args.code(&options.architecture)?;
     let zip = match &code {
         Code::Zip(bytes, _) => Some(bytes.as_slice()),

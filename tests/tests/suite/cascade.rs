@@ -279,17 +279,7 @@ async fn a_refused_acquire(
     use dynalimit_tests::fault::FaultProxy;
     let table = dynalimit_tests::table().await;
     let proxy = FaultProxy::start().await;
-    let repo = table
-        .builder()
-        .client(
-            proxy
-                .client(3, Some(std::time::Duration::from_secs(1)))
-                .await,
-        )
-        .namespace("unsettled")
-        .open()
-        .await
-        .unwrap();
+    let repo = proxy.repository(&table, "unsettled").await;
     let one = [Limit::per_minute("rpm", 1)];
     repo.create_entity(NewEntity::new("org")).await.unwrap();
     let key = match given {

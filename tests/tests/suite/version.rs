@@ -93,3 +93,32 @@ async fn connect_writes_nothing_and_needs_an_existing_namespace() {
         "{missing}"
     );
 }
+
+/// `upgrade`'s last step, the refresh of the version record, whose answer is lost after it
+/// was applied: sent again (by the client's retries, or by a second `upgrade`), it sets the
+/// same values, and a ratcheted minimum stays as it was.
+#[tokio::test]
+async fn a_refresh_of_the_version_record_whose_answer_is_lost_lands_the_same_values() {
+    use dynalimit_tests::fault::{FaultProxy, Lost};
+    let table = dynalimit_tests::table().await;
+    table.repository("v").await;
+    set_client_min_version(&table, "0.12.0").await;
+    let proxy = FaultProxy::start().await;
+    let repo = proxy.repository(&table, "v").await;
+    for how in [Lost::Answer500, Lost::Reset, Lost::Hang] {
+        proxy.lose_after_applying("UpdateItem", Some("lambda_version"), how, 1);
+        let first = repo.write_version_record(Some("0.2.0")).await;
+        if first.is_err() {
+            // The answer never came: the caller runs the step again.
+            repo.write_version_record(Some("0.2.0")).await.unwrap();
+        }
+        let record = repo.version_record().await.unwrap().unwrap();
+        assert_eq!(record.lambda_version.as_deref(), Some("0.2.0"), "{how:?}");
+        assert_eq!(
+            record.client_min_version, "0.12.0",
+            "{how:?}: never lowered"
+        );
+        assert_eq!(record.schema_version, "0.10.0", "{how:?}");
+    }
+    assert_eq!(proxy.pending(), 0);
+}

@@ -146,6 +146,99 @@ fn deploy_refuses_bad_options_before_any_request() {
         &["deploy", "--aggregator-zip", zip.to_str().unwrap()],
     );
     run.fails(1, "not a zip");
+    // --no-iam creates no role: code for an aggregator without one, or a provisioner
+    // without one, is refused.
+    let binary = temp_file("no-iam-bin", "#!/bin/sh\n");
+    let binary = binary.to_str().unwrap();
+    for (args, needle) in [
+        (
+            &["--no-iam", "--aggregator-binary", binary][..],
+            "no role for the aggregator",
+        ),
+        (
+            &["--no-iam", "--provisioner"][..],
+            "no role for the provisioner",
+        ),
+    ] {
+        run_on("http://127.0.0.1:9", "x", &[&["deploy"][..], args].concat()).fails(2, needle);
+    }
+}
+
+/// The IAM resources of `stack`, by type.
+async fn iam_resources(moto: &MotoServer, stack: &str) -> Vec<String> {
+    let cfn = crate::delete::cloudformation(moto).await;
+    let listed = cfn
+        .list_stack_resources()
+        .stack_name(stack)
+        .send()
+        .await
+        .expect("ListStackResources");
+    listed
+        .stack_resource_summaries()
+        .iter()
+        .filter_map(|r| r.resource_type())
+        .filter(|t| t.starts_with("AWS::IAM::"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn no_iam_creates_no_iam_resource_and_leaves_the_aggregator_out_without_a_role() {
+    let Some(moto) = MotoServer::start() else {
+        return;
+    };
+    let stack = "dynalimit-no-iam";
+    let run = |args: &[&str]| run_json_on(moto.url(), stack, args);
+    // As zae-limiter does: no role, no aggregator, and a note saying so.
+    let deployed = run(&["deploy", "--poll-ms", "100", "--no-iam"]);
+    assert!(
+        deployed
+            .stderr
+            .contains("--no-iam leaves the usage aggregator out"),
+        "{}",
+        deployed.stderr
+    );
+    let deployed = deployed.json();
+    assert!(
+        deployed.get("AggregatorFunctionArn").is_none(),
+        "{deployed}"
+    );
+    assert_eq!(iam_resources(&moto, stack).await, Vec::<String>::new());
+    // With a role of its own (made here by another stack, as a team's IAM pipeline would),
+    // the aggregator is deployed, and still no IAM resource.
+    let cfn = crate::delete::cloudformation(&moto).await;
+    cfn.create_stack()
+        .stack_name("team-roles")
+        .template_body(
+            "Resources:\n  Role:\n    Type: AWS::IAM::Role\n    Properties:\n      \
+             RoleName: limits-aggregator\n      AssumeRolePolicyDocument:\n        \
+             Version: '2012-10-17'\n        Statement:\n          - Effect: Allow\n            \
+             Principal: {Service: lambda.amazonaws.com}\n            Action: sts:AssumeRole\n",
+        )
+        .capabilities(aws_sdk_cloudformation::types::Capability::CapabilityNamedIam)
+        .send()
+        .await
+        .expect("the team's role");
+    let binary = temp_file("no-iam-agg", "#!/bin/sh\necho aggregator\n");
+    let with_role = run(&[
+        "deploy",
+        "--poll-ms",
+        "100",
+        "--no-iam",
+        "--aggregator-role-arn",
+        "arn:aws:iam::123456789012:role/limits-aggregator",
+        "--aggregator-binary",
+        binary.to_str().unwrap(),
+    ]);
+    assert!(!with_role.stderr.contains("leaves the usage aggregator out"));
+    let with_role = with_role.json();
+    assert!(
+        with_role["AggregatorFunctionArn"].is_string(),
+        "{with_role}"
+    );
+    assert_eq!(iam_resources(&moto, stack).await, Vec::<String>::new());
+    run(&["delete", "--yes", "--poll-ms", "100"]).json();
+    moto.drop_retained_table(stack).await;
 }
 
 #[test]
