@@ -1183,9 +1183,9 @@ impl StackManager {
         self.wait("CREATE_COMPLETE", HashSet::new(), progress).await
     }
 
-    /// Updates the stack `info` describes, named by its id.
-    /// Updates the stack `info` describes with this release's template, or with the template
-    /// it runs when `template` is [`Template::Kept`], and waits for the update.
+    /// Updates the stack `info` describes, named by its id, with this release's template, or
+    /// with the template it runs when `template` is [`Template::Kept`], and waits for the
+    /// update.
     async fn update(
         &self,
         info: &StackInfo,
