@@ -31,6 +31,9 @@ pub(crate) struct DeleteArgs {
     /// loopback emulator without a stack, the table.
     #[arg(long, short = 'y')]
     pub(crate) yes: bool,
+    /// Return once CloudFormation accepted the stack's deletion (`status` shows the rest).
+    #[arg(long)]
+    pub(crate) no_wait: bool,
     /// How often to poll CloudFormation while waiting, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 5000, hide = true)]
     pub(crate) poll_ms: u64,
@@ -116,7 +119,8 @@ pub(crate) async fn run(global: &Global, args: &DeleteArgs) -> Result<()> {
     let config = global.sdk_config().await?;
     let manager = global
         .stacks_with(&config)
-        .poll_interval(std::time::Duration::from_millis(args.poll_ms));
+        .poll_interval(std::time::Duration::from_millis(args.poll_ms))
+        .wait_for_completion(!args.no_wait);
     let dynamodb = aws_sdk_dynamodb::Client::new(&config);
     if let Some(info) = read_stack(global, &config, &manager).await? {
         if !info.is_dynalimit() {
@@ -128,6 +132,17 @@ pub(crate) async fn run(global: &Global, args: &DeleteArgs) -> Result<()> {
         }
         eprintln!("deleting stack {} …", global.stack);
         manager.delete(&mut progress).await?;
+        if args.no_wait {
+            let status = manager.status().await?;
+            let status = status.map_or_else(|| "DELETE_COMPLETE".to_owned(), |s| s.status);
+            eprintln!(
+                "note: deletion of stack {} accepted; not waited for",
+                global.stack
+            );
+            let table = read_table(&dynamodb, &global.stack).await?;
+            global.print(&report(&global.stack, &status, table));
+            return Ok(());
+        }
         if let Some(left) = manager.status().await? {
             bail!(
                 "stack {} is still there after its deletion, in {}",

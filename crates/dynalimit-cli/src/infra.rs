@@ -161,6 +161,11 @@ pub(crate) struct DeployArgs {
     /// Stack tag (repeatable).
     #[arg(long = "tag", value_name = "KEY=VALUE")]
     pub(crate) tags: Vec<String>,
+    /// Return once CloudFormation accepted the stack's creation or update. The aggregator's
+    /// code, the version record and the namespace come with a deploy that waits: run deploy
+    /// again once `status` shows the stack complete.
+    #[arg(long)]
+    pub(crate) no_wait: bool,
     /// How often to poll CloudFormation while waiting, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 5000, hide = true)]
     pub(crate) poll_ms: u64,
@@ -300,11 +305,22 @@ pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
     let manager = global
         .stacks()
         .await?
-        .poll_interval(std::time::Duration::from_millis(args.poll_ms));
+        .poll_interval(std::time::Duration::from_millis(args.poll_ms))
+        .wait_for_completion(!args.no_wait);
     eprintln!("deploying stack {} …", global.stack);
     let info = manager
         .deploy(&options, zip, &mut crate::delete::progress)
         .await?;
+    if args.no_wait {
+        eprintln!(
+            "note: stack {} accepted ({}); not waited for. The aggregator's code, the version \
+             record and the namespace come with a deploy that waits: run `dynalimit deploy` \
+             again once `dynalimit status` shows the stack complete.",
+            global.stack, info.status
+        );
+        global.print(&Stack::from(&info));
+        return Ok(());
+    }
     let repo = global.writer().await?;
     repo.write_version_record(zip.map(|_| dynalimit_format::version::COMPATIBILITY_VERSION))
         .await?;

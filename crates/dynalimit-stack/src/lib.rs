@@ -754,6 +754,8 @@ pub struct StackManager {
     s3: aws_sdk_s3::Client,
     poll: Duration,
     max_wait: Duration,
+    /// Whether deploy and delete wait for CloudFormation to finish.
+    wait: bool,
 }
 
 impl StackManager {
@@ -768,7 +770,20 @@ impl StackManager {
             s3: aws_sdk_s3::Client::from_conf(s3_config),
             poll: Duration::from_secs(5),
             max_wait: Duration::from_secs(3600),
+            wait: true,
         }
+    }
+
+    /// Whether [`StackManager::deploy`] and [`StackManager::delete`] wait for CloudFormation
+    /// to finish (default: they do). Without waiting they return once CloudFormation has
+    /// accepted the request, with the stack's status at that moment: a deploy then uploads
+    /// no aggregator code (the code bucket may not exist yet), and refuses a stack whose
+    /// creation failed (deleting it first needs a wait). [`StackManager::upgrade`] always
+    /// waits and refuses a manager that does not.
+    #[must_use]
+    pub fn wait_for_completion(mut self, wait: bool) -> StackManager {
+        self.wait = wait;
+        self
     }
 
     /// How often a wait polls CloudFormation (default 5 s).
@@ -813,9 +828,10 @@ impl StackManager {
     }
 
     /// Creates the stack, or updates it when it exists (a stack whose creation failed is
-    /// deleted and created again), and waits. With `aggregator_zip`, the code is then uploaded
-    /// to the stack's code bucket and the function switched to it. Every resource event is
-    /// passed to `progress`.
+    /// deleted and created again), and waits (unless [`StackManager::wait_for_completion`]
+    /// says not to). With `aggregator_zip`, the code is then uploaded to the stack's code
+    /// bucket and the function switched to it. Every resource event is passed to
+    /// `progress`.
     ///
     /// An existing stack is updated only when it carries dynalimit's mark
     /// ([`StackInfo::is_dynalimit`]: the template's output, or the stack tag of a stack an
@@ -853,6 +869,15 @@ impl StackManager {
                 });
             }
             if info.status == "ROLLBACK_COMPLETE" || info.status == "ROLLBACK_FAILED" {
+                if !self.wait {
+                    return Err(StackError::Failed {
+                        stack: self.name.clone(),
+                        status: info.status.clone(),
+                        reason: "its creation failed: a deploy that waits deletes it and \
+                                 creates it again"
+                            .into(),
+                    });
+                }
                 self.delete(progress).await?;
                 existing = None;
             }
@@ -871,7 +896,7 @@ impl StackManager {
                 self.expect_status().await?
             }
         };
-        if let Some(zip) = aggregator_zip {
+        if let Some(zip) = aggregator_zip.filter(|_| self.wait) {
             let key = self.upload(&info, zip).await?;
             if info.parameters.get("AggregatorCodeKey") != Some(&key) {
                 let update = (Self::cfn_parameters(options, &key), Self::tags(options));
@@ -934,6 +959,13 @@ impl StackManager {
         progress: &mut (dyn FnMut(&StackEvent) + Send),
     ) -> Result<StackInfo, StackError> {
         ids::validate_stack_name(&self.name)?;
+        if !self.wait {
+            return Err(invalid(
+                "wait",
+                "off",
+                "an upgrade updates the stack in steps and waits for each",
+            ));
+        }
         if template == Template::Kept && aggregator_zip.is_none() {
             return Err(invalid(
                 "lambda-only",
@@ -1047,8 +1079,9 @@ impl StackManager {
             .collect()
     }
 
-    /// Deletes the stack (emptying its code bucket first) and waits until it is gone.
-    /// Returns false when there was no stack.
+    /// Deletes the stack (emptying its code bucket first) and waits until it is gone (unless
+    /// [`StackManager::wait_for_completion`] says not to). Returns false when there was no
+    /// stack.
     ///
     /// Only a stack with dynalimit's mark ([`StackInfo::is_dynalimit`]) is deleted; the
     /// request names the stack by the id read with the mark, so a stack of the same name
@@ -1077,7 +1110,7 @@ impl StackManager {
             .send()
             .await
             .map_err(|e| classify("DeleteStack", e))?;
-        self.wait("DELETE_COMPLETE", seen, progress).await?;
+        self.finish("DELETE_COMPLETE", seen, progress).await?;
         Ok(true)
     }
 
@@ -1180,7 +1213,22 @@ impl StackManager {
             .send()
             .await
             .map_err(|e| classify("CreateStack", e))?;
-        self.wait("CREATE_COMPLETE", HashSet::new(), progress).await
+        self.finish("CREATE_COMPLETE", HashSet::new(), progress)
+            .await
+    }
+
+    /// Waits for `target` as [`StackManager::wait_for_completion`] says.
+    async fn finish(
+        &self,
+        target: &str,
+        seen: HashSet<String>,
+        progress: &mut (dyn FnMut(&StackEvent) + Send),
+    ) -> Result<(), StackError> {
+        if self.wait {
+            self.wait(target, seen, progress).await
+        } else {
+            Ok(())
+        }
     }
 
     /// Updates the stack `info` describes, named by its id, with this release's template, or
@@ -1209,7 +1257,7 @@ impl StackManager {
             .send()
             .await;
         match result {
-            Ok(_) => self.wait("UPDATE_COMPLETE", seen, progress).await,
+            Ok(_) => self.finish("UPDATE_COMPLETE", seen, progress).await,
             Err(e)
                 if e.message()
                     .is_some_and(|m| m.contains("No updates are to be performed")) =>

@@ -394,3 +394,86 @@ async fn deploy_finds_the_zip_of_build_lambda_or_says_what_to_run() {
     moto.drop_retained_table(stack).await;
     assert_eq!(moto.table_protection(stack).await, None);
 }
+
+/// Whether `stderr` holds a stack event line of a wait (`  2026-…Z STATUS …`).
+fn shows_events(stderr: &str) -> bool {
+    stderr
+        .lines()
+        .any(|l| l.starts_with("  20") && l.contains("AWS::CloudFormation::Stack"))
+}
+
+#[tokio::test]
+async fn deploy_and_delete_without_waiting_return_once_accepted() {
+    let Some(moto) = MotoServer::start() else {
+        return;
+    };
+    let stack = "dynalimit-no-wait";
+    let run = |args: &[&str]| run_json_on(moto.url(), stack, args);
+    let binary = temp_file("no-wait-bin", "#!/bin/sh\necho aggregator\n");
+    let binary = binary.to_str().unwrap();
+    // Accepted, not waited for: no events, no code, no version record yet.
+    let accepted = run(&[
+        "deploy",
+        "--poll-ms",
+        "100",
+        "--no-wait",
+        "--aggregator-binary",
+        binary,
+    ]);
+    assert!(
+        accepted.stderr.contains("not waited for"),
+        "{}",
+        accepted.stderr
+    );
+    assert!(!shows_events(&accepted.stderr), "{}", accepted.stderr);
+    let accepted = accepted.json();
+    assert!(accepted["status"].is_string(), "{accepted}");
+    let cfn = crate::delete::cloudformation(&moto).await;
+    let key = |cfn: aws_sdk_cloudformation::Client| async move {
+        let described = cfn
+            .describe_stacks()
+            .stack_name(stack)
+            .send()
+            .await
+            .unwrap();
+        described.stacks()[0]
+            .parameters()
+            .iter()
+            .find(|p| p.parameter_key() == Some("AggregatorCodeKey"))
+            .and_then(|p| p.parameter_value().map(str::to_owned))
+    };
+    assert_eq!(
+        key(cfn.clone()).await.as_deref(),
+        Some(""),
+        "no code uploaded"
+    );
+    let unrecorded = run(&["check"]);
+    assert_eq!(unrecorded.code, 1, "{}", unrecorded.stderr);
+    assert!(
+        unrecorded.stdout.contains("not_initialized"),
+        "{}",
+        unrecorded.stdout
+    );
+    // A deploy that waits brings the code and the version record.
+    let done = run(&["deploy", "--poll-ms", "100", "--aggregator-binary", binary]);
+    assert!(shows_events(&done.stderr), "it waits: {}", done.stderr);
+    let done = done.json();
+    assert!(done["AggregatorFunctionArn"].is_string(), "{done}");
+    assert_ne!(key(cfn.clone()).await.as_deref(), Some(""));
+    assert_eq!(run(&["check"]).json()["result"], "compatible");
+    // Deletion accepted, not waited for.
+    let deleted = run(&["delete", "--yes", "--no-wait", "--poll-ms", "100"]);
+    assert!(
+        deleted.stderr.contains("not waited for"),
+        "{}",
+        deleted.stderr
+    );
+    assert!(!shows_events(&deleted.stderr), "{}", deleted.stderr);
+    assert!(
+        deleted.json()["status"]
+            .as_str()
+            .unwrap()
+            .starts_with("DELETE_")
+    );
+    moto.drop_retained_table(stack).await;
+}
