@@ -181,6 +181,13 @@ impl Default for StackOptions {
     }
 }
 
+/// CloudFormation's tags of `(key, value)` pairs.
+fn tag_list(pairs: impl Iterator<Item = (String, String)>) -> Vec<Tag> {
+    pairs
+        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+        .collect()
+}
+
 fn invalid(field: &'static str, value: impl ToString, reason: &str) -> StackError {
     CoreError::invalid_value(field, value, reason).into()
 }
@@ -973,7 +980,7 @@ impl StackManager {
                 "an upgrade of the code alone needs the aggregator's code",
             ));
         }
-        let info = self.expect_status().await?;
+        let mut info = self.expect_status().await?;
         info.require_dynalimit(&self.name)?;
         let busy = info.status.ends_with("_IN_PROGRESS");
         if busy || info.status == "ROLLBACK_COMPLETE" || info.status == "ROLLBACK_FAILED" {
@@ -997,9 +1004,8 @@ impl StackManager {
         }
         let tags = match template {
             Template::Current => Self::marked_tags(info.tags.clone().into_iter()),
-            Template::Kept => Self::kept_tags(&info),
+            Template::Kept => tag_list(info.tags.clone().into_iter()),
         };
-        let mut info = info;
         if template == Template::Current {
             let update = (Self::kept_parameters(&info, None, template), tags.clone());
             self.update(&info, update, template, progress).await?;
@@ -1015,14 +1021,6 @@ impl StackManager {
             }
         }
         Ok(info)
-    }
-
-    /// The stack's own tags, as they are.
-    fn kept_tags(info: &StackInfo) -> Vec<Tag> {
-        info.tags
-            .iter()
-            .map(|(k, v)| Tag::builder().key(k).value(v).build())
-            .collect()
     }
 
     /// The parameters of an upgrade of the stack `info` describes (see
@@ -1190,12 +1188,12 @@ impl StackManager {
             (MANAGED_BY_KEY, MARK_VALUE),
             (VERSION_TAG_KEY, RELEASE),
         ];
-        managed
-            .iter()
-            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-            .chain(others.filter(|(k, _)| !managed.iter().any(|(m, _)| m == k)))
-            .map(|(k, v)| Tag::builder().key(k).value(v).build())
-            .collect()
+        tag_list(
+            managed
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .chain(others.filter(|(k, _)| !managed.iter().any(|(m, _)| m == k))),
+        )
     }
 
     async fn create(

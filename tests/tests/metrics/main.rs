@@ -185,17 +185,7 @@ async fn requests_per_acquire_contention_retries_unknown_outcomes_and_the_fast_p
     let table = dynalimit_tests::table().await;
     let proxy = FaultProxy::start().await;
     snap();
-    let repo = table
-        .builder()
-        .client(
-            proxy
-                .client(3, Some(std::time::Duration::from_secs(1)))
-                .await,
-        )
-        .namespace("requests")
-        .open()
-        .await
-        .unwrap();
+    let repo = proxy.repository(&table, "requests").await;
     assert!(
         repo.fast_path().is_some(),
         "the metrics interceptor keeps it"

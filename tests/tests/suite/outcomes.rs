@@ -89,14 +89,7 @@ pub(crate) const FAULTS: [Fault; 6] = [
 
 /// A repository through `proxy`: three attempts, 1 s attempt timeout.
 async fn through(table: &TestTable, proxy: &FaultProxy) -> Repository {
-    let client = proxy.client(3, Some(Duration::from_secs(1))).await;
-    let repo = table
-        .builder()
-        .client(client)
-        .namespace("outcomes")
-        .open()
-        .await
-        .expect("open through the proxy");
+    let repo = proxy.repository(table, "outcomes").await;
     assert!(repo.fast_path().is_some());
     repo
 }
