@@ -160,15 +160,29 @@ impl MotoServer {
         &self.url
     }
 
-    /// A DynamoDB client of this server (static local credentials, `us-east-1`).
-    pub async fn dynamodb(&self) -> aws_sdk_dynamodb::Client {
-        let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+    /// The SDK configuration of this server: its endpoint, static local credentials,
+    /// `us-east-1`.
+    pub async fn sdk_config(&self) -> aws_config::SdkConfig {
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
             .endpoint_url(&self.url)
             .region(aws_config::Region::new("us-east-1"))
             .credentials_provider(dynalimit_repository::aws::local_credentials())
             .load()
-            .await;
-        aws_sdk_dynamodb::Client::new(&config)
+            .await
+    }
+
+    /// A DynamoDB client of this server.
+    pub async fn dynamodb(&self) -> aws_sdk_dynamodb::Client {
+        aws_sdk_dynamodb::Client::new(&self.sdk_config().await)
+    }
+
+    /// An S3 client of this server (path-style addressing).
+    pub async fn s3(&self) -> aws_sdk_s3::Client {
+        aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&self.sdk_config().await)
+                .force_path_style(true)
+                .build(),
+        )
     }
 
     /// Whether table `name` exists and is protected against deletion; `None` when it does not

@@ -85,11 +85,25 @@ pub fn parameter_default(t: &Value, name: &str) -> String {
 /// `resources[resource]` (the physical id the caller stands in for it).
 ///
 /// # Panics
-/// On any other intrinsic, or a `Ref` to a resource missing from `resources`.
+/// As [`resolve_with`].
 pub fn resolve_with_defaults(
     t: &Value,
     value: &Value,
     resources: &BTreeMap<&str, String>,
+) -> String {
+    resolve_with(t, value, resources, &BTreeMap::new())
+}
+
+/// As [`resolve_with_defaults`] for the given parameter values (others at their defaults),
+/// and reading `Fn::If` as CloudFormation does.
+///
+/// # Panics
+/// On any other intrinsic, or a `Ref` to a resource missing from `resources`.
+pub fn resolve_with(
+    t: &Value,
+    value: &Value,
+    resources: &BTreeMap<&str, String>,
+    parameters: &BTreeMap<&str, &str>,
 ) -> String {
     match value {
         Value::String(s) => s.clone(),
@@ -97,13 +111,25 @@ pub fn resolve_with_defaults(
         Value::Object(o) if o.len() == 1 && o.contains_key("Ref") => {
             let name = o["Ref"].as_str().expect("Ref names a string");
             if t["Parameters"][name].is_object() {
-                parameter_default(t, name)
+                parameters
+                    .get(name)
+                    .map_or_else(|| parameter_default(t, name), |v| (*v).to_owned())
             } else {
                 resources
                     .get(name)
                     .unwrap_or_else(|| panic!("no stand-in for resource {name}"))
                     .clone()
             }
+        }
+        Value::Object(o) if o.len() == 1 && o.contains_key("Fn::If") => {
+            let args = o["Fn::If"].as_array().expect("Fn::If takes a list");
+            let condition = args[0].as_str().expect("Fn::If names a condition");
+            let branch = if condition_holds(t, condition, parameters) {
+                &args[1]
+            } else {
+                &args[2]
+            };
+            resolve_with(t, branch, resources, parameters)
         }
         other => panic!("cannot resolve {other} statically"),
     }
@@ -121,6 +147,19 @@ pub fn function_environment(
     logical_id: &str,
     resources: &BTreeMap<&str, String>,
 ) -> BTreeMap<String, String> {
+    function_environment_with(t, logical_id, resources, &BTreeMap::new())
+}
+
+/// As [`function_environment`] for the given parameter values (others at their defaults).
+///
+/// # Panics
+/// As [`resolve_with`], or when the resource is not a function.
+pub fn function_environment_with(
+    t: &Value,
+    logical_id: &str,
+    resources: &BTreeMap<&str, String>,
+    parameters: &BTreeMap<&str, &str>,
+) -> BTreeMap<String, String> {
     let f = &t["Resources"][logical_id];
     assert_eq!(f["Type"], "AWS::Lambda::Function", "{logical_id}");
     let p = &f["Properties"];
@@ -128,7 +167,7 @@ pub fn function_environment(
         .as_object()
         .map(|vars| {
             vars.iter()
-                .map(|(k, v)| (k.clone(), resolve_with_defaults(t, v, resources)))
+                .map(|(k, v)| (k.clone(), resolve_with(t, v, resources, parameters)))
                 .collect()
         })
         .unwrap_or_default();
@@ -142,18 +181,38 @@ pub fn function_environment(
     ] {
         let value = &p["LoggingConfig"][field];
         if !value.is_null() {
-            env.insert(var.to_owned(), resolve_with_defaults(t, value, resources));
+            env.insert(
+                var.to_owned(),
+                resolve_with(t, value, resources, parameters),
+            );
         }
     }
     env
 }
 
-/// Whether `event` passes a Lambda event-filtering `pattern`, for the part of the pattern
-/// language the template uses: nested objects whose leaves are arrays of exact values (a
-/// field matches when it equals one of them; a missing field never matches).
+/// The event filter patterns of the aggregator's event source mapping for the given
+/// parameter values (others at their defaults).
 ///
 /// # Panics
-/// On pattern syntax outside that part (content filters such as `prefix` or `exists`).
+/// When the mapping has no filters or a pattern is not JSON.
+pub fn stream_filters(t: &Value, parameters: &BTreeMap<&str, &str>) -> Vec<Value> {
+    let filters =
+        &t["Resources"]["AggregatorEventSourceMapping"]["Properties"]["FilterCriteria"]["Filters"];
+    resolve_conditions(t, filters, parameters)
+        .and_then(|f| f.as_array().cloned())
+        .expect("filters")
+        .iter()
+        .map(|f| serde_json::from_str(f["Pattern"].as_str().expect("pattern")).expect("JSON"))
+        .collect()
+}
+
+/// Whether `event` passes a Lambda event-filtering `pattern`, for the part of the pattern
+/// language the template uses: nested objects whose leaves are arrays of exact values or
+/// `{"prefix": text}` (a field matches when it matches one of them; a missing field never
+/// matches).
+///
+/// # Panics
+/// On pattern syntax outside that part (other content filters such as `exists`).
 pub fn filter_matches(pattern: &Value, event: &Value) -> bool {
     let Some(fields) = pattern.as_object() else {
         panic!("a pattern is an object: {pattern}");
@@ -162,7 +221,15 @@ pub fn filter_matches(pattern: &Value, event: &Value) -> bool {
         let got = &event[k.as_str()];
         match want {
             Value::Object(_) => got.is_object() && filter_matches(want, got),
-            Value::Array(values) => values.iter().all(|v| !v.is_object()) && values.contains(got),
+            Value::Array(values) => values.iter().any(|v| match v {
+                Value::Object(o) => match o.get("prefix") {
+                    Some(Value::String(p)) if o.len() == 1 => {
+                        got.as_str().is_some_and(|g| g.starts_with(p.as_str()))
+                    }
+                    _ => panic!("unsupported content filter {v}"),
+                },
+                exact => got == exact,
+            }),
             other => panic!("unsupported pattern leaf {other}"),
         }
     })

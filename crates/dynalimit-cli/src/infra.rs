@@ -90,8 +90,21 @@ pub(crate) struct DeployArgs {
     #[arg(long, value_name = "LIST")]
     pub(crate) snapshot_windows: Option<String>,
     /// Days usage snapshots are kept (default 90).
-    #[arg(long, value_name = "DAYS")]
+    #[arg(long, value_name = "DAYS", alias = "usage-retention-days")]
     pub(crate) snapshot_retention_days: Option<u32>,
+    /// Days audit events stay in the table before they expire (default 90): written to the
+    /// namespace's system configuration, followed by events written from then on.
+    #[arg(long, value_name = "DAYS")]
+    pub(crate) audit_retention_days: Option<i64>,
+    /// Archive audit events that expire from the table to an S3 bucket the stack creates and
+    /// keeps when it is deleted (off by default; the aggregator writes it, `dynalimit audit
+    /// --archive` reads it).
+    #[arg(long, conflicts_with = "no_aggregator")]
+    pub(crate) enable_audit_archival: bool,
+    /// Days after which archived audit events move to S3 Glacier Instant Retrieval (1-3650,
+    /// default 90).
+    #[arg(long, value_name = "DAYS", requires = "enable_audit_archival")]
+    pub(crate) audit_archive_glacier_days: Option<u32>,
     /// Stream records per aggregator invocation (default 100).
     #[arg(long, value_name = "N")]
     pub(crate) batch_size: Option<u32>,
@@ -205,6 +218,13 @@ impl DeployArgs {
 
     fn options(&self) -> Result<StackOptions> {
         self.check_iam()?;
+        if let Some(days) = self.audit_retention_days
+            && !(1..=36_500).contains(&days)
+        {
+            return Err(crate::context::bad_input(anyhow!(
+                "--audit-retention-days must be between 1 and 36500, got {days}"
+            )));
+        }
         let mut o = StackOptions::default();
         o.aggregator = self.with_aggregator();
         o.provisioner = self.provisioner;
@@ -236,6 +256,10 @@ impl DeployArgs {
         o.alarms = !self.no_alarms;
         o.alarm_topic_arn = self.alarm_topic.clone();
         o.tracing = self.tracing;
+        o.audit_archival = self.enable_audit_archival && o.aggregator;
+        if let Some(days) = self.audit_archive_glacier_days {
+            o.audit_archive_glacier_days = days;
+        }
         o.policy_name_format = self.policy_name_format.clone();
         o.aggregator_role_arn = self.aggregator_role_arn.clone();
         o.iam = !self.no_iam;
@@ -324,6 +348,12 @@ pub(crate) async fn deploy(global: &Global, args: &DeployArgs) -> Result<()> {
     let repo = global.writer().await?;
     repo.write_version_record(zip.map(|_| dynalimit_format::version::COMPATIBILITY_VERSION))
         .await?;
+    if let Some(days) = args.audit_retention_days {
+        repo.set_audit_retention_days(days).await?;
+    }
+    if args.enable_audit_archival && !options.audit_archival {
+        eprintln!("note: the audit archive needs the aggregator, which is left out: no archive");
+    }
     if let Code::Missing(path) = &code
         && !info.outputs.contains_key("AggregatorFunctionName")
     {

@@ -127,7 +127,7 @@ enum Command {
     Aggregator(aggregator::AggregatorCommand),
     /// Show the audit log of an entity, a resource or the namespace.
     #[command(
-        after_help = "Examples:\n  dynalimit audit --entity key-1\n  dynalimit audit --system --limit 10"
+        after_help = "Examples:\n  dynalimit audit --entity key-1\n  dynalimit audit --system --limit 10\n  dynalimit audit --entity key-1 --archive --since 2026-01-01"
     )]
     Audit(audit::AuditArgs),
     /// Run a local DynamoDB (DynamoDB Local, or LocalStack with --localstack).

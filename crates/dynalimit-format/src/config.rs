@@ -398,9 +398,31 @@ pub fn stored_on_unavailable(found: &Item) -> Option<OnUnavailable> {
     item::get_s(found, attr::ON_UNAVAILABLE).and_then(OnUnavailable::parse)
 }
 
+/// The update that sets a namespace's `audit_retention_days` on its system item (created
+/// when missing, with the GSI4 keys of every config item), leaving every other attribute.
+pub fn set_audit_retention(ns: &str, days: i64) -> (Item, Expr) {
+    let key = Slot::System.key(ns);
+    let pk = item::get_s(&key, attr::PK).unwrap_or_default().to_string();
+    let mut e = Expr::default();
+    e.set(attr::AUDIT_RETENTION_DAYS, item::n(days));
+    e.set_if_absent(attr::GSI4PK, item::s(ns));
+    e.set_if_absent(attr::GSI4SK, item::s(pk));
+    (key, e)
+}
+
+/// What stays of the system item when its defaults are deleted: its key, GSI keys and the
+/// stored `audit_retention_days`; `None` when `stored` has no retention (the item goes).
+pub fn retention_remainder(ns: &str, stored: &Item) -> Option<Item> {
+    let days = stored.get(attr::AUDIT_RETENTION_DAYS)?;
+    let mut it = level_item(ns, &Slot::System, &[], None, None);
+    it.insert(attr::AUDIT_RETENTION_DAYS.into(), days.clone());
+    Some(it)
+}
+
 /// The full-replace item of a level: its key, `config_version`, GSI keys, owner attributes,
 /// the `disabled` and `cascade` flags of `stored` (not on system level), the limits, and on
-/// system level `on_unavailable` when given.
+/// system level `on_unavailable` when given and the stored `audit_retention_days` (kept,
+/// where zae-limiter 0.17 drops it).
 pub fn level_item(
     ns: &str,
     slot: &Slot,
@@ -432,10 +454,12 @@ pub fn level_item(
             }
         }
     }
-    if !matches!(slot, Slot::System)
-        && let Some(old) = stored
-    {
-        for flag in [attr::DISABLED, attr::CASCADE] {
+    let carried: &[&str] = match slot {
+        Slot::System => &[attr::AUDIT_RETENTION_DAYS],
+        _ => &[attr::DISABLED, attr::CASCADE],
+    };
+    if let Some(old) = stored {
+        for flag in carried.iter().copied() {
             if let Some(v) = old.get(flag) {
                 it.insert(flag.into(), v.clone());
             }

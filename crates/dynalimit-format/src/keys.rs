@@ -168,6 +168,14 @@ pub struct BucketPk {
     pub shard: u32,
 }
 
+/// Parses `{ns}/AUDIT#{entity}` into the namespace id and the entity (or config-level id):
+/// the namespace ends at the first `/` (§1.4.9). `None` for any other key.
+pub fn parse_audit_pk(pk: &str) -> Option<(&str, &str)> {
+    let (ns, rest) = pk.split_once('/')?;
+    let entity = rest.strip_prefix("AUDIT#")?;
+    (!ns.is_empty() && !entity.is_empty()).then_some((ns, entity))
+}
+
 /// Parses `{ns}/BUCKET#{entity}#{resource}#{shard}`: the namespace ends at the first `/`, the
 /// shard follows the last `#`, the entity ends at the first `#` (§1.4.7).
 pub fn parse_bucket_pk(pk: &str) -> Option<BucketPk> {

@@ -8,6 +8,7 @@ use dynalimit_format::audit::{
     AuditAction, AuditEvent, DEFAULT_RETENTION_DAYS, NewAuditEvent, event_id_of_key,
     is_config_level_id,
 };
+use dynalimit_format::expr::WithExpr;
 use dynalimit_format::item::{self, Item};
 use dynalimit_format::keys;
 
@@ -68,6 +69,38 @@ impl Repository {
         }
         .into_item(&self.scope.id);
         (event_id, it)
+    }
+
+    /// Sets how many days this namespace's audit events stay in the table: the
+    /// `audit_retention_days` of its system configuration, which later events' `ttl` follows
+    /// (events already written keep theirs). Only that attribute changes: the system
+    /// defaults beside it stay, as zae-limiter writes it. Repeating the write (after a lost
+    /// answer, say) sets the same value again.
+    ///
+    /// # Errors
+    /// [`RepositoryError::Validation`] for days outside 1–36500, before any request; the
+    /// classified failure.
+    pub async fn set_audit_retention_days(&self, days: i64) -> Result<(), RepositoryError> {
+        if !(1..=36_500).contains(&days) {
+            return Err(dynalimit_core::CoreError::invalid_value(
+                "audit retention days",
+                days,
+                "must be between 1 and 36500",
+            )
+            .into());
+        }
+        let (key, update) = dynalimit_format::config::set_audit_retention(&self.scope.id, days);
+        self.shared
+            .client
+            .update_item()
+            .table_name(&self.shared.table)
+            .set_key(Some(key))
+            .with_expr(&update)
+            .send()
+            .await
+            .map_err(|e| classify("UpdateItem", e))?;
+        self.invalidate_config_cache().await;
+        Ok(())
     }
 
     async fn audit_retention_days(&self) -> i64 {

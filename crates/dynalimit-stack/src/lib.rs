@@ -122,6 +122,13 @@ pub struct StackOptions {
     /// Active X-Ray tracing of the aggregator; a created aggregator role may then write trace
     /// segments.
     pub tracing: bool,
+    /// Archive audit events that expire from the table to an S3 bucket the stack creates
+    /// (output `AuditArchiveBucketName`, kept when the stack is deleted). Needs the
+    /// aggregator; an existing aggregator role then needs `s3:PutObject` on the bucket's
+    /// `audit/*`.
+    pub audit_archival: bool,
+    /// Days after which archived audit events move to S3 Glacier Instant Retrieval, 1–3650.
+    pub audit_archive_glacier_days: u32,
     /// The six managed policies.
     pub iam: bool,
     /// Application, admin and read-only roles.
@@ -168,6 +175,8 @@ impl Default for StackOptions {
             iterator_age_threshold_ms: 60_000,
             duration_alarm_percent: 80,
             tracing: false,
+            audit_archival: false,
+            audit_archive_glacier_days: 90,
             iam: true,
             iam_roles: false,
             permission_boundary: None,
@@ -265,6 +274,19 @@ impl StackOptions {
             300,
         )?;
         in_range("stream retries", self.stream_max_retries, 0, 10_000)?;
+        in_range(
+            "audit archive glacier days",
+            self.audit_archive_glacier_days,
+            1,
+            3650,
+        )?;
+        if self.audit_archival && !self.aggregator {
+            return Err(invalid(
+                "audit archival",
+                "enabled",
+                "the aggregator writes the archive: enable the aggregator too",
+            ));
+        }
         if let Some(days) = self.pitr_recovery_days {
             in_range("PITR recovery days", days, 1, MAX_PITR_RECOVERY_DAYS)?;
         }
@@ -372,6 +394,11 @@ impl StackOptions {
             ("AggregatorRoleName", opt(&self.aggregator_role_name)),
             ("AggregatorRoleArn", opt(&self.aggregator_role_arn)),
             ("EnableTracing", flag(self.tracing)),
+            ("EnableAuditArchival", flag(self.audit_archival)),
+            (
+                "AuditArchiveGlacierTransitionDays",
+                self.audit_archive_glacier_days.to_string(),
+            ),
             ("ProvisionerRoleName", opt(&self.provisioner_role_name)),
             ("EnableAlarms", flag(self.alarms)),
             ("AlarmSNSTopicArn", opt(&self.alarm_topic_arn)),

@@ -15,6 +15,7 @@ use dynalimit_repository::retry::RetryBackoff;
 use dynalimit_repository::{RepositoryError, batch_get_items};
 use futures::StreamExt;
 
+use crate::archive::Archive;
 use crate::config::Settings;
 use crate::processor::{self, BucketRef, GroupPlan, Transaction, Usage};
 use crate::record::{SequenceNumber, StreamRecord};
@@ -33,6 +34,8 @@ pub const SNAPSHOT_WRITES: &str = "dynalimit_aggregator_snapshot_writes_total";
 /// Counter: proactive writes that landed, by `kind` (`refill`, `shard_counts`,
 /// `shard_created`).
 pub const PROACTIVE_WRITES: &str = "dynalimit_aggregator_proactive_writes_total";
+/// Counter: expired audit events written to the archive.
+pub const ARCHIVED: &str = "dynalimit_aggregator_events_archived_total";
 /// Counter: errors of a batch (a group that could not commit, a proactive write that failed).
 pub const ERRORS: &str = "dynalimit_aggregator_errors_total";
 
@@ -57,13 +60,15 @@ pub struct BatchReport {
     pub shards_stamped: usize,
     /// Shards pre-created after a doubling (reference §7.3, path 2).
     pub shards_created: usize,
+    /// Expired audit events written to the archive (each to its own object).
+    pub events_archived: usize,
     /// What went wrong, one line each.
     pub errors: Vec<String>,
 }
 
 impl BatchReport {
     /// Records the batch through the `metrics` facade ([`RECORDS`], [`SNAPSHOT_WRITES`],
-    /// [`PROACTIVE_WRITES`], [`ERRORS`]); [`Aggregator::process`] does after every batch.
+    /// [`PROACTIVE_WRITES`], [`ARCHIVED`], [`ERRORS`]); [`Aggregator::process`] does after every batch.
     pub fn record_metrics(&self) {
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         for (result, n) in [
@@ -81,6 +86,7 @@ impl BatchReport {
         ] {
             metrics::counter!(PROACTIVE_WRITES, "kind" => kind).increment(count(n));
         }
+        metrics::counter!(ARCHIVED).increment(count(self.events_archived));
         metrics::counter!(ERRORS).increment(count(self.errors.len()));
     }
 }
@@ -110,6 +116,7 @@ pub struct Aggregator {
     client: Client,
     settings: Arc<Settings>,
     clock: Arc<dyn Clock>,
+    archive: Option<Archive>,
 }
 
 impl Aggregator {
@@ -124,7 +131,16 @@ impl Aggregator {
             client,
             settings: Arc::new(settings),
             clock,
+            archive: None,
         }
+    }
+
+    /// Archives the audit events that expire from the table to `archive` (see
+    /// [`crate::archive`]).
+    #[must_use]
+    pub fn with_archive(mut self, archive: Archive) -> Self {
+        self.archive = Some(archive);
+        self
     }
 
     /// The settings.
@@ -199,11 +215,49 @@ impl Aggregator {
             report.shards_created = p.shards_created;
             report.errors.extend(p.errors);
         }
+        if let Some(archive) = &self.archive {
+            self.archive_expired(archive, records, &mut report).await;
+        }
         for e in &report.errors {
             tracing::warn!(error = %e, "aggregator");
         }
         report.record_metrics();
         report
+    }
+
+    /// Writes each expired audit event of `records` to its object. A write that failed (or
+    /// whose answer was lost) reports its record as failed: delivered again, it lands on the
+    /// same key with the same bytes.
+    async fn archive_expired(
+        &self,
+        archive: &Archive,
+        records: &[StreamRecord],
+        report: &mut BatchReport,
+    ) {
+        let mut objects = Vec::new();
+        for record in records {
+            match crate::archive::expired_event(record) {
+                Some(Ok(object)) => objects.push((record.sequence_number.clone(), object)),
+                Some(Err(e)) => report.errors.push(e),
+                None => {}
+            }
+        }
+        let results: Vec<_> = futures::stream::iter(objects)
+            .map(|(seq, object)| async move { (seq, archive.put(&object).await) })
+            .buffer_unordered(GROUP_CONCURRENCY)
+            .collect()
+            .await;
+        let mut failed: BTreeSet<SequenceNumber> = report.failed.drain(..).collect();
+        for (seq, result) in results {
+            match result {
+                Ok(()) => report.events_archived += 1,
+                Err(e) => {
+                    report.errors.push(e.to_string());
+                    failed.insert(seq);
+                }
+            }
+        }
+        report.failed = failed.into_iter().collect();
     }
 
     /// Commits the usage of one (namespace, entity, resource), re-planning from fresh

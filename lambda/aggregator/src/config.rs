@@ -12,6 +12,7 @@
 //! | `DYNALIMIT_SNAPSHOT_RETENTION_DAYS` | no | `90` |
 //! | `DYNALIMIT_PROACTIVE_REFILL` | no | `true` |
 //! | `DYNALIMIT_PROACTIVE_SHARDING` | no | `true` |
+//! | `DYNALIMIT_ARCHIVE_BUCKET` | no | empty: expired audit events are not archived |
 //!
 //! Logging is not part of it: the `bootstrap` binary sets up `tracing` through
 //! `lambda_runtime`, which follows Lambda's own `AWS_LAMBDA_LOG_LEVEL` and
@@ -30,6 +31,10 @@ pub const ENV_SNAPSHOT_RETENTION_DAYS: &str = "DYNALIMIT_SNAPSHOT_RETENTION_DAYS
 pub const ENV_PROACTIVE_REFILL: &str = "DYNALIMIT_PROACTIVE_REFILL";
 /// Proactive shard doubling and propagation, `true` or `false`.
 pub const ENV_PROACTIVE_SHARDING: &str = "DYNALIMIT_PROACTIVE_SHARDING";
+
+/// The S3 bucket expired audit events are archived to (see [`crate::archive`]); empty or
+/// unset archives nothing.
+pub const ENV_ARCHIVE_BUCKET: &str = "DYNALIMIT_ARCHIVE_BUCKET";
 
 /// Default snapshot retention in days.
 pub const DEFAULT_SNAPSHOT_TTL_DAYS: i64 = 90;
@@ -74,6 +79,11 @@ pub const ENVIRONMENT: &[EnvVar] = &[
         required: false,
         default: Some("true"),
     },
+    EnvVar {
+        name: ENV_ARCHIVE_BUCKET,
+        required: false,
+        default: Some(""),
+    },
 ];
 
 /// What the aggregator does and where.
@@ -90,6 +100,8 @@ pub struct Settings {
     /// Double the shard count of hot buckets whose `wcu` runs low, and propagate counts raised
     /// by clients to the older shards (reference §7.3).
     pub proactive_sharding: bool,
+    /// The bucket expired audit events are archived to; `None` archives nothing.
+    pub archive_bucket: Option<String>,
 }
 
 impl Settings {
@@ -102,6 +114,7 @@ impl Settings {
             snapshot_ttl_days: DEFAULT_SNAPSHOT_TTL_DAYS,
             proactive_refill: true,
             proactive_sharding: true,
+            archive_bucket: None,
         }
     }
 
@@ -154,6 +167,7 @@ impl Settings {
             snapshot_ttl_days,
             proactive_refill: switch(ENV_PROACTIVE_REFILL)?,
             proactive_sharding: switch(ENV_PROACTIVE_SHARDING)?,
+            archive_bucket: Some(value(ENV_ARCHIVE_BUCKET)?).filter(|b| !b.is_empty()),
         })
     }
 

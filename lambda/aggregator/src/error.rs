@@ -23,6 +23,14 @@ pub enum AggregatorError {
         /// What failed.
         message: String,
     },
+    /// A request to the audit archive's bucket failed.
+    #[error("audit archive: {operation} failed: {message}")]
+    Archive {
+        /// The S3 operation.
+        operation: &'static str,
+        /// What failed.
+        message: String,
+    },
     /// The table has no stream to read.
     #[error("table {table:?} has no stream; it must be created with NEW_AND_OLD_IMAGES")]
     NoStream {

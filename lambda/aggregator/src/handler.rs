@@ -52,6 +52,7 @@ pub async fn handle(aggregator: &Aggregator, event: Event) -> DynamoDbEventRespo
         refills = report.refills_written,
         shards = report.shards_stamped,
         shards_created = report.shards_created,
+        archived = report.events_archived,
         errors = report.errors.len(),
         "batch processed"
     );

@@ -33,6 +33,9 @@
 //!    (planned by `dynalimit_repository::bucket::decide::plan_proactive_refill` and
 //!    `plan_proactive_doubling`, written by the repository's bucket store).
 //!
+//! 6. [`archive`]: with an archive bucket, each audit event that DynamoDB's TTL removed is
+//!    written to its own S3 object, keyed by the event (exactly once under redelivery).
+//!
 //! # Counting each record once
 //! Stream delivery is at-least-once: a failed Lambda batch is delivered again (whole, or from
 //! the first reported failure), and a restarted runner reads records again. Snapshots are
@@ -56,6 +59,7 @@
 //! prefix `#AGGREGATOR#` does not match the `#USAGE#` prefix its snapshot queries use.
 
 mod aggregator;
+pub mod archive;
 pub mod config;
 pub mod error;
 pub mod handler;
@@ -76,9 +80,10 @@ pub use aggregator::{Aggregator, BatchReport};
 /// | `dynalimit_aggregator_records_total` | counter | `result` | stream records: `counted`, `duplicate` (counted by an earlier delivery), `failed` (to be delivered again) |
 /// | `dynalimit_aggregator_snapshot_writes_total` | counter | | usage snapshot writes committed |
 /// | `dynalimit_aggregator_proactive_writes_total` | counter | `kind` | proactive writes that landed: `refill`, `shard_counts` (doubled or propagated), `shard_created` |
-/// | `dynalimit_aggregator_errors_total` | counter | | a group that could not commit, a proactive write that failed |
+/// | `dynalimit_aggregator_events_archived_total` | counter | | expired audit events written to the archive |
+/// | `dynalimit_aggregator_errors_total` | counter | | a group that could not commit, a proactive write that failed, an archive write that failed |
 pub mod metrics {
-    pub use crate::aggregator::{ERRORS, PROACTIVE_WRITES, RECORDS, SNAPSHOT_WRITES};
+    pub use crate::aggregator::{ARCHIVED, ERRORS, PROACTIVE_WRITES, RECORDS, SNAPSHOT_WRITES};
 }
 pub use config::Settings;
 pub use dynalimit_format::usage::SnapshotWindow;

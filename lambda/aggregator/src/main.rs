@@ -24,7 +24,14 @@ async fn main() -> Result<(), Error> {
         lambda_runtime::tracing::error!(error = %e, "cannot start the aggregator");
     })?;
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let aggregator = Aggregator::new(aws_sdk_dynamodb::Client::new(&sdk), settings);
+    let archive = settings
+        .archive_bucket
+        .as_ref()
+        .map(|bucket| dynalimit_aggregator::archive::Archive::new(&sdk, bucket.clone()));
+    let mut aggregator = Aggregator::new(aws_sdk_dynamodb::Client::new(&sdk), settings);
+    if let Some(archive) = archive {
+        aggregator = aggregator.with_archive(archive);
+    }
     let aggregator = &aggregator;
     run(service_fn(
         move |event: LambdaEvent<aws_lambda_events::event::dynamodb::Event>| async move {

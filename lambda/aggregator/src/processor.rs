@@ -567,6 +567,7 @@ mod tests {
             sequence_number: SequenceNumber::parse(&seq.to_string()).unwrap(),
             old_image: Some(image(old)),
             new_image: Some(image(new)),
+            removed_by_ttl: false,
         }
     }
 
@@ -651,6 +652,7 @@ mod tests {
             sequence_number: SequenceNumber::parse("1").unwrap(),
             old_image: Some(image(0)),
             new_image: Some(image(2000)),
+            removed_by_ttl: false,
         };
         let out = extract(&[record]);
         let limits: Vec<&str> = out.usage[0]

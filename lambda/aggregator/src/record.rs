@@ -99,6 +99,19 @@ pub struct StreamRecord {
     pub old_image: Option<Item>,
     /// The item after the change (INSERT, MODIFY).
     pub new_image: Option<Item>,
+    /// Whether DynamoDB's TTL made the change (a REMOVE whose user identity is the
+    /// `dynamodb.amazonaws.com` service), not a writer.
+    pub removed_by_ttl: bool,
+}
+
+/// The user identity type of a removal made by DynamoDB's TTL.
+pub const TTL_IDENTITY_TYPE: &str = "Service";
+/// The principal of a removal made by DynamoDB's TTL.
+pub const TTL_PRINCIPAL: &str = "dynamodb.amazonaws.com";
+
+/// Whether a record's user identity is DynamoDB's TTL.
+fn is_ttl_identity(kind: &str, principal: &str) -> bool {
+    kind == TTL_IDENTITY_TYPE && principal == TTL_PRINCIPAL
 }
 
 /// Why a delivered record could not be read.
@@ -155,6 +168,7 @@ impl StreamRecord {
             sequence_number,
             old_image,
             new_image,
+            removed_by_ttl: false,
         })
     }
 
@@ -163,14 +177,20 @@ impl StreamRecord {
     /// # Errors
     /// [`RecordError`] when the record has no sequence number or no recognisable event.
     pub fn from_lambda(record: EventRecord) -> Result<Self, RecordError> {
+        let by_ttl = record
+            .user_identity
+            .as_ref()
+            .is_some_and(|who| is_ttl_identity(&who.type_, &who.principal_id));
         let change = record.change;
-        Self::assemble(
+        let mut converted = Self::assemble(
             record.event_id,
             &record.event_name,
             change.sequence_number.as_deref(),
             Some(change.old_image.into()),
             Some(change.new_image.into()),
-        )
+        )?;
+        converted.removed_by_ttl = by_ttl && converted.kind == EventKind::Remove;
+        Ok(converted)
     }
 
     /// Converts a record read through the DynamoDB Streams API.
@@ -181,13 +201,21 @@ impl StreamRecord {
         record: &aws_sdk_dynamodbstreams::types::Record,
     ) -> Result<Self, RecordError> {
         let change = record.dynamodb();
-        Self::assemble(
+        let by_ttl = record.user_identity().is_some_and(|who| {
+            is_ttl_identity(
+                who.r#type().unwrap_or_default(),
+                who.principal_id().unwrap_or_default(),
+            )
+        });
+        let mut converted = Self::assemble(
             record.event_id().unwrap_or_default().to_owned(),
             record.event_name().map_or("", |n| n.as_str()),
             change.and_then(|c| c.sequence_number()),
             change.and_then(|c| c.old_image()).map(convert_item),
             change.and_then(|c| c.new_image()).map(convert_item),
-        )
+        )?;
+        converted.removed_by_ttl = by_ttl && converted.kind == EventKind::Remove;
+        Ok(converted)
     }
 }
 

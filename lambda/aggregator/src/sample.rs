@@ -53,6 +53,7 @@ pub fn modifications(count: usize) -> Vec<StreamRecord> {
                     .expect("digits"),
                 old_image: Some(image(entity, shard, rf, step)),
                 new_image: Some(image(entity, shard, rf, step + 1)),
+                removed_by_ttl: false,
             }
         })
         .collect()

@@ -22,7 +22,8 @@ use dynalimit_format::keys::usage_sk as snapshot_sk;
 use dynalimit_repository::{Repository, UsageQuery};
 use dynalimit_tests::lambda::{CargoLambda, Function, RuntimeApi, endpoint_environment};
 use dynalimit_tests::template::{
-    filter_matches, function_environment, parameter_default, template,
+    filter_matches, function_environment, function_environment_with, parameter_default,
+    stream_filters, template,
 };
 use dynalimit_tests::{TestTable, endpoint};
 use serde_json::{Value, json};
@@ -199,6 +200,23 @@ async fn aggregator_items(table: &TestTable) -> BTreeMap<(String, String), Item>
         .collect()
 }
 
+/// Deletes `items` (by their keys) from the table.
+async fn delete_items(table: &TestTable, items: &[Item]) {
+    for it in items {
+        table
+            .client()
+            .delete_item()
+            .table_name(table.name())
+            .set_key(Some(key(
+                get_s(it, "PK").unwrap(),
+                get_s(it, "SK").unwrap(),
+            )))
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
 /// Invokes the function with each batch in turn and returns the identifiers of the failed
 /// records, failing fast (with the function's output) if the process ends.
 async fn deliver(
@@ -331,15 +349,7 @@ async fn the_bootstrap_counts_stream_events_under_the_runtime_api_with_the_templ
     // What the event source mapping delivers: the stream's records through the template's
     // filter, in batches of the template's default size.
     let t = template();
-    let mapping = &t["Resources"]["AggregatorEventSourceMapping"]["Properties"];
-    let patterns: Vec<Value> = mapping["FilterCriteria"]["Filters"]
-        .as_array()
-        .expect("filters")
-        .iter()
-        .map(|f| {
-            serde_json::from_str(f["Pattern"].as_str().expect("pattern")).expect("JSON pattern")
-        })
-        .collect();
+    let patterns = stream_filters(&t, &BTreeMap::new());
     let passes = |r: &Value| patterns.iter().any(|p| filter_matches(p, r));
     let records = stream_records(&table).await;
     let delivered: Vec<Value> = records.iter().filter(|r| passes(r)).cloned().collect();
@@ -402,19 +412,7 @@ async fn the_bootstrap_counts_stream_events_under_the_runtime_api_with_the_templ
     assert_eq!(aggregator_items(&table).await, after_first);
 
     // The corruption removed, the retried records are counted once; the rest stays as it was.
-    for it in &corrupt {
-        table
-            .client()
-            .delete_item()
-            .table_name(table.name())
-            .set_key(Some(key(
-                get_s(it, "PK").unwrap(),
-                get_s(it, "SK").unwrap(),
-            )))
-            .send()
-            .await
-            .unwrap();
-    }
+    delete_items(&table, &corrupt).await;
     let retried = deliver(&api, &mut function, &batches).await;
     assert!(retried.is_empty(), "{retried:?}");
     assert_totals(&repo, &["alice", "bob", "mallory"], &expected).await;
@@ -431,4 +429,178 @@ async fn the_bootstrap_counts_stream_events_under_the_runtime_api_with_the_templ
         assert!(parsed["level"].is_string(), "{line}");
     }
     assert!(function.exited().is_none(), "the function keeps serving");
+}
+
+/// The removal records of audit items in the table's stream, in stream order.
+async fn audit_removals(table: &TestTable) -> Vec<Value> {
+    stream_records(table)
+        .await
+        .into_iter()
+        .filter(|r| {
+            r["eventName"] == "REMOVE"
+                && r["dynamodb"]["Keys"]["SK"]["S"]
+                    .as_str()
+                    .is_some_and(|sk| sk.starts_with(keys::AUDIT_SK_PREFIX))
+        })
+        .collect()
+}
+
+/// Every object of `bucket`: key and body.
+async fn objects(s3: &aws_sdk_s3::Client, bucket: &str) -> BTreeMap<String, Vec<u8>> {
+    let listed = s3
+        .list_objects_v2()
+        .bucket(bucket)
+        .send()
+        .await
+        .expect("ListObjectsV2");
+    let mut out = BTreeMap::new();
+    for o in listed.contents() {
+        let key = o.key().expect("key").to_owned();
+        let body = s3
+            .get_object()
+            .bucket(bucket)
+            .key(&key)
+            .send()
+            .await
+            .expect("GetObject")
+            .body
+            .collect()
+            .await
+            .expect("body")
+            .into_bytes()
+            .to_vec();
+        out.insert(key, body);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn expired_audit_events_are_archived_once_each_under_redelivery() {
+    let Some(cargo_lambda) = CargoLambda::find() else {
+        return;
+    };
+    let Some(moto) = dynalimit_tests::moto::MotoServer::start() else {
+        return;
+    };
+    let builder = cargo_lambda.clone();
+    let bootstrap = tokio::task::spawn_blocking(move || builder.build_aggregator())
+        .await
+        .expect("build");
+    let table = dynalimit_tests::table().await;
+    let repo = table.builder().namespace("archive").open().await.unwrap();
+    let ns = repo.namespace_id().to_owned();
+
+    // Real audit events: a resource's defaults, three entities' limits. (Not entity
+    // creations: DynamoDB Local's stream spells their empty metadata map `{}`, which the
+    // Streams SDK cannot read; the Lambda event source is not affected.)
+    repo.set_resource_defaults(RESOURCE, &[Limit::per_minute("rpm", 10)])
+        .await
+        .unwrap();
+    for id in ["alice", "bob", "carol"] {
+        repo.set_limits(id, RESOURCE, &[Limit::per_minute("rpm", 5)])
+            .await
+            .unwrap();
+    }
+    let stored: Vec<Item> = table
+        .scan_all()
+        .await
+        .into_iter()
+        .filter(|it| get_s(it, "SK").is_some_and(|sk| sk.starts_with(keys::AUDIT_SK_PREFIX)))
+        .collect();
+    assert!(stored.len() >= 4, "{stored:?}");
+
+    // They expire: DynamoDB's TTL deletes them, and its stream records say so with the
+    // service's identity. DynamoDB Local does not expire items, so the test deletes them and
+    // gives the records that identity; the last is a writer's delete and keeps none.
+    delete_items(&table, &stored).await;
+    let mut removals = audit_removals(&table).await;
+    assert_eq!(removals.len(), stored.len());
+    let written_off = removals.pop().expect("a writer's delete");
+    for r in &mut removals {
+        r["userIdentity"] = json!({ "type": "Service", "principalId": "dynamodb.amazonaws.com" });
+    }
+    removals.push(written_off.clone());
+
+    // Through the template's filter with the archive on: the expiries alone.
+    let t = template();
+    let on = BTreeMap::from([
+        ("EnableAuditArchival", "true"),
+        ("AggregatorCodeKey", "aggregator/test.zip"),
+    ]);
+    let patterns = stream_filters(&t, &on);
+    let passes = |r: &Value| patterns.iter().any(|p| filter_matches(p, r));
+    let delivered: Vec<Value> = removals.iter().filter(|r| passes(r)).cloned().collect();
+    assert_eq!(delivered.len(), stored.len() - 1);
+    assert!(!passes(&written_off));
+    let sequence = |r: &Value| r["dynamodb"]["SequenceNumber"].as_str().unwrap().to_owned();
+    let expired: BTreeSet<String> = delivered.iter().map(sequence).collect();
+
+    let s3 = moto.s3().await;
+    let bucket = "dynalimit-audit-archive";
+    s3.create_bucket().bucket(bucket).send().await.unwrap();
+
+    let api = RuntimeApi::start(&cargo_lambda);
+    let spawn = |bucket: &str| {
+        let resources = BTreeMap::from([
+            ("RateLimitsTable", table.name().to_owned()),
+            ("AuditArchiveBucket", bucket.to_owned()),
+        ]);
+        let mut env: Vec<(String, String)> =
+            function_environment_with(&t, "AggregatorFunction", &resources, &on)
+                .into_iter()
+                .collect();
+        env.extend(api.runtime_environment(&parameter_default(&t, "LambdaMemorySize")));
+        env.extend(endpoint_environment());
+        env.push(("AWS_ENDPOINT_URL_S3".to_owned(), moto.url().to_owned()));
+        Function::spawn(&bootstrap, &env)
+    };
+
+    // A bucket that is not there: every expiry comes back to be delivered again, nothing
+    // is written.
+    let mut function = spawn("no-such-archive");
+    let failed = deliver(&api, &mut function, std::slice::from_ref(&delivered)).await;
+    assert_eq!(failed, expired, "{}", function.output());
+    drop(function);
+    assert!(objects(&s3, bucket).await.is_empty());
+
+    // The stack's bucket: one object per expired event, keyed by the event, holding it.
+    let mut function = spawn(bucket);
+    let failed = deliver(&api, &mut function, std::slice::from_ref(&delivered)).await;
+    assert!(failed.is_empty(), "{failed:?}\n{}", function.output());
+    let first = objects(&s3, bucket).await;
+    let mut want = BTreeMap::new();
+    for it in &stored[..stored.len() - 1] {
+        let event = dynalimit_format::audit::AuditEvent::from_item(it).unwrap();
+        let object_key =
+            dynalimit_aggregator::archive::object_key(&ns, &event.event_id, &event.timestamp);
+        want.insert(object_key, event);
+    }
+    assert_eq!(
+        first.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    for (object_key, body) in &first {
+        let events = dynalimit_aggregator::archive::parse_object(body).unwrap();
+        let event = &want[object_key];
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].event_id, event.event_id);
+        assert_eq!(events[0].entity_id, event.entity_id);
+        assert_eq!(events[0].action, event.action);
+        assert_eq!(events[0].timestamp, event.timestamp);
+        assert_eq!(events[0].namespace.as_deref(), Some(ns.as_str()));
+    }
+
+    // Delivered again whole, then bisected into single records: the same objects, byte for
+    // byte, and no other.
+    let singles: Vec<Vec<Value>> = delivered.iter().map(|r| vec![r.clone()]).collect();
+    for batches in [vec![delivered.clone()], singles] {
+        let failed = deliver(&api, &mut function, &batches).await;
+        assert!(failed.is_empty(), "{failed:?}");
+        assert_eq!(objects(&s3, bucket).await, first);
+    }
+    assert!(
+        function.output().contains("\"archived\""),
+        "{}",
+        function.output()
+    );
 }

@@ -328,6 +328,7 @@ pub(crate) fn records_of(images: &[Item], first_seq: u64) -> Vec<StreamRecord> {
             sequence_number: SequenceNumber::parse(&(first_seq + i as u64).to_string()).unwrap(),
             old_image: Some(pair[0].clone()),
             new_image: Some(pair[1].clone()),
+            removed_by_ttl: false,
         });
     }
     out

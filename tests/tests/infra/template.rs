@@ -8,8 +8,8 @@ use dynalimit_format::keys::WATERMARK_SK_PREFIX as MARKER_SK_PREFIX;
 use dynalimit_format::schema::TABLE_SCHEMA;
 use dynalimit_stack::StackOptions;
 use dynalimit_tests::template::{
-    condition_holds, created_resources, filter_matches, policy_statements, resolve_conditions,
-    resources_of_type, template,
+    condition_holds, created_resources, filter_matches, function_environment_with,
+    policy_statements, resolve_conditions, resources_of_type, stream_filters, template,
 };
 use serde_json::{Value, json};
 
@@ -207,14 +207,7 @@ fn stream_record(event: &str, sk: &str, with_new: bool, with_old: bool) -> Value
 #[test]
 fn the_stream_filter_passes_bucket_writes_and_drops_the_aggregators_own_writes() {
     let t = template();
-    let filters =
-        &t["Resources"]["AggregatorEventSourceMapping"]["Properties"]["FilterCriteria"]["Filters"];
-    let patterns: Vec<Value> = filters
-        .as_array()
-        .expect("filters")
-        .iter()
-        .map(|f| serde_json::from_str(f["Pattern"].as_str().expect("pattern")).expect("JSON"))
-        .collect();
+    let patterns = stream_filters(&t, &BTreeMap::new());
     let passes = |r: &Value| patterns.iter().any(|p| filter_matches(p, r));
     // What the aggregator counts and acts on: bucket items created and changed.
     assert!(passes(&stream_record(
@@ -249,6 +242,117 @@ fn the_stream_filter_passes_bucket_writes_and_drops_the_aggregators_own_writes()
             "{event} {sk}"
         );
     }
+}
+
+/// An audit item's removal: by DynamoDB's TTL (the service's user identity) or by a writer.
+fn audit_removal(sk: &str, by_ttl: bool) -> Value {
+    let image = json!({ "PK": { "S": "ns1/AUDIT#u1" }, "SK": { "S": sk } });
+    let mut record = json!({
+        "eventName": "REMOVE",
+        "eventSource": "aws:dynamodb",
+        "dynamodb": { "Keys": image.clone(), "OldImage": image, "SequenceNumber": "7" },
+    });
+    if by_ttl {
+        record["userIdentity"] =
+            json!({ "type": "Service", "principalId": "dynamodb.amazonaws.com" });
+    }
+    record
+}
+
+#[test]
+fn the_audit_archive_is_a_kept_private_bucket_fed_by_expiries_alone() {
+    let t = template();
+    let on = BTreeMap::from([
+        ("EnableAuditArchival", "true"),
+        ("AggregatorCodeKey", "aggregator/abc.zip"),
+    ]);
+    let off = BTreeMap::from([("AggregatorCodeKey", "aggregator/abc.zip")]);
+    let no_code = BTreeMap::from([("EnableAuditArchival", "true")]);
+    assert_eq!(t["Parameters"]["EnableAuditArchival"]["Default"], "false");
+    assert!(created_resources(&t, &on).contains(&"AuditArchiveBucket".to_owned()));
+    for without in [&off, &no_code] {
+        assert!(!created_resources(&t, without).contains(&"AuditArchiveBucket".to_owned()));
+    }
+
+    // Kept when the stack goes, encrypted, private, to Glacier IR after the parameter's days.
+    let bucket = &t["Resources"]["AuditArchiveBucket"];
+    assert_eq!(bucket["DeletionPolicy"], "Retain");
+    assert_eq!(bucket["UpdateReplacePolicy"], "Retain");
+    let p = &bucket["Properties"];
+    assert_eq!(
+        p["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
+            ["SSEAlgorithm"],
+        "AES256"
+    );
+    for field in [
+        "BlockPublicAcls",
+        "BlockPublicPolicy",
+        "IgnorePublicAcls",
+        "RestrictPublicBuckets",
+    ] {
+        assert_eq!(p["PublicAccessBlockConfiguration"][field], true, "{field}");
+    }
+    let rule = &p["LifecycleConfiguration"]["Rules"][0];
+    assert_eq!(
+        rule["Transitions"][0],
+        json!({ "TransitionInDays": { "Ref": "AuditArchiveGlacierTransitionDays" }, "StorageClass": "GLACIER_IR" })
+    );
+    let days = &t["Parameters"]["AuditArchiveGlacierTransitionDays"];
+    assert_eq!(
+        (&days["MinValue"], &days["MaxValue"]),
+        (&json!(1), &json!(3650))
+    );
+
+    // The aggregator may put archive objects, and nothing else in the bucket; only with it.
+    let put = |params: &BTreeMap<&str, &str>| -> Vec<Value> {
+        policy_statements(&t, "AggregatorRole", params)
+            .into_iter()
+            .filter(|s| s.to_string().contains("s3:"))
+            .collect()
+    };
+    assert_eq!(
+        put(&on),
+        vec![json!({
+            "Sid": "ArchiveAudit",
+            "Effect": "Allow",
+            "Action": "s3:PutObject",
+            "Resource": { "Fn::Sub": format!("${{AuditArchiveBucket.Arn}}/{}*", dynalimit_aggregator::archive::PREFIX) },
+        })]
+    );
+    assert!(put(&off).is_empty());
+
+    // The function is told the bucket exactly when there is one.
+    let resources = BTreeMap::from([
+        ("RateLimitsTable", "limits".to_owned()),
+        ("AuditArchiveBucket", "limits-archive".to_owned()),
+    ]);
+    let env = |params| function_environment_with(&t, "AggregatorFunction", &resources, params);
+    let bucket_var = dynalimit_aggregator::config::ENV_ARCHIVE_BUCKET;
+    assert_eq!(env(&on)[bucket_var], "limits-archive");
+    assert_eq!(env(&off)[bucket_var], "");
+
+    // With the archive, expiries of audit items reach the function; a writer's delete of an
+    // audit item, and the expiry of anything else, do not. Without it, none of them.
+    let audit_sk = format!("{}01KB0000000000000000000000", keys::AUDIT_SK_PREFIX);
+    let passes = |params, r: &Value| {
+        stream_filters(&t, params)
+            .iter()
+            .any(|p| filter_matches(p, r))
+    };
+    assert!(passes(&on, &audit_removal(&audit_sk, true)));
+    assert!(!passes(&on, &audit_removal(&audit_sk, false)));
+    assert!(!passes(&on, &audit_removal(keys::STATE_SK, true)));
+    assert!(passes(
+        &on,
+        &stream_record("MODIFY", keys::STATE_SK, true, true)
+    ));
+    assert!(!passes(&off, &audit_removal(&audit_sk, true)));
+
+    // The output names the bucket for `dynalimit audit --archive`.
+    assert_eq!(
+        t["Outputs"]["AuditArchiveBucketName"]["Value"],
+        json!({ "Ref": "AuditArchiveBucket" })
+    );
 }
 
 #[test]

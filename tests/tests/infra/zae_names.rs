@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use dynalimit_tests::template::{resources_of_type, template};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Every `${aws:PrincipalTag/…}` variable the template's managed policies use.
 fn principal_tags(t: &Value) -> BTreeSet<String> {
@@ -111,6 +111,15 @@ fn roles_policies_tags_and_outputs_carry_zae_limiters_names_and_functions_do_not
             continue;
         };
         if ours["Resources"].get(&id).is_none() {
+            continue;
+        }
+        // zae-limiter keeps its code in the audit archive's bucket; ours has a bucket of its
+        // own, deleted with the stack, while the archive is kept.
+        if name == "CodeBucketName" {
+            assert_eq!(
+                ours["Outputs"][name]["Value"],
+                json!({ "Ref": "CodeBucket" })
+            );
             continue;
         }
         assert_eq!(

@@ -93,3 +93,79 @@ async fn retention_follows_the_system_setting() {
         "default retention 90 days, got {days}"
     );
 }
+
+/// The `ttl` of the newest audit event of `entity`, in days from now.
+async fn newest_ttl_days(table: &dynalimit_tests::TestTable, entity: &str) -> f64 {
+    let newest = table
+        .scan_all()
+        .await
+        .into_iter()
+        .filter(|it| {
+            it.get("SK")
+                .and_then(|v| v.as_s().ok())
+                .is_some_and(|s| s.starts_with("#AUDIT#"))
+                && it
+                    .get("entity_id")
+                    .and_then(|v| v.as_s().ok())
+                    .map(String::as_str)
+                    == Some(entity)
+        })
+        .max_by_key(|it| it["SK"].as_s().unwrap().clone())
+        .expect("an audit event");
+    let ttl: i64 = newest["ttl"].as_n().unwrap().parse().unwrap();
+    let now = dynalimit_core::Clock::epoch_millis(&dynalimit_core::SystemClock) / 1000;
+    (ttl - now) as f64 / 86_400.0
+}
+
+#[tokio::test]
+async fn the_audit_retention_is_set_kept_by_default_changes_and_refused_out_of_range() {
+    let table = dynalimit_tests::table().await;
+    let repo = table.repository("retention-set").await;
+    repo.set_system_defaults(&[Limit::per_minute("rpm", 10)], None)
+        .await
+        .unwrap();
+    let before = table.scan_all().await;
+
+    // Out of range: refused before any request, nothing written.
+    for days in [0, -1, 36_501] {
+        let err = repo.set_audit_retention_days(days).await.unwrap_err();
+        assert!(err.to_string().contains("audit retention days"), "{err}");
+    }
+    assert_eq!(table.scan_all().await, before);
+
+    // Set twice (a write whose answer was lost is simply repeated): events written from then
+    // on expire after it, and the system defaults beside it stay.
+    for _ in 0..2 {
+        repo.set_audit_retention_days(7).await.unwrap();
+    }
+    repo.set_limits("k", "gpt-4", &[Limit::per_minute("rpm", 1)])
+        .await
+        .unwrap();
+    let days = newest_ttl_days(&table, "k").await;
+    assert!((6.9..=7.1).contains(&days), "{days}");
+    let defaults = repo.get_system_defaults().await.unwrap().expect("kept");
+    assert_eq!(defaults.limits, vec![Limit::per_minute("rpm", 10)]);
+    assert_eq!(defaults.audit_retention_days, Some(7));
+
+    // Changing the system defaults, or deleting them, keeps the retention.
+    repo.set_system_defaults(&[Limit::per_minute("rpm", 20)], None)
+        .await
+        .unwrap();
+    assert!(
+        repo.delete_system_defaults().await.unwrap(),
+        "there were defaults"
+    );
+    let left = repo
+        .get_system_defaults()
+        .await
+        .unwrap()
+        .expect("the retention");
+    assert!(left.limits.is_empty());
+    assert_eq!(left.audit_retention_days, Some(7));
+    assert!(!repo.delete_system_defaults().await.unwrap(), "none left");
+    repo.set_limits("k", "gpt-4", &[Limit::per_minute("rpm", 2)])
+        .await
+        .unwrap();
+    let days = newest_ttl_days(&table, "k").await;
+    assert!((6.9..=7.1).contains(&days), "{days}");
+}

@@ -122,6 +122,7 @@ async fn a_shard_count_above_32_is_corrupt_on_every_path_and_nothing_is_written_
         sequence_number: SequenceNumber::parse("100").unwrap(),
         old_image: Some(old),
         new_image: Some(item),
+        removed_by_ttl: false,
     };
     let extracted = dynalimit_aggregator::processor::extract(std::slice::from_ref(&record));
     assert!(extracted.activity.is_empty() && extracted.usage.is_empty());

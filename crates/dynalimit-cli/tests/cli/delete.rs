@@ -96,13 +96,7 @@ fn zae_table_template(full: &str) -> String {
 }
 
 pub(crate) async fn cloudformation(moto: &MotoServer) -> aws_sdk_cloudformation::Client {
-    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(moto.url())
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(dynalimit_repository::aws::local_credentials())
-        .load()
-        .await;
-    aws_sdk_cloudformation::Client::new(&config)
+    aws_sdk_cloudformation::Client::new(&moto.sdk_config().await)
 }
 
 pub(crate) async fn stack_status(

@@ -477,3 +477,152 @@ async fn deploy_and_delete_without_waiting_return_once_accepted() {
     );
     moto.drop_retained_table(stack).await;
 }
+
+#[tokio::test]
+async fn the_audit_archive_is_deployed_kept_and_read_by_audit() {
+    let Some(moto) = MotoServer::start() else {
+        return;
+    };
+    let stack = "dynalimit-archive";
+    let run = |args: &[&str]| run_json_on(moto.url(), stack, args);
+    // Refused before any request.
+    for (args, needle) in [
+        (
+            &["--audit-retention-days", "0"][..],
+            "--audit-retention-days",
+        ),
+        (
+            &[
+                "--enable-audit-archival",
+                "--audit-archive-glacier-days",
+                "3651",
+            ][..],
+            "audit archive glacier days",
+        ),
+    ] {
+        run_on("http://127.0.0.1:9", "x", &[&["deploy"][..], args].concat()).fails(2, needle);
+    }
+
+    // A stack without the archive: audit --archive says how to get one.
+    run(&["deploy", "--poll-ms", "100", "--no-aggregator"]).json();
+    run(&["audit", "-e", "key-1", "--archive"]).fails(1, "--enable-audit-archival");
+
+    let binary = temp_file("archive-bin", "#!/bin/sh\necho aggregator\n");
+    let deployed = run(&[
+        "deploy",
+        "--poll-ms",
+        "100",
+        "--aggregator-binary",
+        binary.to_str().unwrap(),
+        "--enable-audit-archival",
+        "--audit-archive-glacier-days",
+        "30",
+        "--audit-retention-days",
+        "7",
+    ])
+    .json();
+    let bucket = deployed["AuditArchiveBucketName"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the archive bucket is an output: {deployed}"))
+        .to_owned();
+    // moto does not apply a bucket's lifecycle rules: the template test reads the rule, this
+    // the parameter that feeds it.
+    let cfn = crate::delete::cloudformation(&moto).await;
+    let described = cfn
+        .describe_stacks()
+        .stack_name(stack)
+        .send()
+        .await
+        .unwrap();
+    let parameter = |name: &str| {
+        described.stacks()[0]
+            .parameters()
+            .iter()
+            .find(|p| p.parameter_key() == Some(name))
+            .and_then(|p| p.parameter_value())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        parameter("AuditArchiveGlacierTransitionDays").as_deref(),
+        Some("30")
+    );
+    assert_eq!(parameter("EnableAuditArchival").as_deref(), Some("true"));
+    let s3 = moto.s3().await;
+
+    // Events written from now on expire after the retention set by deploy.
+    run(&["entity", "create", "key-1"]).json();
+    let table = moto.dynamodb().await;
+    let items = table
+        .scan()
+        .table_name(stack)
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap_or_default();
+    let audit: Vec<_> = items
+        .into_iter()
+        .filter(|it| {
+            dynalimit_format::item::get_s(it, "SK")
+                .is_some_and(|sk| sk.starts_with(dynalimit_format::keys::AUDIT_SK_PREFIX))
+                && dynalimit_format::item::get_s(it, "entity_id") == Some("key-1")
+        })
+        .collect();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    let now = dynalimit_core::Clock::epoch_millis(&dynalimit_core::SystemClock) / 1000;
+    let ttl = dynalimit_format::item::get_i64(&audit[0], "ttl").expect("ttl");
+    assert!((ttl - now - 7 * 86_400).abs() < 300, "ttl {ttl}, now {now}");
+
+    // The aggregator's object for that event when it expires, and one of another namespace.
+    let record = |item: dynalimit_format::item::Item| dynalimit_aggregator::StreamRecord {
+        event_id: "r1".into(),
+        kind: dynalimit_aggregator::EventKind::Remove,
+        sequence_number: dynalimit_aggregator::SequenceNumber::parse("1").unwrap(),
+        old_image: Some(item),
+        new_image: None,
+        removed_by_ttl: true,
+    };
+    let object = dynalimit_aggregator::archive::expired_event(&record(audit[0].clone()))
+        .unwrap()
+        .unwrap();
+    let mut foreign = audit[0].clone();
+    let pk = dynalimit_format::item::get_s(&foreign, "PK")
+        .unwrap()
+        .to_owned();
+    let (_, rest) = pk.split_once('/').unwrap();
+    foreign.insert(
+        "PK".into(),
+        aws_sdk_dynamodb::types::AttributeValue::S(format!("otherns/{rest}")),
+    );
+    let other = dynalimit_aggregator::archive::expired_event(&record(foreign))
+        .unwrap()
+        .unwrap();
+    let archive =
+        dynalimit_aggregator::archive::Archive::new(&moto.sdk_config().await, bucket.clone());
+    archive.put(&object).await.unwrap();
+    archive.put(&other).await.unwrap();
+
+    let shown = run(&["audit", "-e", "key-1", "--archive"]).json();
+    let shown = shown.as_array().expect("an array");
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_eq!(shown[0]["event_id"], object.event.event_id.as_str());
+    assert_eq!(shown[0]["action"], "entity_created");
+    // The same through the bucket's name, and nothing from a later day.
+    let by_name = run(&["audit", "-e", "key-1", "--archive-bucket", &bucket]).json();
+    assert_eq!(by_name.as_array().map(Vec::len), Some(1));
+    let later = run(&["audit", "-e", "key-1", "--archive", "--since", "2999-01-01"]).json();
+    assert_eq!(later.as_array().map(Vec::len), Some(0));
+    run(&["audit", "-e", "key-1", "--since", "2020-01-01"]).fails(2, "--archive");
+    run(&["audit", "-e", "key-1", "--archive", "--since", "yesterday"]).fails(2, "YYYY-MM-DD");
+
+    // Deleting the stack keeps the archive and what it holds.
+    run(&["delete", "--yes", "--poll-ms", "100"]).json();
+    let kept = s3
+        .list_objects_v2()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("the archive outlives the stack");
+    assert_eq!(kept.contents().len(), 2);
+    moto.drop_retained_table(stack).await;
+}

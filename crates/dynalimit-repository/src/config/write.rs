@@ -500,11 +500,24 @@ impl Repository {
     }
 
     /// Deletes the namespace-wide defaults (and `on_unavailable`); false when there were none.
+    /// The namespace's `audit_retention_days` stays.
     ///
     /// # Errors
     /// The classified failure.
     pub async fn delete_system_defaults(&self) -> Result<bool, RepositoryError> {
-        let existed = self.delete_level(&Slot::System).await?;
+        let stored = self.read_level(&Slot::System).await?;
+        let remainder = stored
+            .as_ref()
+            .and_then(|s| config::retention_remainder(&self.scope.id, s));
+        let existed = match (&stored, remainder) {
+            (Some(stored), Some(remainder)) => {
+                let had = config::decode(stored).is_ok_and(|c| !c.limits.is_empty())
+                    || config::stored_on_unavailable(stored).is_some();
+                self.put_item(remainder).await?;
+                had
+            }
+            _ => self.delete_level(&Slot::System).await?,
+        };
         self.scope.config.evict(&Slot::System).await;
         if existed {
             self.audit(
