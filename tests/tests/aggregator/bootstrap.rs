@@ -272,15 +272,22 @@ async fn assert_totals(
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_bootstrap_counts_stream_events_under_the_runtime_api_with_the_template_environment() {
-    let Some(cargo_lambda) = CargoLambda::find() else {
-        return;
-    };
+/// cargo-lambda and the aggregator's `bootstrap` built with it; `None` (the test is skipped)
+/// without cargo-lambda.
+async fn built() -> Option<(CargoLambda, std::path::PathBuf)> {
+    let cargo_lambda = CargoLambda::find()?;
     let builder = cargo_lambda.clone();
     let bootstrap = tokio::task::spawn_blocking(move || builder.build_aggregator())
         .await
         .expect("build");
+    Some((cargo_lambda, bootstrap))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_bootstrap_counts_stream_events_under_the_runtime_api_with_the_template_environment() {
+    let Some((cargo_lambda, bootstrap)) = built().await else {
+        return;
+    };
     let table = dynalimit_tests::table().await;
     // Acquires stay clear of hour 00, whose snapshot item is also the day's.
     let repo = table
@@ -476,16 +483,12 @@ async fn objects(s3: &aws_sdk_s3::Client, bucket: &str) -> BTreeMap<String, Vec<
 
 #[tokio::test(flavor = "multi_thread")]
 async fn expired_audit_events_are_archived_once_each_under_redelivery() {
-    let Some(cargo_lambda) = CargoLambda::find() else {
+    let Some((cargo_lambda, bootstrap)) = built().await else {
         return;
     };
     let Some(moto) = dynalimit_tests::moto::MotoServer::start() else {
         return;
     };
-    let builder = cargo_lambda.clone();
-    let bootstrap = tokio::task::spawn_blocking(move || builder.build_aggregator())
-        .await
-        .expect("build");
     let table = dynalimit_tests::table().await;
     let repo = table.builder().namespace("archive").open().await.unwrap();
     let ns = repo.namespace_id().to_owned();
