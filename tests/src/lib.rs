@@ -32,6 +32,7 @@ pub mod lambda;
 mod memory;
 pub use memory::serve as serve_store;
 pub mod moto;
+pub mod policy;
 pub mod raw;
 pub mod soak;
 pub mod template;

@@ -99,6 +99,20 @@ impl Global {
         Ok(self.builder().await?.0.connect().await?)
     }
 
+    /// As [`Global::reader`], counting every request it sends in `counter`.
+    pub(crate) async fn counted_reader(
+        &self,
+        counter: dynalimit_repository::RequestCounter,
+    ) -> Result<Repository> {
+        Ok(self
+            .builder()
+            .await?
+            .0
+            .request_counter(counter)
+            .connect()
+            .await?)
+    }
+
     /// The stack manager for `--stack`.
     pub(crate) async fn stacks(&self) -> Result<StackManager> {
         Ok(self.stacks_with(&self.sdk_config().await?))

@@ -18,6 +18,7 @@ mod hot_key;
 mod infra;
 mod level_spec;
 mod limits;
+mod loadtest;
 mod local;
 mod manifest;
 mod mixed;
@@ -142,6 +143,13 @@ enum Command {
         after_help = "Example:\n  dynalimit bench\n  dynalimit bench --json > bench.json\n  dynalimit bench --compare zae --python .cache/venv-zae/bin/python"
     )]
     Bench(bench::BenchArgs),
+    /// Load a table's own limits from where it runs, with a service's requests only (the
+    /// acquire-only role suffices): latency, admissions, refusals, requests per acquire, and
+    /// the tokens admitted against what the limits allow.
+    #[command(
+        after_help = "Examples:\n  dynalimit loadtest --entity lt-key --resource gpt-4 --duration 60 --concurrency 32\n  dynalimit loadtest --stack limits-prod --namespace loadtest -e lt-1 -e lt-2 -r gpt-4 --cost rpm=1 --cost tpm=800 --rate 200 --yes --output json"
+    )]
+    Loadtest(loadtest::LoadtestArgs),
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -176,6 +184,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             mixed::run(args, &g.aws_settings(), &g.stack).await
         }
         Command::Bench(args) => bench::run(args, &g.aws_settings(), &g.stack).await,
+        Command::Loadtest(args) => loadtest::run(g, args).await,
     }
 }
 

@@ -3,5 +3,4 @@
 //! the test kit's proxy, is evaluated against the policy statements of `infra/template.yaml`.
 
 mod paths;
-mod policy;
 mod provisioner;

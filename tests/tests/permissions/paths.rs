@@ -12,7 +12,7 @@ use dynalimit_tests::TestTable;
 use dynalimit_tests::fault::{FaultProxy, Recorded};
 use serde_json::Value;
 
-use crate::policy::{Access, Policy, accesses};
+use dynalimit_tests::policy::{Access, Policy, accesses};
 
 const NS: &str = "svc";
 

@@ -12,7 +12,7 @@ use dynalimit_repository::{NewEntity, Repository};
 use dynalimit_tests::fault::FaultProxy;
 use serde_json::json;
 
-use crate::policy::{Access, Policy, accesses};
+use dynalimit_tests::policy::{Access, Policy, accesses};
 
 const NS: &str = "svc";
 

@@ -27,6 +27,7 @@ use super::infra::{
 use super::limits::{
     Configured, CustomLimits, LevelConfig, LevelDeleted, LevelKind, Resolved, Source, Unavailable,
 };
+use super::loadtest::{LimitLoad, LoadReport};
 use super::local::{Local, LocalEnv, LocalLog};
 use super::namespace::{ItemsDeleted, Namespace, NamespaceDeleted, Registered};
 use super::usage::{Snapshot, Summary};
@@ -717,6 +718,40 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                         held: 9.5,
                         throttled_requests: 812,
                         forwarded_requests: 6120,
+                    },
+                ),
+                one(
+                    "loadtest",
+                    LoadReport {
+                        entities: vec!["lt-1".into(), "lt-2".into()],
+                        resource: "gpt-4".into(),
+                        concurrency: 32,
+                        rate: None,
+                        seconds: 60.02,
+                        attempts: 41_250,
+                        admitted: 2_402,
+                        rejected: 38_848,
+                        errors: BTreeMap::new(),
+                        first_errors: BTreeMap::new(),
+                        acquires_per_second: 687.3,
+                        admitted_per_second: 40.0,
+                        p50_ms: 4.1,
+                        p90_ms: 6.8,
+                        p99_ms: 14.2,
+                        max_ms: 61.0,
+                        requests: 4_870,
+                        requests_per_acquire: 0.118,
+                        requests_by_operation: BTreeMap::from([
+                            ("UpdateItem".into(), 4_804),
+                            ("GetItem".into(), 66),
+                        ]),
+                        limits: vec![LimitLoad {
+                            limit: "rpm".into(),
+                            cost: 1,
+                            admitted_tokens: 2_402,
+                            allowance: 2_402,
+                            share: Some(1.0),
+                        }],
                     },
                 ),
             ],

@@ -17,6 +17,7 @@ pub(crate) mod bench;
 pub(crate) mod entity;
 pub(crate) mod infra;
 pub(crate) mod limits;
+pub(crate) mod loadtest;
 pub(crate) mod local;
 pub(crate) mod manifest;
 pub(crate) mod namespace;

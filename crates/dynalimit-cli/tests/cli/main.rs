@@ -12,6 +12,7 @@ mod foreign;
 mod hostile;
 mod infra;
 mod level_forms;
+mod loadtest;
 mod local;
 mod manifest;
 mod reserved;

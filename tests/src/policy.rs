@@ -11,7 +11,7 @@
 
 use serde_json::Value;
 
-use dynalimit_tests::fault::Recorded;
+use crate::fault::Recorded;
 
 /// The account and region of the ARNs the evaluator builds.
 const ARN_PREFIX: &str = "arn:aws:dynamodb:eu-west-1:123456789012:table/";
@@ -20,13 +20,13 @@ const NAMESPACE_TAG: &str = "${aws:PrincipalTag/zael_namespace_id}";
 
 /// One authorisation DynamoDB makes for a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Access {
+pub struct Access {
     /// `dynamodb:GetItem`, …
-    pub(crate) action: String,
+    pub action: String,
     /// The table or index ARN.
-    pub(crate) resource: String,
+    pub resource: String,
     /// The partition key values (`dynamodb:LeadingKeys`).
-    pub(crate) leading_keys: Vec<String>,
+    pub leading_keys: Vec<String>,
 }
 
 impl std::fmt::Display for Access {
@@ -102,7 +102,7 @@ fn key_condition_value(body: &Value, attribute: &str) -> String {
 }
 
 /// The authorisations DynamoDB makes for `request`.
-pub(crate) fn accesses(template: &Value, request: &Recorded) -> Vec<Access> {
+pub fn accesses(template: &Value, request: &Recorded) -> Vec<Access> {
     let body = &request.body;
     let pk = partition_attribute(template, None);
     let table_arn = |name: &Value| format!("{ARN_PREFIX}{}", name.as_str().expect("TableName"));
@@ -191,7 +191,7 @@ pub(crate) fn accesses(template: &Value, request: &Recorded) -> Vec<Access> {
 }
 
 /// IAM's `StringLike`: `*` matches any run of characters, `?` exactly one; case-sensitive.
-pub(crate) fn glob(pattern: &str, text: &str) -> bool {
+pub fn glob(pattern: &str, text: &str) -> bool {
     let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
     // matches[j]: pattern[..i] matches text[..j].
     let mut matches = vec![false; t.len() + 1];
@@ -235,14 +235,16 @@ fn resource_pattern(value: &Value, table: &str) -> String {
 
 /// The `Allow` statements of one managed policy of the template.
 #[derive(Debug, Clone)]
-pub(crate) struct Policy {
-    pub(crate) name: String,
-    pub(crate) statements: Vec<Value>,
+pub struct Policy {
+    /// The policy's logical id (with zae-limiter's prefix for its template's).
+    pub name: String,
+    /// Its statements.
+    pub statements: Vec<Value>,
 }
 
 impl Policy {
     /// Policy `name` (a logical id of `template`).
-    pub(crate) fn of(template: &Value, name: &str) -> Policy {
+    pub fn of(template: &Value, name: &str) -> Policy {
         let statements = template["Resources"][name]["Properties"]["PolicyDocument"]["Statement"]
             .as_array()
             .unwrap_or_else(|| panic!("{name} has statements"))
@@ -254,13 +256,13 @@ impl Policy {
     }
 
     /// The same policy, named as coming from zae-limiter's template in messages.
-    pub(crate) fn named_as_zae(mut self) -> Policy {
+    pub fn named_as_zae(mut self) -> Policy {
         self.name = format!("zae-limiter's {}", self.name);
         self
     }
 
     /// The statement `sid` of the inline policy of role `role` (a logical id).
-    pub(crate) fn inline(template: &Value, role: &str, sid: &str) -> Policy {
+    pub fn inline(template: &Value, role: &str, sid: &str) -> Policy {
         let statements = template["Resources"][role]["Properties"]["Policies"][0]["PolicyDocument"]
             ["Statement"]
             .as_array()
@@ -277,7 +279,7 @@ impl Policy {
     }
 
     /// Every action the policy names.
-    pub(crate) fn actions(&self) -> std::collections::BTreeSet<String> {
+    pub fn actions(&self) -> std::collections::BTreeSet<String> {
         self.statements
             .iter()
             .flat_map(|s| strings(&s["Action"]))
@@ -286,7 +288,7 @@ impl Policy {
     }
 
     /// The same policy without `action` in any statement.
-    pub(crate) fn without_action(&self, action: &str) -> Policy {
+    pub fn without_action(&self, action: &str) -> Policy {
         let mut less = self.clone();
         for statement in &mut less.statements {
             let kept: Vec<Value> = strings(&statement["Action"])
@@ -300,7 +302,7 @@ impl Policy {
     }
 
     /// The same policy without LeadingKeys pattern `pattern` in any statement.
-    pub(crate) fn without_leading_key(&self, pattern: &str) -> Policy {
+    pub fn without_leading_key(&self, pattern: &str) -> Policy {
         let mut less = self.clone();
         for statement in &mut less.statements {
             let keys =
@@ -314,7 +316,7 @@ impl Policy {
 
     /// Whether the policy allows `access` on table `table` for a principal tagged with
     /// namespace id `namespace_id`.
-    pub(crate) fn allows(&self, access: &Access, table: &str, namespace_id: &str) -> bool {
+    pub fn allows(&self, access: &Access, table: &str, namespace_id: &str) -> bool {
         self.statements
             .iter()
             .any(|s| statement_allows(s, access, table, namespace_id))
