@@ -101,6 +101,11 @@ pub(crate) struct DeployArgs {
     /// --archive` reads it).
     #[arg(long, conflicts_with = "no_aggregator")]
     pub(crate) enable_audit_archival: bool,
+    /// The aggregator writes the tokens each batch counted per namespace, entity and resource
+    /// as CloudWatch metrics (embedded-metric log lines, namespace `dynalimit`; each tenant is
+    /// a billed custom metric). Off by default.
+    #[arg(long, conflicts_with = "no_aggregator")]
+    pub(crate) tenant_metrics: bool,
     /// Days after which archived audit events move to S3 Glacier Instant Retrieval (1-3650,
     /// default 90).
     #[arg(long, value_name = "DAYS", requires = "enable_audit_archival")]
@@ -257,6 +262,7 @@ impl DeployArgs {
         o.alarm_topic_arn = self.alarm_topic.clone();
         o.tracing = self.tracing;
         o.audit_archival = self.enable_audit_archival && o.aggregator;
+        o.tenant_metrics = self.tenant_metrics;
         if let Some(days) = self.audit_archive_glacier_days {
             o.audit_archive_glacier_days = days;
         }

@@ -129,6 +129,9 @@ pub struct StackOptions {
     pub audit_archival: bool,
     /// Days after which archived audit events move to S3 Glacier Instant Retrieval, 1–3650.
     pub audit_archive_glacier_days: u32,
+    /// The aggregator writes each batch's usage per namespace, entity and resource as
+    /// CloudWatch embedded-metric log lines (each tenant is a billed custom metric).
+    pub tenant_metrics: bool,
     /// The six managed policies.
     pub iam: bool,
     /// Application, admin and read-only roles.
@@ -177,6 +180,7 @@ impl Default for StackOptions {
             tracing: false,
             audit_archival: false,
             audit_archive_glacier_days: 90,
+            tenant_metrics: false,
             iam: true,
             iam_roles: false,
             permission_boundary: None,
@@ -395,6 +399,7 @@ impl StackOptions {
             ("AggregatorRoleArn", opt(&self.aggregator_role_arn)),
             ("EnableTracing", flag(self.tracing)),
             ("EnableAuditArchival", flag(self.audit_archival)),
+            ("EnableTenantMetrics", flag(self.tenant_metrics)),
             (
                 "AuditArchiveGlacierTransitionDays",
                 self.audit_archive_glacier_days.to_string(),

@@ -62,6 +62,9 @@ pub struct BatchReport {
     pub shards_created: usize,
     /// Expired audit events written to the archive (each to its own object).
     pub events_archived: usize,
+    /// Whole tokens counted by this delivery, per (namespace id, entity, resource) and limit
+    /// (usage an earlier delivery counted is not in it): what [`crate::emf`] reports.
+    pub tenant_usage: crate::emf::TenantUsage,
     /// What went wrong, one line each.
     pub errors: Vec<String>,
 }
@@ -189,8 +192,10 @@ impl Aggregator {
             .collect()
             .await;
         let mut failed = BTreeSet::new();
+        let mut counted = BTreeSet::new();
         for o in outcomes {
             report.counted += o.counted.len();
+            counted.extend(o.counted.iter().cloned());
             report.snapshots_written += o.snapshots;
             report.transactions += o.transactions;
             report.errors.extend(o.errors);
@@ -200,6 +205,24 @@ impl Aggregator {
             .len()
             .saturating_sub(report.counted + failed.len());
         report.failed = failed.into_iter().collect();
+        for u in extracted
+            .usage
+            .iter()
+            .filter(|u| counted.contains(&u.sequence_number))
+        {
+            let b = &u.bucket;
+            let limits = report
+                .tenant_usage
+                .entry((
+                    b.namespace_id.clone(),
+                    b.entity_id.clone(),
+                    b.resource.clone(),
+                ))
+                .or_default();
+            for d in &u.deltas {
+                *limits.entry(d.limit.clone()).or_default() += d.tokens;
+            }
+        }
 
         if self.settings.proactive_refill || self.settings.proactive_sharding {
             let passes = crate::proactive::Passes {

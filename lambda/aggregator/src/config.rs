@@ -13,6 +13,7 @@
 //! | `DYNALIMIT_PROACTIVE_REFILL` | no | `true` |
 //! | `DYNALIMIT_PROACTIVE_SHARDING` | no | `true` |
 //! | `DYNALIMIT_ARCHIVE_BUCKET` | no | empty: expired audit events are not archived |
+//! | `DYNALIMIT_TENANT_METRICS` | no | `false` |
 //!
 //! Logging is not part of it: the `bootstrap` binary sets up `tracing` through
 //! `lambda_runtime`, which follows Lambda's own `AWS_LAMBDA_LOG_LEVEL` and
@@ -35,6 +36,10 @@ pub const ENV_PROACTIVE_SHARDING: &str = "DYNALIMIT_PROACTIVE_SHARDING";
 /// The S3 bucket expired audit events are archived to (see [`crate::archive`]); empty or
 /// unset archives nothing.
 pub const ENV_ARCHIVE_BUCKET: &str = "DYNALIMIT_ARCHIVE_BUCKET";
+
+/// Per-tenant usage metrics in the embedded metric format (see [`crate::emf`]), `true` or
+/// `false`.
+pub const ENV_TENANT_METRICS: &str = "DYNALIMIT_TENANT_METRICS";
 
 /// Default snapshot retention in days.
 pub const DEFAULT_SNAPSHOT_TTL_DAYS: i64 = 90;
@@ -84,6 +89,11 @@ pub const ENVIRONMENT: &[EnvVar] = &[
         required: false,
         default: Some(""),
     },
+    EnvVar {
+        name: ENV_TENANT_METRICS,
+        required: false,
+        default: Some("false"),
+    },
 ];
 
 /// What the aggregator does and where.
@@ -102,6 +112,8 @@ pub struct Settings {
     pub proactive_sharding: bool,
     /// The bucket expired audit events are archived to; `None` archives nothing.
     pub archive_bucket: Option<String>,
+    /// Write each batch's usage per tenant as embedded-metric log lines ([`crate::emf`]).
+    pub tenant_metrics: bool,
 }
 
 impl Settings {
@@ -115,6 +127,7 @@ impl Settings {
             proactive_refill: true,
             proactive_sharding: true,
             archive_bucket: None,
+            tenant_metrics: false,
         }
     }
 
@@ -168,6 +181,7 @@ impl Settings {
             proactive_refill: switch(ENV_PROACTIVE_REFILL)?,
             proactive_sharding: switch(ENV_PROACTIVE_SHARDING)?,
             archive_bucket: Some(value(ENV_ARCHIVE_BUCKET)?).filter(|b| !b.is_empty()),
+            tenant_metrics: switch(ENV_TENANT_METRICS)?,
         })
     }
 

@@ -56,5 +56,12 @@ pub async fn handle(aggregator: &Aggregator, event: Event) -> DynamoDbEventRespo
         errors = report.errors.len(),
         "batch processed"
     );
+    if aggregator.settings().tenant_metrics {
+        let now = aggregator.clock().epoch_millis();
+        for line in crate::emf::lines(&aggregator.settings().table_name, now, &report.tenant_usage)
+        {
+            println!("{line}");
+        }
+    }
     response_of(&report)
 }

@@ -33,7 +33,9 @@
 //!    (planned by `dynalimit_repository::bucket::decide::plan_proactive_refill` and
 //!    `plan_proactive_doubling`, written by the repository's bucket store).
 //!
-//! 6. [`archive`]: with an archive bucket, each audit event that DynamoDB's TTL removed is
+//! 6. [`emf`]: with tenant metrics on, the Lambda handler writes the tokens each batch counted
+//!    per (namespace, entity, resource) as CloudWatch embedded-metric log lines.
+//! 7. [`archive`]: with an archive bucket, each audit event that DynamoDB's TTL removed is
 //!    written to its own S3 object, keyed by the event (exactly once under redelivery).
 //!
 //! # Counting each record once
@@ -61,6 +63,7 @@
 mod aggregator;
 pub mod archive;
 pub mod config;
+pub mod emf;
 pub mod error;
 pub mod handler;
 mod proactive;

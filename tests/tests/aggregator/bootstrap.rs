@@ -200,6 +200,32 @@ async fn aggregator_items(table: &TestTable) -> BTreeMap<(String, String), Item>
         .collect()
 }
 
+/// The `(rpm, tpm)` the function's embedded-metric lines report per entity of namespace
+/// `ns`, summed over every line written so far.
+fn emf_totals(output: &str, ns: &str) -> BTreeMap<String, (i64, i64)> {
+    let mut totals: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for line in output.lines() {
+        let Ok(parsed) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if !parsed["_aws"].is_object() {
+            continue;
+        }
+        let directive = &parsed["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(
+            directive["Namespace"],
+            dynalimit_aggregator::emf::METRIC_NAMESPACE
+        );
+        assert_eq!(parsed["NamespaceId"], ns, "{line}");
+        assert_eq!(parsed["Resource"], RESOURCE, "{line}");
+        let entity = parsed["Entity"].as_str().expect("Entity").to_owned();
+        let t = totals.entry(entity).or_default();
+        t.0 += parsed["rpm"].as_i64().unwrap_or(0);
+        t.1 += parsed["tpm"].as_i64().unwrap_or(0);
+    }
+    totals
+}
+
 /// Deletes `items` (by their keys) from the table.
 async fn delete_items(table: &TestTable, items: &[Item]) {
     for it in items {
@@ -386,9 +412,12 @@ async fn the_bootstrap_counts_stream_events_under_the_runtime_api_with_the_templ
     // Runtime API, and DynamoDB Local.
     let api = RuntimeApi::start(&cargo_lambda);
     let resources = BTreeMap::from([("RateLimitsTable", table.name().to_owned())]);
-    let mut env: Vec<(String, String)> = function_environment(&t, "AggregatorFunction", &resources)
-        .into_iter()
-        .collect();
+    // Tenant metrics on (the parameter's only change to the environment).
+    let metrics_on = BTreeMap::from([("EnableTenantMetrics", "true")]);
+    let mut env: Vec<(String, String)> =
+        function_environment_with(&t, "AggregatorFunction", &resources, &metrics_on)
+            .into_iter()
+            .collect();
     env.extend(api.runtime_environment(&parameter_default(&t, "LambdaMemorySize")));
     env.extend(endpoint_environment());
     let mut function = Function::spawn(&bootstrap, &env);
@@ -412,19 +441,39 @@ async fn the_bootstrap_counts_stream_events_under_the_runtime_api_with_the_templ
         ),
         "mallory's usage is not marked as counted"
     );
+    // The metrics report what was counted: alice's and bob's usage, none of mallory's.
+    let counted_only = |names: &[&str]| -> BTreeMap<String, (i64, i64)> {
+        names
+            .iter()
+            .map(|e| ((*e).to_owned(), expected[e]))
+            .collect()
+    };
+    assert_eq!(
+        emf_totals(&function.output(), &ns),
+        counted_only(&["alice", "bob"])
+    );
 
-    // Second delivery of the same batches: the same failures, no change.
+    // Second delivery of the same batches: the same failures, no change, no new metrics.
     let again = deliver(&api, &mut function, &batches).await;
     assert_eq!(again, poisoned);
     assert_eq!(aggregator_items(&table).await, after_first);
+    assert_eq!(
+        emf_totals(&function.output(), &ns),
+        counted_only(&["alice", "bob"])
+    );
 
     // The corruption removed, the retried records are counted once; the rest stays as it was.
     delete_items(&table, &corrupt).await;
     let retried = deliver(&api, &mut function, &batches).await;
     assert!(retried.is_empty(), "{retried:?}");
     assert_totals(&repo, &["alice", "bob", "mallory"], &expected).await;
+    assert_eq!(
+        emf_totals(&function.output(), &ns),
+        counted_only(&["alice", "bob", "mallory"])
+    );
 
-    // Lambda's log format applies: with the template's LoggingConfig every line is JSON.
+    // Lambda's log format applies: with the template's LoggingConfig every line is JSON, a
+    // log event or an embedded-metric line.
     let output = function.output();
     let lines: Vec<&str> = output.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(
@@ -433,7 +482,10 @@ async fn the_bootstrap_counts_stream_events_under_the_runtime_api_with_the_templ
     );
     for line in lines {
         let parsed: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
-        assert!(parsed["level"].is_string(), "{line}");
+        assert!(
+            parsed["level"].is_string() || parsed["_aws"].is_object(),
+            "{line}"
+        );
     }
     assert!(function.exited().is_none(), "the function keeps serving");
 }
