@@ -22,8 +22,7 @@ use dynalimit_format::keys::usage_sk as snapshot_sk;
 use dynalimit_repository::{Repository, UsageQuery};
 use dynalimit_tests::lambda::{CargoLambda, Function, RuntimeApi, endpoint_environment};
 use dynalimit_tests::template::{
-    filter_matches, function_environment, function_environment_with, parameter_default,
-    stream_filters, template,
+    filter_matches, function_environment_with, parameter_default, stream_filters, template,
 };
 use dynalimit_tests::{TestTable, endpoint};
 use serde_json::{Value, json};
