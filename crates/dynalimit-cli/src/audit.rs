@@ -70,7 +70,9 @@ async fn archive_of(global: &Global, args: &AuditArgs) -> Result<Archive> {
 async fn archived(global: &Global, args: &AuditArgs, id: &str) -> Result<Vec<Event>> {
     let archive = archive_of(global, args).await?;
     let repo = global.reader().await?;
-    let events = archive.events(repo.namespace_id(), archive::PREFIX).await?;
+    let events = archive
+        .events(repo.namespace_id(), Some(id), archive::PREFIX)
+        .await?;
     let since = args.since.as_deref().unwrap_or("");
     Ok(events
         .into_iter()

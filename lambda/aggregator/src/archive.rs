@@ -6,11 +6,14 @@
 //! configured, the aggregator writes each such event to one object:
 //!
 //! ```text
-//! audit/year=YYYY/month=MM/day=DD/audit-{namespace id}-{event id}.jsonl
+//! audit/year=YYYY/month=MM/day=DD/audit-{namespace id}.{entity}.{event id}.jsonl
 //! ```
 //!
 //! The date is the event's own (`timestamp`), so the Hive-style partitions line up with
-//! zae-limiter 0.17's archive and a query engine reads both. The body is one JSON line with
+//! zae-limiter 0.17's archive and a query engine reads both. The namespace and the entity in
+//! the name let a reader of one entity's events skip every other object unread (an id that is
+//! not made of letters, digits, `-` and `_` is written as `x` and its bytes in hex, so `.`
+//! separates them unambiguously). The body is one JSON line with
 //! zae-limiter's fields (`event_id`, `entity_id`, `action`, `timestamp`, `principal`,
 //! `resource`, `details`) and `namespace`.
 //!
@@ -146,14 +149,23 @@ fn partition(timestamp: &str) -> String {
     }
 }
 
-/// The key of the object archiving event `event_id` of namespace `ns`, stamped `timestamp`.
-pub fn object_key(ns: &str, event_id: &str, timestamp: &str) -> String {
+/// The key of the object archiving event `event_id` of `entity` in namespace `ns`, stamped
+/// `timestamp`.
+pub fn object_key(ns: &str, entity: &str, event_id: &str, timestamp: &str) -> String {
     format!(
-        "{PREFIX}{}audit-{}-{}.jsonl",
+        "{PREFIX}{}{}{}.jsonl",
         partition(timestamp),
-        key_segment(ns),
+        object_name_prefix(ns, Some(entity)),
         key_segment(event_id)
     )
+}
+
+/// How the names of the objects of namespace `ns` (and of `entity` in it, when given) start.
+fn object_name_prefix(ns: &str, entity: Option<&str>) -> String {
+    match entity {
+        Some(e) => format!("audit-{}.{}.", key_segment(ns), key_segment(e)),
+        None => format!("audit-{}.", key_segment(ns)),
+    }
 }
 
 /// Whether the record is the expiry (TTL removal) of an audit item.
@@ -181,7 +193,7 @@ pub fn expired_event(record: &StreamRecord) -> Option<Result<ArchiveObject, Stri
             .ok_or_else(|| format!("record {}: {pk:?} is not an audit key", record.event_id))?;
         let event = AuditEvent::from_item(old)
             .map_err(|e| format!("record {}: not an audit event: {e}", record.event_id))?;
-        let key = object_key(ns, &event.event_id, &event.timestamp);
+        let key = object_key(ns, &event.entity_id, &event.event_id, &event.timestamp);
         Ok(ArchiveObject {
             key,
             event: ArchivedEvent {
@@ -291,9 +303,9 @@ impl Archive {
         Ok(keys)
     }
 
-    /// The events of the objects of namespace `ns` under `prefix` (a day's partition, or
-    /// [`PREFIX`] for all), oldest first. Objects of other namespaces and of zae-limiter's
-    /// archiver are skipped by their key.
+    /// The events of namespace `ns` (of `entity` alone, when given) under `prefix` (a day's
+    /// partition, or [`PREFIX`] for all), oldest first. Objects of other namespaces or
+    /// entities, and zae-limiter's, are skipped by their name, unread.
     ///
     /// # Errors
     /// [`AggregatorError::Archive`] when a listing or a read failed, or an object of `ns` is
@@ -301,9 +313,10 @@ impl Archive {
     pub async fn events(
         &self,
         ns: &str,
+        entity: Option<&str>,
         prefix: &str,
     ) -> Result<Vec<ArchivedEvent>, AggregatorError> {
-        let marker = format!("/audit-{}-", key_segment(ns));
+        let marker = format!("/{}", object_name_prefix(ns, entity));
         let mut events = Vec::new();
         for key in self.keys(prefix).await? {
             if !key.contains(&marker) {
@@ -381,7 +394,7 @@ mod tests {
         assert_eq!(a.body(), b.body());
         assert_eq!(
             a.key,
-            "audit/year=2025/month=11/day=29/audit-ns1-01KB0000000000000000000000.jsonl"
+            "audit/year=2025/month=11/day=29/audit-ns1.key-1.01KB0000000000000000000000.jsonl"
         );
         let back = parse_object(&a.body()).unwrap();
         assert_eq!(back, vec![a.event.clone()]);
@@ -410,6 +423,15 @@ mod tests {
         assert!(err.contains("e1"), "{err}");
         assert_ne!(key_segment("a/b"), key_segment("a_b"));
         assert_eq!(key_segment("a/b"), "x612f62");
+        // `.` separates the parts: no id can make two objects' names collide.
+        assert_ne!(
+            object_key("a", "b.c", "E", "2026-01-01T00:00:00Z"),
+            object_key("a.b", "c", "E", "2026-01-01T00:00:00Z")
+        );
+        assert_eq!(
+            object_key("ns", "$RESOURCE:gpt-4", "E", "2026-01-01T00:00:00Z"),
+            "audit/year=2026/month=01/day=01/audit-ns.x245245534f555243453a6770742d34.E.jsonl"
+        );
         assert_eq!(partition("not a date"), "undated/");
         assert_eq!(
             partition("2026-02-03T04:05:06Z"),

@@ -625,8 +625,12 @@ async fn expired_audit_events_are_archived_once_each_under_redelivery() {
     let mut want = BTreeMap::new();
     for it in &stored[..stored.len() - 1] {
         let event = dynalimit_format::audit::AuditEvent::from_item(it).unwrap();
-        let object_key =
-            dynalimit_aggregator::archive::object_key(&ns, &event.event_id, &event.timestamp);
+        let object_key = dynalimit_aggregator::archive::object_key(
+            &ns,
+            &event.entity_id,
+            &event.event_id,
+            &event.timestamp,
+        );
         want.insert(object_key, event);
     }
     assert_eq!(

@@ -597,10 +597,25 @@ async fn the_audit_archive_is_deployed_kept_and_read_by_audit() {
     let other = dynalimit_aggregator::archive::expired_event(&record(foreign))
         .unwrap()
         .unwrap();
+    // And one of another entity of this namespace.
+    let mut neighbour = audit[0].clone();
+    let (ns, _) = pk.split_once('/').unwrap();
+    neighbour.insert(
+        "PK".into(),
+        aws_sdk_dynamodb::types::AttributeValue::S(format!("{ns}/AUDIT#key-2")),
+    );
+    neighbour.insert(
+        "entity_id".into(),
+        aws_sdk_dynamodb::types::AttributeValue::S("key-2".into()),
+    );
+    let neighbour = dynalimit_aggregator::archive::expired_event(&record(neighbour))
+        .unwrap()
+        .unwrap();
     let archive =
         dynalimit_aggregator::archive::Archive::new(&moto.sdk_config().await, bucket.clone());
-    archive.put(&object).await.unwrap();
-    archive.put(&other).await.unwrap();
+    for o in [&object, &other, &neighbour] {
+        archive.put(o).await.unwrap();
+    }
 
     let shown = run(&["audit", "-e", "key-1", "--archive"]).json();
     let shown = shown.as_array().expect("an array");
@@ -610,6 +625,9 @@ async fn the_audit_archive_is_deployed_kept_and_read_by_audit() {
     // The same through the bucket's name, and nothing from a later day.
     let by_name = run(&["audit", "-e", "key-1", "--archive-bucket", &bucket]).json();
     assert_eq!(by_name.as_array().map(Vec::len), Some(1));
+    let neighbours = run(&["audit", "-e", "key-2", "--archive"]).json();
+    assert_eq!(neighbours[0]["entity"], "key-2", "{neighbours}");
+    assert_eq!(neighbours.as_array().map(Vec::len), Some(1));
     let later = run(&["audit", "-e", "key-1", "--archive", "--since", "2999-01-01"]).json();
     assert_eq!(later.as_array().map(Vec::len), Some(0));
     run(&["audit", "-e", "key-1", "--since", "2020-01-01"]).fails(2, "--archive");
@@ -623,6 +641,6 @@ async fn the_audit_archive_is_deployed_kept_and_read_by_audit() {
         .send()
         .await
         .expect("the archive outlives the stack");
-    assert_eq!(kept.contents().len(), 2);
+    assert_eq!(kept.contents().len(), 3);
     moto.drop_retained_table(stack).await;
 }
