@@ -473,6 +473,16 @@ fn processor_throughput() -> f64 {
     (batches as f64 * PROCESSOR_BATCH as f64) / seconds
 }
 
+/// The value at quantile `q` (0 to 1, nearest rank) of sorted `values`; the default when
+/// there is none.
+pub(crate) fn quantile<T: Copy + Default>(sorted: &[T], q: f64) -> T {
+    if sorted.is_empty() {
+        return T::default();
+    }
+    let idx = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
 /// Measures `ops` at every concurrency of `args`, both shapes each, then, when `admission`
 /// is set, the admission case at every concurrency, on the table `stack` of `target` (in the
 /// namespace `bench`).
@@ -870,10 +880,7 @@ impl Bench {
         self.limiter.settle().await;
         latencies.sort_unstable();
         let us = |d: Duration| d.as_secs_f64() * 1e6;
-        let pick = |q: f64| {
-            let idx = ((latencies.len() as f64 - 1.0) * q).round() as usize;
-            us(latencies[idx.min(latencies.len() - 1)])
-        };
+        let pick = |q: f64| us(quantile(&latencies, q));
         let n = latencies.len() as f64;
         Ok(Figures {
             op,

@@ -26,6 +26,7 @@ use dynalimit_core::{Clock as _, Limit, SystemClock, ids};
 use dynalimit_repository::aws;
 use tokio::sync::Mutex;
 
+use crate::bench::quantile;
 use crate::context::{Global, bad_input};
 use crate::output::loadtest::{LimitLoad, LoadReport};
 
@@ -108,15 +109,6 @@ impl Tally {
             .or_insert_with(|| (0, error.to_string()));
         entry.0 += 1;
     }
-}
-
-/// The value at quantile `q` of sorted `values`, 0 when there is none.
-fn quantile(sorted: &[u64], q: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let idx = ((sorted.len() - 1) as f64 * q).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 /// The tokens `limit` lets one bucket admit over `elapsed_ms`: its capacity and what refills
@@ -317,7 +309,7 @@ mod tests {
         assert_eq!(allowance(&rpm, 0), 60);
         assert_eq!(allowance(&rpm, 1_999), 61);
         assert_eq!(allowance(&rpm, 60_000), 120);
-        assert_eq!(quantile(&[], 0.5), 0);
+        assert_eq!(quantile::<u64>(&[], 0.5), 0);
         assert_eq!(quantile(&[1, 2, 3, 4, 5], 0.5), 3);
         assert_eq!(quantile(&[1, 2, 3, 4, 5], 0.99), 5);
     }

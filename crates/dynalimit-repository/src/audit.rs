@@ -74,8 +74,9 @@ impl Repository {
     /// Sets how many days this namespace's audit events stay in the table: the
     /// `audit_retention_days` of its system configuration, which later events' `ttl` follows
     /// (events already written keep theirs). Only that attribute changes: the system
-    /// defaults beside it stay, as zae-limiter writes it. Repeating the write (after a lost
-    /// answer, say) sets the same value again.
+    /// defaults beside it stay, as zae-limiter writes it. The write sets an absolute value, so
+    /// one applied whose answer was lost is harmless: the SDK's retry, or the caller's, sets
+    /// the same value again.
     ///
     /// # Errors
     /// [`RepositoryError::Validation`] for days outside 1–36500, before any request; the
@@ -99,7 +100,10 @@ impl Repository {
             .send()
             .await
             .map_err(|e| classify("UpdateItem", e))?;
-        self.invalidate_config_cache().await;
+        self.scope
+            .config
+            .evict(&dynalimit_format::config::Slot::System)
+            .await;
         Ok(())
     }
 

@@ -63,7 +63,8 @@ pub struct BatchReport {
     /// Expired audit events written to the archive (each to its own object).
     pub events_archived: usize,
     /// Whole tokens counted by this delivery, per (namespace id, entity, resource) and limit
-    /// (usage an earlier delivery counted is not in it): what [`crate::emf`] reports.
+    /// (usage an earlier delivery counted is not in it): what [`crate::emf`] reports. Empty
+    /// unless [`Settings::tenant_metrics`] is on.
     pub tenant_usage: crate::emf::TenantUsage,
     /// What went wrong, one line each.
     pub errors: Vec<String>,
@@ -208,7 +209,7 @@ impl Aggregator {
         for u in extracted
             .usage
             .iter()
-            .filter(|u| counted.contains(&u.sequence_number))
+            .filter(|u| self.settings.tenant_metrics && counted.contains(&u.sequence_number))
         {
             let b = &u.bucket;
             let limits = report

@@ -12,8 +12,8 @@
 //! The date is the event's own (`timestamp`), so the Hive-style partitions line up with
 //! zae-limiter 0.17's archive and a query engine reads both. The namespace and the entity in
 //! the name let a reader of one entity's events skip every other object unread (an id that is
-//! not made of letters, digits, `-` and `_` is written as `x` and its bytes in hex, so `.`
-//! separates them unambiguously). The body is one JSON line with
+//! not made of letters, digits, `-` and `_` is written in hex after a `!`, so `.` separates
+//! them unambiguously). The body is one JSON line with
 //! zae-limiter's fields (`event_id`, `entity_id`, `action`, `timestamp`, `principal`,
 //! `resource`, `details`) and `namespace`.
 //!
@@ -114,22 +114,38 @@ pub fn attribute_json(v: &AttributeValue) -> Value {
     }
 }
 
+/// The longest id written into an object's name as it is; longer ones are named by digest.
+const MAX_SEGMENT_BYTES: usize = 128;
+/// The largest archive object a reader takes: an event is one item (at most 400 KB) as JSON.
+pub const MAX_OBJECT_BYTES: i64 = 4 * 1024 * 1024;
+
 /// `text` when it is safe as one segment of an object key (1 to 128 letters, digits, `-`
-/// and `_`), else `x` and its bytes in hex: distinct ids keep distinct keys.
+/// and `_`); else `!` and its bytes in hex, up to 128 bytes; else `!h` and the hex of its
+/// SHA-256. `!` never starts a plain id and `h` is no hex digit, so distinct ids keep distinct
+/// keys, and a key stays far below S3's 1024 bytes whatever another writer stored in the
+/// item's key.
 fn key_segment(text: &str) -> String {
-    let plain = (1..=128).contains(&text.len())
+    let hex = |bytes: &[u8]| -> String {
+        bytes
+            .iter()
+            .fold(String::with_capacity(2 * bytes.len()), |mut s, b| {
+                use std::fmt::Write as _;
+                let _ = write!(s, "{b:02x}");
+                s
+            })
+    };
+    let plain = (1..=MAX_SEGMENT_BYTES).contains(&text.len())
         && text
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if plain {
-        return text.to_owned();
+        text.to_owned()
+    } else if text.len() <= MAX_SEGMENT_BYTES {
+        format!("!{}", hex(text.as_bytes()))
+    } else {
+        use sha2::Digest as _;
+        format!("!h{}", hex(&sha2::Sha256::digest(text.as_bytes())))
     }
-    let mut out = String::with_capacity(1 + 2 * text.len());
-    out.push('x');
-    for b in text.bytes() {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
 }
 
 /// The partition of an event's date: `year=YYYY/month=MM/day=DD/` when `timestamp` starts
@@ -330,6 +346,17 @@ impl Archive {
                 .send()
                 .await
                 .map_err(|e| s3_error("GetObject", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+            // Anything may sit in the bucket under a matching name: read no more than an
+            // event can be.
+            let size = object.content_length().unwrap_or(MAX_OBJECT_BYTES + 1);
+            if !(0..=MAX_OBJECT_BYTES).contains(&size) {
+                return Err(s3_error(
+                    "GetObject",
+                    format!(
+                        "{key}: {size} bytes, more than an archived event ({MAX_OBJECT_BYTES})"
+                    ),
+                ));
+            }
             let body = object
                 .body
                 .collect()
@@ -422,7 +449,8 @@ mod tests {
         let err = expired_event(&expiry(broken, true)).unwrap().unwrap_err();
         assert!(err.contains("e1"), "{err}");
         assert_ne!(key_segment("a/b"), key_segment("a_b"));
-        assert_eq!(key_segment("a/b"), "x612f62");
+        assert_eq!(key_segment("a/b"), "!612f62");
+        assert_ne!(key_segment("a/b"), key_segment("x612f62"));
         // `.` separates the parts: no id can make two objects' names collide.
         assert_ne!(
             object_key("a", "b.c", "E", "2026-01-01T00:00:00Z"),
@@ -430,9 +458,17 @@ mod tests {
         );
         assert_eq!(
             object_key("ns", "$RESOURCE:gpt-4", "E", "2026-01-01T00:00:00Z"),
-            "audit/year=2026/month=01/day=01/audit-ns.x245245534f555243453a6770742d34.E.jsonl"
+            "audit/year=2026/month=01/day=01/audit-ns.!245245534f555243453a6770742d34.E.jsonl"
         );
         assert_eq!(partition("not a date"), "undated/");
+        // However long an id another writer stored, the key stays short and its own.
+        let (long_a, long_b) = ("a".repeat(2048), format!("{}b", "a".repeat(2047)));
+        let (key_a, key_b) = (
+            object_key("ns", &long_a, "E", "2026-01-01T00:00:00Z"),
+            object_key("ns", &long_b, "E", "2026-01-01T00:00:00Z"),
+        );
+        assert!(key_a.len() < 200 && key_b.len() < 200, "{key_a}");
+        assert_ne!(key_a, key_b);
         assert_eq!(
             partition("2026-02-03T04:05:06Z"),
             "year=2026/month=02/day=03/"

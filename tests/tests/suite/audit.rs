@@ -76,18 +76,7 @@ async fn retention_follows_the_system_setting() {
     let table = dynalimit_tests::table().await;
     let repo = table.repository("retention").await;
     repo.create_entity(NewEntity::new("a")).await.unwrap();
-    let items = table.scan_all().await;
-    let audit = items
-        .iter()
-        .find(|it| {
-            it.get("SK")
-                .and_then(|v| v.as_s().ok())
-                .is_some_and(|s| s.starts_with("#AUDIT#"))
-        })
-        .unwrap();
-    let ttl: i64 = audit["ttl"].as_n().unwrap().parse().unwrap();
-    let now = dynalimit_core::Clock::epoch_millis(&dynalimit_core::SystemClock) / 1000;
-    let days = (ttl - now) as f64 / 86_400.0;
+    let days = newest_ttl_days(&table, "a").await;
     assert!(
         (89.9..=90.1).contains(&days),
         "default retention 90 days, got {days}"
@@ -168,4 +157,25 @@ async fn the_audit_retention_is_set_kept_by_default_changes_and_refused_out_of_r
         .unwrap();
     let days = newest_ttl_days(&table, "k").await;
     assert!((6.9..=7.1).contains(&days), "{days}");
+}
+
+#[tokio::test]
+async fn a_retention_write_whose_answer_is_lost_is_set_once_when_repeated() {
+    use dynalimit_tests::fault::{FaultProxy, Lost};
+    let table = dynalimit_tests::table().await;
+    let proxy = FaultProxy::start().await;
+    // Three attempts, 1 s each: the SDK repeats a write whose answer did not come.
+    let repo = proxy.repository(&table, "retention-lost").await;
+    for (days, how) in [
+        (14, Lost::Answer500),
+        (21, Lost::Reset),
+        (30, Lost::CutBody),
+    ] {
+        proxy.lose_after_applying("UpdateItem", Some("audit_retention_days"), how, 1);
+        repo.set_audit_retention_days(days).await.unwrap();
+        assert_eq!(proxy.pending(), 0, "{how:?}: the fault was served");
+        let stored = repo.get_system_defaults().await.unwrap().expect("the item");
+        assert_eq!(stored.audit_retention_days, Some(days), "{how:?}");
+        assert!(stored.limits.is_empty(), "{how:?}: nothing else written");
+    }
 }

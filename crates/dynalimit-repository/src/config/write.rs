@@ -500,7 +500,9 @@ impl Repository {
     }
 
     /// Deletes the namespace-wide defaults (and `on_unavailable`); false when there were none.
-    /// The namespace's `audit_retention_days` stays.
+    /// The namespace's `audit_retention_days` stays: the item is then replaced by one holding
+    /// only it, a `PutItem` of a fixed item, so one applied whose answer was lost is the same
+    /// when repeated.
     ///
     /// # Errors
     /// The classified failure.
