@@ -9,7 +9,9 @@ connects to the existing table with ``Repository.connect()`` (no CloudFormation,
 no writes to the version record), runs the operations in order and writes one JSON document to
 standard output: ``{"results": [{"ok": <value>} | {"error": {"type": ..., "message": ...}}]}``.
 An operation that fails stops the run unless it carries ``"continue": true``. The process exits
-0 whenever it could write that document, so the caller decides what an error means.
+0 whenever it could write that document, so the caller decides what an error means. With
+``--serve`` it reads such documents one a line and answers each on one line, until its standard
+input closes.
 
 An operation with ``"now_ms"`` runs with zae-limiter's token-bucket clock fixed at that epoch
 millisecond (``Repository._now_ms``, the one clock its refill, ``rf`` stamps and TTLs read).
@@ -285,11 +287,19 @@ class Driver:
 
         # The aggregator builds its own boto3 resource from the environment, and logs JSON
         # lines to standard output, which carries this driver's answer: keep them apart.
+        before = os.environ.get("AWS_ENDPOINT_URL")
         os.environ["AWS_ENDPOINT_URL"] = self.endpoint
-        with contextlib.redirect_stdout(sys.stderr):
-            result = process_stream_records(
-                op["records"], self.stack, op["windows"], op.get("ttl_days", 90)
-            )
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                result = process_stream_records(
+                    op["records"], self.stack, op["windows"], op.get("ttl_days", 90)
+                )
+        finally:
+            # A served driver answers other requests next: leave the environment as found.
+            if before is None:
+                os.environ.pop("AWS_ENDPOINT_URL", None)
+            else:
+                os.environ["AWS_ENDPOINT_URL"] = before
         return {"snapshots_updated": result.snapshots_updated, "errors": result.errors}
 
     async def acquire(self, repo: Repository, op: dict[str, Any]) -> dict[str, Any]:
@@ -350,8 +360,8 @@ class Driver:
         return {"admitted": admitted, "rejected": rejected, "errors": errors}
 
 
-async def main() -> int:
-    request = json.load(sys.stdin)
+async def answer(request: dict[str, Any]) -> dict[str, Any]:
+    """The results of one request's operations."""
     driver = Driver(request["endpoint"], request["stack"])
     namespace = request.get("namespace", "default")
     results: list[dict[str, Any]] = []
@@ -373,10 +383,22 @@ async def main() -> int:
                     break
     finally:
         await driver.close()
-    json.dump({"results": results}, sys.stdout)
+    return {"results": results}
+
+
+def main() -> int:
+    if sys.argv[1:] == ["--serve"]:
+        # One request a line, one answer a line, until standard input closes: the caller keeps
+        # the process (and its imports, most of a run's time) for its next request.
+        for line in sys.stdin:
+            if line.strip():
+                sys.stdout.write(json.dumps(asyncio.run(answer(json.loads(line)))) + "\n")
+                sys.stdout.flush()
+        return 0
+    json.dump(asyncio.run(answer(json.load(sys.stdin))), sys.stdout)
     sys.stdout.write("\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(main())

@@ -524,7 +524,7 @@ pub(crate) async fn measure(
         fresh: Arc::new(AtomicUsize::new(0)),
         gateway_tokens: Arc::new(AtomicI64::new(0)),
     };
-    prepare(&bench, &repo).await?;
+    prepare(&bench, &repo, args.ops).await?;
 
     let mut results = Vec::new();
     for &concurrency in &args.concurrency {
@@ -576,7 +576,7 @@ pub(crate) async fn measure(
 
 /// Creates the cascade parents and children, warms every bucket the warm cases use, and
 /// warms the emulator's JIT with unmeasured raw updates.
-async fn prepare(bench: &Bench, repo: &Repository) -> anyhow::Result<()> {
+async fn prepare(bench: &Bench, repo: &Repository, ops: u64) -> anyhow::Result<()> {
     let ids: Vec<u64> = (0..bench.entities).collect();
     run_parallel(16, &ids, |i| async move {
         repo.create_entity(NewEntity::new(format!("p-{i}"))).await?;
@@ -626,7 +626,7 @@ async fn prepare(bench: &Bench, repo: &Repository) -> anyhow::Result<()> {
         Ok(())
     })
     .await?;
-    let warm: Vec<u64> = (0..2000).collect();
+    let warm: Vec<u64> = (0..emulator_warm_up(ops)).collect();
     run_parallel(8, &warm, |i| async move {
         bench.raw_update(i % bench.entities).await
     })
@@ -942,6 +942,12 @@ impl Bench {
 /// 500.
 fn warm_up(ops: u64) -> usize {
     usize::try_from(ops.div_ceil(4).min(500)).unwrap_or(500)
+}
+
+/// The unmeasured raw updates that warm the endpoint (an emulator's JIT, the connections)
+/// before the first case: twice the measured operations of a case, at most 2,000.
+fn emulator_warm_up(ops: u64) -> u64 {
+    ops.saturating_mul(2).min(2000)
 }
 
 /// CPU time used so far by every live thread of this process (nanosecond resolution).

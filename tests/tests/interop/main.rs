@@ -3,8 +3,9 @@
 //! Every test creates a fresh table through the test kit, opens it with dynalimit (which
 //! creates the version record and registers namespaces), then drives the Python library with
 //! `tests/python/zae_driver.py`, which connects with `Repository.connect()` (no CloudFormation,
-//! no Lambda, nothing written outside the operations asked for). Each test checks one
-//! direction of one kind of data, field by field.
+//! no Lambda, nothing written outside the operations asked for). The driver processes are kept
+//! warm between runs (one request a line): importing zae-limiter takes most of a short run's
+//! time. Each test checks one direction of one kind of data, field by field.
 //!
 //! The Python side needs an interpreter with `zae-limiter==0.17.0`, named by
 //! `DYNALIMIT_PYTHON`. `./scripts/test` creates it (`./scripts/python-env`, into

@@ -1,12 +1,14 @@
 //! The Python side: runs `tests/python/zae_driver.py` with the interpreter named by
 //! `DYNALIMIT_PYTHON` against the same endpoint and table as the Rust side.
 
-use std::path::PathBuf;
-use std::process::Stdio;
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 use dynalimit_tests::TestTable;
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 
 /// The interpreter named by `DYNALIMIT_PYTHON` (see [`dynalimit_tests::zae::interpreter`]).
 pub(crate) fn interpreter() -> Option<PathBuf> {
@@ -79,29 +81,15 @@ impl Python {
             "namespace": namespace,
             "ops": ops,
         });
-        let driver = concat!(env!("CARGO_MANIFEST_DIR"), "/python/zae_driver.py");
-        let mut child = tokio::process::Command::new(&self.interpreter)
-            .arg(driver)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.interpreter.display()));
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin
-            .write_all(request.to_string().as_bytes())
-            .await
-            .expect("write the driver's request");
-        drop(stdin);
-        let out = child.wait_with_output().await.expect("driver output");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "the Python driver did not answer ({}, {e}); stderr:\n{stderr}",
-                out.status
-            )
-        });
+        let interpreter = self.interpreter.clone();
+        let doc = tokio::task::spawn_blocking(move || {
+            let mut driver = Driver::take(&interpreter);
+            let doc = driver.ask(&request);
+            Driver::give_back(driver);
+            doc
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
         doc["results"]
             .as_array()
             .expect("results")
@@ -135,5 +123,109 @@ impl Python {
     /// Runs one operation and returns its value.
     pub(crate) async fn one(&self, namespace: &str, op: Value) -> Value {
         self.ok(namespace, vec![op]).await.remove(0)
+    }
+}
+
+/// Idle drivers of this test binary, each a `zae_driver.py --serve` process: importing
+/// zae-limiter takes most of a short run's time, so a run takes an idle driver (or starts one)
+/// and gives it back when answered. A driver holds no state between requests.
+static IDLE: Mutex<Vec<Driver>> = Mutex::new(Vec::new());
+
+/// One `zae_driver.py --serve` process. It ends when its standard input closes: when this
+/// binary exits, or when a driver that failed is dropped.
+struct Driver {
+    interpreter: PathBuf,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// The last lines of its standard error.
+    stderr: Arc<Mutex<VecDeque<String>>>,
+}
+
+/// Lines of a driver's standard error kept for a failure's message.
+const STDERR_LINES: usize = 200;
+
+impl Driver {
+    /// An idle driver for `interpreter`, or a new one.
+    fn take(interpreter: &Path) -> Driver {
+        let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+        match idle.iter().position(|d| d.interpreter == interpreter) {
+            Some(i) => idle.swap_remove(i),
+            None => {
+                drop(idle);
+                Driver::start(interpreter)
+            }
+        }
+    }
+
+    fn give_back(driver: Driver) {
+        IDLE.lock().unwrap_or_else(|e| e.into_inner()).push(driver);
+    }
+
+    fn start(interpreter: &Path) -> Driver {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/zae_driver.py");
+        let mut child = Command::new(interpreter)
+            .args([script, "--serve"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", interpreter.display()));
+        // What the driver writes to standard error (the aggregator's log lines among it): read
+        // as it comes, so that a full pipe never stalls the driver; the last lines are kept for
+        // a failure's message.
+        let stderr = Arc::new(Mutex::new(VecDeque::new()));
+        let lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let keep = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let mut kept = keep.lock().unwrap_or_else(|e| e.into_inner());
+                if kept.len() == STDERR_LINES {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+        });
+        Driver {
+            interpreter: interpreter.to_owned(),
+            stdin: child.stdin.take().expect("stdin"),
+            stdout: BufReader::new(child.stdout.take().expect("stdout")),
+            child,
+            stderr,
+        }
+    }
+
+    /// The driver's answer to `request`.
+    ///
+    /// # Panics
+    /// When the driver does not answer with one JSON document on one line (the driver is then
+    /// dropped, not given back).
+    fn ask(&mut self, request: &Value) -> Value {
+        let mut line = request.to_string();
+        line.push('\n');
+        let mut answer = String::new();
+        let read = self
+            .stdin
+            .write_all(line.as_bytes())
+            .and_then(|()| self.stdin.flush())
+            .and_then(|()| self.stdout.read_line(&mut answer));
+        match read.map_err(|e| e.to_string()).and_then(|_| {
+            serde_json::from_str::<Value>(&answer).map_err(|e| format!("{e}: {answer:?}"))
+        }) {
+            Ok(doc) => doc,
+            Err(e) => {
+                let status = self.child.try_wait().ok().flatten();
+                let stderr = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+                let stderr = Vec::from(stderr.clone()).join("\n");
+                panic!("the Python driver did not answer ({e}; exit {status:?}); stderr:\n{stderr}")
+            }
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
