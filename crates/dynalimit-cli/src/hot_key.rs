@@ -2,7 +2,7 @@
 //! starts as one shard and splits on its own, under DynamoDB's per-partition write limit.
 //!
 //! DynamoDB Local accepts any rate on one key, so the run puts a
-//! [`ThrottleProxy`](dynalimit_local::throttle::ThrottleProxy) in front of it: each partition
+//! [`ThrottleProxy`] in front of it: each partition
 //! key (each shard of a bucket is its own key) sustains `--partition-rate` writes per second
 //! and the proxy answers `ProvisionedThroughputExceededException` beyond that, as DynamoDB
 //! does at about 1000. The default rate is lower than DynamoDB's so that the curve stays

@@ -4,7 +4,7 @@
 //! A fresh DynamoDB Local (or the configured endpoint) gets one entity whose limit is stored
 //! for one resource: [`mixed_limit`], 1200 a minute with a capacity of 240. Both fleets
 //! acquire 1 of it, each task trying again at once when refused, through a
-//! [`ThrottleProxy`](dynalimit_local::throttle::ThrottleProxy) that lets each partition key
+//! [`ThrottleProxy`] that lets each partition key
 //! take `--partition-rate` writes per second: `--mixed-tasks` tokio tasks with dynalimit's
 //! `RateLimiter`, and `--zae-tasks` asyncio tasks in one Python process (the bench script
 //! `python/zae_bench.py`, embedded in the binary) with zae-limiter's own `RateLimiter`.
