@@ -1,17 +1,17 @@
 """Drives zae-limiter 0.17 for the dynalimit interop suite.
 
-Reads one JSON document from standard input:
+Reads JSON documents from standard input, one a line, until it closes:
 
     {"endpoint": "http://127.0.0.1:8000", "stack": "table-name", "namespace": "default",
      "ops": [{"op": "get_entity", "id": "user-1"}, ...]}
 
 connects to the existing table with ``Repository.connect()`` (no CloudFormation, no Lambda,
-no writes to the version record), runs the operations in order and writes one JSON document to
-standard output: ``{"results": [{"ok": <value>} | {"error": {"type": ..., "message": ...}}]}``.
-An operation that fails stops the run unless it carries ``"continue": true``. The process exits
-0 whenever it could write that document, so the caller decides what an error means. With
-``--serve`` it reads such documents one a line and answers each on one line, until its standard
-input closes.
+no writes to the version record), runs the operations in order and answers each document with
+one line on standard output:
+``{"results": [{"ok": <value>} | {"error": {"type": ..., "message": ...}}]}``. An operation that
+fails stops its document's run unless it carries ``"continue": true``; the caller decides what an
+error means. The caller keeps the process for its next document: importing zae-limiter takes
+most of a short run's time.
 
 An operation with ``"now_ms"`` runs with zae-limiter's token-bucket clock fixed at that epoch
 millisecond (``Repository._now_ms``, the one clock its refill, ``rf`` stamps and TTLs read).
@@ -295,7 +295,7 @@ class Driver:
                     op["records"], self.stack, op["windows"], op.get("ttl_days", 90)
                 )
         finally:
-            # A served driver answers other requests next: leave the environment as found.
+            # The process answers other documents next: leave the environment as found.
             if before is None:
                 os.environ.pop("AWS_ENDPOINT_URL", None)
             else:
@@ -387,16 +387,10 @@ async def answer(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
-    if sys.argv[1:] == ["--serve"]:
-        # One request a line, one answer a line, until standard input closes: the caller keeps
-        # the process (and its imports, most of a run's time) for its next request.
-        for line in sys.stdin:
-            if line.strip():
-                sys.stdout.write(json.dumps(asyncio.run(answer(json.loads(line)))) + "\n")
-                sys.stdout.flush()
-        return 0
-    json.dump(asyncio.run(answer(json.load(sys.stdin))), sys.stdout)
-    sys.stdout.write("\n")
+    for line in sys.stdin:
+        if line.strip():
+            sys.stdout.write(json.dumps(asyncio.run(answer(json.loads(line)))) + "\n")
+            sys.stdout.flush()
     return 0
 
 

@@ -75,11 +75,7 @@ pub(crate) fn sha256_file(path: &Path) -> Result<String, LocalError> {
         }
         hasher.update(&buffer[..n]);
     }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(hex::encode(hasher.finalize()))
 }
 
 /// Checks the file at `path` against `expected` (lowercase hex).

@@ -125,15 +125,6 @@ pub const MAX_OBJECT_BYTES: i64 = 4 * 1024 * 1024;
 /// keys, and a key stays far below S3's 1024 bytes whatever another writer stored in the
 /// item's key.
 fn key_segment(text: &str) -> String {
-    let hex = |bytes: &[u8]| -> String {
-        bytes
-            .iter()
-            .fold(String::with_capacity(2 * bytes.len()), |mut s, b| {
-                use std::fmt::Write as _;
-                let _ = write!(s, "{b:02x}");
-                s
-            })
-    };
     let plain = (1..=MAX_SEGMENT_BYTES).contains(&text.len())
         && text
             .bytes()
@@ -141,10 +132,10 @@ fn key_segment(text: &str) -> String {
     if plain {
         text.to_owned()
     } else if text.len() <= MAX_SEGMENT_BYTES {
-        format!("!{}", hex(text.as_bytes()))
+        format!("!{}", hex::encode(text))
     } else {
         use sha2::Digest as _;
-        format!("!h{}", hex(&sha2::Sha256::digest(text.as_bytes())))
+        format!("!h{}", hex::encode(sha2::Sha256::digest(text)))
     }
 }
 

@@ -69,8 +69,9 @@ impl Python {
         }
     }
 
-    /// Runs `ops` in one Python process connected to namespace `namespace`; one outcome per
-    /// operation that ran (the run stops at the first error unless the op says `continue`).
+    /// Runs `ops` in one driver process (an idle one, or a new one) connected to namespace
+    /// `namespace`; one outcome per operation that ran (the run stops at the first error
+    /// unless the op says `continue`).
     ///
     /// # Panics
     /// When the interpreter cannot run or the driver does not answer with its JSON document.
@@ -126,15 +127,14 @@ impl Python {
     }
 }
 
-/// Idle drivers of this test binary, each a `zae_driver.py --serve` process: importing
-/// zae-limiter takes most of a short run's time, so a run takes an idle driver (or starts one)
-/// and gives it back when answered. A driver holds no state between requests.
+/// Idle drivers of this test binary (all of the one interpreter `DYNALIMIT_PYTHON` names):
+/// importing zae-limiter takes most of a short run's time, so a run takes an idle driver (or
+/// starts one) and gives it back when answered. A driver holds no state between requests.
 static IDLE: Mutex<Vec<Driver>> = Mutex::new(Vec::new());
 
-/// One `zae_driver.py --serve` process. It ends when its standard input closes: when this
-/// binary exits, or when a driver that failed is dropped.
+/// One `zae_driver.py` process. It ends when its standard input closes: when this binary
+/// exits, or when a driver that failed is dropped.
 struct Driver {
-    interpreter: PathBuf,
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -146,16 +146,10 @@ struct Driver {
 const STDERR_LINES: usize = 200;
 
 impl Driver {
-    /// An idle driver for `interpreter`, or a new one.
+    /// An idle driver, or a new one of `interpreter`.
     fn take(interpreter: &Path) -> Driver {
-        let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
-        match idle.iter().position(|d| d.interpreter == interpreter) {
-            Some(i) => idle.swap_remove(i),
-            None => {
-                drop(idle);
-                Driver::start(interpreter)
-            }
-        }
+        let idle = IDLE.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        idle.unwrap_or_else(|| Driver::start(interpreter))
     }
 
     fn give_back(driver: Driver) {
@@ -165,7 +159,7 @@ impl Driver {
     fn start(interpreter: &Path) -> Driver {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/zae_driver.py");
         let mut child = Command::new(interpreter)
-            .args([script, "--serve"])
+            .arg(script)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -187,7 +181,6 @@ impl Driver {
             }
         });
         Driver {
-            interpreter: interpreter.to_owned(),
             stdin: child.stdin.take().expect("stdin"),
             stdout: BufReader::new(child.stdout.take().expect("stdout")),
             child,
@@ -215,8 +208,9 @@ impl Driver {
             Ok(doc) => doc,
             Err(e) => {
                 let status = self.child.try_wait().ok().flatten();
-                let stderr = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
-                let stderr = Vec::from(stderr.clone()).join("\n");
+                let kept = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+                let stderr: Vec<&str> = kept.iter().map(String::as_str).collect();
+                let stderr = stderr.join("\n");
                 panic!("the Python driver did not answer ({e}; exit {status:?}); stderr:\n{stderr}")
             }
         }
