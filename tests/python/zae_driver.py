@@ -207,6 +207,9 @@ class Driver:
             return entity_to_json(entity)
         if name == "get_entity":
             return entity_to_json(await repo.get_entity(op["id"], consistent_read=True))
+        if name == "delete_entity":
+            await repo.delete_entity(op["id"])
+            return None
         if name == "set_limits":
             kwargs: dict[str, Any] = {}
             if "disabled" in op:

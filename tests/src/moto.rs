@@ -44,6 +44,40 @@ fn find_moto() -> Option<PathBuf> {
     candidates.into_iter().find(|p| p.is_file())
 }
 
+/// The events a rule of a moto EventBridge bus delivered to a queue ([`MotoServer::event_sink`]).
+#[derive(Debug)]
+pub struct EventSink {
+    python: PathBuf,
+    script: PathBuf,
+    endpoint: String,
+    queue: String,
+}
+
+impl EventSink {
+    fn run(&self, command: &str, arg: &str) -> String {
+        let out = Command::new(&self.python)
+            .arg(&self.script)
+            .args([self.endpoint.as_str(), command, arg])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.python.display()));
+        assert!(
+            out.status.success(),
+            "eventbridge_sink.py {command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Every event delivered since the last call, oldest first as the queue gives them (each
+    /// the whole EventBridge envelope: `source`, `detail-type`, `detail`, …).
+    ///
+    /// # Panics
+    /// When the queue cannot be read.
+    pub fn drain(&self) -> Vec<serde_json::Value> {
+        serde_json::from_str(&self.run("drain", &self.queue)).expect("a JSON array of events")
+    }
+}
+
 impl MotoServer {
     /// Starts moto on a free loopback port, or returns `None` (printing the reason) when moto
     /// is not installed and `DYNALIMIT_REQUIRE_MOTO` is not set. With
@@ -109,6 +143,28 @@ impl MotoServer {
                 String::from_utf8_lossy(&out.stderr)
             ),
         }
+    }
+
+    /// Routes the events of source `dynalimit` on EventBridge bus `bus` (created unless it is
+    /// `default`) to a new SQS queue, with the Python of moto's virtualenv (boto3; the
+    /// workspace has no SQS client): what a test reads of the alerts the aggregator publishes.
+    ///
+    /// # Panics
+    /// When moto's Python is missing or the bus, queue or rule cannot be made.
+    pub fn event_sink(&self, bus: &str) -> EventSink {
+        let python = find_moto()
+            .map(|p| p.with_file_name("python"))
+            .filter(|p| p.is_file())
+            .expect("the Python of moto's virtualenv");
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/eventbridge_sink.py");
+        let sink = EventSink {
+            python,
+            script,
+            endpoint: self.url.clone(),
+            queue: String::new(),
+        };
+        let queue = sink.run("create", bus).trim().to_owned();
+        EventSink { queue, ..sink }
     }
 
     /// `moto_server`, or `None` (printing why) when it is missing and not required.

@@ -47,6 +47,10 @@ pub(crate) struct RunArgs {
     /// Pause between polls that found nothing, in milliseconds.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     idle_wait_ms: u64,
+    /// Publish quota threshold crossings (`dynalimit alerts set`) to this EventBridge bus, as
+    /// the stack's aggregator does with `deploy --alert-event-bus`.
+    #[arg(long, value_name = "BUS")]
+    alert_event_bus: Option<String>,
     /// Stop once a poll finds nothing new (for scripts), instead of running until Ctrl-C.
     #[arg(long)]
     until_idle: bool,
@@ -75,6 +79,7 @@ pub(crate) async fn run(
     settings.snapshot_ttl_days = args.snapshot_ttl_days;
     settings.proactive_refill = !args.no_refill;
     settings.proactive_sharding = !args.no_sharding;
+    settings.alert_event_bus = args.alert_event_bus.clone().filter(|b| !b.is_empty());
     let options = RunnerOptions {
         start: match args.from {
             From::TrimHorizon => StartPosition::TrimHorizon,

@@ -106,6 +106,11 @@ pub(crate) struct DeployArgs {
     /// a billed custom metric). Off by default.
     #[arg(long, conflicts_with = "no_aggregator")]
     pub(crate) tenant_metrics: bool,
+    /// Publish quota threshold crossings (`dynalimit alerts set`) to this EventBridge bus of
+    /// the stack's account and region (`default` is the account's default bus), at most once
+    /// per threshold and period. Off by default.
+    #[arg(long, value_name = "BUS", conflicts_with = "no_aggregator")]
+    pub(crate) alert_event_bus: Option<String>,
     /// Days after which archived audit events move to S3 Glacier Instant Retrieval (1-3650,
     /// default 90).
     #[arg(long, value_name = "DAYS", requires = "enable_audit_archival")]
@@ -263,6 +268,7 @@ impl DeployArgs {
         o.tracing = self.tracing;
         o.audit_archival = self.enable_audit_archival && o.aggregator;
         o.tenant_metrics = self.tenant_metrics;
+        o.alert_event_bus = self.alert_event_bus.clone();
         if let Some(days) = self.audit_archive_glacier_days {
             o.audit_archive_glacier_days = days;
         }

@@ -6,6 +6,7 @@
 
 mod access;
 mod aggregator;
+mod alerts;
 mod audit;
 mod bench;
 mod chart;
@@ -120,6 +121,13 @@ enum Command {
         after_help = "Examples:\n  dynalimit usage --entity key-1 --resource gpt-4 --window hourly\n  dynalimit usage --entity key-1 --window hourly --plot --chart usage.html\n  dynalimit usage summary --resource gpt-4 --start 2026-11-01T00:00:00Z"
     )]
     Usage(usage::UsageArgs),
+    /// Set, list and clear alert thresholds on quotas (percentages of the period's grant),
+    /// which the stack's aggregator publishes to EventBridge once per period.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  dynalimit alerts set acme gpt-4 tpd 80,100\n  dynalimit alerts list acme"
+    )]
+    Alerts(alerts::AlertsCommand),
     /// Maintain usage snapshots from the table's stream without Lambda.
     #[command(
         subcommand,
@@ -169,6 +177,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Limits(c) => limits::run(g, c).await,
         Command::Resource(c) => access::run_resource(g, c).await,
         Command::Usage(args) => usage::run(g, args).await,
+        Command::Alerts(c) => alerts::run(g, c).await,
         Command::Aggregator(c) => aggregator::run(&g.aws_settings(), &g.stack, c).await,
         Command::Audit(args) => audit::run(g, args).await,
         Command::Local(c) => local::run(g, c).await,

@@ -35,6 +35,10 @@ pub const NSID_SK_PREFIX: &str = "#NSID#";
 pub const OP_SK_PREFIX: &str = "#OP#";
 /// Sort-key prefix of dynalimit's aggregator watermarks in entity partitions.
 pub const WATERMARK_SK_PREFIX: &str = "#AGGREGATOR#";
+/// Sort-key prefix of dynalimit's alert threshold items in entity partitions.
+pub const ALERTS_SK_PREFIX: &str = "#ALERTS#";
+/// Sort-key prefix of dynalimit's alert crossing markers in entity partitions.
+pub const CROSSED_SK_PREFIX: &str = "#ALERTED#";
 /// Prefix of the GSI2, GSI3 and GSI4 sort keys of bucket items.
 pub const BUCKET_INDEX_SK_PREFIX: &str = "BUCKET#";
 /// Prefix of the GSI2 sort keys of usage snapshots.
@@ -153,6 +157,18 @@ pub(crate) fn usage_gsi2sk(window_key: &str, entity: &str) -> String {
 /// item, in the owner entity's partition.
 pub(crate) fn watermark_sk(resource: &str, shard: u32) -> String {
     format!("{WATERMARK_SK_PREFIX}{resource}#{shard}")
+}
+
+/// `#ALERTS#{resource}`: sort key of the alert thresholds of one (entity, resource), in the
+/// entity's partition.
+pub fn alerts_sk(resource: &str) -> String {
+    format!("{ALERTS_SK_PREFIX}{resource}")
+}
+
+/// `#ALERTED#{resource}#{limit}#{level}#{period_start_ms}`: sort key of the marker of one
+/// threshold crossed in one period, in the entity's partition.
+pub fn crossed_sk(resource: &str, limit: &str, level: u8, period_start_ms: i64) -> String {
+    format!("{CROSSED_SK_PREFIX}{resource}#{limit}#{level}#{period_start_ms}")
 }
 
 /// The parts of a bucket partition key.

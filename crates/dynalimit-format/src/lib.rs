@@ -35,6 +35,7 @@
 //! assert_eq!(attr::bucket_limit("rpm", attr::BucketField::Tc), "b_rpm_tc");
 //! ```
 
+pub mod alert;
 pub mod attr;
 pub mod audit;
 pub mod bucket;

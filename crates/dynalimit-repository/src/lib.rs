@@ -39,6 +39,7 @@
 //! # Ok(()) }
 //! ```
 
+mod alerts;
 mod audit;
 pub mod aws;
 mod batch;

@@ -132,6 +132,10 @@ pub struct StackOptions {
     /// The aggregator writes each batch's usage per namespace, entity and resource as
     /// CloudWatch embedded-metric log lines (each tenant is a billed custom metric).
     pub tenant_metrics: bool,
+    /// The EventBridge bus (a name in the stack's account and region) the aggregator publishes
+    /// quota threshold crossings to; `None` evaluates no threshold. An existing aggregator
+    /// role then needs `events:PutEvents` on the bus and `dynamodb:DeleteItem` on the table.
+    pub alert_event_bus: Option<String>,
     /// The six managed policies.
     pub iam: bool,
     /// Application, admin and read-only roles.
@@ -181,6 +185,7 @@ impl Default for StackOptions {
             audit_archival: false,
             audit_archive_glacier_days: 90,
             tenant_metrics: false,
+            alert_event_bus: None,
             iam: true,
             iam_roles: false,
             permission_boundary: None,
@@ -291,6 +296,27 @@ impl StackOptions {
                 "the aggregator writes the archive: enable the aggregator too",
             ));
         }
+        if let Some(bus) = &self.alert_event_bus {
+            let name_ok = (1..=256).contains(&bus.len())
+                && bus
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b));
+            if !name_ok {
+                return Err(invalid(
+                    "alert event bus",
+                    bus,
+                    "must be the name of an EventBridge bus of the stack's account and region \
+                     (1-256 letters, digits, . _ / -; `default` for the default bus)",
+                ));
+            }
+            if !self.aggregator {
+                return Err(invalid(
+                    "alert event bus",
+                    bus,
+                    "the aggregator publishes the alerts: enable the aggregator too",
+                ));
+            }
+        }
         if let Some(days) = self.pitr_recovery_days {
             in_range("PITR recovery days", days, 1, MAX_PITR_RECOVERY_DAYS)?;
         }
@@ -400,6 +426,7 @@ impl StackOptions {
             ("EnableTracing", flag(self.tracing)),
             ("EnableAuditArchival", flag(self.audit_archival)),
             ("EnableTenantMetrics", flag(self.tenant_metrics)),
+            ("AlertEventBusName", opt(&self.alert_event_bus)),
             (
                 "AuditArchiveGlacierTransitionDays",
                 self.audit_archive_glacier_days.to_string(),
@@ -1444,7 +1471,15 @@ mod tests {
 
     #[test]
     fn bad_options_are_refused() {
-        let cases: [fn(&mut StackOptions); 21] = [
+        let cases: [fn(&mut StackOptions); 24] = [
+            |o| o.alert_event_bus = Some(String::new()),
+            |o| {
+                o.alert_event_bus = Some("arn:aws:events:eu-west-1:123456789012:event-bus/b".into())
+            },
+            |o| {
+                o.aggregator = false;
+                o.alert_event_bus = Some("default".into());
+            },
             |o| o.architecture = "mips".into(),
             |o| o.lambda_memory_mb = 64,
             |o| o.lambda_timeout_seconds = 901,

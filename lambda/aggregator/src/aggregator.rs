@@ -15,6 +15,7 @@ use dynalimit_repository::retry::RetryBackoff;
 use dynalimit_repository::{RepositoryError, batch_get_items};
 use futures::StreamExt;
 
+use crate::alerts::Alerts;
 use crate::archive::Archive;
 use crate::config::Settings;
 use crate::processor::{self, BucketRef, GroupPlan, Transaction, Usage};
@@ -36,6 +37,8 @@ pub const SNAPSHOT_WRITES: &str = "dynalimit_aggregator_snapshot_writes_total";
 pub const PROACTIVE_WRITES: &str = "dynalimit_aggregator_proactive_writes_total";
 /// Counter: expired audit events written to the archive.
 pub const ARCHIVED: &str = "dynalimit_aggregator_events_archived_total";
+/// Counter: quota threshold crossings published.
+pub const ALERTS_PUBLISHED: &str = "dynalimit_aggregator_alerts_published_total";
 /// Counter: errors of a batch (a group that could not commit, a proactive write that failed).
 pub const ERRORS: &str = "dynalimit_aggregator_errors_total";
 
@@ -62,6 +65,8 @@ pub struct BatchReport {
     pub shards_created: usize,
     /// Expired audit events written to the archive (each to its own object).
     pub events_archived: usize,
+    /// Quota threshold crossings published ([`crate::alerts`]).
+    pub alerts_published: usize,
     /// Whole tokens counted by this delivery, per (namespace id, entity, resource) and limit
     /// (usage an earlier delivery counted is not in it): what [`crate::emf`] reports. Empty
     /// unless [`Settings::tenant_metrics`] is on.
@@ -91,6 +96,7 @@ impl BatchReport {
             metrics::counter!(PROACTIVE_WRITES, "kind" => kind).increment(count(n));
         }
         metrics::counter!(ARCHIVED).increment(count(self.events_archived));
+        metrics::counter!(ALERTS_PUBLISHED).increment(count(self.alerts_published));
         metrics::counter!(ERRORS).increment(count(self.errors.len()));
     }
 }
@@ -121,6 +127,7 @@ pub struct Aggregator {
     settings: Arc<Settings>,
     clock: Arc<dyn Clock>,
     archive: Option<Archive>,
+    alerts: Option<Alerts>,
 }
 
 impl Aggregator {
@@ -136,6 +143,7 @@ impl Aggregator {
             settings: Arc::new(settings),
             clock,
             archive: None,
+            alerts: None,
         }
     }
 
@@ -144,6 +152,14 @@ impl Aggregator {
     #[must_use]
     pub fn with_archive(mut self, archive: Archive) -> Self {
         self.archive = Some(archive);
+        self
+    }
+
+    /// Publishes the quota threshold crossings of each batch with `alerts` (see
+    /// [`crate::alerts`]).
+    #[must_use]
+    pub fn with_alerts(mut self, alerts: Alerts) -> Self {
+        self.alerts = Some(alerts);
         self
     }
 
@@ -241,6 +257,21 @@ impl Aggregator {
         }
         if let Some(archive) = &self.archive {
             self.archive_expired(archive, records, &mut report).await;
+        }
+        if let Some(alerts) = &self.alerts {
+            let a = alerts
+                .run(
+                    &self.client,
+                    &self.settings.table_name,
+                    self.clock.epoch_millis(),
+                    &extracted.activity,
+                )
+                .await;
+            report.alerts_published = a.published;
+            report.errors.extend(a.errors);
+            let mut failed: BTreeSet<SequenceNumber> = report.failed.drain(..).collect();
+            failed.extend(a.failed);
+            report.failed = failed.into_iter().collect();
         }
         for e in &report.errors {
             tracing::warn!(error = %e, "aggregator");

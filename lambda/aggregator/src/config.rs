@@ -14,6 +14,7 @@
 //! | `DYNALIMIT_PROACTIVE_SHARDING` | no | `true` |
 //! | `DYNALIMIT_ARCHIVE_BUCKET` | no | empty: expired audit events are not archived |
 //! | `DYNALIMIT_TENANT_METRICS` | no | `false` |
+//! | `DYNALIMIT_ALERT_EVENT_BUS` | no | empty: quota thresholds are not evaluated |
 //!
 //! Logging is not part of it: the `bootstrap` binary sets up `tracing` through
 //! `lambda_runtime`, which follows Lambda's own `AWS_LAMBDA_LOG_LEVEL` and
@@ -40,6 +41,10 @@ pub const ENV_ARCHIVE_BUCKET: &str = "DYNALIMIT_ARCHIVE_BUCKET";
 /// Per-tenant usage metrics in the embedded metric format (see [`crate::emf`]), `true` or
 /// `false`.
 pub const ENV_TENANT_METRICS: &str = "DYNALIMIT_TENANT_METRICS";
+
+/// The EventBridge bus (name or ARN) quota threshold crossings are published to (see
+/// [`crate::alerts`]); empty or unset publishes nothing and reads no threshold.
+pub const ENV_ALERT_EVENT_BUS: &str = "DYNALIMIT_ALERT_EVENT_BUS";
 
 /// Default snapshot retention in days.
 pub const DEFAULT_SNAPSHOT_TTL_DAYS: i64 = 90;
@@ -94,6 +99,11 @@ pub const ENVIRONMENT: &[EnvVar] = &[
         required: false,
         default: Some("false"),
     },
+    EnvVar {
+        name: ENV_ALERT_EVENT_BUS,
+        required: false,
+        default: Some(""),
+    },
 ];
 
 /// What the aggregator does and where.
@@ -114,6 +124,9 @@ pub struct Settings {
     pub archive_bucket: Option<String>,
     /// Write each batch's usage per tenant as embedded-metric log lines ([`crate::emf`]).
     pub tenant_metrics: bool,
+    /// The event bus quota threshold crossings are published to ([`crate::alerts`]); `None`
+    /// evaluates no threshold.
+    pub alert_event_bus: Option<String>,
 }
 
 impl Settings {
@@ -128,6 +141,7 @@ impl Settings {
             proactive_sharding: true,
             archive_bucket: None,
             tenant_metrics: false,
+            alert_event_bus: None,
         }
     }
 
@@ -182,6 +196,7 @@ impl Settings {
             proactive_sharding: switch(ENV_PROACTIVE_SHARDING)?,
             archive_bucket: Some(value(ENV_ARCHIVE_BUCKET)?).filter(|b| !b.is_empty()),
             tenant_metrics: switch(ENV_TENANT_METRICS)?,
+            alert_event_bus: Some(value(ENV_ALERT_EVENT_BUS)?).filter(|b| !b.is_empty()),
         })
     }
 

@@ -53,6 +53,7 @@ pub async fn handle(aggregator: &Aggregator, event: Event) -> DynamoDbEventRespo
         shards = report.shards_stamped,
         shards_created = report.shards_created,
         archived = report.events_archived,
+        alerts = report.alerts_published,
         errors = report.errors.len(),
         "batch processed"
     );

@@ -61,6 +61,7 @@
 //! prefix `#AGGREGATOR#` does not match the `#USAGE#` prefix its snapshot queries use.
 
 mod aggregator;
+pub mod alerts;
 pub mod archive;
 pub mod config;
 pub mod emf;
@@ -84,9 +85,12 @@ pub use aggregator::{Aggregator, BatchReport};
 /// | `dynalimit_aggregator_snapshot_writes_total` | counter | | usage snapshot writes committed |
 /// | `dynalimit_aggregator_proactive_writes_total` | counter | `kind` | proactive writes that landed: `refill`, `shard_counts` (doubled or propagated), `shard_created` |
 /// | `dynalimit_aggregator_events_archived_total` | counter | | expired audit events written to the archive |
+/// | `dynalimit_aggregator_alerts_published_total` | counter | | quota threshold crossings published ([`alerts`]) |
 /// | `dynalimit_aggregator_errors_total` | counter | | a group that could not commit, a proactive write that failed, an archive write that failed |
 pub mod metrics {
-    pub use crate::aggregator::{ARCHIVED, ERRORS, PROACTIVE_WRITES, RECORDS, SNAPSHOT_WRITES};
+    pub use crate::aggregator::{
+        ALERTS_PUBLISHED, ARCHIVED, ERRORS, PROACTIVE_WRITES, RECORDS, SNAPSHOT_WRITES,
+    };
 }
 pub use config::Settings;
 pub use dynalimit_format::usage::SnapshotWindow;

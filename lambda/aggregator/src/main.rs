@@ -28,9 +28,16 @@ async fn main() -> Result<(), Error> {
         .archive_bucket
         .as_ref()
         .map(|bucket| dynalimit_aggregator::archive::Archive::new(&sdk, bucket.clone()));
+    let alerts = settings
+        .alert_event_bus
+        .as_ref()
+        .map(|bus| dynalimit_aggregator::alerts::Alerts::new(&sdk, bus.clone()));
     let mut aggregator = Aggregator::new(aws_sdk_dynamodb::Client::new(&sdk), settings);
     if let Some(archive) = archive {
         aggregator = aggregator.with_archive(archive);
+    }
+    if let Some(alerts) = alerts {
+        aggregator = aggregator.with_alerts(alerts);
     }
     let aggregator = &aggregator;
     run(service_fn(

@@ -127,6 +127,8 @@ pub struct Usage {
 pub struct BucketActivity {
     /// The last new image of the item in the batch.
     pub image: Item,
+    /// The record that carried it.
+    pub sequence_number: SequenceNumber,
     /// Millitokens consumed per limit over the batch (summed `tc` deltas).
     pub consumed: BTreeMap<String, i64>,
     /// `(old, new)` when a record raised the item's `shard_count`.
@@ -222,10 +224,12 @@ pub fn extract(records: &[StreamRecord]) -> Extracted {
             .entry(bucket.clone())
             .or_insert_with(|| BucketActivity {
                 image: Item::new(),
+                sequence_number: record.sequence_number.clone(),
                 consumed: BTreeMap::new(),
                 shard_count_raised: None,
             });
         entry.image = new.clone();
+        entry.sequence_number = record.sequence_number.clone();
         for d in &deltas {
             let sum = entry.consumed.entry(d.limit.clone()).or_default();
             *sum = sum.saturating_add(d.milli);

@@ -130,14 +130,22 @@ impl Runner {
         }
     }
 
-    /// A runner whose DynamoDB and DynamoDB Streams clients both come from `sdk` (endpoint,
-    /// region, credentials).
+    /// A runner whose DynamoDB and DynamoDB Streams clients (and EventBridge client, with
+    /// [`Settings::alert_event_bus`](crate::Settings::alert_event_bus)) all come from `sdk`
+    /// (endpoint, region, credentials).
     pub fn from_sdk_config(
         sdk: &aws_config::SdkConfig,
         settings: crate::Settings,
         options: RunnerOptions,
     ) -> Self {
-        let aggregator = Aggregator::new(aws_sdk_dynamodb::Client::new(sdk), settings);
+        let alerts = settings
+            .alert_event_bus
+            .as_ref()
+            .map(|bus| crate::alerts::Alerts::new(sdk, bus.clone()));
+        let mut aggregator = Aggregator::new(aws_sdk_dynamodb::Client::new(sdk), settings);
+        if let Some(alerts) = alerts {
+            aggregator = aggregator.with_alerts(alerts);
+        }
         Runner::new(aggregator, StreamsClient::new(sdk), options)
     }
 

@@ -90,7 +90,7 @@ fn lambda_record(r: &Record, stream_arn: &str) -> Value {
 }
 
 /// Every record of the table's stream so far, as Lambda records, shard by shard.
-async fn stream_records(table: &TestTable) -> Vec<Value> {
+pub(super) async fn stream_records(table: &TestTable) -> Vec<Value> {
     let arn = table
         .client()
         .describe_table()
@@ -152,11 +152,11 @@ async fn stream_records(table: &TestTable) -> Vec<Value> {
     out
 }
 
-fn new_sk(record: &Value) -> Option<&str> {
+pub(super) fn new_sk(record: &Value) -> Option<&str> {
     record["dynamodb"]["NewImage"]["SK"]["S"].as_str()
 }
 
-fn is_bucket_of(record: &Value, entity: &str) -> bool {
+pub(super) fn is_bucket_of(record: &Value, entity: &str) -> bool {
     let pk = record["dynamodb"]["Keys"]["PK"]["S"].as_str().unwrap_or("");
     record["dynamodb"]["Keys"]["SK"]["S"] == keys::STATE_SK
         && keys::parse_bucket_pk(pk).is_some_and(|b| b.entity_id == entity)
@@ -244,7 +244,7 @@ async fn delete_items(table: &TestTable, items: &[Item]) {
 
 /// Invokes the function with each batch in turn and returns the identifiers of the failed
 /// records, failing fast (with the function's output) if the process ends.
-async fn deliver(
+pub(super) async fn deliver(
     api: &RuntimeApi,
     function: &mut Function,
     batches: &[Vec<Value>],
@@ -299,7 +299,7 @@ async fn assert_totals(
 
 /// cargo-lambda and the aggregator's `bootstrap` built with it; `None` (the test is skipped)
 /// without cargo-lambda.
-async fn built() -> Option<(CargoLambda, std::path::PathBuf)> {
+pub(super) async fn built() -> Option<(CargoLambda, std::path::PathBuf)> {
     let cargo_lambda = CargoLambda::find()?;
     let builder = cargo_lambda.clone();
     let bootstrap = tokio::task::spawn_blocking(move || builder.build_aggregator())

@@ -16,6 +16,7 @@ use dynalimit_repository::aws::local_credentials;
 use dynalimit_repository::{Repository, UsageQuery, UsageSnapshot};
 use dynalimit_tests::TestTable;
 
+mod alerts;
 mod bootstrap;
 mod lambda;
 mod proactive;

@@ -634,6 +634,49 @@ fn the_code_bucket_keeps_versions_and_refuses_requests_without_tls() {
     }
 }
 
+#[test]
+fn an_alert_bus_lets_the_aggregator_publish_to_that_bus_and_undo_its_markers() {
+    let t = template();
+    let on = BTreeMap::from([
+        ("AlertEventBusName", "ops-alerts"),
+        ("AggregatorCodeKey", "aggregator/abc.zip"),
+    ]);
+    let off = BTreeMap::from([("AggregatorCodeKey", "aggregator/abc.zip")]);
+    assert_eq!(t["Parameters"]["AlertEventBusName"]["Default"], "");
+    let grants = |params: &BTreeMap<&str, &str>, action: &str| -> Vec<Value> {
+        policy_statements(&t, "AggregatorRole", params)
+            .into_iter()
+            .filter(|s| match &s["Action"] {
+                Value::String(a) => a == action,
+                Value::Array(a) => a.iter().any(|a| a == action),
+                _ => false,
+            })
+            .map(|s| s["Resource"].clone())
+            .collect()
+    };
+    for action in dynalimit_aggregator::alerts::IAM_ACTIONS {
+        assert!(!grants(&on, action).is_empty(), "{action}");
+    }
+    assert_eq!(
+        grants(&on, "events:PutEvents"),
+        vec![
+            json!({ "Fn::Sub": "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:event-bus/${AlertEventBusName}" })
+        ]
+    );
+    assert_eq!(
+        grants(&on, "dynamodb:DeleteItem"),
+        vec![json!({ "Fn::GetAtt": ["RateLimitsTable", "Arn"] })]
+    );
+    for action in ["events:PutEvents", "dynamodb:DeleteItem"] {
+        assert!(grants(&off, action).is_empty(), "{action}");
+    }
+    let resources = BTreeMap::from([("RateLimitsTable", "limits".to_owned())]);
+    let env = |params| function_environment_with(&t, "AggregatorFunction", &resources, params);
+    let bus_var = dynalimit_aggregator::config::ENV_ALERT_EVENT_BUS;
+    assert_eq!(env(&on)[bus_var], "ops-alerts");
+    assert_eq!(env(&off)[bus_var], "");
+}
+
 /// Every statement of the managed policies and of the aggregator's role the template creates
 /// for `parameters`, by resource.
 fn every_statement(t: &Value, parameters: &BTreeMap<&str, &str>) -> Vec<(String, Value)> {

@@ -20,6 +20,7 @@
 mod python;
 
 mod access;
+mod alerts;
 mod buckets;
 mod config;
 mod entities;

@@ -2,6 +2,7 @@
 //! test kit (`dynalimit_tests`), one fresh table per test.
 
 mod access;
+mod alerts;
 mod ambiguous;
 mod audit;
 mod blocking;

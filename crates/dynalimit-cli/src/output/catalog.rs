@@ -14,6 +14,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::access::{Disabled, EntityAccess, EntityCascade, ResourceAccess, ResourceCascade};
+use super::alerts::{Cleared, Threshold};
 use super::audit::Event;
 use super::bench::{
     Admission, Case, CompareReport, HotKeyPoint, HotKeyReport, Machine, MixedReport, MixedSide,
@@ -384,6 +385,33 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                         first_window: Some("2026-11-22T01:00:00Z".into()),
                         last_window: Some("2026-11-22T02:00:00Z".into()),
                         truncated: false,
+                    },
+                ),
+                one(
+                    "alerts set",
+                    Threshold {
+                        entity: "key-1".into(),
+                        resource: "gpt-4".into(),
+                        limit: "tpd".into(),
+                        percent: vec![80, 100],
+                    },
+                ),
+                many(
+                    "alerts list",
+                    vec![Threshold {
+                        entity: "key-1".into(),
+                        resource: "gpt-4".into(),
+                        limit: "tpd".into(),
+                        percent: vec![80, 100],
+                    }],
+                ),
+                one(
+                    "alerts clear",
+                    Cleared {
+                        entity: "key-1".into(),
+                        resource: "gpt-4".into(),
+                        limit: Some("tpd".into()),
+                        cleared: true,
                     },
                 ),
                 many(

@@ -12,6 +12,7 @@
 //! form writes each as a JSON `\uXXXX` escape, so a parser reads the string as stored.
 
 pub(crate) mod access;
+pub(crate) mod alerts;
 pub(crate) mod audit;
 pub(crate) mod bench;
 pub(crate) mod entity;

@@ -2,6 +2,7 @@
 //! DynamoDB (a fresh table per test), `local` against a DynamoDB Local it starts itself, and
 //! `deploy`/`status`/`delete` against a private moto server.
 
+mod alerts;
 mod aws;
 mod bench;
 mod data;
