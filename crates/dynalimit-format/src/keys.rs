@@ -39,6 +39,8 @@ pub const WATERMARK_SK_PREFIX: &str = "#AGGREGATOR#";
 pub const ALERTS_SK_PREFIX: &str = "#ALERTS#";
 /// Sort-key prefix of dynalimit's alert crossing markers in entity partitions.
 pub const CROSSED_SK_PREFIX: &str = "#ALERTED#";
+/// Sort-key prefix of dynalimit's concurrency slot items in entity partitions.
+pub const SLOTS_SK_PREFIX: &str = "#SLOTS#";
 /// Prefix of the GSI2, GSI3 and GSI4 sort keys of bucket items.
 pub const BUCKET_INDEX_SK_PREFIX: &str = "BUCKET#";
 /// Prefix of the GSI2 sort keys of usage snapshots.

@@ -50,6 +50,7 @@ pub mod namespace;
 pub mod operation;
 pub mod schedule;
 pub mod schema;
+pub mod slot;
 pub mod usage;
 pub mod version;
 

@@ -54,6 +54,7 @@ mod page;
 mod repository;
 pub mod retry;
 mod schema;
+mod slots;
 mod usage;
 mod wire;
 
@@ -79,5 +80,6 @@ pub use repository::{
     Repository, RepositoryBuilder,
 };
 pub use schema::create_table;
+pub use slots::{HeldSlot, SlotTake};
 pub use usage::{UsagePage, UsageQuery, UsageSummary};
 pub use wire::send_update;

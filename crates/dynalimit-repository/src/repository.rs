@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     pub(crate) wire: OnceLock<Arc<FastPath>>,
     /// The retry quota of bucket writes, fast path and SDK path alike.
     pub(crate) budget: Arc<crate::retry::Budget>,
+    /// The last state seen of each concurrency limit's slots (see `slots`).
+    pub(crate) slots: crate::slots::SlotCache,
 }
 
 /// One namespace of the table.
@@ -772,6 +774,7 @@ impl RepositoryBuilder {
             counter: self.counter.clone(),
             wire: OnceLock::new(),
             budget: Arc::default(),
+            slots: crate::slots::SlotCache::default(),
         });
         let repo = Repository {
             scope: Arc::new(Scope {

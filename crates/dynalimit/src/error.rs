@@ -202,6 +202,16 @@ pub enum Error {
         message: String,
     },
 
+    /// A heartbeat found a [`Slot`](crate::Slot) taken by another holder: its hold had
+    /// expired. The request no longer counts against the limit.
+    #[error("slot {slot} of concurrency limit {limit:?} was lost: its hold expired")]
+    SlotLost {
+        /// The concurrency limit.
+        limit: String,
+        /// The slot.
+        slot: u32,
+    },
+
     /// A lease's commit or rollback could not be written completely.
     #[cfg(feature = "dynamodb")]
     #[error("lease write failed: {0}")]

@@ -133,5 +133,5 @@ pub use dynalimit_repository::{
 };
 pub use error::Error;
 #[cfg(feature = "dynamodb")]
-pub use limiter::{Lease, OnUnavailable, RateLimiter};
+pub use limiter::{Concurrency, Lease, OnUnavailable, RateLimiter, Slot};
 pub use rejection::{LimitStatus, Overload, Reason, Rejection, Unsettled};

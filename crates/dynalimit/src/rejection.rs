@@ -101,6 +101,13 @@ pub enum Reason {
         /// The amounts asked for (after defaults), none of which was taken.
         requested: Vec<(String, f64)>,
     },
+    /// Every slot of a fleet-wide [`Concurrency`](crate::Concurrency) limit is held.
+    InFlight {
+        /// The limit's name.
+        limit: String,
+        /// Its slots.
+        max: u32,
+    },
     /// The [`AdaptiveLimiter`](crate::adaptive::AdaptiveLimiter) refused a permit.
     Overloaded {
         /// What refused it.
@@ -195,6 +202,28 @@ impl Rejection {
             reason: Reason::Exhausted { requested },
             retry_after,
             bucket: None,
+            statuses: Vec::new(),
+            unsettled: Vec::new(),
+        }
+    }
+
+    /// Every slot of concurrency limit `limit` (`max` slots) of `entity_id` on `resource` is
+    /// held; the first hold expires in `retry_after` at the latest.
+    #[cfg(feature = "dynamodb")]
+    pub(crate) fn in_flight(
+        entity_id: &str,
+        resource: &str,
+        limit: &str,
+        max: u32,
+        retry_after: Duration,
+    ) -> Self {
+        Rejection {
+            reason: Reason::InFlight {
+                limit: limit.to_owned(),
+                max,
+            },
+            retry_after: Some(retry_after),
+            bucket: Some(Box::new((entity_id.to_owned(), resource.to_owned()))),
             statuses: Vec::new(),
             unsettled: Vec::new(),
         }
@@ -299,6 +328,9 @@ impl fmt::Display for Rejection {
             Reason::Contended => write!(f, "rate limit contended{bucket}")?,
             Reason::Paused { .. } => write!(f, "rate limit paused{bucket}")?,
             Reason::Exhausted { requested } => write!(f, "limits exhausted for {requested:?}")?,
+            Reason::InFlight { limit, max } => {
+                write!(f, "all {max} slots of {limit} in flight{bucket}")?;
+            }
             Reason::Overloaded {
                 cause,
                 limit,

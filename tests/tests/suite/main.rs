@@ -29,6 +29,7 @@ mod schema;
 mod sessions;
 mod settings;
 mod sharding;
+mod slots;
 mod soft;
 mod throttle;
 mod version;

@@ -57,12 +57,14 @@ mod lease;
 mod pause;
 mod rate_limiter;
 mod rejections;
+mod slot;
 
 pub(crate) use inner::repo_error;
 pub use lease::Lease;
 pub use pause::{DynamoPauseStore, MAX_PAUSE};
 pub use rate_limiter::{Acquire, RateLimiter};
 pub use rejections::DEFAULT_REJECTION_CACHE_TTL;
+pub use slot::{Concurrency, DEFAULT_HOLD_TIME, Slot};
 
 /// What an acquire does when the limiter cannot decide (DynamoDB unavailable, or an item this
 /// client cannot interpret): `Allow` admits with a no-op lease (logged at `warn`), `Block`
