@@ -27,6 +27,7 @@
 
 pub mod binary;
 pub mod fault;
+pub mod fleet;
 pub mod hostile;
 pub mod lambda;
 mod memory;

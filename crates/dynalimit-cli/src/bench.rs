@@ -139,12 +139,14 @@ pub(crate) enum Op {
     GatewayCascade,
     Adjust,
     RejectedFlood,
+    /// A slot of a fleet-wide concurrency limit taken and released.
+    SlotHold,
     /// The refill-bound admission case (measured apart from the latency cases).
     Admission,
 }
 
 impl Op {
-    const ALL: [Op; 10] = [
+    const ALL: [Op; 11] = [
         Op::RawSdk,
         Op::RawUpdate,
         Op::StoreConsume,
@@ -154,6 +156,7 @@ impl Op {
         Op::Adjust,
         Op::FirstTouch,
         Op::RejectedFlood,
+        Op::SlotHold,
         Op::Admission,
     ];
 
@@ -172,6 +175,7 @@ impl Op {
             Op::GatewayCascade => "gateway-cascade",
             Op::Adjust => "adjust",
             Op::RejectedFlood => "rejected-flood",
+            Op::SlotHold => "slot-hold",
             Op::Admission => "admission",
         }
     }
@@ -786,6 +790,17 @@ impl Bench {
                 };
                 let lease = self.limiter.acquire(&entity, &resource, consume).await?;
                 Ok(lease.commit().await?)
+            }
+            Op::SlotHold => {
+                // As many slots as a limit has: the case measures the requests, never a
+                // refusal.
+                let limit = dynalimit::Concurrency::new("streams", 1000)?;
+                let slot = self
+                    .limiter
+                    .hold(&format!("e-{e}"), RESOURCE, &limit)
+                    .await?;
+                slot.release().await?;
+                Ok(())
             }
             Op::Admission => anyhow::bail!("the admission case is not a latency case"),
         }

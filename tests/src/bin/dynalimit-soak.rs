@@ -6,7 +6,9 @@
 //!
 //! runs one soak (defaults: 30 s, 4 workers of 16 tasks, 3 % of requests faulted, 2 emulator
 //! restarts) and prints its report as JSON; the exit status is 0 when every check holds. With
-//! `--worker OPTIONS INDEX` it is one worker process of a soak (started by the orchestrator).
+//! `--worker OPTIONS INDEX` it is one worker process of a soak (started by the orchestrator),
+//! with `--fleet-worker OPTIONS INDEX` one of the fleet test of concurrency limits
+//! ([`dynalimit_tests::fleet`]).
 
 use std::process::ExitCode;
 
@@ -23,6 +25,24 @@ fn usage(message: &str) -> ExitCode {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--fleet-worker") {
+        let (Some(options), Some(index)) = (args.get(1), args.get(2)) else {
+            return usage("--fleet-worker needs OPTIONS and INDEX");
+        };
+        let (Ok(options), Ok(index)) = (
+            serde_json::from_str::<dynalimit_tests::fleet::FleetOptions>(options),
+            index.parse::<u32>(),
+        ) else {
+            return usage("--fleet-worker: bad OPTIONS or INDEX");
+        };
+        return match dynalimit_tests::fleet::worker(&options, index).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("dynalimit-soak fleet worker {index}: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if args.first().map(String::as_str) == Some("--worker") {
         let (Some(options), Some(index)) = (args.get(1), args.get(2)) else {
             return usage("--worker needs OPTIONS and INDEX");

@@ -358,3 +358,69 @@ async fn a_sharded_bucket_s_headers_report_the_bucket_and_a_quota_its_period() {
     );
     server.abort();
 }
+
+#[tokio::test]
+async fn requests_in_flight_beyond_the_concurrency_limit_are_answered_429_until_one_ends() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let table = dynalimit_tests::table().await;
+    let (limiter, _clock) = super::limiter(&table, "pause-in-flight").await;
+    let entered = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (e, g) = (Arc::clone(&entered), Arc::clone(&gate));
+    let slow = get(move || {
+        let (e, g) = (Arc::clone(&e), Arc::clone(&g));
+        async move {
+            e.fetch_add(1, Ordering::SeqCst);
+            // Each permit lets one request through.
+            g.acquire().await.unwrap().forget();
+            "streamed"
+        }
+    });
+    let layer = RateLimiterLayer::new(limiter, |req: &http::Request<Body>| {
+        let key = req.headers().get("x-api-key")?.to_str().ok()?;
+        Some(Charge::new(key, "llm").consume("rpm", 1))
+    })
+    .limits([Limit::per_minute("rpm", 1000)])
+    .in_flight(dynalimit::Concurrency::new("streams", 2).unwrap());
+    let (addr, _server) = serve_app(Router::new().route("/slow", slow).layer(layer)).await;
+
+    // Two requests of k1 in flight, held in the handler.
+    let wait_for = |n: usize| {
+        let entered = Arc::clone(&entered);
+        async move {
+            for _ in 0..300 {
+                if entered.load(Ordering::SeqCst) == n {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!(
+                "{} requests in the handler, not {n}",
+                entered.load(Ordering::SeqCst)
+            );
+        }
+    };
+    let first = tokio::spawn(get_with(addr, "/slow", Some("k1")));
+    let second = tokio::spawn(get_with(addr, "/slow", Some("k1")));
+    wait_for(2).await;
+    // A third is refused without reaching the handler; Retry-After is at most the hold time.
+    let third = get_with(addr, "/slow", Some("k1")).await;
+    assert_eq!(third.status, 429);
+    assert!(
+        third.retry_after.is_some_and(|s| (1..=31).contains(&s)),
+        "{third:?}"
+    );
+    assert_eq!(entered.load(Ordering::SeqCst), 2);
+    // Another key has slots of its own: it reaches the handler while k1's are all held.
+    let other = tokio::spawn(get_with(addr, "/slow", Some("k2")));
+    wait_for(3).await;
+    gate.add_permits(3);
+    for answer in [first, second, other] {
+        assert_eq!(answer.await.unwrap().status, 200);
+    }
+    // The requests ended: k1 has its slots back.
+    gate.add_permits(1);
+    assert_eq!(get_with(addr, "/slow", Some("k1")).await.status, 200);
+}

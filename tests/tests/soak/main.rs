@@ -3,6 +3,8 @@
 //! of the data-plane requests faulted, the parent doubling its shards twice and the emulator
 //! killed and restarted twice.
 
+mod fleet;
+
 use std::path::Path;
 
 use dynalimit_tests::soak::{self, Options};

@@ -10,7 +10,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::time::Clock as _;
-use crate::{Error, Lease, Limit, LimitStatus, RateLimiter};
+use crate::{Concurrency, Error, Lease, Limit, LimitStatus, RateLimiter};
 
 /// What one request consumes, and on which bucket: the entity, the resource and the whole
 /// tokens per limit.
@@ -90,6 +90,7 @@ pub struct RateLimiterLayer<B> {
     key: Arc<KeyFn<B>>,
     limits: Option<Arc<[Limit]>>,
     usage: Option<Arc<UsageFn>>,
+    in_flight: Option<Arc<Concurrency>>,
 }
 
 impl<B> Clone for RateLimiterLayer<B> {
@@ -99,6 +100,7 @@ impl<B> Clone for RateLimiterLayer<B> {
             key: Arc::clone(&self.key),
             limits: self.limits.clone(),
             usage: self.usage.clone(),
+            in_flight: self.in_flight.clone(),
         }
     }
 }
@@ -108,6 +110,7 @@ impl<B> fmt::Debug for RateLimiterLayer<B> {
         f.debug_struct("RateLimiterLayer")
             .field("limiter", &self.limiter)
             .field("limits", &self.limits)
+            .field("in_flight", &self.in_flight)
             .finish_non_exhaustive()
     }
 }
@@ -124,7 +127,33 @@ impl<B> RateLimiterLayer<B> {
             key: Arc::new(key),
             limits: None,
             usage: None,
+            in_flight: None,
         }
+    }
+
+    /// Also holds a slot of the fleet-wide concurrency limit `limit` on the charge's entity
+    /// and resource while the inner service handles the request ([`RateLimiter::hold`]),
+    /// taken before the rate limits and given back when the inner service answers (or the
+    /// request is refused). With every slot held the answer is `429` with `Retry-After` up to
+    /// the first hold's expiry (a release usually comes sooner). The slot is kept alive while
+    /// the inner service runs; a body streamed after the answer is not covered: a handler
+    /// that streams holds its own [`Slot`](crate::Slot) in the stream.
+    ///
+    /// ```no_run
+    /// # async fn demo(limiter: dynalimit::RateLimiter) -> Result<(), dynalimit::Error> {
+    /// use dynalimit::Concurrency;
+    /// use dynalimit::tower::{Charge, RateLimiterLayer};
+    /// let layer = RateLimiterLayer::new(limiter, |req: &http::Request<axum::body::Body>| {
+    ///     let key = req.headers().get("x-api-key")?.to_str().ok()?;
+    ///     Some(Charge::new(key, "gpt-4").consume("rpm", 1))
+    /// })
+    /// .in_flight(Concurrency::new("streams", 5)?);
+    /// # let _ = layer; Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn in_flight(mut self, limit: Concurrency) -> Self {
+        self.in_flight = Some(Arc::new(limit));
+        self
     }
 
     /// Reads what a request really used from its answer's headers (whole tokens per limit
@@ -334,6 +363,15 @@ async fn settle(lease: Lease, succeeded: bool) {
     }
 }
 
+/// Gives `slot` back, if one is held.
+async fn release(slot: Option<crate::Slot>) {
+    if let Some(slot) = slot
+        && let Err(e) = slot.release().await
+    {
+        tracing::warn!(error = %e, "releasing a concurrency slot failed; it frees at its expiry");
+    }
+}
+
 impl<S, B, R> Service<Request<B>> for RateLimiterService<S, B>
 where
     S: Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
@@ -359,9 +397,20 @@ where
         let clock = Arc::clone(limiter.repository().clock());
         let limits = self.layer.limits.clone();
         let usage = self.layer.usage.clone();
+        let in_flight = self.layer.in_flight.clone();
         Box::pin(async move {
             let Some(key) = key else {
                 return inner.call(request).await;
+            };
+            let slot = match &in_flight {
+                Some(limit) => match limiter.hold(&key.entity_id, &key.resource, limit).await {
+                    Ok(mut slot) => {
+                        slot.keep_alive();
+                        Some(slot)
+                    }
+                    Err(e) => return Ok(refusal(&e, clock.epoch_millis())),
+                },
+                None => None,
             };
             let mut acquire = limiter.acquire(&key.entity_id, &key.resource, key.consume);
             if let Some(limits) = limits {
@@ -369,7 +418,10 @@ where
             }
             let lease = match acquire.await {
                 Ok(lease) => lease,
-                Err(e) => return Ok(refusal(&e, clock.epoch_millis())),
+                Err(e) => {
+                    release(slot).await;
+                    return Ok(refusal(&e, clock.epoch_millis()));
+                }
             };
             let mut result = inner.call(request).await;
             let succeeded = matches!(&result, Ok(r) if !r.status().is_server_error());
@@ -380,6 +432,7 @@ where
                 with_ratelimit(response, &lease.statuses(), None, clock.epoch_millis());
             }
             settle(lease, succeeded).await;
+            release(slot).await;
             result
         })
     }

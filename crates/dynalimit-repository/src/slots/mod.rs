@@ -19,8 +19,8 @@
 //! * **Release:** sent again; a second landing finds the slot no longer this holder's and
 //!   changes nothing. When the answer stays lost, the slot frees at its expiry at the latest.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+mod cache;
+
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
@@ -31,38 +31,14 @@ use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::slot::{self, Slots};
 use rand::seq::IndexedRandom;
 
+use cache::CacheKey;
+pub(crate) use cache::SlotCache;
+
 use crate::error::classify;
 use crate::{Repository, RepositoryError};
 
 /// Picks of one take before it reports the limit full of contention.
 const TAKE_ATTEMPTS: u32 = 8;
-/// Limits whose last state one repository remembers.
-const CACHE_ENTRIES: usize = 10_000;
-
-type CacheKey = (String, String, String, String);
-
-/// The last state seen of each limit's slots.
-#[derive(Debug, Default)]
-pub(crate) struct SlotCache(Mutex<HashMap<CacheKey, Slots>>);
-
-impl SlotCache {
-    fn get(&self, key: &CacheKey) -> Slots {
-        self.0
-            .lock()
-            .ok()
-            .and_then(|c| c.get(key).cloned())
-            .unwrap_or_default()
-    }
-
-    fn update(&self, key: &CacheKey, f: impl FnOnce(&mut Slots)) {
-        if let Ok(mut c) = self.0.lock() {
-            if c.len() >= CACHE_ENTRIES && !c.contains_key(key) {
-                c.clear();
-            }
-            f(c.entry(key.clone()).or_default());
-        }
-    }
-}
 
 /// A slot held: what extends and releases it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,6 +154,16 @@ impl Repository {
             limit.to_owned(),
         );
         let holder = format!("{:032x}", rand::random::<u128>());
+        let held = |slot: u32, expires_at_ms: i64| {
+            SlotTake::Held(HeldSlot {
+                entity_id: entity_id.to_owned(),
+                resource: resource.to_owned(),
+                limit: limit.to_owned(),
+                slot,
+                holder: holder.clone(),
+                expires_at_ms,
+            })
+        };
         let mut seen = self.shared.slots.get(&key);
         // Whether `seen` was read in this call: only then does "no slot free" refuse (the
         // cache does not see other processes' releases).
@@ -214,14 +200,7 @@ impl Repository {
                     self.shared
                         .slots
                         .update(&key, |s| s.record_take(pick, &holder, expiry));
-                    return Ok(SlotTake::Held(HeldSlot {
-                        entity_id: entity_id.to_owned(),
-                        resource: resource.to_owned(),
-                        limit: limit.to_owned(),
-                        slot: pick,
-                        holder,
-                        expires_at_ms: expiry,
-                    }));
+                    return Ok(held(pick, expiry));
                 }
                 Sent::Refused(current) => {
                     // A resent request whose first copy landed: the slot is this holder's.
@@ -229,14 +208,7 @@ impl Repository {
                         && let Some(&x) = current.expiry.get(&pick)
                     {
                         self.shared.slots.update(&key, |s| *s = current.clone());
-                        return Ok(SlotTake::Held(HeldSlot {
-                            entity_id: entity_id.to_owned(),
-                            resource: resource.to_owned(),
-                            limit: limit.to_owned(),
-                            slot: pick,
-                            holder,
-                            expires_at_ms: x,
-                        }));
+                        return Ok(held(pick, x));
                     }
                     self.shared.slots.update(&key, |s| *s = current.clone());
                     seen = current;

@@ -1,0 +1,258 @@
+//! The fleet test of concurrency limits: tasks in several processes hold slots of one limit
+//! through fault proxies that lose answers at random, while the orchestrator kills processes
+//! with SIGKILL; every holder's belief is logged and checked.
+//!
+//! A worker ([`worker`], the `dynalimit-soak` binary with `--fleet-worker`) runs
+//! [`FleetOptions::tasks`] tasks until its standard input closes. Each task holds a slot,
+//! works for a random time (a tenth of the time longer than the hold time, with
+//! [`Slot::keep_alive`](dynalimit::Slot::keep_alive) extending it), and releases it. It prints
+//! one JSON line when a take is answered (`held`: the slot, when, until when) and one before
+//! it sends the release (`ended`: the end of its belief, the earlier of now and the hold's
+//! expiry as it last knew it), flushed at once, so a killed process leaves every line it
+//! wrote.
+//!
+//! [`check`] reads the lines of every worker: the beliefs of one slot never overlap, and at
+//! no instant do more than `max` holders believe they hold one. A holder in a killed process
+//! believes until the kill.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use dynalimit::{Concurrency, Error, RateLimiter, Repository};
+use dynalimit_core::{Clock, SystemClock};
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::fault::FaultProxy;
+
+/// What the workers of one run share.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FleetOptions {
+    /// The table.
+    pub table: String,
+    /// The namespace.
+    pub namespace: String,
+    /// Slots of the limit.
+    pub max: u32,
+    /// Hold time, ms.
+    pub hold_ms: u64,
+    /// Tasks per worker.
+    pub tasks: u32,
+    /// Share of requests the proxy faults (lost answers among them).
+    pub fault_rate: f64,
+    /// Seed of the faults and the work times.
+    pub seed: u64,
+}
+
+/// The entity, resource and limit every task holds.
+pub const ENTITY: &str = "acme";
+/// See [`ENTITY`].
+pub const RESOURCE: &str = "gpt-4";
+/// See [`ENTITY`].
+pub const LIMIT: &str = "streams";
+
+/// One line of a worker.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Line {
+    /// A take was answered: `slot` is held from `at` until `until` unless extended.
+    Held {
+        /// The hold's id (worker, task, count).
+        id: String,
+        /// The slot.
+        slot: u32,
+        /// When the answer came, epoch ms.
+        at: i64,
+        /// The expiry it gave.
+        until: i64,
+    },
+    /// The holder stops believing at `at` and releases.
+    Ended {
+        /// The hold's id.
+        id: String,
+        /// The end of its belief, epoch ms.
+        at: i64,
+        /// Whether a heartbeat found the slot lost.
+        lost: bool,
+    },
+    /// At the end of a worker that was not killed: the faults its proxy served, by kind.
+    Faults {
+        /// Count per kind.
+        served: BTreeMap<String, usize>,
+    },
+}
+
+fn print(line: &Line) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", serde_json::to_string(line).unwrap_or_default());
+    let _ = out.flush();
+}
+
+/// One worker process (see the module documentation).
+///
+/// # Errors
+/// The failure of opening the repository, or bad options.
+pub async fn worker(options: &FleetOptions, index: u32) -> Result<(), String> {
+    let proxy = FaultProxy::start().await;
+    let client = proxy.client(3, Some(Duration::from_secs(2))).await;
+    let repo = Repository::builder()
+        .client(client)
+        .stack(options.table.clone())
+        .namespace(options.namespace.clone())
+        .open()
+        .await
+        .map_err(|e| e.to_string())?;
+    let limiter = RateLimiter::new(repo);
+    proxy.chaos(options.fault_rate, options.seed * 1000 + u64::from(index));
+    let limit = Concurrency::new(LIMIT, options.max)
+        .and_then(|c| c.hold_time(Duration::from_millis(options.hold_ms)))
+        .map_err(|e: Error| e.to_string())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopper = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        stopper.store(true, Ordering::Relaxed);
+    });
+    let mut tasks = Vec::new();
+    for t in 0..options.tasks {
+        let limiter = limiter.clone();
+        let limit = limit.clone();
+        let stop = Arc::clone(&stop);
+        let seed = options.seed * 1_000_000 + u64::from(index) * 1000 + u64::from(t);
+        let hold_ms = options.hold_ms;
+        tasks.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let slot = match limiter.hold(ENTITY, RESOURCE, &limit).await {
+                    Ok(slot) => slot,
+                    Err(e) => {
+                        let wait = e
+                            .rejection()
+                            .and_then(dynalimit::Rejection::retry_after)
+                            .unwrap_or(Duration::from_millis(50))
+                            .min(Duration::from_millis(50));
+                        tokio::time::sleep(wait + Duration::from_millis(rng.random_range(0..20)))
+                            .await;
+                        continue;
+                    }
+                };
+                n += 1;
+                let id = format!("{index}-{t}-{n}");
+                let at = SystemClock.epoch_millis();
+                print(&Line::Held {
+                    id: id.clone(),
+                    slot: slot.index(),
+                    at,
+                    until: slot.expires_at_ms(),
+                });
+                let mut slot = slot;
+                let long = rng.random_range(0..20) == 0;
+                let work = if long {
+                    slot.keep_alive();
+                    rng.random_range(hold_ms..hold_ms * 2)
+                } else {
+                    rng.random_range(5..hold_ms / 10)
+                };
+                tokio::time::sleep(Duration::from_millis(work)).await;
+                let end = SystemClock.epoch_millis().min(slot.expires_at_ms());
+                print(&Line::Ended {
+                    id,
+                    at: end,
+                    lost: slot.is_lost(),
+                });
+                let _ = slot.release().await;
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    print(&Line::Faults {
+        served: proxy.chaos_served(),
+    });
+    Ok(())
+}
+
+/// What [`check`] found.
+#[derive(Debug, Default)]
+pub struct FleetReport {
+    /// Holds seen.
+    pub holds: usize,
+    /// Holds that ended by a kill (no `ended` line).
+    pub killed: usize,
+    /// Holds whose heartbeat found the slot lost.
+    pub lost: usize,
+    /// Beliefs that lasted longer than one hold time (heartbeats extended them).
+    pub extended: usize,
+    /// Faults the proxies of the workers that ended served.
+    pub faults: usize,
+    /// The most holders believing at once.
+    pub most_at_once: usize,
+    /// Two beliefs of one slot overlapping: (slot, first id, second id).
+    pub overlaps: Vec<(u32, String, String)>,
+}
+
+/// Reads the lines of every worker; `killed_at` gives, per worker index killed, when.
+pub fn check(
+    lines: &BTreeMap<u32, Vec<Line>>,
+    killed_at: &BTreeMap<u32, i64>,
+    hold_ms: i64,
+) -> FleetReport {
+    let mut report = FleetReport::default();
+    // (slot, from, to, id)
+    let mut beliefs: Vec<(u32, i64, i64, String)> = Vec::new();
+    for (worker, lines) in lines {
+        let mut open: BTreeMap<&str, (u32, i64)> = BTreeMap::new();
+        for line in lines {
+            match line {
+                Line::Held { id, slot, at, .. } => {
+                    open.insert(id, (*slot, *at));
+                }
+                Line::Ended { id, at, lost } => {
+                    if let Some((slot, from)) = open.remove(id.as_str()) {
+                        beliefs.push((slot, from, *at, id.clone()));
+                        report.lost += usize::from(*lost);
+                    }
+                }
+                Line::Faults { served } => report.faults += served.values().sum::<usize>(),
+            }
+        }
+        for (id, (slot, from)) in open {
+            let to = killed_at.get(worker).copied().unwrap_or(i64::MAX);
+            report.killed += usize::from(killed_at.contains_key(worker));
+            beliefs.push((slot, from, to, id.to_owned()));
+        }
+    }
+    report.holds = beliefs.len();
+    report.extended = beliefs
+        .iter()
+        .filter(|b| b.2 != i64::MAX && b.2 - b.1 > hold_ms)
+        .count();
+    let mut by_slot: BTreeMap<u32, Vec<&(u32, i64, i64, String)>> = BTreeMap::new();
+    for b in &beliefs {
+        by_slot.entry(b.0).or_default().push(b);
+    }
+    for (slot, mut list) in by_slot {
+        list.sort_by_key(|b| b.1);
+        for pair in list.windows(2) {
+            if pair[1].1 < pair[0].2 {
+                report
+                    .overlaps
+                    .push((slot, pair[0].3.clone(), pair[1].3.clone()));
+            }
+        }
+    }
+    let mut events: Vec<(i64, i32)> = beliefs.iter().flat_map(|b| [(b.1, 1), (b.2, -1)]).collect();
+    // An end and a start at the same instant do not overlap.
+    events.sort();
+    let mut now = 0i64;
+    for (_, d) in events {
+        now += i64::from(d);
+        report.most_at_once = report.most_at_once.max(usize::try_from(now).unwrap_or(0));
+    }
+    report
+}
