@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use dynalimit::{Concurrency, Error, RateLimiter, Repository};
@@ -110,12 +110,7 @@ pub async fn worker(options: &FleetOptions, index: u32) -> Result<(), String> {
     let limit = Concurrency::new(LIMIT, options.max)
         .and_then(|c| c.hold_time(Duration::from_millis(options.hold_ms)))
         .map_err(|e: Error| e.to_string())?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let stopper = Arc::clone(&stop);
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
-        stopper.store(true, Ordering::Relaxed);
-    });
+    let stop = crate::soak::stop_when_stdin_closes();
     let mut tasks = Vec::new();
     for t in 0..options.tasks {
         let limiter = limiter.clone();

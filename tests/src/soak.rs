@@ -513,6 +513,18 @@ async fn read_shards(
     Ok(out)
 }
 
+/// A flag set once standard input closes: a worker runs until its orchestrator closes it (or
+/// goes away).
+pub(crate) fn stop_when_stdin_closes() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopper = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        stopper.store(true, Ordering::Relaxed);
+    });
+    stop
+}
+
 /// One worker process: `options.tasks` tasks through its own fault proxy until the run ends;
 /// returns its ledger.
 ///
@@ -526,13 +538,7 @@ pub async fn worker(options: &Options, index: u32) -> Result<Ledger, RepositoryE
     let repo = open(client).await?;
     let limiter = RateLimiter::with_on_unavailable(repo, OnUnavailable::Block);
     proxy.chaos(options.fault_rate, options.seed * 1000 + u64::from(index));
-    // Until the orchestrator closes standard input (or goes away).
-    let stop = Arc::new(AtomicBool::new(false));
-    let stopper = Arc::clone(&stop);
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
-        stopper.store(true, Ordering::Relaxed);
-    });
+    let stop = stop_when_stdin_closes();
     let mut tasks = Vec::new();
     for t in 0..options.tasks {
         let limiter = limiter.clone();

@@ -1,6 +1,7 @@
-//! dynalimit's alert items in a table zae-limiter 0.17 shares: thresholds (`#ALERTS#…`) and
-//! crossing markers (`#ALERTED#…`) in the entity's partition. zae-limiter's reads, acquires
-//! and aggregator pass them by, and its `delete_entity` removes them with the entity.
+//! dynalimit's own items in a table zae-limiter 0.17 shares: alert thresholds (`#ALERTS#…`),
+//! crossing markers (`#ALERTED#…`) and concurrency slots (`#SLOTS#…`) in the entity's
+//! partition. zae-limiter's reads, acquires and aggregator pass them by, and its
+//! `delete_entity` removes them with the entity.
 
 use dynalimit::Limit;
 use dynalimit_format::alert::Crossing;
@@ -12,7 +13,7 @@ use crate::fixture::record;
 use crate::python::shared_table;
 
 #[tokio::test]
-async fn zae_limiter_passes_alert_items_by_and_deletes_them_with_the_entity() {
+async fn zae_limiter_passes_alert_and_slot_items_by_and_deletes_them_with_the_entity() {
     let (table, py) = shared_table!();
     let repo = table.repository("default").await;
     let ns = repo.namespace_id().to_owned();
@@ -39,16 +40,30 @@ async fn zae_limiter_passes_alert_items_by_and_deletes_them_with_the_entity() {
         .send()
         .await
         .unwrap();
+    let limiter = dynalimit::RateLimiter::new(repo.clone());
+    let slot = limiter
+        .hold(
+            "acme",
+            "gpt-4",
+            &dynalimit::Concurrency::new("streams", 2).unwrap(),
+        )
+        .await
+        .unwrap();
     let alert_items = |items: &[Item]| -> Vec<String> {
         items
             .iter()
             .filter_map(|it| get_s(it, "SK"))
-            .filter(|sk| sk.starts_with("#ALERT"))
+            .filter(|sk| sk.starts_with("#ALERT") || sk.starts_with("#SLOTS#"))
             .map(str::to_owned)
             .collect()
     };
     let stored = table.scan_all().await;
-    assert_eq!(alert_items(&stored).len(), 2);
+    assert_eq!(alert_items(&stored).len(), 3);
+    let slot_item = stored
+        .iter()
+        .find(|it| get_s(it, "SK") == Some("#SLOTS#gpt-4#streams"))
+        .unwrap()
+        .clone();
     let threshold_item = stored
         .iter()
         .find(|it| get_s(it, "SK") == Some("#ALERTS#gpt-4"))
@@ -66,6 +81,7 @@ async fn zae_limiter_passes_alert_items_by_and_deletes_them_with_the_entity() {
                 json!({"op": "aggregate", "windows": ["hourly"], "records": [
                     record(&threshold_item, &threshold_item, 10),
                     record(&marker, &marker, 11),
+                    record(&slot_item, &slot_item, 12),
                 ]}),
             ],
         )
@@ -80,7 +96,8 @@ async fn zae_limiter_passes_alert_items_by_and_deletes_them_with_the_entity() {
     let listed = repo.alert_thresholds("acme").await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].levels["rpm"], vec![80, 100]);
-    assert_eq!(alert_items(&table.scan_all().await).len(), 2);
+    assert_eq!(alert_items(&table.scan_all().await).len(), 3);
+    assert!(slot.release().await.unwrap(), "the slot is still held");
 
     py.ok(
         "default",

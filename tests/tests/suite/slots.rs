@@ -259,3 +259,73 @@ async fn stored_in(r: &Rig, ns: &str) -> Item {
         .find(|it| get_s(it, "SK") == get_s(&key, "SK") && get_s(it, "PK") == get_s(&key, "PK"))
         .expect("the slots item")
 }
+
+#[tokio::test]
+async fn a_slot_and_rate_limits_are_taken_together_all_or_none() {
+    let r = rig().await;
+    let limits = [
+        dynalimit::Limit::per_minute("rpm", 3),
+        dynalimit::Limit::per_minute("tpm", 10_000),
+    ];
+    let tokens = |r: &Rig| {
+        let limits = limits.clone();
+        let limiter = r.limiter.clone();
+        async move {
+            let statuses = limiter.balances("acme", "gpt-4", &limits).await.unwrap();
+            statuses
+                .iter()
+                .map(|s| (s.limit.name().to_owned(), s.available))
+                .collect::<Vec<_>>()
+        }
+    };
+    let limiter = r.limiter.clone();
+    let acquire = |_: &Rig, max: u32| {
+        limiter
+            .acquire("acme", "gpt-4", [("rpm", 1), ("tpm", 500)])
+            .limits(limits.clone())
+            .in_flight(streams(max))
+    };
+
+    // Both fit: the lease holds the slot; its commit gives the slot back, not the tokens.
+    let lease = acquire(&r, 1).await.unwrap();
+    assert!(lease.slot().is_some());
+    assert_eq!(held(&stored(&r).await.unwrap()), 1);
+    lease.commit().await.unwrap();
+    assert_eq!(held(&stored(&r).await.unwrap()), 0);
+    assert_eq!(
+        tokens(&r).await,
+        vec![("rpm".to_owned(), 2), ("tpm".to_owned(), 9_500)]
+    );
+
+    // The slot is full: refused, and the debits are given back.
+    let holder = r.limiter.hold("acme", "gpt-4", &streams(1)).await.unwrap();
+    let refused = acquire(&r, 1).await.unwrap_err();
+    in_flight(&refused);
+    r.limiter.settle().await;
+    assert_eq!(
+        tokens(&r).await,
+        vec![("rpm".to_owned(), 2), ("tpm".to_owned(), 9_500)]
+    );
+    assert!(holder.release().await.unwrap());
+
+    // The rate limit is spent: refused, and the slot is given back.
+    for _ in 0..2 {
+        acquire(&r, 5).await.unwrap().commit().await.unwrap();
+    }
+    let refused = acquire(&r, 5).await.unwrap_err();
+    assert!(
+        matches!(
+            refused.rejection().map(dynalimit::Rejection::reason),
+            Some(Reason::Limits)
+        ),
+        "{refused}"
+    );
+    assert_eq!(held(&stored(&r).await.unwrap()), 0, "no slot left behind");
+
+    // A rollback gives both back.
+    r.clock.advance(Duration::from_secs(60));
+    let lease = acquire(&r, 5).await.unwrap();
+    lease.rollback().await.unwrap();
+    assert_eq!(held(&stored(&r).await.unwrap()), 0);
+    assert_eq!(tokens(&r).await[0], ("rpm".to_owned(), 3));
+}

@@ -39,6 +39,8 @@ pub struct Lease {
     state: Mutex<State>,
     /// The further resources of a multi-resource acquire, each with its own lease.
     also: Vec<(String, Lease)>,
+    /// A concurrency slot taken with the debits ([`Acquire::in_flight`](super::Acquire::in_flight)).
+    slot: Option<super::Slot>,
 }
 
 impl Lease {
@@ -48,6 +50,26 @@ impl Lease {
             entries,
             state: Mutex::new(State::default()),
             also: Vec::new(),
+            slot: None,
+        }
+    }
+
+    /// This lease holding `slot` until it is settled.
+    pub(crate) fn with_slot(mut self, slot: super::Slot) -> Self {
+        self.slot = Some(slot);
+        self
+    }
+
+    /// The concurrency slot this lease holds, if it was acquired with one.
+    pub fn slot(&self) -> Option<&super::Slot> {
+        self.slot.as_ref()
+    }
+
+    /// Gives the slot back, if one is held.
+    async fn release_slot(&mut self) -> Result<(), Error> {
+        match self.slot.take() {
+            Some(slot) => slot.release().await.map(|_| ()),
+            None => Ok(()),
         }
     }
 
@@ -75,6 +97,7 @@ impl Lease {
             entries: Vec::new(),
             state: Mutex::new(State::default()),
             also: Vec::new(),
+            slot: None,
         }
     }
 
@@ -199,7 +222,8 @@ impl Lease {
 
     /// Writes the adjustments: one `UpdateItem` per debited bucket that declares an adjusted
     /// limit, each conditioned on the item still existing (a swept bucket is skipped, never
-    /// resurrected); nothing is sent when nothing was adjusted. The writes run in the awaiting task and finish even if this future
+    /// resurrected); nothing is sent when nothing was adjusted. A slot the lease holds is
+    /// given back after them. The writes run in the awaiting task and finish even if this future
     /// is dropped part-way (the rest then runs on a task of its own).
     ///
     /// # Errors
@@ -211,7 +235,7 @@ impl Lease {
         for (_, mut lease) in std::mem::take(&mut self.also) {
             result = result.and(lease.commit_own().await);
         }
-        result
+        result.and(self.release_slot().await)
     }
 
     async fn commit_own(&mut self) -> Result<(), Error> {
@@ -262,7 +286,7 @@ impl Lease {
         for (_, mut lease) in std::mem::take(&mut self.also) {
             result = result.and(lease.rollback_own().await);
         }
-        result
+        result.and(self.release_slot().await)
     }
 
     async fn rollback_own(&mut self) -> Result<(), Error> {

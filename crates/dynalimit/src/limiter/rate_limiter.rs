@@ -118,8 +118,26 @@ impl RateLimiter {
                 limits: None,
                 on_unavailable: None,
                 also: Vec::new(),
+                in_flight: None,
             },
         }
+    }
+
+    /// Takes a slot of `limit` on `entity_id`'s `resource`: one request when a slot is free.
+    ///
+    /// # Errors
+    /// [`Error::Rejected`] when every slot is held (the retry-after is when the first hold
+    /// expires at the latest; a release usually comes sooner) or when writers kept taking the
+    /// slots picked first ([`Reason::Contended`](crate::Reason::Contended));
+    /// [`Error::Invalid`] for bad names; [`Error::Unavailable`] when DynamoDB fails (a lost
+    /// answer may leave a slot held until its hold time passes, never granted twice).
+    pub async fn hold(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        limit: &super::Concurrency,
+    ) -> Result<super::Slot, Error> {
+        super::Slot::take(&self.inner.repo, entity_id, resource, limit).await
     }
 
     /// Each limit of the entity's bucket for `resource`, across every shard: the configured
@@ -287,6 +305,8 @@ impl RateLimiter {
             limits,
             on_unavailable,
             also,
+            // Taken beside the debits, in `Acquire::into_future`.
+            in_flight: _,
         } = request;
         validate_entity_id(&entity_id)?;
         validate_resource(&resource)?;
@@ -738,6 +758,8 @@ struct Request {
     on_unavailable: Option<OnUnavailable>,
     /// Further resources of the same entity with their amounts (reference §3.11).
     also: Vec<(String, Vec<(String, i64)>)>,
+    /// A slot of a concurrency limit taken with the debits, all or none.
+    in_flight: Option<super::Concurrency>,
 }
 
 impl Acquire<'_> {
@@ -788,6 +810,28 @@ impl Acquire<'_> {
         self
     }
 
+    /// Also takes a slot of concurrency limit `limit` on the same entity and resource, all or
+    /// none: the slot and the debits are taken concurrently (two requests), and when either
+    /// is refused or fails the other is given back before the error is returned. The
+    /// [`Lease`] holds the slot, kept alive by heartbeats, until its commit or rollback (or
+    /// its drop) gives it back with the tokens. See [`RateLimiter::hold`].
+    ///
+    /// ```no_run
+    /// # async fn run(limiter: dynalimit::RateLimiter) -> Result<(), dynalimit::Error> {
+    /// use dynalimit::Concurrency;
+    /// let lease = limiter
+    ///     .acquire("key-1", "gpt-4", [("rpm", 1), ("tpm", 500)])
+    ///     .in_flight(Concurrency::new("streams", 5)?)
+    ///     .await?; // refused when 5 streams of key-1 are in flight
+    /// // ... stream the answer ...
+    /// lease.commit().await?; // and the slot is given back
+    /// # Ok(()) }
+    /// ```
+    pub fn in_flight(mut self, limit: super::Concurrency) -> Self {
+        self.request.in_flight = Some(limit);
+        self
+    }
+
     /// Overrides the limiter's `on_unavailable` policy for this acquire.
     pub fn on_unavailable(mut self, mode: OnUnavailable) -> Self {
         self.request.on_unavailable = Some(mode);
@@ -807,7 +851,36 @@ impl<'a> IntoFuture for Acquire<'a> {
         // back. The lease is dropped before `pending`, so its rollback is registered before
         // the acquire stops counting.
         let run = Detach::new("an acquire", async move {
-            let result = limiter.run(self.request).await;
+            let mut request = self.request;
+            let Some(concurrency) = request.in_flight.take() else {
+                let result = limiter.run(request).await;
+                return (result, pending);
+            };
+            let (entity, resource) = (request.entity_id.clone(), request.resource.clone());
+            let (slot, lease) = futures::join!(
+                limiter.hold(&entity, &resource, &concurrency),
+                limiter.run(request)
+            );
+            let result = match (slot, lease) {
+                (Ok(mut slot), Ok(lease)) => {
+                    slot.keep_alive();
+                    Ok(lease.with_slot(slot))
+                }
+                (Err(e), Ok(lease)) => {
+                    if let Err(undo) = lease.rollback().await {
+                        tracing::warn!(error = %undo, "giving back the debits of an acquire refused a slot failed");
+                    }
+                    Err(e)
+                }
+                (Ok(slot), Err(e)) => {
+                    if let Err(undo) = slot.release().await {
+                        tracing::warn!(error = %undo, "giving back the slot of a refused acquire failed; it frees at its expiry");
+                    }
+                    Err(e)
+                }
+                // The debits' refusal says more than the slots'.
+                (Err(_), Err(e)) => Err(e),
+            };
             (result, pending)
         });
         Box::pin(async move { run.await.0 })
@@ -862,6 +935,7 @@ mod tests {
             limits: None,
             on_unavailable: None,
             also: vec![],
+            in_flight: None,
         };
         let decide = std::mem::size_of_val(&limiter.decide(request.clone()));
         let run = std::mem::size_of_val(&limiter.run(request));

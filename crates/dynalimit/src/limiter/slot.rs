@@ -1,6 +1,6 @@
 //! Concurrency limits across the fleet: at most `max` requests in flight per entity and
 //! resource, counted in the table, so every process and Lambda function sharing it shares the
-//! count ([`RateLimiter::hold`]).
+//! count ([`RateLimiter::hold`](super::RateLimiter::hold)).
 //!
 //! A [`Slot`] is held until [`Slot::release`], or until it is dropped (released by a spawned
 //! task), or until its hold time passes without a heartbeat: a holder that crashes keeps its
@@ -27,7 +27,6 @@ use std::time::Duration;
 use dynalimit_format::slot as format;
 use dynalimit_repository::{HeldSlot, Repository, RepositoryError, SlotTake};
 
-use super::RateLimiter;
 use super::inner::repo_error;
 use crate::{Error, Rejection};
 
@@ -101,22 +100,16 @@ pub struct Slot {
     heartbeat: Option<tokio::task::JoinHandle<()>>,
 }
 
-impl RateLimiter {
-    /// Takes a slot of `limit` on `entity_id`'s `resource`: one request when a slot is free.
-    ///
-    /// # Errors
-    /// [`Error::Rejected`] when every slot is held (the retry-after is when the first hold
-    /// expires at the latest; a release usually comes sooner) or when writers kept taking the
-    /// slots picked first ([`Reason::Contended`](crate::Reason::Contended));
-    /// [`Error::Invalid`] for bad names; [`Error::Unavailable`] when DynamoDB fails (a lost
-    /// answer may leave a slot held until its hold time passes, never granted twice).
-    pub async fn hold(
-        &self,
+impl Slot {
+    /// Takes a slot of `limit` on `entity_id`'s `resource` through `repo` (see
+    /// [`RateLimiter::hold`](super::RateLimiter::hold)).
+    pub(crate) async fn take(
+        repo: &Repository,
         entity_id: &str,
         resource: &str,
         limit: &Concurrency,
     ) -> Result<Slot, Error> {
-        let repo = self.inner.repo.clone();
+        let repo = repo.clone();
         let taken = repo
             .take_slot(entity_id, resource, &limit.name, limit.max, limit.hold)
             .await
