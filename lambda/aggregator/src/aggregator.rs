@@ -163,6 +163,11 @@ impl Aggregator {
         self
     }
 
+    /// The alert publisher, when crossings are published.
+    pub fn alerts(&self) -> Option<&Alerts> {
+        self.alerts.as_ref()
+    }
+
     /// The settings.
     pub fn settings(&self) -> &Settings {
         &self.settings

@@ -306,3 +306,25 @@ async fn thresholds_are_read_once_a_minute_per_bucket_with_a_quota_and_never_wit
         "no marker without a crossing"
     );
 }
+
+#[tokio::test]
+async fn the_stream_runner_publishes_to_the_bus_its_settings_name() {
+    let sdk = super::sdk_for(dynalimit_tests::endpoint().url()).await;
+    let mut settings = super::counting_only("t");
+    let runner = dynalimit_aggregator::runner::Runner::from_sdk_config(
+        &sdk,
+        settings.clone(),
+        dynalimit_aggregator::runner::RunnerOptions::default(),
+    );
+    assert!(runner.aggregator().alerts().is_none());
+    settings.alert_event_bus = Some("ops-alerts".into());
+    let runner = dynalimit_aggregator::runner::Runner::from_sdk_config(
+        &sdk,
+        settings,
+        dynalimit_aggregator::runner::RunnerOptions::default(),
+    );
+    assert_eq!(
+        runner.aggregator().alerts().map(Alerts::bus),
+        Some("ops-alerts")
+    );
+}

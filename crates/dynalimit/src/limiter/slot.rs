@@ -187,7 +187,8 @@ impl Slot {
 
     /// Extends the hold every third of the hold time from a spawned task, until the slot is
     /// released or dropped, or a heartbeat finds it lost ([`Slot::is_lost`]). A heartbeat
-    /// DynamoDB fails is tried again at the next tick.
+    /// DynamoDB fails is tried again at the next tick; meanwhile [`Slot::expires_at_ms`]
+    /// stops moving, and past it the slot may already be another holder's.
     ///
     /// # Panics
     /// Outside a Tokio runtime.
