@@ -44,6 +44,8 @@ pub struct Concurrency {
 
 impl Concurrency {
     /// At most `max` (1 to 1000) requests of `name` in flight, held [`DEFAULT_HOLD_TIME`].
+    /// Every process using the limit gives it the same `max`: a caller looks at the first
+    /// `max` slots only.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a bad name or `max`.
