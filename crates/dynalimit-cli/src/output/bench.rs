@@ -66,7 +66,8 @@ impl Machine {
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 pub(crate) struct Case {
     /// The operation: `raw-sdk`, `raw-update`, `store-consume`, `warm-acquire`,
-    /// `warm-cascade`, `gateway-cascade`, `adjust`, `first-touch` or `rejected-flood`.
+    /// `warm-cascade`, `gateway-cascade`, `adjust`, `first-touch`, `rejected-flood` or
+    /// `slot-hold`.
     pub(crate) op: String,
     /// `hot` (one entity) or `many` (entities in turn).
     pub(crate) shape: String,
