@@ -2,6 +2,9 @@
 //! one holder until it releases it or its hold expires ([`dynalimit_format::slot`] has the
 //! item).
 //!
+//! Every write goes through the acquire's transport when the client allows it
+//! ([`Repository::fast_path`]), otherwise through the SDK.
+//!
 //! Taking a slot is one conditional `UpdateItem` when the slot the client picks is free: the
 //! client picks at random among the slots free in the last state it saw of the limit. When
 //! the pick was taken meanwhile, DynamoDB's refusal carries the item as it is, and the next
@@ -11,10 +14,11 @@
 //! crashes keeps its slot until the hold expires, never longer.
 //!
 //! # Lost answers
-//! * **Take:** the SDK sends the request again. When the first one landed, the second is
+//! * **Take:** the request is sent again. When the first one landed, the second is
 //!   refused, and the item it returns names this holder on the slot: the slot is held. When
-//!   the answer is still lost, the call fails ([`RepositoryError::Unavailable`]): the slot may
-//!   be held, by nobody who knows it, until its hold expires. It is never granted twice.
+//!   the answer is still lost, the call fails ([`RepositoryError::OutcomeUnknown`], or
+//!   `Unavailable` on the SDK's path): the slot may be held, by nobody who knows it, until its
+//!   hold expires. It is never granted twice.
 //! * **Extend:** sent again; it sets the same expiry under the same holder.
 //! * **Release:** sent again; a second landing finds the slot no longer this holder's and
 //!   changes nothing. When the answer stays lost, the slot frees at its expiry at the latest.
@@ -35,6 +39,8 @@ use cache::CacheKey;
 pub(crate) use cache::SlotCache;
 
 use crate::error::classify;
+use crate::retry::Resend;
+use crate::wire::{UpdateItem, UpdateOutcome};
 use crate::{Repository, RepositoryError};
 
 /// Picks of one take before it reports the limit full of contention.
@@ -67,7 +73,7 @@ pub enum SlotTake {
         /// When the first hold expires at the latest (a holder usually releases sooner).
         retry_after_ms: i64,
     },
-    /// Every pick was taken by another writer first, [`TAKE_ATTEMPTS`] times.
+    /// Every pick was taken by another writer first, eight times in a row.
     Contended,
 }
 
@@ -99,6 +105,30 @@ impl Repository {
         e: &Expr,
     ) -> Result<Sent, RepositoryError> {
         let key = slot::slots_key(&self.scope.id, entity, resource, limit);
+        if let Some(wire) = self.fast_path() {
+            // The acquire's transport: a take, an extend and a release are each harmless to
+            // send twice (a second landing is refused by its own condition and read as done).
+            let update = e.update_expression();
+            let condition = e.condition_expression();
+            let names = e.name_pairs();
+            let request = UpdateItem {
+                table: &self.shared.table,
+                key: &key,
+                update_expression: update.as_deref(),
+                condition_expression: condition.as_deref(),
+                names: &names,
+                values: e.value_pairs(),
+                return_all_new: false,
+                return_old_on_failure: true,
+                resend: Resend::Harmless,
+            };
+            return Ok(match wire.update_item(&request).await? {
+                UpdateOutcome::Updated(_) => Sent::Done,
+                UpdateOutcome::ConditionFailed(old) => {
+                    Sent::Refused(old.as_ref().map(Slots::of).unwrap_or_default())
+                }
+            });
+        }
         match self
             .shared
             .client
