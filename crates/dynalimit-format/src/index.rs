@@ -111,6 +111,18 @@ fn derived(ns: &str, index: &str, pk: &str, sk: &str, found: &Item) -> Derived {
             _ => Derived::None,
         };
     }
+    if let Some(limit) = sk.strip_prefix(keys::SLOTS_SK_PREFIX) {
+        let Some(b) = keys::parse_bucket_pk(pk).filter(|b| b.namespace_id == ns && b.shard == 0)
+        else {
+            return Derived::None;
+        };
+        let (e, r) = (&b.entity_id, &b.resource);
+        return match index {
+            GSI3 => Derived::Both(keys::entity_pk(ns, e), crate::slot::slots_gsi3sk(r, limit)),
+            GSI4 => Derived::Both(ns.to_owned(), crate::slot::slots_gsi4sk(e, r, limit)),
+            _ => Derived::None,
+        };
+    }
     if index == GSI4 {
         // Every item of the namespace is in its GSI4 partition, under sort keys of its kind.
         return Derived::Partition(ns.to_owned());
@@ -216,6 +228,30 @@ mod tests {
         assert_eq!(check("ns1", GSI4, &unkeyed), Err(Foreign::Keys));
         assert_eq!(
             check("ns1", "LSI1", &bucket("ns1", "ns1")),
+            Err(Foreign::Keys)
+        );
+    }
+
+    #[test]
+    fn a_slots_item_is_indexed_under_its_entity_and_namespace() {
+        let slots = |gsi3sk: &str| {
+            let mut it = item(&[
+                ("GSI3PK", &keys::entity_pk("ns1", "u1")),
+                ("GSI3SK", gsi3sk),
+                ("GSI4PK", "ns1"),
+                ("GSI4SK", "SLOTS#u1#gpt-4#streams"),
+            ]);
+            it.extend(crate::slot::slots_key("ns1", "u1", "gpt-4", "streams"));
+            it
+        };
+        assert_eq!(check("ns1", GSI3, &slots("SLOTS#gpt-4#streams")), Ok(()));
+        assert_eq!(check("ns1", GSI4, &slots("SLOTS#gpt-4#streams")), Ok(()));
+        assert_eq!(
+            check("ns1", GSI3, &slots("SLOTS#gpt-4#other")),
+            Err(Foreign::Keys)
+        );
+        assert_eq!(
+            check("ns1", GSI2, &slots("SLOTS#gpt-4#streams")),
             Err(Foreign::Keys)
         );
     }

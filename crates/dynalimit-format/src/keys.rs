@@ -39,7 +39,7 @@ pub const WATERMARK_SK_PREFIX: &str = "#AGGREGATOR#";
 pub const ALERTS_SK_PREFIX: &str = "#ALERTS#";
 /// Sort-key prefix of dynalimit's alert crossing markers in entity partitions.
 pub const CROSSED_SK_PREFIX: &str = "#ALERTED#";
-/// Sort-key prefix of dynalimit's concurrency slot items in entity partitions.
+/// Sort-key prefix of dynalimit's concurrency slot items in shard-0 bucket partitions.
 pub const SLOTS_SK_PREFIX: &str = "#SLOTS#";
 /// Prefix of the GSI2, GSI3 and GSI4 sort keys of bucket items.
 pub const BUCKET_INDEX_SK_PREFIX: &str = "BUCKET#";

@@ -1,9 +1,12 @@
 //! Concurrency slots: dynalimit's item for limits on requests in flight, which zae-limiter 0.17
 //! neither writes nor reads.
 //!
-//! One item per (entity, resource, limit): `PK = {ns}/ENTITY#{entity}`,
-//! `SK = #SLOTS#{resource}#{limit}`, with `entity_id`, `resource`, GSI4 keys (so namespace
-//! purges remove it) and, per slot `i` in use, `x{i}` (N, the epoch ms at which the hold
+//! One item per (entity, resource, limit), in the partition of the bucket's shard 0 (so the
+//! acquire-only policies of either library's stack, which let a service write bucket
+//! partitions only, allow it): `PK = {ns}/BUCKET#{entity}#{resource}#0`, `SK = #SLOTS#{limit}`,
+//! with `entity_id`, `resource`, GSI3 keys under the entity (`SLOTS#{resource}#{limit}`: an
+//! entity's deletion finds it), GSI4 keys (`SLOTS#{entity}#{resource}#{limit}`: a namespace
+//! purge removes it) and, per slot `i` in use, `x{i}` (N, the epoch ms at which the hold
 //! expires) and `h{i}` (S, the holder). A slot is free when it has no `x{i}`, when `x{i}` is
 //! in the past, or when `x{i}` is not a number or lies further ahead than the longest hold
 //! allows ([`MAX_HOLD_MS`] plus [`CLOCK_MARGIN_MS`]): a value another writer stored out of
@@ -14,9 +17,9 @@
 //! * Extend (heartbeat): `SET x{i} = :expiry` under `h{i} = :holder` ([`extend`]).
 //! * Release: `REMOVE x{i}, h{i}` under `h{i} = :holder` ([`release`]).
 //!
-//! zae-limiter's readers of an entity partition query by sort-key prefix (`#META`,
-//! `#CONFIG#`, `#USAGE#`); `#SLOTS#` matches none. Its `delete_entity` removes every item of
-//! the partition, this one included.
+//! zae-limiter 0.17 reads a bucket partition's `#STATE` item and its `#OP#` records, and its
+//! entity's buckets on GSI3 under `BUCKET#`; this item is none of them. Its `delete_entity`
+//! deletes everything GSI3 lists under the entity, this item included.
 
 use std::collections::BTreeMap;
 
@@ -38,14 +41,27 @@ pub const CLOCK_MARGIN_MS: i64 = 60_000;
 /// Longest holder id read back.
 const MAX_HOLDER_LEN: usize = 64;
 
-/// `#SLOTS#{resource}#{limit}`.
-pub fn slots_sk(resource: &str, limit: &str) -> String {
-    format!("{}{resource}#{limit}", keys::SLOTS_SK_PREFIX)
+/// `#SLOTS#{limit}`.
+pub fn slots_sk(limit: &str) -> String {
+    format!("{}{limit}", keys::SLOTS_SK_PREFIX)
 }
+
+/// `SLOTS#{resource}#{limit}`: the slots item's GSI3 sort key, under the entity.
+pub fn slots_gsi3sk(resource: &str, limit: &str) -> String {
+    format!("{SLOTS_INDEX_SK_PREFIX}{resource}#{limit}")
+}
+
+/// `SLOTS#{entity}#{resource}#{limit}`: the slots item's GSI4 sort key, under the namespace.
+pub fn slots_gsi4sk(entity: &str, resource: &str, limit: &str) -> String {
+    format!("{SLOTS_INDEX_SK_PREFIX}{entity}#{resource}#{limit}")
+}
+
+/// The prefix of the slots item's GSI3 and GSI4 sort keys.
+pub const SLOTS_INDEX_SK_PREFIX: &str = "SLOTS#";
 
 /// The key of the slots item of (`entity`, `resource`, `limit`).
 pub fn slots_key(ns: &str, entity: &str, resource: &str, limit: &str) -> Item {
-    item::key(keys::entity_pk(ns, entity), slots_sk(resource, limit))
+    item::key(keys::bucket_pk(ns, entity, resource, 0), slots_sk(limit))
 }
 
 fn expiry_attr(slot: u32) -> String {
@@ -175,17 +191,27 @@ fn horizon(now: i64) -> i64 {
     now.saturating_add(MAX_HOLD_MS + CLOCK_MARGIN_MS)
 }
 
-/// Taking slot `i` for `holder` until `expiry`, if it is free at `now`.
-#[allow(clippy::too_many_arguments)]
-pub fn take(
-    ns: &str,
-    entity: &str,
-    resource: &str,
-    slot: u32,
-    holder: &str,
-    expiry: i64,
-    now: i64,
-) -> Expr {
+/// Which limit's slots: the namespace, entity, resource and limit name.
+#[derive(Debug, Clone, Copy)]
+pub struct Of<'a> {
+    /// The namespace id.
+    pub ns: &'a str,
+    /// The entity.
+    pub entity: &'a str,
+    /// The resource.
+    pub resource: &'a str,
+    /// The limit's name.
+    pub limit: &'a str,
+}
+
+/// Taking slot `i` of `of` for `holder` until `expiry`, if it is free at `now`.
+pub fn take(of: Of<'_>, slot: u32, holder: &str, expiry: i64, now: i64) -> Expr {
+    let Of {
+        ns,
+        entity,
+        resource,
+        limit,
+    } = of;
     let mut e = Expr::default();
     let x = expiry_attr(slot);
     e.set(&x, item::n(expiry));
@@ -193,8 +219,10 @@ pub fn take(
     for (name, value) in [
         (attr::ENTITY_ID, item::s(entity)),
         (attr::RESOURCE, item::s(resource)),
+        (attr::GSI3PK, item::s(keys::entity_pk(ns, entity))),
+        (attr::GSI3SK, item::s(slots_gsi3sk(resource, limit))),
         (attr::GSI4PK, item::s(ns)),
-        (attr::GSI4SK, item::s(keys::entity_pk(ns, entity))),
+        (attr::GSI4SK, item::s(slots_gsi4sk(entity, resource, limit))),
     ] {
         e.set(name, value);
     }
@@ -265,7 +293,17 @@ mod tests {
 
     #[test]
     fn the_expressions_name_the_slot_and_the_holder() {
-        let t = take("ns", "acme", "gpt-4", 3, "me", NOW + 30_000, NOW);
+        let of = Of {
+            ns: "ns",
+            entity: "acme",
+            resource: "gpt-4",
+            limit: "streams",
+        };
+        let t = take(of, 3, "me", NOW + 30_000, NOW);
+        assert_eq!(
+            item::key_of(&slots_key("ns", "acme", "gpt-4", "streams")),
+            Some(("ns/BUCKET#acme#gpt-4#0", "#SLOTS#streams"))
+        );
         let update = t.update_expression().unwrap();
         assert!(update.starts_with("SET "), "{update}");
         let cond = t.condition_expression().unwrap();

@@ -217,6 +217,22 @@ async fn a_service_runs_under_the_acquire_only_policies() {
     limiter.settle().await;
     // Limits given inline, for an entity that has no metadata.
     spend_one(&limiter, "solo").await;
+    // A concurrency slot: taken, extended, released; then one taken with the debits.
+    let streams = dynalimit::Concurrency::new("streams", 2).expect("a limit");
+    let mut slot = limiter
+        .hold("key-1", "gpt-4", &streams)
+        .await
+        .expect("a slot");
+    slot.extend().await.expect("extended");
+    assert!(slot.release().await.expect("released"));
+    limiter
+        .acquire("key-1", "gpt-4", [("rpm", 1), ("tpm", 100)])
+        .in_flight(streams)
+        .await
+        .expect("admitted with a slot")
+        .commit()
+        .await
+        .expect("commit");
 
     let (requests, mut all) = rig.take();
     let ops = operations(&requests);

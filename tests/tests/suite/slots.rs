@@ -100,6 +100,10 @@ async fn slots_are_held_up_to_the_limit_then_refused_until_one_is_released() {
     }
     assert!(again.release().await.unwrap());
     assert_eq!(held(&stored(&r).await.unwrap()), 0);
+
+    // The slots item is the entity's: deleting the entity deletes it.
+    r.repo.delete_entity("acme").await.unwrap();
+    assert!(stored(&r).await.is_none());
 }
 
 #[tokio::test]

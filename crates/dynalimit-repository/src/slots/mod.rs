@@ -216,15 +216,13 @@ impl Repository {
             };
             attempts += 1;
             let expiry = now.saturating_add(hold_ms);
-            let e = slot::take(
-                &self.scope.id,
-                entity_id,
+            let of = slot::Of {
+                ns: &self.scope.id,
+                entity: entity_id,
                 resource,
-                pick,
-                &holder,
-                expiry,
-                now,
-            );
+                limit,
+            };
+            let e = slot::take(of, pick, &holder, expiry, now);
             match self.slot_update(entity_id, resource, limit, &e).await? {
                 Sent::Done => {
                     self.shared
