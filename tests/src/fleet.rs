@@ -68,6 +68,8 @@ pub enum Line {
         at: i64,
         /// The expiry it gave.
         until: i64,
+        /// Whether the holder works longer than the hold time (and keeps the slot alive).
+        long: bool,
     },
     /// The holder stops believing at `at` and releases.
     Ended {
@@ -138,14 +140,15 @@ pub async fn worker(options: &FleetOptions, index: u32) -> Result<(), String> {
                 n += 1;
                 let id = format!("{index}-{t}-{n}");
                 let at = SystemClock.epoch_millis();
+                let long = rng.random_range(0..20) == 0;
                 print(&Line::Held {
                     id: id.clone(),
                     slot: slot.index(),
                     at,
                     until: slot.expires_at_ms(),
+                    long,
                 });
                 let mut slot = slot;
-                let long = rng.random_range(0..20) == 0;
                 let work = if long {
                     slot.keep_alive();
                     rng.random_range(hold_ms..hold_ms * 2)
@@ -191,6 +194,26 @@ pub struct FleetReport {
     pub overlaps: Vec<(u32, String, String)>,
 }
 
+/// Whether a worker's `lines` show a hold longer than the hold time, taken before
+/// `taken_before` (epoch ms), still open.
+pub fn holds_long(lines: &[Line], taken_before: i64) -> bool {
+    let mut open = std::collections::BTreeSet::new();
+    for line in lines {
+        match line {
+            Line::Held {
+                id, long: true, at, ..
+            } if *at < taken_before => {
+                open.insert(id.as_str());
+            }
+            Line::Ended { id, .. } => {
+                open.remove(id.as_str());
+            }
+            _ => {}
+        }
+    }
+    !open.is_empty()
+}
+
 /// Reads the lines of every worker; `killed_at` gives, per worker index killed, when.
 pub fn check(
     lines: &BTreeMap<u32, Vec<Line>>,
@@ -201,14 +224,21 @@ pub fn check(
     // (slot, from, to, id)
     let mut beliefs: Vec<(u32, i64, i64, String)> = Vec::new();
     for (worker, lines) in lines {
-        let mut open: BTreeMap<&str, (u32, i64)> = BTreeMap::new();
+        // id → (slot, from, the hold's first expiry, kept alive)
+        let mut open: BTreeMap<&str, (u32, i64, i64, bool)> = BTreeMap::new();
         for line in lines {
             match line {
-                Line::Held { id, slot, at, .. } => {
-                    open.insert(id, (*slot, *at));
+                Line::Held {
+                    id,
+                    slot,
+                    at,
+                    until,
+                    long,
+                } => {
+                    open.insert(id, (*slot, *at, *until, *long));
                 }
                 Line::Ended { id, at, lost } => {
-                    if let Some((slot, from)) = open.remove(id.as_str()) {
+                    if let Some((slot, from, _, _)) = open.remove(id.as_str()) {
                         beliefs.push((slot, from, *at, id.clone()));
                         report.lost += usize::from(*lost);
                     }
@@ -216,12 +246,18 @@ pub fn check(
                 Line::Faults { served } => report.faults += served.values().sum::<usize>(),
             }
         }
-        for (id, (slot, from)) in open {
-            let to = killed_at.get(worker).copied().unwrap_or(i64::MAX);
+        for (id, (slot, from, until, long)) in open {
+            // A killed holder believed until its death; one that was not kept alive, no
+            // longer than its hold.
+            let died = killed_at.get(worker).copied().unwrap_or(i64::MAX);
+            let to = if long { died } else { died.min(until) };
             report.killed += usize::from(killed_at.contains_key(worker));
             beliefs.push((slot, from, to, id.to_owned()));
         }
     }
+    // A belief that ends before it starts (a hold that lapsed before its answer) holds
+    // nothing.
+    beliefs.retain(|b| b.2 > b.1);
     report.holds = beliefs.len();
     report.extended = beliefs
         .iter()

@@ -15,7 +15,9 @@
 //!
 //! # Lost answers
 //! * **Take:** the request is sent again. When the first one landed, the second is
-//!   refused, and the item it returns names this holder on the slot: the slot is held. When
+//!   refused, and the item it returns names this holder on the slot: the slot is held, unless
+//!   its hold lapsed while the answers were lost (then another slot is picked: a take never
+//!   hands out a hold that already expired). When
 //!   the answer is still lost, the call fails ([`RepositoryError::OutcomeUnknown`], or
 //!   `Unavailable` on the SDK's path): the slot may be held, by nobody who knows it, until its
 //!   hold expires. It is never granted twice.
@@ -228,12 +230,19 @@ impl Repository {
                     self.shared
                         .slots
                         .update(&key, |s| s.record_take(pick, &holder, expiry));
-                    return Ok(held(pick, expiry));
+                    // An answer slower than the hold time brings a hold that already
+                    // lapsed: the slot may be another's by now, so it is not handed out.
+                    if expiry > self.shared.clock.epoch_millis() {
+                        return Ok(held(pick, expiry));
+                    }
+                    seen.record_take(pick, &holder, expiry);
                 }
                 Sent::Refused(current) => {
-                    // A resent request whose first copy landed: the slot is this holder's.
+                    // A resent request whose first copy landed: the slot is this holder's,
+                    // unless its hold lapsed meanwhile.
                     if current.holder.get(&pick) == Some(&holder)
                         && let Some(&x) = current.expiry.get(&pick)
+                        && x > self.shared.clock.epoch_millis()
                     {
                         self.shared.slots.update(&key, |s| *s = current.clone());
                         return Ok(held(pick, x));
