@@ -333,3 +333,34 @@ async fn a_slot_and_rate_limits_are_taken_together_all_or_none() {
     assert_eq!(held(&stored(&r).await.unwrap()), 0);
     assert_eq!(tokens(&r).await[0], ("rpm".to_owned(), 3));
 }
+
+#[tokio::test]
+async fn a_hold_that_lapsed_before_its_answer_came_is_not_handed_out() {
+    let r = rig().await;
+    let proxy = FaultProxy::start().await;
+    let repo = r
+        .table
+        .builder()
+        .client(proxy.client(3, Some(Duration::from_secs(5))).await)
+        .clock(std::sync::Arc::new(r.clock.clone()))
+        .open()
+        .await
+        .unwrap();
+    let limiter = RateLimiter::new(repo);
+    // The take is applied, and its answer comes 300 ms late; meanwhile the hold time passes.
+    proxy.lose_after_applying("UpdateItem", None, dynalimit_tests::fault::Lost::Delay, 1);
+    let clock = r.clock.clone();
+    let pass_the_hold = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        clock.advance(HOLD + Duration::from_secs(1));
+    });
+    let slot = limiter.hold("acme", "gpt-4", &streams(1)).await.unwrap();
+    pass_the_hold.await.unwrap();
+    assert!(
+        slot.expires_at_ms() > r.clock.epoch_millis(),
+        "a hold that already lapsed was handed out: expires {} at {}",
+        slot.expires_at_ms(),
+        r.clock.epoch_millis()
+    );
+    assert!(slot.release().await.unwrap());
+}
