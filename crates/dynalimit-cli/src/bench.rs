@@ -127,6 +127,12 @@ fn parse_op(name: &str) -> Result<Op, String> {
         })
 }
 
+/// The limit of the `slot-hold` case: as many slots as a limit has, so the case measures
+/// the requests, never a refusal.
+static SLOT_LIMIT: std::sync::LazyLock<dynalimit::Concurrency> = std::sync::LazyLock::new(|| {
+    dynalimit::Concurrency::new("streams", 1000).expect("a valid concurrency limit")
+});
+
 /// What one measured operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
@@ -792,12 +798,9 @@ impl Bench {
                 Ok(lease.commit().await?)
             }
             Op::SlotHold => {
-                // As many slots as a limit has: the case measures the requests, never a
-                // refusal.
-                let limit = dynalimit::Concurrency::new("streams", 1000)?;
                 let slot = self
                     .limiter
-                    .hold(&format!("e-{e}"), RESOURCE, &limit)
+                    .hold(&format!("e-{e}"), RESOURCE, &SLOT_LIMIT)
                     .await?;
                 slot.release().await?;
                 Ok(())

@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::ReturnValue;
 use dynalimit_core::ids;
 use dynalimit_format::alert::{self, Thresholds};
-use dynalimit_format::expr::Expr;
+use dynalimit_format::expr::{Expr, WithExpr};
 use dynalimit_format::{attr, item, keys};
 
 use crate::entity::partition;
@@ -59,9 +59,7 @@ impl Repository {
             .update_item()
             .table_name(&self.shared.table)
             .set_key(Some(alert::thresholds_key(ns, entity_id, resource)))
-            .set_update_expression(e.update_expression())
-            .set_expression_attribute_names(e.names())
-            .set_expression_attribute_values(e.values())
+            .with_expr(&e)
             .send()
             .await
             .map_err(|err| classify("UpdateItem", err))?;
@@ -127,10 +125,7 @@ impl Repository {
                     .update_item()
                     .table_name(&self.shared.table)
                     .set_key(Some(key))
-                    .set_update_expression(e.update_expression())
-                    .set_condition_expression(e.condition_expression())
-                    .set_expression_attribute_names(e.names())
-                    .set_expression_attribute_values(e.values())
+                    .with_expr(&e)
                     .return_values(ReturnValue::UpdatedOld)
                     .send()
                     .await

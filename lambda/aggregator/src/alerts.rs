@@ -38,7 +38,7 @@ use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use dynalimit_core::image::{BucketImage, quota_params};
 use dynalimit_format::alert::{self, Crossing};
 use dynalimit_format::bucket::image_from_item;
-use dynalimit_format::item;
+use dynalimit_format::item::{self, Item};
 use dynalimit_repository::batch_get_items;
 use futures::StreamExt;
 use serde_json::json;
@@ -292,9 +292,18 @@ impl Alerts {
             }
         }
         for chunk in missing.chunks(100) {
-            let keys = chunk
+            let keys: Vec<Item> = chunk
                 .iter()
                 .map(|g| alert::thresholds_key(&g.namespace_id, &g.entity_id, &g.resource))
+                .collect();
+            // Every group read, with no thresholds until its item says otherwise.
+            let by_key: HashMap<(String, String), &GroupKey> = keys
+                .iter()
+                .zip(chunk)
+                .filter_map(|(k, g)| {
+                    let (pk, sk) = item::key_of(k)?;
+                    Some(((pk.to_owned(), sk.to_owned()), g))
+                })
                 .collect();
             let found = batch_get_items(client, table, keys, false).await?;
             let mut read: HashMap<GroupKey, Levels> = chunk
@@ -302,22 +311,16 @@ impl Alerts {
                 .map(|g| (g.clone(), Levels::default()))
                 .collect();
             for it in &found {
-                for g in chunk {
-                    if item::key_of(it)
-                        != item::key_of(&alert::thresholds_key(
-                            &g.namespace_id,
-                            &g.entity_id,
-                            &g.resource,
-                        ))
-                    {
-                        continue;
+                let Some(g) = item::key_of(it)
+                    .and_then(|(pk, sk)| by_key.get(&(pk.to_owned(), sk.to_owned())))
+                else {
+                    continue;
+                };
+                if let Some(t) = alert::thresholds_of(&g.namespace_id, it) {
+                    for bad in &t.unreadable {
+                        tracing::warn!(error = %bad, "alert thresholds not used");
                     }
-                    if let Some(t) = alert::thresholds_of(&g.namespace_id, it) {
-                        for bad in &t.unreadable {
-                            tracing::warn!(error = %bad, "alert thresholds not used");
-                        }
-                        read.insert(g.clone(), Arc::new(t.levels));
-                    }
+                    read.insert((*g).clone(), Arc::new(t.levels));
                 }
             }
             let mut cache = self.thresholds.lock().expect("threshold cache");

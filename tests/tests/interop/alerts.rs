@@ -32,14 +32,7 @@ async fn zae_limiter_passes_alert_and_slot_items_by_and_deletes_them_with_the_en
         period_start_ms: 1_793_491_200_000,
     }
     .marker_item(&ns, 1_793_500_000_000, "t1", 1_796_169_600);
-    table
-        .client()
-        .put_item()
-        .table_name(table.name())
-        .set_item(Some(marker.clone()))
-        .send()
-        .await
-        .unwrap();
+    dynalimit_tests::raw::put_item(&table, marker.clone()).await;
     let limiter = dynalimit::RateLimiter::new(repo.clone());
     let slot = limiter
         .hold(

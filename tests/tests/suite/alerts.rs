@@ -160,14 +160,7 @@ async fn thresholds_another_writer_stored_out_of_bounds_are_reported_not_used() 
     ] {
         it.insert(name.to_owned(), s(value));
     }
-    r.table
-        .client()
-        .put_item()
-        .table_name(r.table.name())
-        .set_item(Some(it))
-        .send()
-        .await
-        .unwrap();
+    dynalimit_tests::raw::put_item(&r.table, it).await;
     let listed = r.repo.alert_thresholds("acme").await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(

@@ -177,14 +177,7 @@ async fn values_another_writer_stored_never_hold_a_slot_forever() {
     ] {
         it.insert(k.to_owned(), v);
     }
-    r.table
-        .client()
-        .put_item()
-        .table_name(r.table.name())
-        .set_item(Some(it))
-        .send()
-        .await
-        .unwrap();
+    dynalimit_tests::raw::put_item(&r.table, it).await;
     let mut slots = Vec::new();
     for _ in 0..3 {
         slots.push(r.limiter.hold("acme", "gpt-4", &streams(4)).await.unwrap());

@@ -238,16 +238,15 @@ impl Repository {
                     seen.record_take(pick, &holder, expiry);
                 }
                 Sent::Refused(current) => {
+                    self.shared.slots.update(&key, |s| *s = current.clone());
                     // A resent request whose first copy landed: the slot is this holder's,
                     // unless its hold lapsed meanwhile.
                     if current.holder.get(&pick) == Some(&holder)
                         && let Some(&x) = current.expiry.get(&pick)
                         && x > self.shared.clock.epoch_millis()
                     {
-                        self.shared.slots.update(&key, |s| *s = current.clone());
                         return Ok(held(pick, x));
                     }
-                    self.shared.slots.update(&key, |s| *s = current.clone());
                     seen = current;
                     fresh = true;
                 }
