@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dynalimit::{Concurrency, Error, RateLimiter, Repository};
+use dynalimit::{Concurrency, RateLimiter, Repository};
 use dynalimit_core::{Clock, SystemClock};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -111,7 +111,7 @@ pub async fn worker(options: &FleetOptions, index: u32) -> Result<(), String> {
     proxy.chaos(options.fault_rate, options.seed * 1000 + u64::from(index));
     let limit = Concurrency::new(LIMIT, options.max)
         .and_then(|c| c.hold_time(Duration::from_millis(options.hold_ms)))
-        .map_err(|e: Error| e.to_string())?;
+        .map_err(|e| e.to_string())?;
     let stop = crate::soak::stop_when_stdin_closes();
     let mut tasks = Vec::new();
     for t in 0..options.tasks {
@@ -153,7 +153,8 @@ pub async fn worker(options: &FleetOptions, index: u32) -> Result<(), String> {
                     slot.keep_alive();
                     rng.random_range(hold_ms..hold_ms * 2)
                 } else {
-                    rng.random_range(5..hold_ms / 10)
+                    // Long enough that the slots fill up even on a loaded machine.
+                    rng.random_range(hold_ms / 10..hold_ms / 3)
                 };
                 tokio::time::sleep(Duration::from_millis(work)).await;
                 let end = SystemClock.epoch_millis().min(slot.expires_at_ms());

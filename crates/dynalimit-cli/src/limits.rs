@@ -50,6 +50,20 @@ impl Target<'_> {
 }
 
 impl Level {
+    /// The level as the repository's concurrency calls address it: the entity (its every
+    /// resource without a resource), the resource alone, or neither for the system level;
+    /// with the level's name.
+    pub(crate) fn address(&self) -> Result<(Option<&str>, Option<&str>, String)> {
+        let target = self.target()?;
+        let name = level_name(&target);
+        Ok(match target {
+            Target::Entity(e, r) if r == DEFAULT_RESOURCE => (Some(e), None, name),
+            Target::Entity(e, r) => (Some(e), Some(r), name),
+            Target::Resource(r) => (None, Some(r), name),
+            Target::System => (None, None, name),
+        })
+    }
+
     fn target(&self) -> Result<Target<'_>> {
         match (&self.entity, &self.resource, self.system) {
             (_, _, true) => Ok(Target::System),

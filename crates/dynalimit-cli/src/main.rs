@@ -11,6 +11,7 @@ mod audit;
 mod bench;
 mod chart;
 mod compare;
+mod concurrency;
 mod context;
 mod delete;
 mod entity;
@@ -128,6 +129,13 @@ enum Command {
         after_help = "Examples:\n  dynalimit alerts set acme gpt-4 tpd 80,100\n  dynalimit alerts list acme"
     )]
     Alerts(alerts::AlertsCommand),
+    /// Set, get and clear the concurrency limits of a level: requests in flight at once,
+    /// across every process sharing the table.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  dynalimit concurrency set --resource gpt-4 streams=5\n  dynalimit concurrency get --resource gpt-4"
+    )]
+    Concurrency(concurrency::ConcurrencyCommand),
     /// Maintain usage snapshots from the table's stream without Lambda.
     #[command(
         subcommand,
@@ -178,6 +186,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Resource(c) => access::run_resource(g, c).await,
         Command::Usage(args) => usage::run(g, args).await,
         Command::Alerts(c) => alerts::run(g, c).await,
+        Command::Concurrency(c) => concurrency::run(g, c).await,
         Command::Aggregator(c) => aggregator::run(&g.aws_settings(), &g.stack, c).await,
         Command::Audit(args) => audit::run(g, args).await,
         Command::Local(c) => local::run(g, c).await,

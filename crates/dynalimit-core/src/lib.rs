@@ -12,6 +12,7 @@ pub mod algorithms;
 pub mod bounded;
 pub mod bounds;
 pub mod bucket;
+pub mod concurrency;
 pub mod error;
 pub mod failure;
 pub mod ids;
@@ -22,6 +23,7 @@ pub mod schedule;
 pub mod time;
 mod units;
 
+pub use concurrency::Concurrency;
 pub use error::CoreError;
 pub use limit::Limit;
 pub use time::{Clock, ManualClock, SystemClock};

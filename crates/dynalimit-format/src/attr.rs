@@ -598,6 +598,70 @@ pub fn config_limit(prefix: ConfigPrefix, name: &str, field: ConfigField) -> Str
     format!("{}{name}_{}", prefix.as_str(), field.as_str())
 }
 
+/// The prefix of a config item's concurrency limits (dynalimit's own: zae-limiter 0.17
+/// discovers limits by `l_` and `w_` only, so it neither reads nor counts these).
+pub const CONCURRENCY_PREFIX: &str = "c_";
+
+/// A field of a config item's concurrency limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConcurrencyField {
+    /// `c_{name}_max`: the most requests in flight.
+    Max,
+    /// `c_{name}_hold`: the hold time, ms.
+    Hold,
+}
+
+impl ConcurrencyField {
+    fn as_str(self) -> &'static str {
+        match self {
+            ConcurrencyField::Max => "max",
+            ConcurrencyField::Hold => "hold",
+        }
+    }
+}
+
+/// `c_{name}_{field}`.
+///
+/// ```
+/// use dynalimit_format::attr::{ConcurrencyField, config_concurrency};
+/// assert_eq!(config_concurrency("streams", ConcurrencyField::Max), "c_streams_max");
+/// ```
+pub fn config_concurrency(name: &str, field: ConcurrencyField) -> String {
+    format!("{CONCURRENCY_PREFIX}{name}_{}", field.as_str())
+}
+
+/// Whether `attr` is a concurrency limit's field (`c_{name}_max` or `c_{name}_hold`).
+pub(crate) fn is_config_concurrency(attr: &str) -> bool {
+    attr.strip_prefix(CONCURRENCY_PREFIX).is_some_and(|rest| {
+        [ConcurrencyField::Max, ConcurrencyField::Hold]
+            .iter()
+            .any(|f| {
+                rest.strip_suffix(f.as_str())
+                    .is_some_and(|r| r.len() > 1 && r.ends_with('_'))
+            })
+    })
+}
+
+/// The concurrency limit names a config item declares: attributes `c_{name}_max`, the name
+/// being the middle part (it may itself contain `_`), sorted.
+pub(crate) fn config_concurrency_names<'a>(
+    attrs: impl IntoIterator<Item = &'a String>,
+) -> Vec<String> {
+    let max = ConcurrencyField::Max.as_str();
+    let mut names: Vec<String> = attrs
+        .into_iter()
+        .filter_map(|a| {
+            a.strip_prefix(CONCURRENCY_PREFIX)?
+                .strip_suffix(max)?
+                .strip_suffix('_')
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// The limit names a config item declares, by prefix: attributes ending `_cp` that start with
 /// `l_` or `w_`, the name being the middle part (it may itself contain `_`).
 pub(crate) fn config_limit_names<'a>(

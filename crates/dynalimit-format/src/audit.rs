@@ -226,6 +226,25 @@ pub fn limits_details(limits: &[Limit]) -> AttributeValue {
     AttributeValue::L(limits.iter().map(limit_details).collect())
 }
 
+/// The details key of a change of a level's concurrency limits: the limits written.
+pub const CONCURRENCY_DETAIL: &str = "concurrency";
+
+/// A list attribute of concurrency limit dicts: `{name, max, hold_ms}`.
+pub fn concurrency_details(limits: &[dynalimit_core::Concurrency]) -> AttributeValue {
+    AttributeValue::L(
+        limits
+            .iter()
+            .map(|l| {
+                AttributeValue::M(HashMap::from([
+                    ("name".to_string(), item::s(l.name())),
+                    ("max".to_string(), item::n(l.max())),
+                    ("hold_ms".to_string(), item::n(l.hold_ms())),
+                ]))
+            })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,12 +13,16 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit_core::Limit;
+use dynalimit_core::concurrency::{self as concurrency, Concurrency};
 use dynalimit_core::ids::DEFAULT_RESOURCE;
 
 use dynalimit_core::schedule::Zone;
 
 use crate::FormatError;
-use crate::attr::{self, ConfigField, ConfigPrefix, config_limit, config_limit_names};
+use crate::attr::{
+    self, ConcurrencyField, ConfigField, ConfigPrefix, config_concurrency,
+    config_concurrency_names, config_limit, config_limit_names, is_config_concurrency,
+};
 use crate::expr::Expr;
 use crate::item::{self, Item};
 use crate::keys;
@@ -177,6 +181,12 @@ fn level_flag_write(ns: &str, slot: &Slot, name: &str, value: Option<AttributeVa
         return e;
     };
     e.set(name, value);
+    level_identity(&mut e, ns, slot);
+    e
+}
+
+/// Fills in a level's owner and index attributes where missing.
+fn level_identity(e: &mut Expr, ns: &str, slot: &Slot) {
     let key = slot.key(ns);
     let pk = item::get_s(&key, attr::PK).unwrap_or_default().to_string();
     match slot {
@@ -194,7 +204,85 @@ fn level_flag_write(ns: &str, slot: &Slot, name: &str, value: Option<AttributeVa
     }
     e.set_if_absent(attr::GSI4PK, item::s(ns));
     e.set_if_absent(attr::GSI4SK, item::s(pk));
-    e
+}
+
+/// The write of one level's concurrency limits, leaving everything else of the item: each of
+/// `limits` set, every other concurrency limit of `stored` removed, and the level's owner and
+/// index attributes filled in where missing (a level with no rate limits can hold concurrency
+/// limits). `None` when there is nothing to write (no limits, and none stored). Sets absolute
+/// values: sent twice, it leaves the same item.
+pub fn concurrency_write(
+    ns: &str,
+    slot: &Slot,
+    stored: Option<&Item>,
+    limits: &[Concurrency],
+) -> Option<Expr> {
+    let mut wanted = Vec::with_capacity(limits.len() * 2);
+    for l in limits {
+        wanted.push((
+            config_concurrency(l.name(), ConcurrencyField::Max),
+            item::n(l.max()),
+        ));
+        wanted.push((
+            config_concurrency(l.name(), ConcurrencyField::Hold),
+            item::n(l.hold_ms()),
+        ));
+    }
+    let mut stale: Vec<&String> = stored
+        .into_iter()
+        .flat_map(|it| it.keys())
+        .filter(|k| is_config_concurrency(k) && !wanted.iter().any(|(w, _)| w == *k))
+        .collect();
+    stale.sort();
+    if wanted.is_empty() && stale.is_empty() {
+        return None;
+    }
+    let mut e = Expr::default();
+    for (name, value) in wanted {
+        e.set(&name, value);
+    }
+    for name in stale {
+        e.remove(name);
+    }
+    if limits.is_empty() {
+        let c = e.exists(attr::PK);
+        e.when(c);
+    } else {
+        level_identity(&mut e, ns, slot);
+    }
+    Some(e)
+}
+
+/// The concurrency limits of a config item, bounded: at most
+/// [`concurrency::MAX_CONCURRENCY_LIMITS`], each with a whole `max` and hold (ms) within
+/// [`concurrency::validate`]'s bounds, whatever another writer stored.
+fn decode_concurrency(found: &Item) -> Result<Vec<Concurrency>, String> {
+    let names = config_concurrency_names(found.keys());
+    if names.len() > concurrency::MAX_CONCURRENCY_LIMITS {
+        return Err(format!(
+            "{} concurrency limits, at most {} are read",
+            names.len(),
+            concurrency::MAX_CONCURRENCY_LIMITS
+        ));
+    }
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let number = |field| {
+            let a = config_concurrency(&name, field);
+            item::get_i64(found, &a).ok_or_else(|| format!("{a} is missing or not a whole number"))
+        };
+        let max = number(ConcurrencyField::Max)?;
+        let hold = number(ConcurrencyField::Hold)?;
+        let max =
+            u32::try_from(max).map_err(|_| format!("concurrency limit {name:?}: max {max}"))?;
+        let hold = u64::try_from(hold)
+            .map_err(|_| format!("concurrency limit {name:?}: hold {hold} ms"))?;
+        let limit = Concurrency::new(name.clone(), max)
+            .and_then(|c| c.hold_time(std::time::Duration::from_millis(hold)))
+            .map_err(|e| format!("concurrency limit {name:?}: {e}"))?;
+        out.push(limit);
+    }
+    Ok(out)
 }
 
 /// One level's stored configuration.
@@ -213,6 +301,13 @@ pub struct LimitConfig {
     pub on_unavailable: Option<OnUnavailable>,
     /// System level only: audit retention in days.
     pub audit_retention_days: Option<i64>,
+    /// The concurrency limits (`c_{name}_max`, `c_{name}_hold`), sorted by name. Resolved on
+    /// their own: the first level that has any supplies all of them.
+    pub concurrency: Vec<Concurrency>,
+    /// Why the level's concurrency limits cannot be read, when they cannot: the rate limits
+    /// stay usable (zae-limiter does not read these attributes), an acquire that resolves
+    /// concurrency limits through this level fails closed.
+    pub concurrency_error: Option<String>,
 }
 
 /// The address of one level's item in a namespace.
@@ -383,7 +478,13 @@ pub fn decode(found: &Item) -> Result<LimitConfig, FormatError> {
         Some(AttributeValue::S(_)) => Some(DisabledFlag::Enabled),
         _ => None,
     };
+    let (concurrency, concurrency_error) = match decode_concurrency(found) {
+        Ok(c) => (c, None),
+        Err(message) => (Vec::new(), Some(message)),
+    };
     Ok(LimitConfig {
+        concurrency,
+        concurrency_error,
         limits,
         soft,
         disabled,
@@ -420,9 +521,9 @@ pub fn retention_remainder(ns: &str, stored: &Item) -> Option<Item> {
 }
 
 /// The full-replace item of a level: its key, `config_version`, GSI keys, owner attributes,
-/// the `disabled` and `cascade` flags of `stored` (not on system level), the limits, and on
-/// system level `on_unavailable` when given and the stored `audit_retention_days` (kept,
-/// where zae-limiter 0.17 drops it).
+/// the `disabled` and `cascade` flags of `stored` (not on system level), the concurrency
+/// limits of `stored`, the limits, and on system level `on_unavailable` when given and the
+/// stored `audit_retention_days` (kept, where zae-limiter 0.17 drops it).
 pub fn level_item(
     ns: &str,
     slot: &Slot,
@@ -464,6 +565,10 @@ pub fn level_item(
                 it.insert(flag.into(), v.clone());
             }
         }
+        // The level's concurrency limits are written on their own ([`concurrency_write`]).
+        for (name, v) in old.iter().filter(|(k, _)| is_config_concurrency(k)) {
+            it.insert(name.clone(), v.clone());
+        }
     }
     let mut zone = None;
     for l in limits {
@@ -501,6 +606,25 @@ pub fn level_item(
     }
     it
 }
+
+/// The key of the marker that some level of the namespace stores concurrency limits: while it
+/// is absent, an acquire resolves none.
+pub fn concurrency_marker_key(ns: &str) -> Item {
+    item::key(keys::system_pk(ns), keys::CONCURRENCY_SK)
+}
+
+/// The write of the concurrency marker: its index keys (a namespace purge removes it) and
+/// `since`, the epoch ms of the first write. Sent twice, it leaves the same item.
+pub fn concurrency_marker_write(ns: &str, now_ms: i64) -> Expr {
+    let mut e = Expr::default();
+    e.set_if_absent(attr::GSI4PK, item::s(ns));
+    e.set_if_absent(attr::GSI4SK, item::s(keys::system_pk(ns)));
+    e.set_if_absent(CONCURRENCY_SINCE, item::n(now_ms));
+    e
+}
+
+/// The concurrency marker's first-write time, epoch ms.
+const CONCURRENCY_SINCE: &str = "since";
 
 /// The key of the registry of resources with defaults (`resources`, a string set).
 pub fn resources_registry_key(ns: &str) -> Item {
@@ -547,6 +671,122 @@ mod tests {
             m.insert(k.to_string(), v.clone());
         }
         m
+    }
+
+    #[test]
+    fn concurrency_limits_are_read_beside_the_rate_limits_and_bounded() {
+        let c = decode(&it(&[
+            ("l_rpm_cp", item::n(10)),
+            ("l_rpm_ra", item::n(10)),
+            ("l_rpm_rp", item::n(60)),
+            ("c_streams_max", item::n(5)),
+            ("c_streams_hold", item::n(30_000)),
+            ("c_a_max_max", item::n(2)),
+            ("c_a_max_hold", item::n(1_000)),
+        ]))
+        .unwrap();
+        assert_eq!(c.limits.len(), 1);
+        let names: Vec<_> = c
+            .concurrency
+            .iter()
+            .map(|l| (l.name(), l.max(), l.hold_ms()))
+            .collect();
+        assert_eq!(names, [("a_max", 2, 1_000), ("streams", 5, 30_000)]);
+        assert_eq!(c.concurrency_error, None);
+        // A value out of bounds, a missing hold, a fraction, or too many: the rate limits stay,
+        // the concurrency limits are reported unreadable.
+        let pair = |k: &str, v: AttributeValue| (k.to_owned(), v);
+        let too_many: Vec<_> = (0..5)
+            .flat_map(|i| {
+                [
+                    (format!("c_{i}_max"), item::n(1)),
+                    (format!("c_{i}_hold"), item::n(1_000)),
+                ]
+            })
+            .collect();
+        for bad in [
+            vec![
+                pair("c_s_max", item::n(0)),
+                pair("c_s_hold", item::n(30_000)),
+            ],
+            vec![
+                pair("c_s_max", item::n(1001)),
+                pair("c_s_hold", item::n(30_000)),
+            ],
+            vec![pair("c_s_max", item::n(5)), pair("c_s_hold", item::n(999))],
+            vec![
+                pair("c_s_max", item::n(5)),
+                pair("c_s_hold", item::n(i64::MAX)),
+            ],
+            vec![pair("c_s_max", item::n(5))],
+            vec![
+                pair("c_s_max", item::s("5")),
+                pair("c_s_hold", item::n(30_000)),
+            ],
+            vec![
+                pair("c_s_max", AttributeValue::N("2.5".into())),
+                pair("c_s_hold", item::n(30_000)),
+            ],
+            vec![
+                pair("c_s_max", AttributeValue::N("99999999999999999999".into())),
+                pair("c_s_hold", item::n(30_000)),
+            ],
+            too_many,
+        ] {
+            let mut found = it(&[
+                ("l_rpm_cp", item::n(10)),
+                ("l_rpm_ra", item::n(10)),
+                ("l_rpm_rp", item::n(60)),
+            ]);
+            found.extend(bad.iter().cloned());
+            let c = decode(&found).unwrap();
+            assert_eq!(c.limits.len(), 1, "{bad:?}");
+            assert!(c.concurrency.is_empty(), "{bad:?}");
+            assert!(c.concurrency_error.is_some(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_full_replace_keeps_the_concurrency_limits_and_their_write_keeps_the_rest() {
+        let slot = Slot::Entity("k1".into(), "gpt-4".into());
+        let stored = level_item("ns", &slot, &[Limit::per_minute("rpm", 10)], None, None);
+        let streams = Concurrency::new("streams", 5).unwrap();
+        let e =
+            concurrency_write("ns", &slot, Some(&stored), std::slice::from_ref(&streams)).unwrap();
+        let text = format!("{e:?}");
+        assert!(
+            text.contains("c_streams_max") && text.contains("c_streams_hold"),
+            "{text}"
+        );
+        let mut with = stored.clone();
+        with.insert("c_streams_max".into(), item::n(5));
+        with.insert("c_streams_hold".into(), item::n(30_000));
+        with.insert("c_old_max".into(), item::n(1));
+        with.insert("c_old_hold".into(), item::n(1_000));
+        // A rate-limit write carries every concurrency attribute over.
+        let replaced = level_item(
+            "ns",
+            &slot,
+            &[Limit::per_minute("tpm", 100)],
+            Some(&with),
+            None,
+        );
+        for a in ["c_streams_max", "c_streams_hold", "c_old_max", "c_old_hold"] {
+            assert_eq!(replaced.get(a), with.get(a), "{a}");
+        }
+        assert_eq!(decode(&replaced).unwrap().concurrency.len(), 2);
+        // A concurrency write removes the names it no longer has, and only those.
+        let e =
+            concurrency_write("ns", &slot, Some(&with), std::slice::from_ref(&streams)).unwrap();
+        let text = format!("{e:?}");
+        assert!(
+            text.contains("c_old_max") && text.contains("c_old_hold"),
+            "{text}"
+        );
+        assert!(!text.contains("l_rpm"), "{text}");
+        // Nothing stored and nothing wanted: nothing to send.
+        assert!(concurrency_write("ns", &slot, Some(&stored), &[]).is_none());
+        assert!(concurrency_write("ns", &slot, None, &[]).is_none());
     }
 
     #[test]

@@ -23,18 +23,11 @@
 
 use std::collections::BTreeMap;
 
-use dynalimit_core::CoreError;
-
 use crate::expr::Expr;
 use crate::item::{self, Item};
 use crate::{attr, keys};
 
-/// Most slots one limit has.
-pub const MAX_SLOTS: u32 = 1000;
-/// The shortest hold.
-pub const MIN_HOLD_MS: i64 = 1000;
-/// The longest hold: a holder that works longer extends it.
-pub const MAX_HOLD_MS: i64 = 3_600_000;
+pub use dynalimit_core::concurrency::{MAX_HOLD_MS, MAX_SLOTS, MIN_HOLD_MS, validate};
 /// How far ahead of a reader's clock a writer's expiry may lie beyond [`MAX_HOLD_MS`] and
 /// still hold the slot.
 pub const CLOCK_MARGIN_MS: i64 = 60_000;
@@ -70,36 +63,6 @@ fn expiry_attr(slot: u32) -> String {
 
 fn holder_attr(slot: u32) -> String {
     format!("h{slot}")
-}
-
-/// Checks a slot count and a hold time (ms) before anything is written.
-///
-/// ```
-/// use dynalimit_format::slot::validate;
-/// assert!(validate(5, 30_000).is_ok());
-/// assert!(validate(0, 30_000).is_err());
-/// assert!(validate(1001, 30_000).is_err());
-/// assert!(validate(5, 999).is_err());
-/// ```
-///
-/// # Errors
-/// [`CoreError::InvalidValue`] naming the rule broken.
-pub fn validate(max: u32, hold_ms: i64) -> Result<(), CoreError> {
-    if !(1..=MAX_SLOTS).contains(&max) {
-        return Err(CoreError::invalid_value(
-            "concurrency",
-            max,
-            format!("requests in flight, 1 to {MAX_SLOTS}"),
-        ));
-    }
-    if !(MIN_HOLD_MS..=MAX_HOLD_MS).contains(&hold_ms) {
-        return Err(CoreError::invalid_value(
-            "hold time",
-            format!("{hold_ms} ms"),
-            "1 s to 1 hour (a longer request extends its hold)",
-        ));
-    }
-    Ok(())
 }
 
 /// The slots of an item as read: per slot index below [`MAX_SLOTS`], the stored expiry (when

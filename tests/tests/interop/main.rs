@@ -22,6 +22,7 @@ mod python;
 mod access;
 mod alerts;
 mod buckets;
+mod concurrency;
 mod config;
 mod entities;
 mod fixture;

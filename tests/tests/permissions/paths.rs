@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use dynalimit::{Limit, RateLimiter};
+use dynalimit::{Concurrency, Limit, RateLimiter};
 use dynalimit_format::audit::{SYSTEM_AUDIT_ID, resource_audit_id};
 use dynalimit_repository::{NewEntity, Repository, UsageQuery};
 use dynalimit_tests::TestTable;
@@ -192,7 +192,7 @@ async fn a_service_runs_under_the_acquire_only_policies() {
         "the acquire takes the fast path, which the proxy records too"
     );
     let ns = repo.namespace_id().to_string();
-    let limiter = RateLimiter::new(repo);
+    let limiter = RateLimiter::new(repo.clone());
 
     // Acquire (cascading to the project), adjust, commit.
     let lease = limiter
@@ -218,7 +218,7 @@ async fn a_service_runs_under_the_acquire_only_policies() {
     // Limits given inline, for an entity that has no metadata.
     spend_one(&limiter, "solo").await;
     // A concurrency slot: taken, extended, released; then one taken with the debits.
-    let streams = dynalimit::Concurrency::new("streams", 2).expect("a limit");
+    let streams = Concurrency::new("streams", 2).expect("a limit");
     let mut slot = limiter
         .hold("key-1", "gpt-4", &streams)
         .await
@@ -233,6 +233,27 @@ async fn a_service_runs_under_the_acquire_only_policies() {
         .commit()
         .await
         .expect("commit");
+
+    // Concurrency limits stored by an operator for the key and its project: the acquire
+    // resolves both and takes a slot of each in its bucket partitions.
+    for entity in ["key-1", "proj"] {
+        rig.admin
+            .set_concurrency_limits(
+                Some(entity),
+                Some("gpt-4"),
+                &[Concurrency::new("jobs", 3).expect("a limit")],
+            )
+            .await
+            .expect("stored");
+    }
+    // As the cache's time-to-live passing would.
+    repo.invalidate_config_cache().await;
+    let lease = limiter
+        .acquire("key-1", "gpt-4", [("rpm", 1), ("tpm", 100)])
+        .await
+        .expect("admitted with the stored slots");
+    assert_eq!(lease.slots().len(), 2, "the key's slot and the project's");
+    lease.commit().await.expect("commit");
 
     let (requests, mut all) = rig.take();
     let ops = operations(&requests);

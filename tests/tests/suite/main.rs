@@ -10,6 +10,7 @@ mod bounds;
 mod bucket_limits;
 mod bypass;
 mod cascade;
+mod concurrency;
 mod config;
 mod engine;
 mod entities;

@@ -20,6 +20,7 @@ use super::bench::{
     Admission, Case, CompareReport, HotKeyPoint, HotKeyReport, Machine, MixedReport, MixedSide,
     Peer, Processor, Ratio, Report, Verdict,
 };
+use super::concurrency::ConcurrencyLevel;
 use super::entity::{Available, Balance, Comeback, Entity, Operation, OperationName, ParentSet};
 use super::infra::{
     Check, Compatibility, LambdaPackage, ListedStack, Stack, StackDeleted, Status,
@@ -412,6 +413,13 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                         resource: "gpt-4".into(),
                         limit: Some("tpd".into()),
                         cleared: true,
+                    },
+                ),
+                one(
+                    "concurrency set, concurrency get, concurrency clear",
+                    ConcurrencyLevel {
+                        level: "resource gpt-4".into(),
+                        limits: vec!["streams=5/30000ms".into()],
                     },
                 ),
                 many(

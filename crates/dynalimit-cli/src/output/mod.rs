@@ -15,6 +15,7 @@ pub(crate) mod access;
 pub(crate) mod alerts;
 pub(crate) mod audit;
 pub(crate) mod bench;
+pub(crate) mod concurrency;
 pub(crate) mod entity;
 pub(crate) mod infra;
 pub(crate) mod limits;

@@ -5,6 +5,7 @@
 mod alerts;
 mod aws;
 mod bench;
+mod concurrency;
 mod data;
 mod delete;
 mod documented;

@@ -92,7 +92,7 @@ impl Repository {
         if flag.is_some() {
             self.register_resource(resource, true).await?;
         }
-        self.invalidate_config_cache().await;
+        self.scope.config.clear().await;
         let stamped = self.stamp_access(Scope::Resource(resource)).await?;
         self.audit_flag(&audit::resource_audit_id(resource), resource, flag, stamped)
             .await?;
@@ -130,7 +130,7 @@ impl Repository {
         let level = resource.unwrap_or(DEFAULT_RESOURCE);
         let slot = Slot::Entity(entity_id.into(), level.into());
         self.write_flag(&slot, flag).await?;
-        self.invalidate_config_cache().await;
+        self.scope.config.clear().await;
         let stamped = self
             .stamp_access(Scope::Entity(entity_id, resource))
             .await?;
@@ -362,7 +362,7 @@ impl Repository {
     }
 }
 
-fn is_condition_failed<R>(
+pub(super) fn is_condition_failed<R>(
     err: &aws_sdk_dynamodb::error::SdkError<
         aws_sdk_dynamodb::operation::update_item::UpdateItemError,
         R,

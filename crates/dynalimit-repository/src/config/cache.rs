@@ -90,6 +90,9 @@ pub(crate) struct ConfigCache {
     misses: AtomicU64,
     /// Counts the writes that evicted configuration (see [`ConfigCache::generation`]).
     generation: AtomicU64,
+    /// Whether the namespace's concurrency marker was found, and when it was read (epoch
+    /// ms).
+    concurrency_marker: std::sync::Mutex<Option<(bool, i64)>>,
 }
 
 impl std::fmt::Debug for ConfigCache {
@@ -114,7 +117,31 @@ impl ConfigCache {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             generation: AtomicU64::new(0),
+            concurrency_marker: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Whether the namespace stores concurrency limits, as read less than the TTL (at least
+    /// a second) before `now`.
+    pub(crate) fn concurrency_marker(&self, now: i64) -> Option<bool> {
+        let ttl = i64::try_from(self.ttl.as_millis())
+            .unwrap_or(i64::MAX)
+            .max(1000);
+        let known = *self
+            .concurrency_marker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        known
+            .filter(|(_, at)| now >= *at && now - at < ttl)
+            .map(|(found, _)| found)
+    }
+
+    /// Remembers the concurrency marker as read (or written) at `now`.
+    pub(crate) fn remember_concurrency_marker(&self, found: bool, now: i64) {
+        *self
+            .concurrency_marker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((found, now));
     }
 
     pub(crate) fn ttl(&self) -> Duration {
@@ -159,6 +186,15 @@ impl ConfigCache {
         if let Some(c) = &self.cache {
             c.invalidate(slot).await;
         }
+    }
+
+    /// Forgets whether the namespace stores concurrency limits: the next resolution reads
+    /// the marker.
+    pub(crate) fn forget_concurrency_marker(&self) {
+        *self
+            .concurrency_marker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     }
 
     pub(crate) async fn clear(&self) {

@@ -68,7 +68,7 @@ impl Repository {
         let slot = Slot::Entity(entity_id.into(), level.into());
         let e = dynalimit_format::config::cascade_write(&self.scope.id, &slot, policy);
         self.write_level_flag(&slot, e, policy.is_some()).await?;
-        self.invalidate_config_cache().await;
+        self.scope.config.clear().await;
         let stamped = self
             .stamp_owners(Scope::Entity(entity_id, resource))
             .await?;
@@ -98,7 +98,7 @@ impl Repository {
         if policy.is_some() {
             self.register_resource(resource, true).await?;
         }
-        self.invalidate_config_cache().await;
+        self.scope.config.clear().await;
         let stamped = self.stamp_owners(Scope::Resource(resource)).await?;
         self.audit_cascade(&resource_audit_id(resource), resource, policy, stamped)
             .await?;

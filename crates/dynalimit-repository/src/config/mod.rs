@@ -19,12 +19,14 @@
 //! | `resolve` | resolution through the cache, `on_unavailable`, the cache's counters |
 //! | `write` | the per-level writers (full replace, flags carried over) and their audit events |
 //! | `registry` | the registries of resources with defaults and with entity configs |
+//! | `concurrency` | the concurrency limits of a level, their resolution and the namespace's marker |
 //!
 //! The items themselves are [`dynalimit_format::config`]'s.
 
 mod access;
 mod cache;
 mod cascade;
+mod concurrency;
 mod registry;
 mod resolve;
 mod write;

@@ -14,6 +14,7 @@ use crate::{Repository, RepositoryError};
 impl Repository {
     /// Evicts every cached configuration of this namespace.
     pub async fn invalidate_config_cache(&self) {
+        self.scope.config.forget_concurrency_marker();
         self.scope.config.clear().await;
     }
 
@@ -34,7 +35,10 @@ impl Repository {
 
     /// The entries of `slots`, from the cache or, for every missing one, from one
     /// `BatchGetItem` (one `GetItem` per level when the batch fails).
-    async fn load_slots(&self, slots: &[Slot]) -> Result<Vec<Arc<Entry>>, RepositoryError> {
+    pub(super) async fn load_slots(
+        &self,
+        slots: &[Slot],
+    ) -> Result<Vec<Arc<Entry>>, RepositoryError> {
         let mut out: Vec<Option<Arc<Entry>>> = Vec::with_capacity(slots.len());
         let mut missing = Vec::new();
         for (i, slot) in slots.iter().enumerate() {

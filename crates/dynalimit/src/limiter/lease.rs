@@ -39,8 +39,9 @@ pub struct Lease {
     state: Mutex<State>,
     /// The further resources of a multi-resource acquire, each with its own lease.
     also: Vec<(String, Lease)>,
-    /// A concurrency slot taken with the debits ([`Acquire::in_flight`](super::Acquire::in_flight)).
-    slot: Option<super::Slot>,
+    /// The concurrency slots taken with the debits: the stored concurrency limits of the
+    /// entity (and of a cascade parent), and [`Acquire::in_flight`](super::Acquire::in_flight)'s.
+    slots: Vec<super::Slot>,
 }
 
 impl Lease {
@@ -50,27 +51,45 @@ impl Lease {
             entries,
             state: Mutex::new(State::default()),
             also: Vec::new(),
-            slot: None,
+            slots: Vec::new(),
         }
     }
 
-    /// This lease holding `slot` until it is settled.
-    pub(crate) fn with_slot(mut self, slot: super::Slot) -> Self {
-        self.slot = Some(slot);
+    /// This lease holding `slots` until it is settled.
+    pub(crate) fn with_slots(mut self, slots: Vec<super::Slot>) -> Self {
+        self.slots = slots;
         self
     }
 
-    /// The concurrency slot this lease holds, if it was acquired with one.
-    pub fn slot(&self) -> Option<&super::Slot> {
-        self.slot.as_ref()
+    /// The concurrency slots this lease holds: one per concurrency limit the acquire took,
+    /// given back when the lease is settled or dropped.
+    pub fn slots(&self) -> &[super::Slot] {
+        &self.slots
     }
 
-    /// Gives the slot back, if one is held.
-    async fn release_slot(&mut self) -> Result<(), Error> {
-        match self.slot.take() {
-            Some(slot) => slot.release().await.map(|_| ()),
-            None => Ok(()),
+    /// The owners other than `entity_id` that this lease debited (a cascade parent), with
+    /// the resource of each, across every resource of the acquire.
+    pub(crate) fn other_owners(&self, entity_id: &str) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        let entries = self
+            .entries
+            .iter()
+            .chain(self.also.iter().flat_map(|(_, l)| l.entries.iter()));
+        for e in entries {
+            let owner = (e.key.entity_id.clone(), e.key.resource.clone());
+            if e.key.entity_id != entity_id && !out.contains(&owner) {
+                out.push(owner);
+            }
         }
+        out
+    }
+
+    /// Gives every slot back; the first failure is returned, the other slots are still
+    /// given back.
+    async fn release_slots(&mut self) -> Result<(), Error> {
+        let slots = std::mem::take(&mut self.slots);
+        let released = futures::future::join_all(slots.into_iter().map(super::Slot::release)).await;
+        released.into_iter().try_for_each(|r| r.map(|_| ()))
     }
 
     /// This lease with the leases of further resources of the same acquire.
@@ -97,7 +116,7 @@ impl Lease {
             entries: Vec::new(),
             state: Mutex::new(State::default()),
             also: Vec::new(),
-            slot: None,
+            slots: Vec::new(),
         }
     }
 
@@ -222,7 +241,7 @@ impl Lease {
 
     /// Writes the adjustments: one `UpdateItem` per debited bucket that declares an adjusted
     /// limit, each conditioned on the item still existing (a swept bucket is skipped, never
-    /// resurrected); nothing is sent when nothing was adjusted. A slot the lease holds is
+    /// resurrected); nothing is sent when nothing was adjusted. Slots the lease holds are
     /// given back after them. The writes run in the awaiting task and finish even if this future
     /// is dropped part-way (the rest then runs on a task of its own).
     ///
@@ -235,7 +254,7 @@ impl Lease {
         for (_, mut lease) in std::mem::take(&mut self.also) {
             result = result.and(lease.commit_own().await);
         }
-        result.and(self.release_slot().await)
+        result.and(self.release_slots().await)
     }
 
     async fn commit_own(&mut self) -> Result<(), Error> {
@@ -286,7 +305,7 @@ impl Lease {
         for (_, mut lease) in std::mem::take(&mut self.also) {
             result = result.and(lease.rollback_own().await);
         }
-        result.and(self.release_slot().await)
+        result.and(self.release_slots().await)
     }
 
     async fn rollback_own(&mut self) -> Result<(), Error> {

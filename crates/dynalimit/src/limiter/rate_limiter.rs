@@ -102,6 +102,12 @@ impl RateLimiter {
     /// consumed names it declares, and a warm acquire is one request per bucket. Explicit
     /// [`Acquire::limits`] are every bucket's limits.
     ///
+    /// Concurrency limits stored for the entity on the resource
+    /// ([`Repository::set_concurrency_limits`]) are taken beside the debits, one request a
+    /// slot, all or none; in a cascade the parent's are taken after the debit. The [`Lease`]
+    /// holds the slots until it is settled. A namespace that stores none costs nothing more
+    /// than a read of its marker once per configuration cache time-to-live.
+    ///
     /// # Panics (when awaited)
     /// Outside a Tokio runtime: the requests need Tokio's I/O and timers (see [`Acquire`]).
     pub fn acquire<K, I>(&self, entity_id: &str, resource: &str, consume: I) -> Acquire<'_>
@@ -297,6 +303,137 @@ impl RateLimiter {
         })
     }
 
+    /// An acquire with its concurrency slots: the stored concurrency limits of the entity on
+    /// each resource and [`Acquire::in_flight`]'s are taken beside the debits, a cascade
+    /// parent's after them (the parent is known from the debit), all or none.
+    async fn with_slots(&self, mut request: Request) -> Result<Lease, Error> {
+        let entity = request.entity_id.clone();
+        let mut own: Vec<(String, super::Concurrency)> = Vec::new();
+        if let Some(c) = request.in_flight.take() {
+            own.push((request.resource.clone(), c));
+        }
+        // Explicit limits bypass the stored configuration, its concurrency limits included.
+        // A namespace known to store none reads nothing for them.
+        let stored = request.limits.is_none() && self.inner.repo.may_store_concurrency();
+        if stored {
+            // Bad input is refused before the configuration is read.
+            let r = &request;
+            validate_request(&r.entity_id, &r.resource, &r.consume, None, &r.also)?;
+            let resources =
+                std::iter::once(&request.resource).chain(request.also.iter().map(|(r, _)| r));
+            for resource in resources {
+                let found =
+                    Box::pin(self.stored_concurrency(&entity, resource, request.on_unavailable))
+                        .await?;
+                own.extend(found.into_iter().map(|c| (resource.clone(), c)));
+            }
+        }
+        if own.is_empty() && !(stored && self.inner.repo.may_store_concurrency()) {
+            return self.run(request).await;
+        }
+        Box::pin(self.with_slots_held(entity, own, stored, request)).await
+    }
+
+    /// [`RateLimiter::with_slots`] once there are slots to take (boxed: an acquire that
+    /// takes none keeps a small future).
+    async fn with_slots_held(
+        &self,
+        entity: String,
+        own: Vec<(String, super::Concurrency)>,
+        stored: bool,
+        request: Request,
+    ) -> Result<Lease, Error> {
+        let on_unavailable = request.on_unavailable;
+        let (slots, lease) = futures::join!(self.take_slots(&entity, &own), self.run(request));
+        let (mut held, lease) = match (slots, lease) {
+            (Ok(slots), Ok(lease)) if lease.is_degraded() => {
+                give_back(slots).await;
+                return Ok(lease);
+            }
+            (Ok(slots), Ok(lease)) => (slots, lease),
+            // Admitted without the limiter: the slots could not be taken either.
+            (Err(Error::Unavailable { .. }), Ok(lease)) if lease.is_degraded() => return Ok(lease),
+            (Err(e), Ok(lease)) => return Err(undo(Vec::new(), lease, e).await),
+            (Ok(slots), Err(e)) => {
+                give_back(slots).await;
+                return Err(e);
+            }
+            // The debits' refusal says more than the slots'.
+            (Err(_), Err(e)) => return Err(e),
+        };
+        if stored {
+            let mut parents = Vec::new();
+            for (owner, resource) in lease.other_owners(&entity) {
+                match self
+                    .stored_concurrency(&owner, &resource, on_unavailable)
+                    .await
+                {
+                    Ok(found) => parents.extend(
+                        found
+                            .into_iter()
+                            .map(|c| (owner.clone(), resource.clone(), c)),
+                    ),
+                    Err(e) => return Err(undo(held, lease, e).await),
+                }
+            }
+            if !parents.is_empty() {
+                let taken = futures::future::join_all(
+                    parents
+                        .iter()
+                        .map(|(owner, resource, c)| self.hold(owner, resource, c)),
+                )
+                .await;
+                match first_error(taken) {
+                    Ok(more) => held.extend(more),
+                    Err(e) => return Err(undo(held, lease, e).await),
+                }
+            }
+        }
+        for slot in &mut held {
+            slot.keep_alive();
+        }
+        Ok(lease.with_slots(held))
+    }
+
+    /// The concurrency limits stored for `entity_id` on `resource`. A failure to read them
+    /// is an outage of the limiter, under `on_unavailable` like the debits' (`allow`: none).
+    async fn stored_concurrency(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        on_unavailable: Option<OnUnavailable>,
+    ) -> Result<Vec<super::Concurrency>, Error> {
+        match self
+            .inner
+            .repo
+            .resolve_concurrency(entity_id, resource)
+            .await
+        {
+            Ok((found, _)) => Ok(found),
+            Err(e) => match repo_error(entity_id, resource, e) {
+                Error::Unavailable { message, .. }
+                    if self.on_unavailable(on_unavailable).await == OnUnavailable::Allow =>
+                {
+                    tracing::warn!(%entity_id, %resource, %message, "concurrency limits unreadable; admitting without them");
+                    Ok(Vec::new())
+                }
+                other => Err(other),
+            },
+        }
+    }
+
+    /// A slot of each of `limits` on `entity_id`, concurrently; when one is refused or
+    /// fails, the others are given back and the first error returned.
+    async fn take_slots(
+        &self,
+        entity_id: &str,
+        limits: &[(String, super::Concurrency)],
+    ) -> Result<Vec<super::Slot>, Error> {
+        let taken =
+            futures::future::join_all(limits.iter().map(|(r, c)| self.hold(entity_id, r, c))).await;
+        first_error(taken)
+    }
+
     async fn decide(&self, request: Request) -> Result<Lease, Error> {
         let Request {
             entity_id,
@@ -308,45 +445,11 @@ impl RateLimiter {
             // Taken beside the debits, in `Acquire::into_future`.
             in_flight: _,
         } = request;
-        validate_entity_id(&entity_id)?;
-        validate_resource(&resource)?;
-        let demand = validate_demand(&consume)?;
-        if let Some(limits) = &limits {
-            attr::validate_limits(limits)?;
-            if let Some(name) = unknown_name(&demand, limits) {
-                return Err(Error::UnknownLimit { key: name.clone() });
-            }
-        }
-        if !also.is_empty() {
-            if limits.is_some() {
-                return Err(CoreError::invalid_value(
-                    "also",
-                    also.len(),
-                    "further resources cannot be combined with explicit limits",
-                )
-                .into());
-            }
+        let (demand, further) =
+            validate_request(&entity_id, &resource, &consume, limits.as_deref(), &also)?;
+        if !further.is_empty() {
             let mut parts = vec![(resource, demand)];
-            for (other, consume) in also {
-                validate_resource(&other)?;
-                if parts.iter().any(|(r, _)| *r == other) {
-                    return Err(CoreError::invalid_value(
-                        "also",
-                        other,
-                        "a resource may appear once per acquire",
-                    )
-                    .into());
-                }
-                parts.push((other, validate_demand(&consume)?));
-            }
-            if parts.len() > MAX_ACQUIRE_RESOURCES {
-                return Err(CoreError::invalid_value(
-                    "also",
-                    parts.len(),
-                    format!("at most {MAX_ACQUIRE_RESOURCES} resources per acquire"),
-                )
-                .into());
-            }
+            parts.extend(further);
             return Box::pin(self.run_many(&entity_id, parts, on_unavailable)).await;
         }
         match self
@@ -851,40 +954,104 @@ impl<'a> IntoFuture for Acquire<'a> {
         // back. The lease is dropped before `pending`, so its rollback is registered before
         // the acquire stops counting.
         let run = Detach::new("an acquire", async move {
-            let mut request = self.request;
-            let Some(concurrency) = request.in_flight.take() else {
-                let result = limiter.run(request).await;
-                return (result, pending);
-            };
-            let (entity, resource) = (request.entity_id.clone(), request.resource.clone());
-            let (slot, lease) = futures::join!(
-                limiter.hold(&entity, &resource, &concurrency),
-                limiter.run(request)
-            );
-            let result = match (slot, lease) {
-                (Ok(mut slot), Ok(lease)) => {
-                    slot.keep_alive();
-                    Ok(lease.with_slot(slot))
-                }
-                (Err(e), Ok(lease)) => {
-                    if let Err(undo) = lease.rollback().await {
-                        tracing::warn!(error = %undo, "giving back the debits of an acquire refused a slot failed");
-                    }
-                    Err(e)
-                }
-                (Ok(slot), Err(e)) => {
-                    if let Err(undo) = slot.release().await {
-                        tracing::warn!(error = %undo, "giving back the slot of a refused acquire failed; it frees at its expiry");
-                    }
-                    Err(e)
-                }
-                // The debits' refusal says more than the slots'.
-                (Err(_), Err(e)) => Err(e),
-            };
+            let result = limiter.with_slots(self.request).await;
             (result, pending)
         });
         Box::pin(async move { run.await.0 })
     }
+}
+
+/// A further resource of an acquire with its demand in millitokens.
+type Part = (String, BTreeMap<String, i64>);
+
+/// Checks an acquire before any request: ids, amounts, explicit limits and the further
+/// resources; returns the demand in millitokens and each further resource's.
+fn validate_request(
+    entity_id: &str,
+    resource: &str,
+    consume: &[(String, i64)],
+    limits: Option<&[Limit]>,
+    also: &[(String, Vec<(String, i64)>)],
+) -> Result<(BTreeMap<String, i64>, Vec<Part>), Error> {
+    validate_entity_id(entity_id)?;
+    validate_resource(resource)?;
+    let demand = validate_demand(consume)?;
+    if let Some(limits) = limits {
+        attr::validate_limits(limits)?;
+        if let Some(name) = unknown_name(&demand, limits) {
+            return Err(Error::UnknownLimit { key: name.clone() });
+        }
+    }
+    let mut further: Vec<Part> = Vec::with_capacity(also.len());
+    if !also.is_empty() && limits.is_some() {
+        return Err(CoreError::invalid_value(
+            "also",
+            also.len(),
+            "further resources cannot be combined with explicit limits",
+        )
+        .into());
+    }
+    for (other, consume) in also {
+        validate_resource(other)?;
+        if other == resource || further.iter().any(|(r, _)| r == other) {
+            return Err(CoreError::invalid_value(
+                "also",
+                other,
+                "a resource may appear once per acquire",
+            )
+            .into());
+        }
+        further.push((other.clone(), validate_demand(consume)?));
+    }
+    if further.len() + 1 > MAX_ACQUIRE_RESOURCES {
+        return Err(CoreError::invalid_value(
+            "also",
+            further.len() + 1,
+            format!("at most {MAX_ACQUIRE_RESOURCES} resources per acquire"),
+        )
+        .into());
+    }
+    Ok((demand, further))
+}
+
+/// Every slot of `taken`, or (the others given back) its first error.
+fn first_error(taken: Vec<Result<super::Slot, Error>>) -> Result<Vec<super::Slot>, Error> {
+    let mut held = Vec::with_capacity(taken.len());
+    let mut failed = None;
+    for t in taken {
+        match t {
+            Ok(slot) => held.push(slot),
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    match failed {
+        None => Ok(held),
+        Some(e) => {
+            // Dropped, the slots are given back by tasks of their own.
+            drop(held);
+            Err(e)
+        }
+    }
+}
+
+/// Gives `slots` back; a failure leaves a slot held until its hold time passes.
+async fn give_back(slots: Vec<super::Slot>) {
+    for slot in slots {
+        if let Err(undo) = slot.release().await {
+            tracing::warn!(error = %undo, "giving back the slot of a refused acquire failed; it frees at its expiry");
+        }
+    }
+}
+
+/// Gives back `slots` and `lease`'s debits, and returns `e`.
+async fn undo(slots: Vec<super::Slot>, lease: Lease, e: Error) -> Error {
+    give_back(slots).await;
+    if let Err(undo) = lease.rollback().await {
+        tracing::warn!(error = %undo, "giving back the debits of an acquire refused a slot failed");
+    }
+    e
 }
 
 /// The most resources one acquire may debit (reference §3.11).

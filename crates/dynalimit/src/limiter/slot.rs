@@ -24,71 +24,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use dynalimit_format::slot as format;
 use dynalimit_repository::{HeldSlot, Repository, RepositoryError, SlotTake};
 
 use super::inner::repo_error;
 use crate::{Error, Rejection};
 
-/// The hold time when none is given.
-pub const DEFAULT_HOLD_TIME: Duration = Duration::from_secs(30);
-
-/// A limit on requests in flight: `max` slots, each held until released or until its hold
-/// time passes without a heartbeat.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Concurrency {
-    name: String,
-    max: u32,
-    hold: Duration,
-}
-
-impl Concurrency {
-    /// At most `max` (1 to 1000) requests of `name` in flight, held [`DEFAULT_HOLD_TIME`].
-    /// Every process using the limit gives it the same `max`: a caller looks at the first
-    /// `max` slots only.
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for a bad name or `max`.
-    pub fn new(name: impl Into<String>, max: u32) -> Result<Self, Error> {
-        let name = name.into();
-        dynalimit_core::ids::validate_limit_name(&name)?;
-        format::validate(max, format::MIN_HOLD_MS)?;
-        Ok(Concurrency {
-            name,
-            max,
-            hold: DEFAULT_HOLD_TIME,
-        })
-    }
-
-    /// A hold time of `hold` (1 s to 1 hour): how long a slot stays held after its last
-    /// heartbeat. A crashed holder's slot frees within it.
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] outside 1 s to 1 hour.
-    pub fn hold_time(mut self, hold: Duration) -> Result<Self, Error> {
-        format::validate(
-            self.max,
-            i64::try_from(hold.as_millis()).unwrap_or(i64::MAX),
-        )?;
-        self.hold = hold;
-        Ok(self)
-    }
-
-    /// The limit's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The most requests in flight.
-    pub fn max(&self) -> u32 {
-        self.max
-    }
-
-    /// The hold time.
-    pub fn hold(&self) -> Duration {
-        self.hold
-    }
-}
+pub use dynalimit_core::concurrency::{Concurrency, DEFAULT_HOLD_TIME};
 
 /// A slot of a [`Concurrency`] limit, held.
 #[derive(Debug)]
@@ -113,7 +54,7 @@ impl Slot {
     ) -> Result<Slot, Error> {
         let repo = repo.clone();
         let taken = repo
-            .take_slot(entity_id, resource, &limit.name, limit.max, limit.hold)
+            .take_slot(entity_id, resource, limit.name(), limit.max(), limit.hold())
             .await
             .map_err(|e| repo_error(entity_id, resource, e))?;
         match taken {
@@ -121,7 +62,7 @@ impl Slot {
                 expires_at_ms: Arc::new(AtomicI64::new(held.expires_at_ms)),
                 repo,
                 held,
-                hold: limit.hold,
+                hold: limit.hold(),
                 lost: Arc::default(),
                 released: false,
                 heartbeat: None,
@@ -129,8 +70,8 @@ impl Slot {
             SlotTake::Full { retry_after_ms } => Err(Rejection::in_flight(
                 entity_id,
                 resource,
-                &limit.name,
-                limit.max,
+                limit.name(),
+                limit.max(),
                 Duration::from_millis(u64::try_from(retry_after_ms).unwrap_or(0)),
             )
             .into()),
