@@ -1,14 +1,12 @@
 //! `concurrency set|get|clear`: the concurrency limits of one configuration level (requests
 //! in flight, across every process sharing the table).
 
-use std::time::Duration;
-
-use anyhow::{Result, anyhow, bail};
+use anyhow::Result;
 use clap::Subcommand;
-use dynalimit_core::Concurrency;
 use dynalimit_core::concurrency::validate_set;
 
 use crate::context::{Global, bad_input};
+use crate::limit_spec::parse_concurrency;
 use crate::limits::Level;
 use crate::output::concurrency::ConcurrencyLevel;
 
@@ -41,47 +39,6 @@ pub(crate) enum ConcurrencyCommand {
     },
 }
 
-/// `name=max` or `name=max/hold`.
-pub(crate) fn parse_concurrency(text: &str) -> Result<Concurrency> {
-    let (name, rest) = text
-        .split_once('=')
-        .ok_or_else(|| anyhow!("{text:?}: expected name=max or name=max/hold"))?;
-    let (max, hold) = match rest.split_once('/') {
-        Some((max, hold)) => (max, Some(hold)),
-        None => (rest, None),
-    };
-    let max: u32 = max
-        .trim()
-        .parse()
-        .map_err(|_| anyhow!("{text:?}: the most requests in flight is a whole number"))?;
-    let limit = Concurrency::new(name.trim(), max)?;
-    Ok(match hold {
-        Some(h) => limit.hold_time(parse_duration(h.trim())?)?,
-        None => limit,
-    })
-}
-
-/// `1500ms`, `30s`, `2m` or `1h`.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| anyhow!("{text:?}: a duration needs a unit (ms, s, m or h)"))?;
-    let (digits, unit) = text.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| anyhow!("{text:?}: a duration is a whole number and a unit"))?;
-    let ms_per_unit = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => bail!("{text:?}: the unit is ms, s, m or h"),
-    };
-    n.checked_mul(ms_per_unit)
-        .map(Duration::from_millis)
-        .ok_or_else(|| anyhow!("{text:?}: too long"))
-}
-
 /// The level a command addresses, its ids checked before the table is opened.
 fn address(level: &Level) -> Result<(Option<&str>, Option<&str>, String)> {
     let (entity, resource, name) = level.address().map_err(bad_input)?;
@@ -103,7 +60,7 @@ pub(crate) async fn run(global: &Global, command: &ConcurrencyCommand) -> Result
             let limits = limits
                 .iter()
                 .map(|l| parse_concurrency(l))
-                .collect::<Result<Vec<_>>>()
+                .collect::<Result<Vec<_>, _>>()
                 .map_err(bad_input)?;
             validate_set(&limits).map_err(bad_input)?;
             let repo = global.writer().await?;
@@ -138,6 +95,7 @@ mod tests {
         assert_eq!((l.name(), l.max(), l.hold_ms()), ("streams", 5, 30_000));
         let l = parse_concurrency("streams=200/2m").unwrap();
         assert_eq!((l.max(), l.hold_ms()), (200, 120_000));
+        assert_eq!(crate::limit_spec::format_concurrency(&l), "streams=200/2m");
         assert_eq!(parse_concurrency("s=1/1500ms").unwrap().hold_ms(), 1_500);
         for bad in [
             "streams",

@@ -15,7 +15,7 @@ use dynalimit_format::config::Slot;
 use dynalimit_repository::{LimitConfig, NewEntity, Repository, RepositoryError};
 
 use crate::error::ManifestError;
-use crate::model::Level;
+use crate::model::{Level, is_default};
 use crate::plan::{Op, Step, flag_scope, level_name};
 
 type Result<T> = std::result::Result<T, RepositoryError>;
@@ -64,7 +64,8 @@ async fn run(repo: &Repository, op: &Op) -> Result<()> {
 }
 
 /// Makes `slot` hold `desired`: its limits with the level's limit writer (which keeps the
-/// stored flags), then each flag that differs with its flag writer.
+/// stored flags and concurrency limits), then its concurrency limits and each flag that
+/// differs with their own writers.
 async fn write(
     repo: &Repository,
     slot: &Slot,
@@ -98,6 +99,16 @@ async fn write(
             Slot::Resource(r) => repo.set_resource_defaults(r, &desired.limits).await?,
             Slot::Entity(e, r) => repo.set_limits(e, r, &desired.limits).await?,
         }
+    }
+    let concurrency = held.as_ref().map_or(&[][..], |s| &s.concurrency[..]);
+    if concurrency != desired.concurrency {
+        let (entity, resource) = match slot {
+            Slot::System => (None, None),
+            Slot::Resource(r) => (None, Some(r.as_str())),
+            Slot::Entity(e, r) => (Some(e.as_str()), (!is_default(r)).then_some(r.as_str())),
+        };
+        repo.set_concurrency_limits(entity, resource, &desired.concurrency)
+            .await?;
     }
     let disabled = held.as_ref().and_then(|s| s.disabled);
     let cascade = held.as_ref().and_then(|s| s.cascade);

@@ -8,16 +8,19 @@
 
 use std::collections::BTreeMap;
 
+use dynalimit_core::concurrency::validate_set;
 use dynalimit_core::ids::{self, DEFAULT_RESOURCE};
 use dynalimit_core::schedule::{Cron, Entry, ResetSchedule, Schedule, Zone};
-use dynalimit_core::{CoreError, Limit};
+use dynalimit_core::{Concurrency, CoreError, Limit};
 use dynalimit_format::attr;
 use dynalimit_repository::{DisabledFlag, OnUnavailable};
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::error::{ManifestError, Place};
 use crate::lines::{self, Seg};
-use crate::spec::{cascade_value, disabled_value, on_unavailable_value, parse_limits_yaml};
+use crate::spec::{
+    cascade_value, disabled_value, on_unavailable_value, parse_concurrency, parse_limits_yaml,
+};
 
 /// A parsed manifest.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -44,12 +47,15 @@ pub struct Level {
     pub cascade: Option<bool>,
     /// System level only: what acquires do when DynamoDB is unavailable.
     pub on_unavailable: Option<OnUnavailable>,
+    /// The concurrency limits (dynalimit's own), sorted by name.
+    pub concurrency: Vec<Concurrency>,
 }
 
 impl Level {
     /// Whether the level holds nothing at all (the table should have no item for it).
     pub fn is_empty(&self) -> bool {
         self.limits.is_empty()
+            && self.concurrency.is_empty()
             && self.disabled.is_none()
             && self.cascade.is_none()
             && self.on_unavailable.is_none()
@@ -313,16 +319,20 @@ fn level(value: &Value, path: &[Seg], kind: LevelKind) -> Parsed<Level> {
         return Ok(out);
     };
     let allowed = match kind {
-        LevelKind::System => (&["limits", "on_unavailable"][..], "limits, on_unavailable"),
+        LevelKind::System => (
+            &["limits", "on_unavailable", "concurrency"][..],
+            "limits, on_unavailable, concurrency",
+        ),
         _ => (
-            &["limits", "disabled", "cascade"][..],
-            "limits, disabled, cascade",
+            &["limits", "disabled", "cascade", "concurrency"][..],
+            "limits, disabled, cascade, concurrency",
         ),
     };
     for (key, v) in entries(m, path, Some(allowed))? {
         let p = at(path, key);
         match key {
             "limits" => out.limits = limits(v, &p)?,
+            "concurrency" => out.concurrency = concurrency(v, &p)?,
             "on_unavailable" => {
                 out.on_unavailable = on_unavailable_value(v).map_err(|e| value_error(&p, e))?;
             }
@@ -330,6 +340,35 @@ fn level(value: &Value, path: &[Seg], kind: LevelKind) -> Parsed<Level> {
             _ => out.cascade = cascade_value(v).map_err(|e| value_error(&p, e))?,
         }
     }
+    Ok(out)
+}
+
+/// A level's concurrency limits: each name maps to its most requests in flight (a whole
+/// number) or to `MAX/HOLD` (`5/30s`).
+fn concurrency(value: &Value, path: &[Seg]) -> Parsed<Vec<Concurrency>> {
+    let Some(m) = mapping(value, path, "concurrency")? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (name, v) in entries(m, path, None)? {
+        let p = at(path, name);
+        let text = match v {
+            Value::Number(n) => n.to_string(),
+            Value::String(s) => s.clone(),
+            _ => {
+                return Err(value_error(
+                    &p,
+                    "a concurrency limit is MAX or MAX/HOLD, such as 5 or 5/30s",
+                ));
+            }
+        };
+        out.push(
+            parse_concurrency(&format!("{name}={text}"))
+                .map_err(|e| value_error(&p, e.to_string()))?,
+        );
+    }
+    validate_set(&out).map_err(|e| value_error(path, e.to_string()))?;
+    out.sort_by(|a, b| a.name().cmp(b.name()));
     Ok(out)
 }
 
@@ -703,6 +742,48 @@ entities:
         assert!(level.limits[1].is_soft());
         assert_eq!(level.limits[1].capacity(), 50, "burst stands for capacity");
         assert_eq!(key.resources["_default_"].cascade, Some(false));
+    }
+
+    #[test]
+    fn concurrency_limits_are_read_at_every_level_and_bad_ones_refused_with_their_line() {
+        let m = parse(
+            "system:\n  concurrency: {jobs: 10}\nresources:\n  gpt-4:\n    concurrency:\n      streams: 5/2m\n      jobs: 3\nentities:\n  k:\n    resources:\n      _default_:\n        concurrency: {streams: \"1/1500ms\"}\n",
+        )
+        .unwrap();
+        let text = |l: &Level| -> Vec<String> {
+            l.concurrency
+                .iter()
+                .map(crate::spec::format_concurrency)
+                .collect()
+        };
+        assert_eq!(text(m.system.as_ref().unwrap()), ["jobs=10/30s"]);
+        assert_eq!(text(&m.resources["gpt-4"]), ["jobs=3/30s", "streams=5/2m"]);
+        assert_eq!(
+            text(&m.entities["k"].resources["_default_"]),
+            ["streams=1/1500ms"]
+        );
+        assert!(!m.resources["gpt-4"].is_empty());
+        for (bad, line) in [
+            (
+                "resources:\n  gpt-4:\n    concurrency:\n      streams: 0\n",
+                4,
+            ),
+            (
+                "resources:\n  gpt-4:\n    concurrency:\n      streams: 5/1d\n",
+                4,
+            ),
+            (
+                "resources:\n  gpt-4:\n    concurrency:\n      streams: [5]\n",
+                4,
+            ),
+            (
+                "resources:\n  gpt-4:\n    concurrency:\n      a: 1\n      b: 1\n      c: 1\n      d: 1\n      e: 1\n",
+                3,
+            ),
+        ] {
+            let e = refused(bad);
+            assert_eq!(super::tests::line(&e), Some(line), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -6,14 +6,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use dynalimit_core::Limit;
+use dynalimit_core::{Concurrency, Limit};
 use dynalimit_format::config::Slot;
 use dynalimit_repository::{LimitConfig, Repository};
 
 use crate::error::ManifestError;
 use crate::model::{Level, Manifest, entity_levels, is_default};
 use crate::report::{Action, AttributeChange, LevelChange};
-use crate::spec::format_limit;
+use crate::spec::{format_concurrency, format_limit};
 
 type Result<T> = std::result::Result<T, ManifestError>;
 
@@ -96,8 +96,8 @@ fn attribute(name: String, before: Option<String>, after: Option<String>) -> Att
 }
 
 /// The attributes in which a level's desired content differs from what is stored (`None`:
-/// no item), in a fixed order: limits by name, then `disabled`, `cascade`,
-/// `on_unavailable`.
+/// no item), in a fixed order: limits by name, concurrency limits by name, then `disabled`,
+/// `cascade`, `on_unavailable`.
 pub fn level_change(desired: &Level, stored: Option<&LimitConfig>) -> Vec<AttributeChange> {
     let empty = LimitConfig::default();
     let stored = stored.unwrap_or(&empty);
@@ -115,6 +115,18 @@ pub fn level_change(desired: &Level, stored: Option<&LimitConfig>) -> Vec<Attrib
             (bt, at) = (b.map(|l| limit_detail(l)), a.map(|l| limit_detail(l)));
         }
         out.push(attribute(format!("limit {name}"), bt, at));
+    }
+    let before: BTreeMap<&str, &Concurrency> =
+        stored.concurrency.iter().map(|c| (c.name(), c)).collect();
+    let after: BTreeMap<&str, &Concurrency> =
+        desired.concurrency.iter().map(|c| (c.name(), c)).collect();
+    let names: BTreeSet<&str> = before.keys().chain(after.keys()).copied().collect();
+    for name in names {
+        let (b, a) = (before.get(name), after.get(name));
+        if b != a {
+            let text = |c: Option<&&Concurrency>| c.map(|c| format_concurrency(c));
+            out.push(attribute(format!("concurrency {name}"), text(b), text(a)));
+        }
     }
     if stored.disabled != desired.disabled {
         out.push(attribute(
@@ -348,6 +360,29 @@ mod tests {
             .into_iter()
             .map(|a| (a.attribute, a.before, a.after))
             .collect()
+    }
+
+    #[test]
+    fn concurrency_limits_differ_name_by_name_beside_the_rate_limits() {
+        let c = |n: &str, max| dynalimit_core::Concurrency::new(n, max).unwrap();
+        let mut l = level(vec![Limit::per_minute("rpm", 100)]);
+        l.concurrency = vec![c("jobs", 2), c("streams", 5)];
+        let mut s = stored(vec![Limit::per_minute("rpm", 100)]);
+        s.concurrency = vec![c("old", 1), c("streams", 4)];
+        assert_eq!(
+            triples(&l, &s),
+            [
+                ("concurrency jobs".into(), None, Some("jobs=2/30s".into())),
+                ("concurrency old".into(), Some("old=1/30s".into()), None),
+                (
+                    "concurrency streams".into(),
+                    Some("streams=4/30s".into()),
+                    Some("streams=5/30s".into())
+                ),
+            ]
+        );
+        s.concurrency = l.concurrency.clone();
+        assert!(triples(&l, &s).is_empty());
     }
 
     #[test]

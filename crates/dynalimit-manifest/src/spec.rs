@@ -61,8 +61,8 @@
 //! ```
 
 use crate::error::{Context, Result, bail, invalid};
-use dynalimit_core::Limit;
 use dynalimit_core::schedule::{Cron, Entry, Modifier, ResetSchedule, Schedule, Zone};
+use dynalimit_core::{Concurrency, Limit};
 use dynalimit_format::attr;
 use dynalimit_format::schedule::named_cron;
 use dynalimit_repository::{DisabledFlag, OnUnavailable};
@@ -96,6 +96,75 @@ fn build(name: &str, rate: i64, period: i64, burst: Option<i64>) -> Result<Limit
     let limit = Limit::custom(name, burst.unwrap_or(rate), rate, period);
     attr::validate_limit(&limit).with_context(|| format!("limit {name:?}"))?;
     Ok(limit)
+}
+
+/// Parses one concurrency limit, `NAME=MAX` or `NAME=MAX/HOLD` with `HOLD` a whole number of
+/// `ms`, `s`, `m` or `h` (30 s when not given): at most `MAX` requests in flight, each slot
+/// held `HOLD` after its last heartbeat.
+///
+/// ```
+/// use dynalimit_manifest::spec::{format_concurrency, parse_concurrency};
+/// let streams = parse_concurrency("streams=200/2m").unwrap();
+/// assert_eq!((streams.max(), streams.hold_ms()), (200, 120_000));
+/// assert_eq!(format_concurrency(&streams), "streams=200/2m");
+/// assert!(parse_concurrency("streams=0").is_err());
+/// ```
+///
+/// # Errors
+/// A message naming what is wrong.
+pub fn parse_concurrency(text: &str) -> Result<Concurrency> {
+    let Some((name, rest)) = text.split_once('=') else {
+        bail!("{text:?}: expected name=max or name=max/hold");
+    };
+    let (max, hold) = match rest.split_once('/') {
+        Some((max, hold)) => (max, Some(hold)),
+        None => (rest, None),
+    };
+    let Ok(max) = max.trim().parse::<u32>() else {
+        bail!("{text:?}: the most requests in flight is a whole number");
+    };
+    let limit = Concurrency::new(name.trim(), max).with_context(|| format!("{text:?}"))?;
+    match hold {
+        Some(h) => limit
+            .hold_time(parse_duration(h.trim())?)
+            .with_context(|| format!("{text:?}")),
+        None => Ok(limit),
+    }
+}
+
+/// `1500ms`, `30s`, `2m` or `1h`.
+fn parse_duration(text: &str) -> Result<std::time::Duration> {
+    let Some(split) = text.find(|c: char| !c.is_ascii_digit()) else {
+        bail!("{text:?}: a duration needs a unit (ms, s, m or h)");
+    };
+    let (digits, unit) = text.split_at(split);
+    let Ok(n) = digits.parse::<u64>() else {
+        bail!("{text:?}: a duration is a whole number and a unit");
+    };
+    let ms_per_unit: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => bail!("{text:?}: the unit is ms, s, m or h"),
+    };
+    match n.checked_mul(ms_per_unit) {
+        Some(ms) => Ok(std::time::Duration::from_millis(ms)),
+        None => bail!("{text:?}: too long"),
+    }
+}
+
+/// A concurrency limit in [`parse_concurrency`]'s form, its hold in the largest whole unit.
+pub fn format_concurrency(limit: &Concurrency) -> String {
+    let ms = limit.hold_ms();
+    let hold = [(3_600_000, "h"), (60_000, "m"), (1_000, "s")]
+        .iter()
+        .find(|(unit, _)| ms % unit == 0)
+        .map_or_else(
+            || format!("{ms}ms"),
+            |(unit, name)| format!("{}{name}", ms / unit),
+        );
+    format!("{}={}/{hold}", limit.name(), limit.max())
 }
 
 /// The soft marker of the text form, after the amounts and before the zone.

@@ -1,5 +1,6 @@
 //! The provisioner's requests against its role: a plan, a full apply that creates, changes
-//! and removes every kind of level (limits, flags, `on_unavailable`, entities and parents),
+//! and removes every kind of level (limits, flags, `on_unavailable`, concurrency limits,
+//! entities and parents),
 //! and a custom resource's delete, recorded on the wire and evaluated against the
 //! `ApplyLimits` statement of `ProvisionerRole`. The statement grants exactly the actions
 //! these requests use.
@@ -26,12 +27,13 @@ resources:
     cascade: true
     disabled: false
     limits: {rpm: 100/min, tpm: {rate: 10000, per: min, soft: true}}
+    concurrency: {streams: 5}
 entities:
   proj: {parent: null}
   key-1:
     parent: proj
     resources:
-      gpt-4: {disabled: bypass, cascade: false, limits: {rpm: 50/min}}
+      gpt-4: {disabled: bypass, cascade: false, limits: {rpm: 50/min}, concurrency: {streams: 2/1m}}
   key-2:
     parent: proj
 ";
@@ -68,6 +70,11 @@ async fn the_provisioner_runs_under_exactly_its_role_s_policy() {
         .await
         .expect("apply");
     assert_eq!(applied["applied"], true);
+    let streams = admin
+        .concurrency_limits(None, Some("gpt-4"))
+        .await
+        .expect("read");
+    assert_eq!(streams.iter().map(|c| c.max()).collect::<Vec<_>>(), [5]);
     let props = json!({
         "ServiceToken": "arn", "TableName": table.name(), "Namespace": NS,
         "Resources": {"gpt-4": {"Cascade": "true", "Disabled": "false",

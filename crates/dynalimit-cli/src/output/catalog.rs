@@ -419,7 +419,7 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                     "concurrency set, concurrency get, concurrency clear",
                     ConcurrencyLevel {
                         level: "resource gpt-4".into(),
-                        limits: vec!["streams=5/30000ms".into()],
+                        limits: vec!["streams=5/30s".into()],
                     },
                 ),
                 many(

@@ -9,7 +9,8 @@ use serde::Serialize;
 pub(crate) struct ConcurrencyLevel {
     /// The level: `entity E on R`, `resource R` or `system`.
     pub(crate) level: String,
-    /// Each limit as `name=max/hold`, the hold in milliseconds.
+    /// Each limit as `name=max/hold`, the hold in the largest whole unit (`ms`, `s`, `m`,
+    /// `h`), as `concurrency set` takes it.
     pub(crate) limits: Vec<String>,
 }
 
@@ -19,7 +20,7 @@ impl ConcurrencyLevel {
             level,
             limits: limits
                 .iter()
-                .map(|l| format!("{}={}/{}ms", l.name(), l.max(), l.hold_ms()))
+                .map(dynalimit_manifest::spec::format_concurrency)
                 .collect(),
         }
     }

@@ -21,7 +21,7 @@ async fn concurrency_set_get_and_clear_leave_the_rate_limits_alone() {
         .json();
     assert_eq!(
         set,
-        json!({ "level": "resource gpt-4", "limits": ["jobs=2/120000ms", "streams=5/30000ms"] })
+        json!({ "level": "resource gpt-4", "limits": ["jobs=2/2m", "streams=5/30s"] })
     );
     let entity = f
         .run(&["concurrency", "set", "--entity", "acme", "streams=1/1500ms"])

@@ -223,6 +223,53 @@ async fn a_level_declared_empty_or_without_a_flag_loses_it() {
     assert!(f.run(&["limits", "get", "--resource", "gpt-5"]).code != 0);
 }
 
+#[tokio::test]
+async fn concurrency_limits_are_planned_applied_and_removed_like_the_rest_of_a_level() {
+    let f = Fixture::new().await;
+    let apply = |manifest: &str| {
+        let file = temp_file("concurrency.yaml", manifest);
+        f.run(&["limits", "apply", "--file", file.to_str().unwrap()])
+            .json()
+    };
+    let stored =
+        |args: &[&str]| f.run(&[&["concurrency", "get"], args].concat()).json()["limits"].clone();
+    let applied = apply(
+        "resources:\n  gpt-4:\n    limits: {rpm: 100/min}\n    concurrency: {streams: 5}\nentities:\n  proj-1:\n    resources:\n      gpt-4:\n        concurrency: {streams: 200/2m}\n",
+    );
+    assert_eq!(
+        levels(&applied),
+        pairs(&[
+            ("create", "resource gpt-4"),
+            ("create", "entity proj-1 on gpt-4")
+        ])
+    );
+    assert_eq!(stored(&["--resource", "gpt-4"]), json!(["streams=5/30s"]));
+    assert_eq!(
+        stored(&["--entity", "proj-1", "--resource", "gpt-4"]),
+        json!(["streams=200/2m"])
+    );
+    // Applied again: nothing to change.
+    let again = apply(
+        "resources:\n  gpt-4:\n    limits: {rpm: 100/min}\n    concurrency: {streams: 5}\nentities:\n  proj-1:\n    resources:\n      gpt-4:\n        concurrency: {streams: 200/2m}\n",
+    );
+    assert_eq!(levels(&again), pairs(&[]));
+    // A level declared without them loses them, and keeps its rate limits.
+    let changed = apply(
+        "resources:\n  gpt-4:\n    limits: {rpm: 100/min}\nentities:\n  proj-1:\n    resources:\n      gpt-4:\n        concurrency: {streams: 150/2m}\n",
+    );
+    assert_eq!(
+        changed["changes"][0]["attributes"],
+        json!([{ "attribute": "concurrency streams", "before": "streams=5/30s", "after": null }])
+    );
+    assert_eq!(stored(&["--resource", "gpt-4"]), json!([]));
+    let gpt4 = f.run(&["limits", "get", "--resource", "gpt-4"]).json();
+    assert_eq!(gpt4["limits"], json!(["rpm=100/min"]));
+    assert_eq!(
+        stored(&["--entity", "proj-1", "--resource", "gpt-4"]),
+        json!(["streams=150/2m"])
+    );
+}
+
 /// A manifest in zae-limiter 0.17's own form, as its documentation writes one.
 const ZAE_MANIFEST: &str = r#"namespace: default
 system:
