@@ -607,24 +607,78 @@ pub fn level_item(
     it
 }
 
-/// The key of the marker that some level of the namespace stores concurrency limits: while it
-/// is absent, an acquire resolves none.
-pub fn concurrency_marker_key(ns: &str) -> Item {
-    item::key(keys::system_pk(ns), keys::CONCURRENCY_SK)
+/// A feature of dynalimit's own that costs every process a request when in use, and none in a
+/// namespace that never used it: the namespace's features item says which are in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// Some level stores concurrency limits: acquires resolve them.
+    Concurrency,
+    /// Some entity has a refusal alert: limiters report the minutes they refuse in.
+    RefusalAlerts,
 }
 
-/// The write of the concurrency marker: its index keys (a namespace purge removes it) and
-/// `since`, the epoch ms of the first write. Sent twice, it leaves the same item.
-pub fn concurrency_marker_write(ns: &str, now_ms: i64) -> Expr {
+impl Feature {
+    /// The features item's attribute: the epoch ms of the feature's first use.
+    fn attr(self) -> &'static str {
+        match self {
+            Feature::Concurrency => "concurrency",
+            Feature::RefusalAlerts => "refusal_alerts",
+        }
+    }
+}
+
+/// Which features a namespace uses, as its features item says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Features {
+    /// [`Feature::Concurrency`].
+    pub concurrency: bool,
+    /// [`Feature::RefusalAlerts`].
+    pub refusal_alerts: bool,
+}
+
+impl Features {
+    /// The features `found` (the features item, or none) marks in use.
+    pub fn of(found: Option<&Item>) -> Features {
+        let has = |f: Feature| found.is_some_and(|it| it.contains_key(f.attr()));
+        Features {
+            concurrency: has(Feature::Concurrency),
+            refusal_alerts: has(Feature::RefusalAlerts),
+        }
+    }
+
+    /// Whether `feature` is in use.
+    pub fn uses(self, feature: Feature) -> bool {
+        match feature {
+            Feature::Concurrency => self.concurrency,
+            Feature::RefusalAlerts => self.refusal_alerts,
+        }
+    }
+
+    /// These features and `feature`.
+    pub fn with(mut self, feature: Feature) -> Features {
+        match feature {
+            Feature::Concurrency => self.concurrency = true,
+            Feature::RefusalAlerts => self.refusal_alerts = true,
+        }
+        self
+    }
+}
+
+/// The key of the namespace's features item.
+pub fn features_key(ns: &str) -> Item {
+    item::key(keys::system_pk(ns), keys::FEATURES_SK)
+}
+
+/// The write that marks `feature` in use: the features item's index keys (a namespace purge
+/// removes it) and the feature's first use. Sent twice, it leaves the same item; a feature is
+/// never unmarked.
+pub fn feature_write(ns: &str, feature: Feature, now_ms: i64) -> Expr {
     let mut e = Expr::default();
     e.set_if_absent(attr::GSI4PK, item::s(ns));
     e.set_if_absent(attr::GSI4SK, item::s(keys::system_pk(ns)));
-    e.set_if_absent(CONCURRENCY_SINCE, item::n(now_ms));
+    e.set_if_absent(feature.attr(), item::n(now_ms));
     e
 }
-
-/// The concurrency marker's first-write time, epoch ms.
-const CONCURRENCY_SINCE: &str = "since";
 
 /// The key of the registry of resources with defaults (`resources`, a string set).
 pub fn resources_registry_key(ns: &str) -> Item {

@@ -21,9 +21,9 @@ pub const CONFIG_SK: &str = "#CONFIG";
 pub const RESOURCES_SK: &str = "#RESOURCES";
 /// Sort key of the registry of resources with entity configs.
 pub const ENTITY_CONFIG_RESOURCES_SK: &str = "#ENTITY_CONFIG_RESOURCES";
-/// The sort key of the marker that a namespace stores concurrency limits (in the system
-/// partition; dynalimit's own).
-pub const CONCURRENCY_SK: &str = "#CONCURRENCY";
+/// The sort key of the item that says which of dynalimit's own features a namespace uses (in
+/// the system partition).
+pub const FEATURES_SK: &str = "#FEATURES";
 /// Sort-key prefix of audit events.
 pub const AUDIT_SK_PREFIX: &str = "#AUDIT#";
 /// Sort-key prefix of usage snapshots.

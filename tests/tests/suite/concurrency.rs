@@ -231,14 +231,15 @@ async fn a_cascading_acquire_takes_its_parent_s_slots_and_a_refusal_gives_everyt
 }
 
 #[tokio::test]
-async fn a_namespace_without_concurrency_limits_reads_a_marker_once_a_minute_and_writes_nothing() {
+async fn a_namespace_without_concurrency_limits_reads_its_features_once_a_minute_and_writes_nothing()
+ {
     let r = rig().await;
     r.repo
         .set_resource_defaults("gpt-4", &[Limit::per_minute("rpm", 100)])
         .await
         .unwrap();
     spend(&r, "acme").await;
-    // Warm: one request per acquire, the marker read no more within the cache's TTL.
+    // Warm: one request per acquire, the features item read no more within the cache's TTL.
     r.counter.reset();
     for _ in 0..5 {
         let lease = r
@@ -250,7 +251,7 @@ async fn a_namespace_without_concurrency_limits_reads_a_marker_once_a_minute_and
         lease.commit().await.unwrap();
     }
     assert_eq!(r.counter.total(), 5, "{:?}", r.counter.snapshot());
-    // Past the TTL, the marker is read again: one GetItem, once.
+    // Past the TTL, the features item is read again: one GetItem, once.
     r.clock.advance(Duration::from_secs(61));
     r.counter.reset();
     for _ in 0..3 {
@@ -360,7 +361,7 @@ async fn a_lost_answer_to_a_level_write_is_sent_again_and_leaves_the_same_item()
                 .expect("the level")
         }
     };
-    // The marker's and the level's answers are lost after DynamoDB applied them; the SDK
+    // The features item's and the level's answers are lost after DynamoDB applied them; the SDK
     // sends both again.
     proxy.clear_requests();
     proxy.lose_next_answer("UpdateItem", 2);

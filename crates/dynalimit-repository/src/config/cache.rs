@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dynalimit_format::FormatError;
-use dynalimit_format::config::{self, LimitConfig, Slot};
+use dynalimit_format::config::{self, Features, LimitConfig, Slot};
 use dynalimit_format::item::Item;
 
 use crate::RepositoryError;
@@ -90,9 +90,8 @@ pub(crate) struct ConfigCache {
     misses: AtomicU64,
     /// Counts the writes that evicted configuration (see [`ConfigCache::generation`]).
     generation: AtomicU64,
-    /// Whether the namespace's concurrency marker was found, and when it was read (epoch
-    /// ms).
-    concurrency_marker: std::sync::Mutex<Option<(bool, i64)>>,
+    /// The namespace's features item as read, and when it was read (epoch ms).
+    features: std::sync::Mutex<Option<(Features, i64)>>,
 }
 
 impl std::fmt::Debug for ConfigCache {
@@ -117,18 +116,17 @@ impl ConfigCache {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             generation: AtomicU64::new(0),
-            concurrency_marker: std::sync::Mutex::new(None),
+            features: std::sync::Mutex::new(None),
         }
     }
 
-    /// Whether the namespace stores concurrency limits, as read less than the TTL (at least
-    /// a second) before `now`.
-    pub(crate) fn concurrency_marker(&self, now: i64) -> Option<bool> {
+    /// The namespace's features, as read less than the TTL (at least a second) before `now`.
+    pub(crate) fn features(&self, now: i64) -> Option<Features> {
         let ttl = i64::try_from(self.ttl.as_millis())
             .unwrap_or(i64::MAX)
             .max(1000);
         let known = *self
-            .concurrency_marker
+            .features
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         known
@@ -136,10 +134,10 @@ impl ConfigCache {
             .map(|(found, _)| found)
     }
 
-    /// Remembers the concurrency marker as read (or written) at `now`.
-    pub(crate) fn remember_concurrency_marker(&self, found: bool, now: i64) {
+    /// Remembers the namespace's features as read (or written) at `now`.
+    pub(crate) fn remember_features(&self, found: Features, now: i64) {
         *self
-            .concurrency_marker
+            .features
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((found, now));
     }
@@ -188,11 +186,10 @@ impl ConfigCache {
         }
     }
 
-    /// Forgets whether the namespace stores concurrency limits: the next resolution reads
-    /// the marker.
-    pub(crate) fn forget_concurrency_marker(&self) {
+    /// Forgets the namespace's features: the next look reads them.
+    pub(crate) fn forget_features(&self) {
         *self
-            .concurrency_marker
+            .features
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     }

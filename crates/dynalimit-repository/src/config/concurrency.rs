@@ -1,6 +1,6 @@
 //! Concurrency limits stored at the four levels: written beside a level's rate limits,
-//! resolved on their own (the first level that has any supplies all of them), and a marker
-//! that lets a namespace without any skip their resolution.
+//! resolved on their own (the first level that has any supplies all of them); and the
+//! namespace's features item, which lets a namespace without any skip their resolution.
 
 use std::collections::HashMap;
 
@@ -8,7 +8,7 @@ use dynalimit_core::Concurrency;
 use dynalimit_core::concurrency::validate_set;
 use dynalimit_core::ids::{self, DEFAULT_RESOURCE};
 use dynalimit_format::audit::{self, AuditAction, CONCURRENCY_DETAIL, SYSTEM_AUDIT_ID};
-use dynalimit_format::config::{self, ConfigLevel, Slot};
+use dynalimit_format::config::{self, ConfigLevel, Feature, Features, Slot};
 use dynalimit_format::expr::WithExpr;
 
 use super::access::is_condition_failed;
@@ -76,7 +76,7 @@ impl Repository {
         let mut sorted = limits.to_vec();
         sorted.sort_by(|a, b| a.name().cmp(b.name()));
         if !sorted.is_empty() {
-            self.mark_concurrency().await?;
+            self.mark_feature(Feature::Concurrency).await?;
         }
         let Some(e) = config::concurrency_write(ns, &slot, stored.as_ref(), &sorted) else {
             return Ok(());
@@ -170,8 +170,8 @@ impl Repository {
 
     /// The concurrency limits that apply to `entity_id` on `resource`, with the level that
     /// supplied them: those of the first level that has any, through the configuration
-    /// cache. Nothing is read while the namespace has never stored one (a marker, read at
-    /// most once per cache time-to-live, and at least a second apart).
+    /// cache. Nothing more is read while the namespace has never stored one: its features
+    /// item says so, read at most once per cache time-to-live and at least a second apart.
     ///
     /// # Errors
     /// [`RepositoryError::Validation`] for bad ids (nothing sent);
@@ -184,7 +184,7 @@ impl Repository {
     ) -> Result<(Vec<Concurrency>, Option<ConfigLevel>), RepositoryError> {
         ids::validate_entity_id(entity_id)?;
         ids::validate_resource(resource)?;
-        if !self.namespace_has_concurrency().await? {
+        if !self.features().await?.concurrency {
             return Ok((Vec::new(), None));
         }
         let (levels, slots): (Vec<ConfigLevel>, Vec<Slot>) =
@@ -208,42 +208,52 @@ impl Repository {
         Ok((Vec::new(), None))
     }
 
-    /// Whether the namespace may store concurrency limits: false only when its marker was
-    /// read absent within the cache's time-to-live (no request is sent).
+    /// Whether the namespace may store concurrency limits: false only when its features item
+    /// was read without them within the cache's time-to-live (no request is sent).
     pub fn may_store_concurrency(&self) -> bool {
         let now = self.shared.clock.epoch_millis();
-        self.scope.config.concurrency_marker(now).unwrap_or(true)
+        self.scope
+            .config
+            .features(now)
+            .is_none_or(|f| f.concurrency)
     }
 
-    /// Whether the namespace's concurrency marker exists, through its cache.
-    async fn namespace_has_concurrency(&self) -> Result<bool, RepositoryError> {
+    /// The features the namespace uses, through the cache: its features item is read at
+    /// most once per configuration cache time-to-live, and at least a second apart.
+    pub(crate) async fn features(&self) -> Result<Features, RepositoryError> {
         let now = self.shared.clock.epoch_millis();
-        if let Some(known) = self.scope.config.concurrency_marker(now) {
+        if let Some(known) = self.scope.config.features(now) {
             return Ok(known);
         }
-        let key = config::concurrency_marker_key(&self.scope.id);
-        let found = get_item(&self.shared.client, &self.shared.table, key, false)
-            .await?
-            .is_some();
-        self.scope.config.remember_concurrency_marker(found, now);
-        Ok(found)
+        let key = config::features_key(&self.scope.id);
+        let found = get_item(&self.shared.client, &self.shared.table, key, false).await?;
+        let features = Features::of(found.as_ref());
+        self.scope.config.remember_features(features, now);
+        Ok(features)
     }
 
-    /// Writes the namespace's concurrency marker (before the first level that stores a
-    /// concurrency limit, so that no reader misses it).
-    async fn mark_concurrency(&self) -> Result<(), RepositoryError> {
+    /// Marks `feature` in use in the namespace's features item (before what uses it is
+    /// stored, so that no reader misses it).
+    pub(crate) async fn mark_feature(&self, feature: Feature) -> Result<(), RepositoryError> {
         let now = self.shared.clock.epoch_millis();
-        let e = config::concurrency_marker_write(&self.scope.id, now);
+        let e = config::feature_write(&self.scope.id, feature, now);
         self.shared
             .client
             .update_item()
             .table_name(&self.shared.table)
-            .set_key(Some(config::concurrency_marker_key(&self.scope.id)))
+            .set_key(Some(config::features_key(&self.scope.id)))
             .with_expr(&e)
             .send()
             .await
             .map_err(|err| classify("UpdateItem", err))?;
-        self.scope.config.remember_concurrency_marker(true, now);
+        // What else is in use is known only if it was read.
+        match self.scope.config.features(now) {
+            Some(known) => self
+                .scope
+                .config
+                .remember_features(known.with(feature), now),
+            None => self.scope.config.forget_features(),
+        }
         Ok(())
     }
 }

@@ -14,7 +14,7 @@ use crate::{Repository, RepositoryError};
 impl Repository {
     /// Evicts every cached configuration of this namespace.
     pub async fn invalidate_config_cache(&self) {
-        self.scope.config.forget_concurrency_marker();
+        self.scope.config.forget_features();
         self.scope.config.clear().await;
     }
 

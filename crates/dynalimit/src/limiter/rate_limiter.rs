@@ -106,7 +106,7 @@ impl RateLimiter {
     /// ([`Repository::set_concurrency_limits`]) are taken beside the debits, one request a
     /// slot, all or none; in a cascade the parent's are taken after the debit. The [`Lease`]
     /// holds the slots until it is settled. A namespace that stores none costs nothing more
-    /// than a read of its marker once per configuration cache time-to-live.
+    /// than a read of its features item once per configuration cache time-to-live.
     ///
     /// # Panics (when awaited)
     /// Outside a Tokio runtime: the requests need Tokio's I/O and timers (see [`Acquire`]).
