@@ -70,6 +70,7 @@ pub mod handler;
 mod proactive;
 pub mod processor;
 pub mod record;
+pub mod refusing;
 pub mod runner;
 pub mod sample;
 pub mod writes;
