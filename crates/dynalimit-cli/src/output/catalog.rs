@@ -394,7 +394,7 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                         resource: "gpt-4".into(),
                         limit: "tpd".into(),
                         percent: vec![80, 100],
-                        refusing_for_minutes: None,
+                        refusing_for_minutes: Some(10),
                     },
                 ),
                 many(
