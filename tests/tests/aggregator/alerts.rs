@@ -44,6 +44,22 @@ async fn markers(table: &dynalimit_tests::TestTable) -> BTreeSet<(String, String
         .collect()
 }
 
+/// cargo-lambda, the built function and a private moto server for the event sink; `None`
+/// (the reason printed) when a test cannot have them.
+async fn function_and_bus() -> Option<(
+    dynalimit_tests::lambda::CargoLambda,
+    std::path::PathBuf,
+    MotoServer,
+)> {
+    let (cargo_lambda, bootstrap) = built().await?;
+    let moto = MotoServer::start()?;
+    if std::env::var("DYNALIMIT_TEST_AWS_ENDPOINT").is_ok_and(|u| !u.is_empty()) {
+        eprintln!("skipped: the event sink needs a private moto server");
+        return None;
+    }
+    Some((cargo_lambda, bootstrap, moto))
+}
+
 /// The built function with the template's environment for alert bus `bus` on `table`,
 /// publishing to moto's EventBridge.
 fn spawn_with_bus(
@@ -77,16 +93,9 @@ fn spawn_with_bus(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn each_threshold_is_published_once_per_period_under_redelivery_and_refusal() {
-    let Some((cargo_lambda, bootstrap)) = built().await else {
+    let Some((cargo_lambda, bootstrap, moto)) = function_and_bus().await else {
         return;
     };
-    let Some(moto) = MotoServer::start() else {
-        return;
-    };
-    if std::env::var("DYNALIMIT_TEST_AWS_ENDPOINT").is_ok_and(|u| !u.is_empty()) {
-        eprintln!("skipped: the event sink needs a private moto server");
-        return;
-    }
     let table = dynalimit_tests::table().await;
     let repo = table
         .builder()
@@ -357,16 +366,9 @@ fn refusal_records(records: Vec<Value>, patterns: &[Value]) -> Vec<(String, Valu
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_limit_refusing_for_n_minutes_is_published_once_and_a_gap_publishes_nothing() {
-    let Some((cargo_lambda, bootstrap)) = built().await else {
+    let Some((cargo_lambda, bootstrap, moto)) = function_and_bus().await else {
         return;
     };
-    let Some(moto) = MotoServer::start() else {
-        return;
-    };
-    if std::env::var("DYNALIMIT_TEST_AWS_ENDPOINT").is_ok_and(|u| !u.is_empty()) {
-        eprintln!("skipped: the event sink needs a private moto server");
-        return;
-    }
     let table = dynalimit_tests::table().await;
     // The limiter's clock starts 20 minutes ago, at the start of a minute: the function
     // (on the real clock) evaluates minutes of the last hour.

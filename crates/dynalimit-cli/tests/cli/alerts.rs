@@ -155,80 +155,23 @@ async fn refusal_alerts_are_set_listed_and_cleared_beside_the_percentages() {
 #[tokio::test]
 async fn bad_refusal_alerts_exit_2_and_write_nothing() {
     let f = Fixture::new().await;
-    for (args, needle) in [
-        (
-            vec![
-                "alerts",
-                "set",
-                "acme",
-                "gpt-4",
-                "rpm",
-                "--refusing-for",
-                "0m",
-            ],
-            "1 to 60 minutes",
-        ),
-        (
-            vec![
-                "alerts",
-                "set",
-                "acme",
-                "gpt-4",
-                "rpm",
-                "--refusing-for",
-                "61m",
-            ],
-            "1 to 60 minutes",
-        ),
-        (
-            vec![
-                "alerts",
-                "set",
-                "acme",
-                "gpt-4",
-                "rpm",
-                "--refusing-for",
-                "2h",
-            ],
-            "1 to 60 minutes",
-        ),
-        (
-            vec![
-                "alerts",
-                "set",
-                "acme",
-                "gpt-4",
-                "rpm",
-                "--refusing-for",
-                "5",
-            ],
-            "5m",
-        ),
-        (
-            vec![
-                "alerts",
-                "set",
-                "acme",
-                "gpt-4",
-                "rpm",
-                "--refusing-for",
-                "5s",
-            ],
-            "5m",
-        ),
-        (
-            vec![
-                "alerts",
-                "set",
-                "ac#me",
-                "gpt-4",
-                "rpm",
-                "--refusing-for",
-                "5m",
-            ],
-            "entity",
-        ),
+    for (entity, minutes, needle) in [
+        ("acme", "0m", "1 to 60 minutes"),
+        ("acme", "61m", "1 to 60 minutes"),
+        ("acme", "2h", "1 to 60 minutes"),
+        ("acme", "5", "5m"),
+        ("acme", "5s", "5m"),
+        ("ac#me", "5m", "entity"),
     ] {
+        let args = [
+            "alerts",
+            "set",
+            entity,
+            "gpt-4",
+            "rpm",
+            "--refusing-for",
+            minutes,
+        ];
         f.run(&args).fails(2, needle);
     }
     // Neither percentages nor --refusing-for: refused by the argument parser.
