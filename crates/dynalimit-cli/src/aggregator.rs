@@ -47,8 +47,8 @@ pub(crate) struct RunArgs {
     /// Pause between polls that found nothing, in milliseconds.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     idle_wait_ms: u64,
-    /// Publish quota threshold crossings (`dynalimit alerts set`) to this EventBridge bus, as
-    /// the stack's aggregator does with `deploy --alert-event-bus`.
+    /// Publish quota threshold crossings and refusal alerts (`dynalimit alerts set`) to this
+    /// EventBridge bus, as the stack's aggregator does with `deploy --alert-event-bus`.
     #[arg(long, value_name = "BUS")]
     alert_event_bus: Option<String>,
     /// Stop once a poll finds nothing new (for scripts), instead of running until Ctrl-C.

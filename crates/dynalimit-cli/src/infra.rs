@@ -106,9 +106,9 @@ pub(crate) struct DeployArgs {
     /// a billed custom metric). Off by default.
     #[arg(long, conflicts_with = "no_aggregator")]
     pub(crate) tenant_metrics: bool,
-    /// Publish quota threshold crossings (`dynalimit alerts set`) to this EventBridge bus of
-    /// the stack's account and region (`default` is the account's default bus), at most once
-    /// per threshold and period. Off by default.
+    /// Publish quota threshold crossings and refusal alerts (`dynalimit alerts set`) to this
+    /// EventBridge bus of the stack's account and region (`default` is the account's default
+    /// bus), at most once per threshold and period, or per run of refusals. Off by default.
     #[arg(long, value_name = "BUS", conflicts_with = "no_aggregator")]
     pub(crate) alert_event_bus: Option<String>,
     /// Days after which archived audit events move to S3 Glacier Instant Retrieval (1-3650,

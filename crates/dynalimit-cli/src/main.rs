@@ -122,11 +122,12 @@ enum Command {
         after_help = "Examples:\n  dynalimit usage --entity key-1 --resource gpt-4 --window hourly\n  dynalimit usage --entity key-1 --window hourly --plot --chart usage.html\n  dynalimit usage summary --resource gpt-4 --start 2026-11-01T00:00:00Z"
     )]
     Usage(usage::UsageArgs),
-    /// Set, list and clear alert thresholds on quotas (percentages of the period's grant),
-    /// which the stack's aggregator publishes to EventBridge once per period.
+    /// Set, list and clear alerts: thresholds on quotas (percentages of the period's grant),
+    /// published once per period, and limits refusing for some minutes in a row, published
+    /// once per run; the stack's aggregator publishes them to EventBridge.
     #[command(
         subcommand,
-        after_help = "Examples:\n  dynalimit alerts set acme gpt-4 tpd 80,100\n  dynalimit alerts list acme"
+        after_help = "Examples:\n  dynalimit alerts set acme gpt-4 tpd 80,100\n  dynalimit alerts set acme gpt-4 rpm --refusing-for 5m\n  dynalimit alerts list acme"
     )]
     Alerts(alerts::AlertsCommand),
     /// Set, get and clear the concurrency limits of a level: requests in flight at once,

@@ -5,12 +5,17 @@
 //!   `SK = #ALERTS#{resource}`, with `entity_id`, `resource`, GSI4 keys (so namespace purges
 //!   remove the item) and one attribute `t_{limit}` (S) per limit: the percentages of the
 //!   limit's period grant at which an alert is published, ascending, comma-separated
-//!   (`"80,100"`).
+//!   (`"80,100"`); and one attribute `r_{limit}` (N) per limit with a refusal alert: the
+//!   minutes, 1 to [`MAX_REFUSING_MINUTES`], that the limit must refuse in a row before an
+//!   alert is published ([`crate::refusal`] has the minutes).
 //! * **Crossing markers**: `PK = {ns}/ENTITY#{entity}`,
 //!   `SK = #ALERTED#{resource}#{limit}#{level}#{period_start_ms}`, put with
 //!   `attribute_not_exists(PK)` before an alert is published, so each threshold is published at
 //!   most once per period. They carry `entity_id`, `resource`, `limit`, `level`, the crossing
 //!   time `at` (epoch ms), a `token` naming the write that created them, GSI4 keys and a `ttl`.
+//!   A refusal alert's marker has `refusing` where a quota's has the percentage, and the
+//!   first minute of the run of refusals it published
+//!   ([`crate::refusal::Episode::marker_key`]), with `minutes` instead of `level`.
 //!
 //! zae-limiter's readers of an entity partition query by sort-key prefix (`#META`,
 //! `#CONFIG#`, `#USAGE#`); neither prefix here matches theirs. Its `delete_entity` removes
@@ -18,7 +23,8 @@
 //! GSI4.
 //!
 //! Every value read back is bounded: a threshold attribute that is not a list of at most
-//! [`MAX_LEVELS`] distinct percentages in `1..=100` is reported, not used.
+//! [`MAX_LEVELS`] distinct percentages in `1..=100`, or a refusal attribute that is not an
+//! integer in `1..=`[`MAX_REFUSING_MINUTES`], is reported, not used.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +36,12 @@ use crate::{attr, keys};
 
 /// The prefix of a threshold attribute: `t_{limit}`.
 pub const LEVELS_PREFIX: &str = "t_";
+/// The prefix of a refusal threshold attribute: `r_{limit}`.
+pub const REFUSING_PREFIX: &str = "r_";
+/// The longest run of refusal minutes an alert may wait for.
+pub const MAX_REFUSING_MINUTES: u8 = 60;
+/// The attribute holding a refusal alert marker's threshold, minutes.
+pub const MINUTES: &str = "minutes";
 /// Most thresholds on one limit.
 pub const MAX_LEVELS: usize = 10;
 /// The attribute naming a crossing marker's limit.
@@ -90,6 +102,40 @@ pub fn validate_levels(levels: &[u8]) -> Result<Vec<u8>, CoreError> {
     Ok(sorted)
 }
 
+/// Checks a refusal threshold before anything is written: 1 to [`MAX_REFUSING_MINUTES`]
+/// minutes.
+///
+/// ```
+/// use dynalimit_format::alert::validate_refusing;
+/// assert_eq!(validate_refusing(5).unwrap(), 5);
+/// assert!(validate_refusing(0).is_err());
+/// assert!(validate_refusing(61).is_err());
+/// ```
+///
+/// # Errors
+/// [`CoreError::InvalidValue`] naming the rule broken.
+pub fn validate_refusing(minutes: u32) -> Result<u8, CoreError> {
+    u8::try_from(minutes)
+        .ok()
+        .filter(|m| (1..=MAX_REFUSING_MINUTES).contains(m))
+        .ok_or_else(|| {
+            CoreError::invalid_value(
+                "refusal alert",
+                format!("{minutes} minutes"),
+                format!("1 to {MAX_REFUSING_MINUTES} minutes"),
+            )
+        })
+}
+
+/// Reads a stored refusal threshold: `None` unless it is an integer [`validate_refusing`]
+/// accepts.
+pub fn decode_refusing(stored: &str) -> Option<u8> {
+    if stored.is_empty() || stored.len() > 2 || !stored.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    validate_refusing(stored.parse().ok()?).ok()
+}
+
 /// `levels` as the table stores them: `"80,100"`.
 pub fn encode_levels(levels: &[u8]) -> String {
     levels
@@ -138,6 +184,8 @@ pub struct Thresholds {
     pub resource: String,
     /// Percentages by limit name, ascending.
     pub levels: BTreeMap<String, Vec<u8>>,
+    /// Refusal thresholds by limit name: minutes of refusals in a row.
+    pub refusing: BTreeMap<String, u8>,
     /// Threshold attributes that could not be read, one line each (another writer's values).
     pub unreadable: Vec<String>,
 }
@@ -154,6 +202,17 @@ pub fn thresholds_of(ns: &str, found: &Item) -> Option<Thresholds> {
         ..Thresholds::default()
     };
     for (name, value) in found {
+        if let Some(limit) = name.strip_prefix(REFUSING_PREFIX) {
+            match value.as_n().ok().and_then(|n| decode_refusing(n)) {
+                Some(minutes) if dynalimit_core::ids::validate_limit_name(limit).is_ok() => {
+                    out.refusing.insert(limit.to_owned(), minutes);
+                }
+                _ => out.unreadable.push(format!(
+                    "{pk}|{sk}: attribute {name} is not a number of minutes 1 to {MAX_REFUSING_MINUTES}"
+                )),
+            }
+            continue;
+        }
         let Some(limit) = name.strip_prefix(LEVELS_PREFIX) else {
             continue;
         };
@@ -272,14 +331,19 @@ mod tests {
         it.insert("t_num".into(), item::n(80));
         it.insert("t_".into(), item::s("80"));
         it.insert("entity_id".into(), item::s("acme"));
+        it.insert("r_rpm".into(), item::n(5));
+        it.insert("r_far".into(), item::n(61));
+        it.insert("r_str".into(), item::s("5"));
+        it.insert("r_big".into(), item::n("1e1"));
         let t = thresholds_of("ns1", &it).unwrap();
+        assert_eq!(t.refusing, BTreeMap::from([("rpm".to_owned(), 5)]));
         assert_eq!(t.entity_id, "acme");
         assert_eq!(t.resource, "gpt-4");
         assert_eq!(
             t.levels,
             BTreeMap::from([("tpd".to_owned(), vec![80, 100])])
         );
-        assert_eq!(t.unreadable.len(), 3, "{:?}", t.unreadable);
+        assert_eq!(t.unreadable.len(), 6, "{:?}", t.unreadable);
         assert!(thresholds_of("ns2", &it).is_none());
     }
 

@@ -123,6 +123,24 @@ fn derived(ns: &str, index: &str, pk: &str, sk: &str, found: &Item) -> Derived {
             _ => Derived::None,
         };
     }
+    if let Some((limit, minute)) = crate::refusal::parse_refused_sk(sk) {
+        let Some(b) = keys::parse_bucket_pk(pk).filter(|b| b.namespace_id == ns && b.shard == 0)
+        else {
+            return Derived::None;
+        };
+        let (e, r, m) = (&b.entity_id, &b.resource, &crate::refusal::padded(minute));
+        return match index {
+            GSI3 => Derived::Both(
+                keys::entity_pk(ns, e),
+                crate::refusal::refused_gsi3sk(r, limit, m),
+            ),
+            GSI4 => Derived::Both(
+                ns.to_owned(),
+                crate::refusal::refused_gsi4sk(e, r, limit, m),
+            ),
+            _ => Derived::None,
+        };
+    }
     if index == GSI4 {
         // Every item of the namespace is in its GSI4 partition, under sort keys of its kind.
         return Derived::Partition(ns.to_owned());
@@ -254,6 +272,41 @@ mod tests {
             check("ns1", GSI2, &slots("SLOTS#gpt-4#streams")),
             Err(Foreign::Keys)
         );
+    }
+
+    #[test]
+    fn a_refusal_minute_is_indexed_under_its_entity_and_namespace() {
+        let of = crate::refusal::Of {
+            ns: "ns1",
+            entity: "u1",
+            resource: "gpt-4",
+            limit: "rpm",
+        };
+        let refused = |gsi3sk: &str| {
+            let mut it = item(&[
+                ("GSI3PK", &keys::entity_pk("ns1", "u1")),
+                ("GSI3SK", gsi3sk),
+                ("GSI4PK", "ns1"),
+                ("GSI4SK", "REFUSED#u1#gpt-4#rpm#0029000000"),
+            ]);
+            it.extend(of.refused_key(29_000_000));
+            it
+        };
+        let own = refused("REFUSED#gpt-4#rpm#0029000000");
+        assert_eq!(check("ns1", GSI3, &own), Ok(()));
+        assert_eq!(check("ns1", GSI4, &own), Ok(()));
+        assert_eq!(check("ns1", GSI2, &own), Err(Foreign::Keys));
+        // Another minute, another limit.
+        for wrong in [
+            "REFUSED#gpt-4#rpm#0029000001",
+            "REFUSED#gpt-4#tpm#0029000000",
+        ] {
+            assert_eq!(check("ns1", GSI3, &refused(wrong)), Err(Foreign::Keys));
+        }
+        // Only in shard 0.
+        let mut moved = own.clone();
+        moved.insert("PK".into(), s(keys::bucket_pk("ns1", "u1", "gpt-4", 1)));
+        assert_eq!(check("ns1", GSI3, &moved), Err(Foreign::Keys));
     }
 
     #[test]

@@ -44,6 +44,10 @@ pub const ALERTS_SK_PREFIX: &str = "#ALERTS#";
 pub const CROSSED_SK_PREFIX: &str = "#ALERTED#";
 /// Sort-key prefix of dynalimit's concurrency slot items in shard-0 bucket partitions.
 pub const SLOTS_SK_PREFIX: &str = "#SLOTS#";
+/// Sort-key prefix of dynalimit's refusal minutes in shard-0 bucket partitions.
+pub const REFUSED_SK_PREFIX: &str = "#REFUSED#";
+/// What stands in a refusal alert's marker where a quota crossing's marker has a percentage.
+pub const REFUSING_LEVEL: &str = "refusing";
 /// Prefix of the GSI2, GSI3 and GSI4 sort keys of bucket items.
 pub const BUCKET_INDEX_SK_PREFIX: &str = "BUCKET#";
 /// Prefix of the GSI2 sort keys of usage snapshots.
@@ -174,6 +178,13 @@ pub fn alerts_sk(resource: &str) -> String {
 /// threshold crossed in one period, in the entity's partition.
 pub fn crossed_sk(resource: &str, limit: &str, level: u8, period_start_ms: i64) -> String {
     format!("{CROSSED_SK_PREFIX}{resource}#{limit}#{level}#{period_start_ms}")
+}
+
+/// `#ALERTED#{resource}#{limit}#refusing#{first_minute}`: sort key of the marker of one run
+/// of refusal minutes published as an alert, in the entity's partition (`first_minute`
+/// zero-padded as in the refusal items' keys).
+pub fn refusing_sk(resource: &str, limit: &str, first_minute: &str) -> String {
+    format!("{CROSSED_SK_PREFIX}{resource}#{limit}#{REFUSING_LEVEL}#{first_minute}")
 }
 
 /// The parts of a bucket partition key.

@@ -23,6 +23,7 @@
 //! | [`namespace`] | the namespace registry |
 //! | [`audit`] | audit events |
 //! | [`operation`] | the operation records of resets and top-ups |
+//! | [`refusal`] | the minutes in which a limit refused acquires, for refusal alerts |
 //! | [`usage`] | usage snapshots, their windows and keys, the aggregator's watermarks |
 //! | [`schedule`] | the compact storage encoding of parameter and reset schedules |
 //! | [`schema`] | the table's keys, indexes, TTL attribute, stream and billing |
@@ -48,6 +49,7 @@ pub mod item;
 pub mod keys;
 pub mod namespace;
 pub mod operation;
+pub mod refusal;
 pub mod schedule;
 pub mod schema;
 pub mod slot;

@@ -1,6 +1,7 @@
-//! Alert thresholds on quotas: set, list and clear them ([`dynalimit_format::alert`] has the
-//! items). The aggregator evaluates them from the table's stream and publishes each crossing
-//! once per period.
+//! Alert thresholds on quotas and refusal alerts: set, list and clear them
+//! ([`dynalimit_format::alert`] has the items). The aggregator evaluates them from the table's
+//! stream and publishes each quota crossing once per period, and each run of refusal minutes
+//! once.
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::ReturnValue;
@@ -40,12 +41,54 @@ impl Repository {
         ids::validate_resource(resource)?;
         ids::validate_limit_name(limit)?;
         let levels = alert::validate_levels(levels)?;
+        let attribute = format!("{}{limit}", alert::LEVELS_PREFIX);
+        let value = item::s(alert::encode_levels(&levels));
+        self.set_threshold(entity_id, resource, &attribute, value)
+            .await?;
+        Ok(levels)
+    }
+
+    /// Sets the refusal alert of `limit` of `entity_id` on `resource`: an alert is published
+    /// once `limit` has refused acquires in each of `minutes` minutes in a row (1 to 60), once
+    /// per such run. Replaces that limit's refusal alert there; its quota thresholds and the
+    /// other limits' stay. Returns the minutes as stored.
+    ///
+    /// The limiter reports the minutes in which a limit refused ([`Repository::report_refusal`]);
+    /// the stack's aggregator publishes when alerts are on. Setting the same value again is
+    /// harmless.
+    ///
+    /// # Errors
+    /// [`RepositoryError::Validation`] before any request for bad names or minutes outside
+    /// `1..=60`; the classified failure of the write.
+    pub async fn set_refusal_alert(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        limit: &str,
+        minutes: u32,
+    ) -> Result<u8, RepositoryError> {
+        ids::validate_entity_id(entity_id)?;
+        ids::validate_resource(resource)?;
+        ids::validate_limit_name(limit)?;
+        let minutes = alert::validate_refusing(minutes)?;
+        let attribute = format!("{}{limit}", alert::REFUSING_PREFIX);
+        self.set_threshold(entity_id, resource, &attribute, item::n(minutes))
+            .await?;
+        Ok(minutes)
+    }
+
+    /// Sets one attribute of the threshold item of (`entity_id`, `resource`), with the item's
+    /// identity and GSI4 keys.
+    async fn set_threshold(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        attribute: &str,
+        value: aws_sdk_dynamodb::types::AttributeValue,
+    ) -> Result<(), RepositoryError> {
         let ns = &self.scope.id;
         let mut e = Expr::default();
-        e.set(
-            &format!("{}{limit}", alert::LEVELS_PREFIX),
-            item::s(alert::encode_levels(&levels)),
-        );
+        e.set(attribute, value);
         for (name, value) in [
             (attr::ENTITY_ID, item::s(entity_id)),
             (attr::RESOURCE, item::s(resource)),
@@ -63,11 +106,11 @@ impl Repository {
             .send()
             .await
             .map_err(|err| classify("UpdateItem", err))?;
-        Ok(levels)
+        Ok(())
     }
 
-    /// The alert thresholds of `entity_id`, one entry per resource that has any, by resource.
-    /// Threshold attributes another writer stored out of bounds are listed in
+    /// The alert thresholds of `entity_id` (quota percentages and refusal alerts), one entry
+    /// per resource that has any, by resource. Threshold attributes another writer stored out of bounds are listed in
     /// [`Thresholds::unreadable`] and not used.
     ///
     /// # Errors
@@ -86,14 +129,14 @@ impl Repository {
         let mut out: Vec<Thresholds> = found
             .iter()
             .filter_map(|it| alert::thresholds_of(ns, it))
-            .filter(|t| !t.levels.is_empty() || !t.unreadable.is_empty())
+            .filter(|t| !t.levels.is_empty() || !t.refusing.is_empty() || !t.unreadable.is_empty())
             .collect();
         out.sort_by(|a, b| a.resource.cmp(&b.resource));
         Ok(out)
     }
 
     /// Clears the alert thresholds of `limit` (every limit when `None`) of `entity_id` on
-    /// `resource`. Returns whether there were any. Crossings already published stay
+    /// `resource`, its refusal alert included. Returns whether there were any. Crossings already published stay
     /// published; a threshold set again later fires again only in a period it has not fired in.
     ///
     /// # Errors
@@ -111,11 +154,12 @@ impl Repository {
             ids::validate_limit_name(limit)?;
         }
         let key = alert::thresholds_key(&self.scope.id, entity_id, resource);
+        let limit_filter = limit;
         let old = match limit {
             Some(limit) => {
                 let mut e = Expr::default();
-                let name = format!("{}{limit}", alert::LEVELS_PREFIX);
-                e.remove(&name);
+                e.remove(&format!("{}{limit}", alert::LEVELS_PREFIX));
+                e.remove(&format!("{}{limit}", alert::REFUSING_PREFIX));
                 // Only an item that exists: a REMOVE on a missing key would create it.
                 let c = e.exists(attr::PK);
                 e.when(c);
@@ -155,6 +199,13 @@ impl Repository {
                     .attributes
             }
         };
-        Ok(old.is_some_and(|a| a.keys().any(|k| k.starts_with(alert::LEVELS_PREFIX))))
+        Ok(old.is_some_and(|a| {
+            a.keys().any(|k| {
+                let limit = k
+                    .strip_prefix(alert::LEVELS_PREFIX)
+                    .or_else(|| k.strip_prefix(alert::REFUSING_PREFIX));
+                limit.is_some_and(|l| limit_filter.is_none_or(|only| only == l))
+            })
+        }))
     }
 }

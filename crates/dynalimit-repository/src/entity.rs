@@ -122,8 +122,8 @@ impl Repository {
         page::query(&self.shared.client, &self.shared.table, index, e)
     }
 
-    /// Deletes an entity and every item that belongs to it — operation records and
-    /// concurrency slots, then bucket shards, then its configs and usage snapshots, its
+    /// Deletes an entity and every item that belongs to it — operation records,
+    /// concurrency slots and refusal minutes, then bucket shards, then its configs and usage snapshots, its
     /// metadata last — each phase landed
     /// before the next. Audit events are kept (they are the record of the deletion). Returns
     /// the number of items deleted; 0 when nothing was there.
@@ -158,18 +158,24 @@ impl Repository {
             let e = partition(pk, Some(keys::OP_SK_PREFIX));
             ops.extend(page::all_keys(self.query(None, &e)).await?);
         }
-        // Concurrency slots live in shard-0 bucket partitions, listed under the entity too.
-        let mut slots = Expr::default();
-        let c = slots.eq(attr::GSI3PK, item::s(&entity_pk));
-        slots.when(c);
-        let c = slots.begins_with(attr::GSI3SK, dynalimit_format::slot::SLOTS_INDEX_SK_PREFIX);
-        slots.when(c);
-        let found = page::all_items(self.query(Some(GSI3), &slots)).await?;
-        ops.extend(
-            page::own_items(ns, GSI3, found)
-                .iter()
-                .filter_map(item::key_map_of),
-        );
+        // Concurrency slots and refusal minutes live in shard-0 bucket partitions, listed
+        // under the entity too.
+        for prefix in [
+            dynalimit_format::slot::SLOTS_INDEX_SK_PREFIX,
+            dynalimit_format::refusal::REFUSED_INDEX_SK_PREFIX,
+        ] {
+            let mut listed = Expr::default();
+            let c = listed.eq(attr::GSI3PK, item::s(&entity_pk));
+            listed.when(c);
+            let c = listed.begins_with(attr::GSI3SK, prefix);
+            listed.when(c);
+            let found = page::all_items(self.query(Some(GSI3), &listed)).await?;
+            ops.extend(
+                page::own_items(ns, GSI3, found)
+                    .iter()
+                    .filter_map(item::key_map_of),
+            );
+        }
         let (meta, rest): (Vec<Item>, Vec<Item>) = own.into_iter().partition(format::is_meta);
         let mut deleted = 0;
         for phase in [ops, buckets, rest, meta] {

@@ -51,6 +51,7 @@ mod metrics;
 mod namespace;
 mod operation;
 mod page;
+mod refusals;
 mod repository;
 pub mod retry;
 mod schema;
@@ -75,6 +76,7 @@ pub use metrics::{
     RequestCounter, UNKNOWN_OUTCOMES, counting_requests,
 };
 pub use operation::{BucketOperation, OPERATION_ATTEMPTS, OperationOptions};
+pub use refusals::refusal_minutes;
 pub use repository::{
     DEFAULT_BUCKET_TTL_MULTIPLIER, DEFAULT_CONFIG_CACHE_TTL, DEFAULT_NAMESPACE, DEFAULT_STACK,
     Repository, RepositoryBuilder,

@@ -133,8 +133,9 @@ pub struct StackOptions {
     /// CloudWatch embedded-metric log lines (each tenant is a billed custom metric).
     pub tenant_metrics: bool,
     /// The EventBridge bus (a name in the stack's account and region) the aggregator publishes
-    /// quota threshold crossings to; `None` evaluates no threshold. An existing aggregator
-    /// role then needs `events:PutEvents` on the bus and `dynamodb:DeleteItem` on the table.
+    /// quota threshold crossings and refusal alerts to; `None` evaluates no threshold. An
+    /// existing aggregator role then needs `events:PutEvents` on the bus and
+    /// `dynamodb:DeleteItem` on the table.
     pub alert_event_bus: Option<String>,
     /// The six managed policies.
     pub iam: bool,

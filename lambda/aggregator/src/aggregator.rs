@@ -37,7 +37,7 @@ pub const SNAPSHOT_WRITES: &str = "dynalimit_aggregator_snapshot_writes_total";
 pub const PROACTIVE_WRITES: &str = "dynalimit_aggregator_proactive_writes_total";
 /// Counter: expired audit events written to the archive.
 pub const ARCHIVED: &str = "dynalimit_aggregator_events_archived_total";
-/// Counter: quota threshold crossings published.
+/// Counter: quota threshold crossings and refusal alerts published.
 pub const ALERTS_PUBLISHED: &str = "dynalimit_aggregator_alerts_published_total";
 /// Counter: errors of a batch (a group that could not commit, a proactive write that failed).
 pub const ERRORS: &str = "dynalimit_aggregator_errors_total";
@@ -65,7 +65,8 @@ pub struct BatchReport {
     pub shards_created: usize,
     /// Expired audit events written to the archive (each to its own object).
     pub events_archived: usize,
-    /// Quota threshold crossings published ([`crate::alerts`]).
+    /// Quota threshold crossings and refusal alerts published ([`crate::alerts`],
+    /// [`crate::refusing`]).
     pub alerts_published: usize,
     /// Whole tokens counted by this delivery, per (namespace id, entity, resource) and limit
     /// (usage an earlier delivery counted is not in it): what [`crate::emf`] reports. Empty
@@ -276,6 +277,20 @@ impl Aggregator {
             report.errors.extend(a.errors);
             let mut failed: BTreeSet<SequenceNumber> = report.failed.drain(..).collect();
             failed.extend(a.failed);
+            let refused = crate::refusing::minutes_of(records);
+            if !refused.is_empty() {
+                let r = alerts
+                    .run_refusals(
+                        &self.client,
+                        &self.settings.table_name,
+                        self.clock.epoch_millis(),
+                        &refused,
+                    )
+                    .await;
+                report.alerts_published += r.published;
+                report.errors.extend(r.errors);
+                failed.extend(r.failed);
+            }
             report.failed = failed.into_iter().collect();
         }
         for e in &report.errors {

@@ -26,6 +26,9 @@
 //!   publication: the marker stays and the alert may be lost. It is never published twice.
 //!
 //! The marker's `ttl` is a day after the period ends (at most 400 days ahead).
+//!
+//! Refusal alerts ("a limit has refused for N minutes") go through the same marker and
+//! publication; [`crate::refusing`] finds them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -50,10 +53,12 @@ use crate::record::SequenceNumber;
 pub const EVENT_SOURCE: &str = "dynalimit";
 /// The `detail-type` of a crossed quota threshold.
 pub const DETAIL_TYPE: &str = "Quota threshold crossed";
-/// The IAM actions the alert pass needs: the thresholds' read, the marker's put and undo,
-/// and the publication (the stack grants the last two only with an alert bus).
-pub const IAM_ACTIONS: [&str; 4] = [
+/// The IAM actions the alert pass needs: the thresholds' read, the refusal minutes' query,
+/// the marker's put and undo, and the publication (the stack grants the last two only with an
+/// alert bus).
+pub const IAM_ACTIONS: [&str; 5] = [
     "dynamodb:BatchGetItem",
+    "dynamodb:Query",
     "dynamodb:PutItem",
     "dynamodb:DeleteItem",
     "events:PutEvents",
@@ -148,7 +153,8 @@ pub(crate) struct AlertOutcome {
     pub errors: Vec<String>,
 }
 
-type Levels = Arc<BTreeMap<String, Vec<u8>>>;
+/// The thresholds of one (entity, resource) as read (none when it has no item).
+pub(crate) type Levels = Arc<alert::Thresholds>;
 
 /// The alert publisher of one aggregator: the bus, and what this process remembers.
 #[derive(Debug, Clone)]
@@ -157,6 +163,27 @@ pub struct Alerts {
     bus: String,
     thresholds: Arc<Mutex<HashMap<GroupKey, (i64, Levels)>>>,
     published: Arc<Mutex<HashSet<(String, Crossing)>>>,
+}
+
+/// One alert to publish once: its marker, and the event.
+pub(crate) struct Marked {
+    /// What it is, for messages.
+    pub what: String,
+    /// The marker item, with `token`.
+    pub marker: Item,
+    /// The marker's key.
+    pub key: Item,
+    /// The token the marker was written with.
+    pub token: String,
+    /// The event's `detail-type`.
+    pub detail_type: &'static str,
+    /// The event's detail.
+    pub detail: serde_json::Value,
+}
+
+/// A fresh marker token.
+pub(crate) fn new_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }
 
 enum Publish {
@@ -222,10 +249,10 @@ impl Alerts {
         let mut due: BTreeMap<(String, Crossing), (Observed, BucketRef, SequenceNumber)> =
             BTreeMap::new();
         for (bucket, a, image) in &images {
-            let Some(levels) = thresholds.get(&bucket.group()) else {
+            let Some(t) = thresholds.get(&bucket.group()) else {
                 continue;
             };
-            for o in crossings(image, &bucket.entity_id, &bucket.resource, levels) {
+            for o in crossings(image, &bucket.entity_id, &bucket.resource, &t.levels) {
                 let key = (bucket.namespace_id.clone(), o.crossing.clone());
                 due.entry(key)
                     .or_insert_with(|| (o, (*bucket).clone(), a.sequence_number.clone()));
@@ -267,7 +294,7 @@ impl Alerts {
     }
 
     /// The thresholds of `groups`, from the cache or read (eventually consistent).
-    async fn thresholds(
+    pub(crate) async fn thresholds(
         &self,
         client: &Client,
         table: &str,
@@ -320,7 +347,7 @@ impl Alerts {
                     for bad in &t.unreadable {
                         tracing::warn!(error = %bad, "alert thresholds not used");
                     }
-                    read.insert((*g).clone(), Arc::new(t.levels));
+                    read.insert((*g).clone(), Arc::new(t));
                 }
             }
             let mut cache = self.thresholds.lock().expect("threshold cache");
@@ -335,8 +362,8 @@ impl Alerts {
         Ok(out)
     }
 
-    /// Puts the marker, then publishes. `Ok(true)` published, `Ok(false)` another write
-    /// owns the crossing; `Err((message, deliver again))`.
+    /// Puts the crossing's marker, then publishes. `Ok(true)` published, `Ok(false)` another
+    /// write owns the crossing; `Err((message, deliver again))`.
     async fn publish_once(
         &self,
         client: &Client,
@@ -346,18 +373,54 @@ impl Alerts {
         bucket: &BucketRef,
         o: &Observed,
     ) -> Result<bool, (String, bool)> {
-        let token = format!("{:032x}", rand::random::<u128>());
+        let token = new_token();
         let ttl = marker_ttl_s(o.period_end_ms, now_ms);
-        let marker = o.crossing.marker_item(ns, now_ms, &token, ttl);
+        let c = &o.crossing;
+        let detail = json!({
+            "namespace_id": ns,
+            "entity_id": c.entity_id,
+            "resource": c.resource,
+            "limit": c.limit,
+            "threshold_percent": c.level,
+            "consumed": i64::try_from(o.consumed_milli.div_euclid(1000)).unwrap_or(i64::MAX),
+            "grant": o.grant_milli.div_euclid(1000),
+            "period_start_ms": c.period_start_ms,
+            "period_end_ms": o.period_end_ms,
+            "shard": bucket.shard,
+            "observed_at_ms": now_ms,
+        });
+        let marked = Marked {
+            what: format!(
+                "alert {}/{}/{} {}% of period {}",
+                c.entity_id, c.resource, c.limit, c.level, c.period_start_ms
+            ),
+            marker: c.marker_item(ns, now_ms, &token, ttl),
+            key: c.marker_key(ns),
+            token,
+            detail_type: DETAIL_TYPE,
+            detail,
+        };
+        self.publish_marked(client, table, marked).await
+    }
+
+    /// Puts `m`'s marker with `attribute_not_exists(PK)`, then publishes its event (see the
+    /// module documentation). `Ok(true)` published, `Ok(false)` another write owns the
+    /// marker; `Err((message, deliver again))`.
+    pub(crate) async fn publish_marked(
+        &self,
+        client: &Client,
+        table: &str,
+        m: Marked,
+    ) -> Result<bool, (String, bool)> {
+        let Marked {
+            what,
+            marker,
+            key,
+            token,
+            detail_type,
+            detail,
+        } = m;
         let is_new = alert::marker_is_new();
-        let what = format!(
-            "alert {}/{}/{} {}% of period {}",
-            o.crossing.entity_id,
-            o.crossing.resource,
-            o.crossing.limit,
-            o.crossing.level,
-            o.crossing.period_start_ms
-        );
         match client
             .put_item()
             .table_name(table)
@@ -386,7 +449,7 @@ impl Alerts {
                 return Err((format!("{what}: marker write failed: {e}"), true));
             }
         }
-        match self.publish(ns, bucket, o, now_ms).await {
+        match self.publish(detail_type, &detail).await {
             Publish::Done => Ok(true),
             Publish::Unknown(e) => Err((
                 format!("{what}: may not have been published (answer lost; not sent again): {e}"),
@@ -397,7 +460,7 @@ impl Alerts {
                 let undo = client
                     .delete_item()
                     .table_name(table)
-                    .set_key(Some(o.crossing.marker_key(ns)))
+                    .set_key(Some(key))
                     .set_condition_expression(ours.condition_expression())
                     .set_expression_attribute_names(ours.names())
                     .set_expression_attribute_values(ours.values())
@@ -406,7 +469,7 @@ impl Alerts {
                 let undone = match undo {
                     Ok(_) => String::new(),
                     Err(d) => format!(
-                        "; the marker stays ({}), so this crossing is not published",
+                        "; the marker stays ({}), so this alert is not published",
                         dynalimit_repository::RepositoryError::from_sdk("DeleteItem", d)
                     ),
                 };
@@ -415,24 +478,10 @@ impl Alerts {
         }
     }
 
-    async fn publish(&self, ns: &str, bucket: &BucketRef, o: &Observed, now_ms: i64) -> Publish {
-        let c = &o.crossing;
-        let detail = json!({
-            "namespace_id": ns,
-            "entity_id": c.entity_id,
-            "resource": c.resource,
-            "limit": c.limit,
-            "threshold_percent": c.level,
-            "consumed": i64::try_from(o.consumed_milli.div_euclid(1000)).unwrap_or(i64::MAX),
-            "grant": o.grant_milli.div_euclid(1000),
-            "period_start_ms": c.period_start_ms,
-            "period_end_ms": o.period_end_ms,
-            "shard": bucket.shard,
-            "observed_at_ms": now_ms,
-        });
+    async fn publish(&self, detail_type: &str, detail: &serde_json::Value) -> Publish {
         let entry = PutEventsRequestEntry::builder()
             .source(EVENT_SOURCE)
-            .detail_type(DETAIL_TYPE)
+            .detail_type(detail_type)
             .detail(detail.to_string())
             .event_bus_name(&self.bus)
             .build();

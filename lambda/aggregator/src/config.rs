@@ -42,8 +42,8 @@ pub const ENV_ARCHIVE_BUCKET: &str = "DYNALIMIT_ARCHIVE_BUCKET";
 /// `false`.
 pub const ENV_TENANT_METRICS: &str = "DYNALIMIT_TENANT_METRICS";
 
-/// The EventBridge bus (name or ARN) quota threshold crossings are published to (see
-/// [`crate::alerts`]); empty or unset publishes nothing and reads no threshold.
+/// The EventBridge bus (name or ARN) quota threshold crossings and refusal alerts are
+/// published to (see [`crate::alerts`]); empty or unset publishes nothing and reads no threshold.
 pub const ENV_ALERT_EVENT_BUS: &str = "DYNALIMIT_ALERT_EVENT_BUS";
 
 /// Default snapshot retention in days.
@@ -124,8 +124,8 @@ pub struct Settings {
     pub archive_bucket: Option<String>,
     /// Write each batch's usage per tenant as embedded-metric log lines ([`crate::emf`]).
     pub tenant_metrics: bool,
-    /// The event bus quota threshold crossings are published to ([`crate::alerts`]); `None`
-    /// evaluates no threshold.
+    /// The event bus quota threshold crossings and refusal alerts are published to
+    /// ([`crate::alerts`], [`crate::refusing`]); `None` evaluates no threshold.
     pub alert_event_bus: Option<String>,
 }
 

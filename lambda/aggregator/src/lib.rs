@@ -70,6 +70,7 @@ pub mod handler;
 mod proactive;
 pub mod processor;
 pub mod record;
+pub mod refusing;
 pub mod runner;
 pub mod sample;
 pub mod writes;
@@ -85,7 +86,7 @@ pub use aggregator::{Aggregator, BatchReport};
 /// | `dynalimit_aggregator_snapshot_writes_total` | counter | | usage snapshot writes committed |
 /// | `dynalimit_aggregator_proactive_writes_total` | counter | `kind` | proactive writes that landed: `refill`, `shard_counts` (doubled or propagated), `shard_created` |
 /// | `dynalimit_aggregator_events_archived_total` | counter | | expired audit events written to the archive |
-/// | `dynalimit_aggregator_alerts_published_total` | counter | | quota threshold crossings published ([`alerts`]) |
+/// | `dynalimit_aggregator_alerts_published_total` | counter | | quota threshold crossings and refusal alerts published ([`alerts`], [`refusing`]) |
 /// | `dynalimit_aggregator_errors_total` | counter | | a group that could not commit, a proactive write that failed, an archive write that failed |
 pub mod metrics {
     pub use crate::aggregator::{

@@ -44,18 +44,58 @@ async fn markers(table: &dynalimit_tests::TestTable) -> BTreeSet<(String, String
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn each_threshold_is_published_once_per_period_under_redelivery_and_refusal() {
-    let Some((cargo_lambda, bootstrap)) = built().await else {
-        return;
-    };
-    let Some(moto) = MotoServer::start() else {
-        return;
-    };
+/// cargo-lambda, the built function and a private moto server for the event sink; `None`
+/// (the reason printed) when a test cannot have them.
+async fn function_and_bus() -> Option<(
+    dynalimit_tests::lambda::CargoLambda,
+    std::path::PathBuf,
+    MotoServer,
+)> {
+    let (cargo_lambda, bootstrap) = built().await?;
+    let moto = MotoServer::start()?;
     if std::env::var("DYNALIMIT_TEST_AWS_ENDPOINT").is_ok_and(|u| !u.is_empty()) {
         eprintln!("skipped: the event sink needs a private moto server");
-        return;
+        return None;
     }
+    Some((cargo_lambda, bootstrap, moto))
+}
+
+/// The built function with the template's environment for alert bus `bus` on `table`,
+/// publishing to moto's EventBridge.
+fn spawn_with_bus(
+    t: &Value,
+    api: &RuntimeApi,
+    bootstrap: &std::path::Path,
+    (table, moto): (&dynalimit_tests::TestTable, &MotoServer),
+    bus: &str,
+) -> Function {
+    let on = BTreeMap::from([
+        ("AlertEventBusName", bus),
+        ("AggregatorCodeKey", "aggregator/test.zip"),
+    ]);
+    let resources = BTreeMap::from([("RateLimitsTable", table.name().to_owned())]);
+    let mut env: Vec<(String, String)> =
+        function_environment_with(t, "AggregatorFunction", &resources, &on)
+            .into_iter()
+            .collect();
+    assert!(
+        env.contains(&("DYNALIMIT_ALERT_EVENT_BUS".to_owned(), bus.to_owned())),
+        "{env:?}"
+    );
+    env.extend(api.runtime_environment(&parameter_default(t, "LambdaMemorySize")));
+    env.extend(endpoint_environment());
+    env.push((
+        "AWS_ENDPOINT_URL_EVENTBRIDGE".to_owned(),
+        moto.url().to_owned(),
+    ));
+    Function::spawn(bootstrap, &env)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_threshold_is_published_once_per_period_under_redelivery_and_refusal() {
+    let Some((cargo_lambda, bootstrap, moto)) = function_and_bus().await else {
+        return;
+    };
     let table = dynalimit_tests::table().await;
     let repo = table
         .builder()
@@ -101,28 +141,7 @@ async fn each_threshold_is_published_once_per_period_under_redelivery_and_refusa
     // moto's EventBridge.
     let t = template();
     let api = RuntimeApi::start(&cargo_lambda);
-    let spawn = |bus: &str| {
-        let on = BTreeMap::from([
-            ("AlertEventBusName", bus),
-            ("AggregatorCodeKey", "aggregator/test.zip"),
-        ]);
-        let resources = BTreeMap::from([("RateLimitsTable", table.name().to_owned())]);
-        let mut env: Vec<(String, String)> =
-            function_environment_with(&t, "AggregatorFunction", &resources, &on)
-                .into_iter()
-                .collect();
-        assert!(
-            env.contains(&("DYNALIMIT_ALERT_EVENT_BUS".to_owned(), bus.to_owned())),
-            "{env:?}"
-        );
-        env.extend(api.runtime_environment(&parameter_default(&t, "LambdaMemorySize")));
-        env.extend(endpoint_environment());
-        env.push((
-            "AWS_ENDPOINT_URL_EVENTBRIDGE".to_owned(),
-            moto.url().to_owned(),
-        ));
-        Function::spawn(&bootstrap, &env)
-    };
+    let spawn = |bus: &str| spawn_with_bus(&t, &api, &bootstrap, (&table, &moto), bus);
     let patterns = stream_filters(&t, &BTreeMap::new());
     let mut seen = BTreeSet::new();
     let mut fresh = |records: Vec<Value>, entity: &str| -> Vec<Value> {
@@ -327,4 +346,158 @@ async fn the_stream_runner_publishes_to_the_bus_its_settings_name() {
         runner.aggregator().alerts().map(Alerts::bus),
         Some("ops-alerts")
     );
+}
+
+/// The refusal items of the table's stream that the template's filter passes with an alert
+/// bus: `(entity, record)`.
+fn refusal_records(records: Vec<Value>, patterns: &[Value]) -> Vec<(String, Value)> {
+    records
+        .into_iter()
+        .filter(|r| patterns.iter().any(|p| filter_matches(p, r)))
+        .filter_map(|r| {
+            let sk = r["dynamodb"]["Keys"]["SK"]["S"].as_str()?;
+            let pk = r["dynamodb"]["Keys"]["PK"]["S"].as_str()?;
+            let b = dynalimit_format::keys::parse_bucket_pk(pk)?;
+            sk.starts_with("#REFUSED#")
+                .then(|| (b.entity_id, r.clone()))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_limit_refusing_for_n_minutes_is_published_once_and_a_gap_publishes_nothing() {
+    let Some((cargo_lambda, bootstrap, moto)) = function_and_bus().await else {
+        return;
+    };
+    let table = dynalimit_tests::table().await;
+    // The limiter's clock starts 20 minutes ago, at the start of a minute: the function
+    // (on the real clock) evaluates minutes of the last hour.
+    let m0 = dynalimit_core::SystemClock.epoch_millis() / 60_000 - 20;
+    let clock = ManualClock::new(m0 * 60_000 + 1_000);
+    let repo = table
+        .builder()
+        .namespace("refusing")
+        .clock(Arc::new(clock.clone()))
+        .open()
+        .await
+        .unwrap();
+    let ns = repo.namespace_id().to_owned();
+    for entity in ["acme", "beta"] {
+        assert_eq!(
+            repo.set_refusal_alert(entity, RESOURCE, "rph", 3)
+                .await
+                .unwrap(),
+            3
+        );
+    }
+    let limiter = RateLimiter::new(repo.clone());
+    let acquire = |entity: &'static str| {
+        let limiter = limiter.clone();
+        async move {
+            let outcome = limiter
+                .acquire(entity, RESOURCE, [("rph", 1)])
+                .limits([Limit::per_hour("rph", 1)])
+                .await;
+            let admitted = match outcome {
+                Ok(lease) => {
+                    lease.commit().await.unwrap();
+                    true
+                }
+                Err(dynalimit::Error::Rejected(_)) => false,
+                Err(e) => panic!("{e}"),
+            };
+            limiter.settle().await;
+            admitted
+        }
+    };
+    let at_minute = |k: i64| clock.set_epoch_millis((m0 + k) * 60_000 + 1_000);
+
+    let t = template();
+    let on = BTreeMap::from([
+        ("AlertEventBusName", "default"),
+        ("AggregatorCodeKey", "aggregator/test.zip"),
+    ]);
+    let patterns = stream_filters(&t, &on);
+    let api = RuntimeApi::start(&cargo_lambda);
+    let spawn = || spawn_with_bus(&t, &api, &bootstrap, (&table, &moto), "default");
+    let sink = moto.event_sink("default");
+    let mut function = spawn();
+    let mut seen = BTreeSet::new();
+    let mut delivered = Vec::new();
+
+    // Both entities spend their one token of the hour at minute 0.
+    at_minute(0);
+    for entity in ["acme", "beta"] {
+        assert!(acquire(entity).await, "{entity} admitted");
+    }
+    // acme refused in minutes 0, 1, 2, 3; beta in minutes 0, 1, 3, 4 (a gap at 2).
+    for (k, entities) in [
+        (0, vec!["acme", "beta"]),
+        (1, vec!["acme", "beta"]),
+        (2, vec!["acme"]),
+        (3, vec!["acme", "beta"]),
+        (4, vec!["beta"]),
+    ] {
+        at_minute(k);
+        for entity in entities {
+            for _ in 0..3 {
+                assert!(!acquire(entity).await, "{entity} refused in minute {k}");
+            }
+        }
+        // Every refusal INSERT so far, delivered once.
+        let batch: Vec<Value> = refusal_records(stream_records(&table).await, &patterns)
+            .into_iter()
+            .map(|(_, r)| r)
+            .filter(|r| seen.insert(sequence(r)))
+            .collect();
+        let failed = deliver(&api, &mut function, std::slice::from_ref(&batch)).await;
+        assert!(failed.is_empty(), "{failed:?}\n{}", function.output());
+        delivered.extend(batch);
+        let events = sink.drain();
+        // acme crosses at its third minute (2), from minute 0, and only then.
+        let want = usize::from(k == 2);
+        assert_eq!(
+            events.len(),
+            want,
+            "minute {k}: {events:?}\n{}",
+            function.output()
+        );
+        for e in &events {
+            assert_eq!(e["source"], dynalimit_aggregator::alerts::EVENT_SOURCE);
+            assert_eq!(
+                e["detail-type"],
+                dynalimit_aggregator::refusing::DETAIL_TYPE
+            );
+            let d = &e["detail"];
+            assert_eq!(d["namespace_id"], ns.as_str());
+            assert_eq!(d["entity_id"], "acme");
+            assert_eq!(d["resource"], RESOURCE);
+            assert_eq!(d["limit"], "rph");
+            assert_eq!(d["refusing_minutes"], 3);
+            assert_eq!(d["first_minute_ms"], m0 * 60_000);
+            assert_eq!(d["minute_ms"], (m0 + 2) * 60_000);
+        }
+    }
+    // One item per entity and refusing minute (each process reports a minute once), and
+    // one marker, keyed by the run's first minute.
+    assert_eq!(delivered.len(), 8, "{delivered:?}");
+    let marked = markers(&table).await;
+    assert_eq!(
+        marked,
+        BTreeSet::from([(
+            "acme".to_owned(),
+            format!("#ALERTED#{RESOURCE}#rph#refusing#{m0:010}")
+        )])
+    );
+
+    // Delivered again, whole and then one record at a time, by a new process: nothing more.
+    drop(function);
+    let mut function = spawn();
+    let singles: Vec<Vec<Value>> = delivered.iter().map(|r| vec![r.clone()]).collect();
+    for batches in [vec![delivered.clone()], singles] {
+        let failed = deliver(&api, &mut function, &batches).await;
+        assert!(failed.is_empty(), "{failed:?}");
+        assert_eq!(sink.drain(), Vec::<Value>::new(), "{}", function.output());
+    }
+    assert_eq!(markers(&table).await, marked);
 }

@@ -244,6 +244,78 @@ fn the_stream_filter_passes_bucket_writes_and_drops_the_aggregators_own_writes()
     }
 }
 
+#[test]
+fn with_an_alert_bus_the_stream_filter_passes_what_the_aggregator_reads_of_refusal_minutes() {
+    let t = template();
+    let code = ("AggregatorCodeKey", "aggregator/abc.zip");
+    let bus = ("AlertEventBusName", "ops-alerts");
+    let archive = ("EnableAuditArchival", "true");
+    let with_bus = [
+        BTreeMap::from([code, bus]),
+        BTreeMap::from([code, bus, archive]),
+    ];
+    let without = [BTreeMap::from([code]), BTreeMap::from([code, archive])];
+    let refused_sk = dynalimit_format::refusal::refused_sk("rpm", 29_000_000);
+    let of = dynalimit_format::refusal::Of {
+        ns: "ns1",
+        entity: "u1",
+        resource: "gpt-4",
+        limit: "rpm",
+    };
+    // As the aggregator reads the same record.
+    let reads = |event: &str, new: bool, old: bool| -> bool {
+        let image = of.refused_key(29_000_000);
+        let record = dynalimit_aggregator::record::StreamRecord::assemble(
+            "e".into(),
+            event,
+            Some("1"),
+            old.then(|| image.clone()),
+            new.then(|| image.clone()),
+        )
+        .unwrap();
+        !dynalimit_aggregator::refusing::minutes_of(&[record]).is_empty()
+    };
+    for (event, new, old) in [
+        ("INSERT", true, false),
+        ("MODIFY", true, true),
+        ("REMOVE", false, true),
+    ] {
+        let record = stream_record(event, &refused_sk, new, old);
+        for params in &with_bus {
+            let passes = stream_filters(&t, params)
+                .iter()
+                .any(|p| filter_matches(p, &record));
+            assert_eq!(passes, reads(event, new, old), "{event} {params:?}");
+            // Bucket writes pass as before.
+            assert!(
+                stream_filters(&t, params).iter().any(|p| filter_matches(
+                    p,
+                    &stream_record("MODIFY", keys::STATE_SK, true, true)
+                ))
+            );
+        }
+        for params in &without {
+            assert!(
+                !stream_filters(&t, params)
+                    .iter()
+                    .any(|p| filter_matches(p, &record)),
+                "{event} {params:?}"
+            );
+        }
+    }
+    assert!(
+        reads("INSERT", true, false),
+        "the first report of a minute is read"
+    );
+    // With the archive and a bus, audit expiries still pass.
+    let audit_sk = format!("{}01KB0000000000000000000000", keys::AUDIT_SK_PREFIX);
+    assert!(
+        stream_filters(&t, &with_bus[1])
+            .iter()
+            .any(|p| filter_matches(p, &audit_removal(&audit_sk, true)))
+    );
+}
+
 /// An audit item's removal: by DynamoDB's TTL (the service's user identity) or by a writer.
 fn audit_removal(sk: &str, by_ttl: bool) -> Value {
     let image = json!({ "PK": { "S": "ns1/AUDIT#u1" }, "SK": { "S": sk } });

@@ -1,9 +1,11 @@
-//! dynalimit's own items in a table zae-limiter 0.17 shares: alert thresholds (`#ALERTS#…`)
-//! and crossing markers (`#ALERTED#…`) in the entity's partition, concurrency slots
-//! (`#SLOTS#…`) in the partition of the bucket's shard 0. zae-limiter's reads, acquires and aggregator pass them by, and its
+//! dynalimit's own items in a table zae-limiter 0.17 shares: alert thresholds (`#ALERTS#…`,
+//! quota percentages and refusal alerts) and crossing markers (`#ALERTED#…`) in the entity's
+//! partition, concurrency slots (`#SLOTS#…`) and refusal minutes (`#REFUSED#…`) in the
+//! partition of the bucket's shard 0. zae-limiter's reads, acquires and aggregator pass them by, and its
 //! `delete_entity` removes them with the entity.
 
 use dynalimit::Limit;
+use dynalimit_core::Clock as _;
 use dynalimit_format::alert::Crossing;
 use dynalimit_format::item::{Item, get_s};
 use dynalimit_repository::NewEntity;
@@ -24,6 +26,9 @@ async fn zae_limiter_passes_alert_and_slot_items_by_and_deletes_them_with_the_en
     repo.set_alert_thresholds("acme", "gpt-4", "rpm", &[80, 100])
         .await
         .unwrap();
+    repo.set_refusal_alert("acme", "gpt-4", "rpm", 5)
+        .await
+        .unwrap();
     let marker = Crossing {
         entity_id: "acme".into(),
         resource: "gpt-4".into(),
@@ -42,16 +47,30 @@ async fn zae_limiter_passes_alert_and_slot_items_by_and_deletes_them_with_the_en
         )
         .await
         .unwrap();
+    // Two minutes in which a limit of the bucket refused.
+    let now = repo.clock().epoch_millis();
+    for at in [now - 60_000, now] {
+        repo.report_refusal("acme", "gpt-4", "rpm", at)
+            .await
+            .unwrap();
+    }
     let alert_items = |items: &[Item]| -> Vec<String> {
         items
             .iter()
             .filter_map(|it| get_s(it, "SK"))
-            .filter(|sk| sk.starts_with("#ALERT") || sk.starts_with("#SLOTS#"))
+            .filter(|sk| {
+                sk.starts_with("#ALERT") || sk.starts_with("#SLOTS#") || sk.starts_with("#REFUSED#")
+            })
             .map(str::to_owned)
             .collect()
     };
     let stored = table.scan_all().await;
-    assert_eq!(alert_items(&stored).len(), 3);
+    assert_eq!(alert_items(&stored).len(), 5);
+    let refused_item = stored
+        .iter()
+        .find(|it| get_s(it, "SK").is_some_and(|sk| sk.starts_with("#REFUSED#rpm#")))
+        .unwrap()
+        .clone();
     let slot_item = stored
         .iter()
         .find(|it| get_s(it, "SK") == Some("#SLOTS#streams"))
@@ -75,7 +94,11 @@ async fn zae_limiter_passes_alert_and_slot_items_by_and_deletes_them_with_the_en
                     record(&threshold_item, &threshold_item, 10),
                     record(&marker, &marker, 11),
                     record(&slot_item, &slot_item, 12),
+                    record(&refused_item, &refused_item, 13),
                 ]}),
+                // Acquires on the bucket beside the refusal items, up to its limit.
+                json!({"op": "acquire", "entity": "acme", "resource": "gpt-4", "consume": {"rpm": 8}}),
+                json!({"op": "acquire", "entity": "acme", "resource": "gpt-4", "consume": {"rpm": 2}}),
             ],
         )
         .await;
@@ -85,11 +108,21 @@ async fn zae_limiter_passes_alert_and_slot_items_by_and_deletes_them_with_the_en
     assert_eq!(seen[2]["source"], "entity", "{}", seen[2]);
     assert_eq!(seen[3]["admitted"], true);
     assert_eq!(seen[4], json!({"snapshots_updated": 0, "errors": []}));
+    assert_eq!(seen[5]["admitted"], true, "{}", seen[5]);
+    assert_eq!(seen[6]["admitted"], false, "{}", seen[6]);
     // Untouched by all of it.
     let listed = repo.alert_thresholds("acme").await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].levels["rpm"], vec![80, 100]);
-    assert_eq!(alert_items(&table.scan_all().await).len(), 3);
+    assert_eq!(listed[0].refusing["rpm"], 5);
+    assert_eq!(alert_items(&table.scan_all().await).len(), 5);
+    assert_eq!(
+        repo.refusal_minutes("acme", "gpt-4", "rpm", 0, now / 60_000)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
     assert!(slot.release().await.unwrap(), "the slot is still held");
 
     py.ok(

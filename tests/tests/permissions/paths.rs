@@ -217,6 +217,27 @@ async fn a_service_runs_under_the_acquire_only_policies() {
     limiter.settle().await;
     // Limits given inline, for an entity that has no metadata.
     spend_one(&limiter, "solo").await;
+    // A refused acquire: its refusal is reported in the background, a write to the bucket's
+    // shard-0 partition.
+    let refused = limiter
+        .acquire("solo", "gpt-4", [("rpm", 10)])
+        .limits([Limit::per_minute("rpm", 10)])
+        .await;
+    assert!(
+        matches!(refused, Err(dynalimit::Error::Rejected(_))),
+        "{:?}",
+        refused.as_ref().err()
+    );
+    limiter.settle().await;
+    let minute = dynalimit_core::Clock::epoch_millis(&dynalimit_core::SystemClock) / 60_000;
+    assert!(
+        !rig.admin
+            .refusal_minutes("solo", "gpt-4", "rpm", minute - 1, minute + 1)
+            .await
+            .expect("refusal minutes")
+            .is_empty(),
+        "the refusal was reported"
+    );
     // A concurrency slot: taken, extended, released; then one taken with the debits.
     let streams = Concurrency::new("streams", 2).expect("a limit");
     let mut slot = limiter

@@ -73,6 +73,7 @@ fn key_fragments() -> Vec<String> {
         keys::NSID_SK_PREFIX,
         keys::OP_SK_PREFIX,
         keys::WATERMARK_SK_PREFIX,
+        keys::REFUSED_SK_PREFIX,
         keys::BUCKET_INDEX_SK_PREFIX,
         keys::USAGE_INDEX_SK_PREFIX,
     ]

@@ -24,6 +24,7 @@ mod namespaces;
 mod operations;
 mod outcomes;
 mod quotas;
+mod refusals;
 mod rejections;
 mod schedules;
 mod schema;

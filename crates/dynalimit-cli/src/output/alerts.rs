@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-/// The thresholds of one quota: `alerts set` prints the stored ones, `alerts list` an array.
+/// The alerts of one limit: `alerts set` prints what it stored, `alerts list` an array.
 #[derive(Debug, Serialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 pub(crate) struct Threshold {
@@ -10,10 +10,14 @@ pub(crate) struct Threshold {
     pub(crate) entity: String,
     /// The resource.
     pub(crate) resource: String,
-    /// The quota's limit name.
+    /// The limit's name.
     pub(crate) limit: String,
-    /// Percentages of the period's grant, ascending.
+    /// Percentages of a quota's period grant, ascending (empty: none).
     pub(crate) percent: Vec<u8>,
+    /// Minutes in a row the limit must refuse acquires before an alert; absent: no refusal
+    /// alert.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) refusing_for_minutes: Option<u8>,
 }
 
 /// What `alerts clear` removed.

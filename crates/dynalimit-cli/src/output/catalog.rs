@@ -395,16 +395,27 @@ fn sections() -> Vec<(&'static str, Vec<Entry>)> {
                         resource: "gpt-4".into(),
                         limit: "tpd".into(),
                         percent: vec![80, 100],
+                        refusing_for_minutes: Some(10),
                     },
                 ),
                 many(
                     "alerts list",
-                    vec![Threshold {
-                        entity: "key-1".into(),
-                        resource: "gpt-4".into(),
-                        limit: "tpd".into(),
-                        percent: vec![80, 100],
-                    }],
+                    vec![
+                        Threshold {
+                            entity: "key-1".into(),
+                            resource: "gpt-4".into(),
+                            limit: "rpm".into(),
+                            percent: vec![],
+                            refusing_for_minutes: Some(5),
+                        },
+                        Threshold {
+                            entity: "key-1".into(),
+                            resource: "gpt-4".into(),
+                            limit: "tpd".into(),
+                            percent: vec![80, 100],
+                            refusing_for_minutes: None,
+                        },
+                    ],
                 ),
                 one(
                     "alerts clear",

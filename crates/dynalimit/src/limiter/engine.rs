@@ -234,14 +234,41 @@ impl Inner {
                 .rejections
                 .check((entity_id, resource), known, demand, None, at)
             {
-                Verdict::Refuse(statuses) => Some(Rejection::limits(entity_id, resource, statuses)),
+                Verdict::Refuse(statuses) => {
+                    self.report_refused(entity_id, resource, &statuses);
+                    Some(Rejection::limits(entity_id, resource, statuses))
+                }
                 _ => None,
             }
         })
     }
 
-    /// Debits `demand` from one owner's bucket on `resource`, as `role`.
+    /// Debits `demand` from one owner's bucket on `resource`, as `role`. A refusal because
+    /// limits are short is reported for refusal alerts (in the background, see
+    /// `refusals.rs`), whether DynamoDB or the rejection cache refused.
     pub(crate) async fn acquire_one(
+        &self,
+        entity_id: &str,
+        resource: &str,
+        demand: &BTreeMap<String, i64>,
+        limits: Option<&[Limit]>,
+        role: Role<'_>,
+    ) -> Result<Entry, Refusal> {
+        let outcome = self
+            .debit_owner(entity_id, resource, demand, limits, role)
+            .await;
+        if let Err(Refusal::Rejected {
+            statuses,
+            contended: false,
+        }) = &outcome
+        {
+            self.report_refused(entity_id, resource, statuses);
+        }
+        outcome
+    }
+
+    /// [`Inner::acquire_one`] without the report.
+    async fn debit_owner(
         &self,
         entity_id: &str,
         resource: &str,
@@ -1172,6 +1199,18 @@ impl Inner {
             generation: self.repo.config_generation(),
         };
         self.rejections.remember(key, img, demand, at);
+    }
+
+    /// Reports a refusal of `entity_id`'s bucket on `resource` for the limits of `statuses`
+    /// that did not fit, for refusal alerts (in the background, see `refusals.rs`).
+    fn report_refused(&self, entity_id: &str, resource: &str, statuses: &[LimitStatus]) {
+        self.refusals.refused(
+            &self.repo,
+            (entity_id, resource),
+            statuses,
+            self.clock.epoch_millis(),
+            self.clock.monotonic(),
+        );
     }
 
     pub(super) async fn credit(

@@ -22,6 +22,7 @@ use dynalimit_repository::bucket::{BucketStore, Owner};
 use dynalimit_repository::{OnUnavailable, Repository, RepositoryError};
 use tokio::sync::Notify;
 
+use super::refusals::RefusalReports;
 use super::rejections::{DEFAULT_REJECTION_CACHE_TTL, RejectionCache};
 use crate::Error;
 
@@ -66,9 +67,11 @@ pub(crate) struct Inner {
     pub(super) last_on_unavailable: Mutex<Option<OnUnavailable>>,
     /// What the items said, per (entity, resource) pair (looked up without allocating).
     known: Mutex<BoundedMap<Pair, Known>>,
-    pub(super) pending: AtomicUsize,
-    pub(super) settled: Notify,
+    pub(super) pending: Arc<AtomicUsize>,
+    pub(super) settled: Arc<Notify>,
     pub(super) rejections: RejectionCache,
+    /// The refusal reports (they count in `pending`).
+    pub(super) refusals: RefusalReports,
 }
 
 impl std::fmt::Debug for Inner {
@@ -82,6 +85,8 @@ impl std::fmt::Debug for Inner {
 
 impl Inner {
     pub(super) fn new(repo: Repository, on_unavailable: Option<OnUnavailable>) -> Self {
+        let pending = Arc::new(AtomicUsize::new(0));
+        let settled = Arc::new(Notify::new());
         Inner {
             store: repo.buckets(),
             clock: Arc::clone(repo.clock()),
@@ -90,8 +95,9 @@ impl Inner {
             on_unavailable,
             last_on_unavailable: Mutex::new(None),
             known: Mutex::new(BoundedMap::new(MAX_KNOWN_PAIRS, KNOWN_IDLE)),
-            pending: AtomicUsize::new(0),
-            settled: Notify::new(),
+            refusals: RefusalReports::new(Arc::clone(&pending), Arc::clone(&settled)),
+            pending,
+            settled,
             rejections: RejectionCache::new(DEFAULT_REJECTION_CACHE_TTL),
         }
     }

@@ -56,6 +56,7 @@ mod inner;
 mod lease;
 mod pause;
 mod rate_limiter;
+mod refusals;
 mod rejections;
 mod slot;
 
