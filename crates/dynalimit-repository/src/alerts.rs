@@ -71,6 +71,9 @@ impl Repository {
         ids::validate_resource(resource)?;
         ids::validate_limit_name(limit)?;
         let minutes = alert::validate_refusing(minutes)?;
+        // Limiters report refusals only in a namespace that has a refusal alert.
+        self.mark_feature(dynalimit_format::config::Feature::RefusalAlerts)
+            .await?;
         let attribute = format!("{}{limit}", alert::REFUSING_PREFIX);
         self.set_threshold(entity_id, resource, &attribute, item::n(minutes))
             .await?;

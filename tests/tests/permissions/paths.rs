@@ -217,8 +217,14 @@ async fn a_service_runs_under_the_acquire_only_policies() {
     limiter.settle().await;
     // Limits given inline, for an entity that has no metadata.
     spend_one(&limiter, "solo").await;
-    // A refused acquire: its refusal is reported in the background, a write to the bucket's
-    // shard-0 partition.
+    // A refused acquire, in a namespace with a refusal alert: its refusal is reported in the
+    // background, a write to the bucket's shard-0 partition.
+    rig.admin
+        .set_refusal_alert("solo", "gpt-4", "rpm", 5)
+        .await
+        .expect("a refusal alert");
+    // As the cache's time-to-live passing would.
+    repo.invalidate_config_cache().await;
     let refused = limiter
         .acquire("solo", "gpt-4", [("rpm", 10)])
         .limits([Limit::per_minute("rpm", 10)])

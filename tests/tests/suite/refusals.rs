@@ -1,7 +1,8 @@
 //! Refusal reports: a limiter that refuses an acquire because a limit is short writes one
 //! item per minute per (entity, resource, limit) in the bucket's shard-0 partition, in the
 //! background, whether DynamoDB or the rejection cache refused; nothing while nothing is
-//! refused; the acquire's result is the same; the entity's deletion removes the items.
+//! refused, nor in a namespace where no entity has a refusal alert; the acquire's result is
+//! the same; the entity's deletion removes the items.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -43,6 +44,10 @@ async fn acquire(limiter: &RateLimiter) -> Result<(), Error> {
 #[tokio::test]
 async fn refused_acquires_write_one_item_per_minute_per_process() {
     let r = rig().await;
+    r.repo
+        .set_refusal_alert("acme", "gpt-4", "rph", 5)
+        .await
+        .unwrap();
     let ns = r.repo.namespace_id().to_owned();
     // 300 ms before a minute starts: minute `m`, then `m + 1` half a second later.
     let now = r.clock.epoch_millis();
@@ -118,5 +123,31 @@ async fn refused_acquires_write_one_item_per_minute_per_process() {
         BTreeSet::from([m, m + 1])
     );
     r.repo.delete_entity("acme").await.unwrap();
+    assert!(refused(&r.table).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_namespace_without_a_refusal_alert_reports_nothing() {
+    let r = rig().await;
+    for _ in 0..2 {
+        acquire(&r.limiter).await.expect("admitted");
+    }
+    r.counter.reset();
+    for _ in 0..5 {
+        assert!(matches!(acquire(&r.limiter).await, Err(Error::Rejected(_))));
+    }
+    r.limiter.settle().await;
+    assert!(refused(&r.table).await.is_empty());
+    // The refusal, and one read of the namespace's features in the background.
+    assert_eq!(
+        r.counter.snapshot(),
+        BTreeMap::from([("GetItem".to_owned(), 1), ("UpdateItem".to_owned(), 1)])
+    );
+    // Within the cache's time-to-live the features are not read again.
+    r.clock.advance(Duration::from_secs(30));
+    r.counter.reset();
+    assert!(matches!(acquire(&r.limiter).await, Err(Error::Rejected(_))));
+    r.limiter.settle().await;
+    assert_eq!(r.counter.snapshot().get("GetItem"), None);
     assert!(refused(&r.table).await.is_empty());
 }

@@ -57,7 +57,8 @@ async fn a_flood_of_refused_acquires_costs_one_request() {
         assert_eq!(cached.status("rpm"), from_table.status("rpm"));
         assert!(cached.retry_after().is_some_and(|d| d > Duration::ZERO));
     }
-    // Besides, the refusal minute is reported once, in the background.
+    // Besides, the namespace's features are read once, in the background: with a refusal
+    // alert set, the refusal minute would be reported.
     r.limiter.settle().await;
     assert_eq!(
         r.counter.total(),
@@ -87,7 +88,7 @@ async fn without_the_cache_every_refusal_is_a_request() {
                 .await,
         );
     }
-    // And one report of the refusal minute, in the background.
+    // And one read of the namespace's features, in the background.
     limiter.settle().await;
     assert_eq!(r.counter.total(), 21, "{:?}", r.counter.snapshot());
     assert_eq!(limiter.cached_rejections(), 0);

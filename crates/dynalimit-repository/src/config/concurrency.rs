@@ -218,6 +218,26 @@ impl Repository {
             .is_none_or(|f| f.concurrency)
     }
 
+    /// Whether limiters report their refusals in this namespace: false only when its features
+    /// item was read without a refusal alert within the cache's time-to-live (no request is
+    /// sent).
+    pub fn may_report_refusals(&self) -> bool {
+        let now = self.shared.clock.epoch_millis();
+        self.scope
+            .config
+            .features(now)
+            .is_none_or(|f| f.refusal_alerts)
+    }
+
+    /// Whether some entity of the namespace has a refusal alert, so that limiters report the
+    /// minutes they refuse in: the namespace's features item, through the cache.
+    ///
+    /// # Errors
+    /// The classified failure of the read.
+    pub async fn reports_refusals(&self) -> Result<bool, RepositoryError> {
+        Ok(self.features().await?.refusal_alerts)
+    }
+
     /// The features the namespace uses, through the cache: its features item is read at
     /// most once per configuration cache time-to-live, and at least a second apart.
     pub(crate) async fn features(&self) -> Result<Features, RepositoryError> {

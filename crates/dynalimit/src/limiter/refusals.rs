@@ -9,7 +9,9 @@
 //! of its clock ([`Repository::report_refusal`], one `UpdateItem` in the bucket's shard-0
 //! partition), in a task of its own: the acquire never waits for it and never fails because of
 //! it. A failed report is logged at `warn` and forgotten, so the next refusal of that minute
-//! tries again. Nothing is written while nothing is refused.
+//! tries again. Nothing is written while nothing is refused, nor in a namespace where no
+//! entity has a refusal alert: the namespace's features item says so, read in the background
+//! at most once per configuration cache time-to-live.
 //!
 //! What was reported is remembered for at most [`MAX_REPORTED_PAIRS`] (entity, resource)
 //! pairs ([`BoundedMap`]); a pair forgotten within its minute may be reported twice that
@@ -103,6 +105,10 @@ impl RefusalReports {
         now_ms: i64,
         now: Duration,
     ) {
+        // A namespace without a refusal alert reports nothing.
+        if !repo.may_report_refusals() {
+            return;
+        }
         let short = statuses
             .iter()
             .filter(|s| s.exceeded)
@@ -120,6 +126,11 @@ impl RefusalReports {
         let reported = Arc::clone(&self.reported);
         let (entity, resource) = (entity.to_owned(), resource.to_owned());
         handle.spawn(async move {
+            // Read once per configuration cache time-to-live.
+            if matches!(repo.reports_refusals().await, Ok(false)) {
+                drop(guard);
+                return;
+            }
             for limit in due {
                 if let Err(e) = repo
                     .report_refusal(&entity, &resource, &limit, now_ms)
