@@ -4,7 +4,8 @@
 //! the next acquire debits the new parent; both raise the table's minimum client version
 //! after checking the stack's aggregator reads them.
 
-use dynalimit_format::item::{get_i64, get_s};
+use dynalimit::{Error, Limit};
+use dynalimit_format::item::{get_i64, get_s, n};
 use dynalimit_repository::{NewEntity, RepositoryError};
 
 use crate::engine::{Rig, rig};
@@ -337,4 +338,48 @@ async fn a_give_back_that_did_not_land_for_certain_is_named_by_the_rejection() {
         assert_eq!(tc, 0, "{given:?}");
         assert!(rejection.unsettled().is_empty(), "{given:?}: {rejection}");
     }
+}
+
+/// The configuration of both owners replaced (as zae-limiter's full-replace writes do) by one
+/// that no longer declares a limit their buckets still hold, and both buckets sent to their
+/// slow passes: a warm cascade whose two slow passes each left the name to the other is
+/// decided again, so the name is debited (the buckets still hold it) or refused, never
+/// admitted undebited.
+#[tokio::test]
+async fn a_name_both_configurations_dropped_is_never_admitted_undebited() {
+    let r = rig().await;
+    r.family(100, "project", "key-1", true).await;
+    r.repo
+        .set_resource_defaults("gpt-4", &[Limit::per_hour("tph", 2)])
+        .await
+        .unwrap();
+    let first = r.limiter.acquire("key-1", "gpt-4", [("tph", 1)]).await;
+    first.unwrap().commit().await.unwrap();
+    // Neither level declares tph any more; both buckets still do, with a token left.
+    r.repo
+        .set_resource_defaults("gpt-4", &[Limit::per_minute("rpm", 100)])
+        .await
+        .unwrap();
+    r.repo.invalidate_config_cache().await;
+    let mut admitted = 0;
+    for _ in 0..3 {
+        // Both buckets go to their slow passes (a boundary stamp, as a fan-out writes).
+        for entity in ["key-1", "project"] {
+            r.update_bucket(entity, "gpt-4", "SET vu = :z", &[(":z", n(0))])
+                .await;
+        }
+        match r.limiter.acquire("key-1", "gpt-4", [("tph", 1)]).await {
+            Ok(lease) => {
+                assert_eq!(lease.consumed().get("tph"), Some(&1), "debited");
+                admitted += 1;
+                lease.commit().await.unwrap();
+            }
+            Err(e) => assert!(
+                matches!(&e, Error::UnknownLimit { key } if key == "tph")
+                    || e.rejection().is_some(),
+                "{e}"
+            ),
+        }
+    }
+    assert!(admitted <= 1, "one token was left: {admitted} admitted");
 }

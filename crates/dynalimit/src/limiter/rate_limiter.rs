@@ -712,6 +712,20 @@ impl RateLimiter {
         );
         match (child, up) {
             (Ok(c), Ok(p)) => {
+                // A slow pass leaves a name its configuration does not declare to the other
+                // bucket when that bucket is sent it; when both slow passes did, neither
+                // debited it. Decided again from the child's debit, the name is refused.
+                let dropped = demand
+                    .keys()
+                    .any(|n| !c.consumed.contains_key(n) && !p.consumed.contains_key(n));
+                if dropped {
+                    let mut unsettled: Vec<Unsettled> =
+                        Box::pin(inner.compensate(&p)).await.into_iter().collect();
+                    unsettled.extend(Box::pin(inner.compensate(&c)).await);
+                    let decided =
+                        Box::pin(self.cold_cascade(entity_id, resource, demand, limits)).await;
+                    return decided.map_err(|refused| refused.with(unsettled));
+                }
                 if c.cascade && c.parent_id.as_deref() == Some(parent) {
                     return Ok(vec![c, p]);
                 }
