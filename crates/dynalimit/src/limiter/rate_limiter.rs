@@ -266,8 +266,9 @@ impl RateLimiter {
         ))
     }
 
-    /// Waits until every rollback of a dropped lease has been written (or has failed), and
-    /// every acquire whose caller stopped waiting has finished (and rolled back).
+    /// Waits until every rollback of a dropped lease has been written (or has failed), every
+    /// acquire whose caller stopped waiting has finished (and rolled back), and every refusal
+    /// report under way has been written (or has failed).
     pub async fn settle(&self) {
         loop {
             let notified = self.inner.settled.notified();
