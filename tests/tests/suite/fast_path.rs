@@ -928,3 +928,32 @@ async fn a_debit_of_a_balance_above_the_ceiling_is_given_back_once_when_its_answ
         "trimmed to the ceiling of 100 and debited: {tk}"
     );
 }
+
+/// Known over-admission, not fixed yet (`tests/tests/hostile/open-cases.txt`): a bucket that
+/// sat full longer than it takes to refill is debited on the fast path, which lowers the
+/// stored balance but leaves `rf`; the next slow pass credits the refill that accrued while the
+/// bucket was full. A burst after ten idle minutes is admitted 19 times where the limit allows
+/// 10 (both backends). Run with `--ignored` to see it fail.
+#[tokio::test]
+#[ignore = "known over-admission after an idle full bucket; see tests/tests/hostile/open-cases.txt"]
+async fn a_burst_after_an_idle_full_bucket_is_admitted_at_most_its_capacity() {
+    let r = crate::engine::rig().await;
+    r.repo
+        .set_limits("acme", "gpt-4", &[dynalimit::Limit::per_minute("rpm", 10)])
+        .await
+        .unwrap();
+    let once = r.limiter.acquire("acme", "gpt-4", [("rpm", 1)]).await;
+    once.unwrap().commit().await.unwrap();
+    r.clock.advance(std::time::Duration::from_secs(600));
+    let mut admitted = 0;
+    for _ in 0..40 {
+        if let Ok(lease) = r.limiter.acquire("acme", "gpt-4", [("rpm", 1)]).await {
+            lease.commit().await.unwrap();
+            admitted += 1;
+        }
+    }
+    assert!(
+        admitted <= 10,
+        "{admitted} admitted in one burst; the capacity is 10"
+    );
+}
