@@ -151,3 +151,29 @@ async fn a_namespace_without_a_refusal_alert_reports_nothing() {
     assert_eq!(r.counter.snapshot().get("GetItem"), None);
     assert!(refused(&r.table).await.is_empty());
 }
+
+#[tokio::test]
+async fn a_lost_answer_to_a_report_is_sent_again_and_only_the_count_says_so() {
+    let r = rig().await;
+    let proxy = dynalimit_tests::fault::FaultProxy::start().await;
+    let repo = proxy.repository(&r.table, "default").await;
+    let minute = r.clock.epoch_millis() / 60_000;
+    // DynamoDB applies the report; its answer is lost; the SDK sends it again.
+    proxy.lose_next_answer("UpdateItem", 1);
+    repo.report_refusal("acme", "gpt-4", "rph", minute * 60_000)
+        .await
+        .unwrap();
+    let found = refused(&r.table).await;
+    assert_eq!(found.len(), 1, "one item: {found:?}");
+    assert_eq!(
+        found.values().copied().collect::<Vec<_>>(),
+        [2],
+        "counted twice"
+    );
+    assert_eq!(
+        repo.refusal_minutes("acme", "gpt-4", "rph", minute - 1, minute + 1)
+            .await
+            .unwrap(),
+        BTreeSet::from([minute])
+    );
+}

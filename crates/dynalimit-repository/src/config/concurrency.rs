@@ -1,6 +1,6 @@
 //! Concurrency limits stored at the four levels: written beside a level's rate limits,
-//! resolved on their own (the first level that has any supplies all of them); and the
-//! namespace's features item, which lets a namespace without any skip their resolution.
+//! resolved on their own (the first level that has any supplies all of them), skipped in a
+//! namespace whose features item says it stores none (`features.rs`).
 
 use std::collections::HashMap;
 
@@ -8,7 +8,7 @@ use dynalimit_core::Concurrency;
 use dynalimit_core::concurrency::validate_set;
 use dynalimit_core::ids::{self, DEFAULT_RESOURCE};
 use dynalimit_format::audit::{self, AuditAction, CONCURRENCY_DETAIL, SYSTEM_AUDIT_ID};
-use dynalimit_format::config::{self, ConfigLevel, Feature, Features, Slot};
+use dynalimit_format::config::{self, ConfigLevel, Feature, Slot};
 use dynalimit_format::expr::WithExpr;
 
 use super::access::is_condition_failed;
@@ -190,13 +190,13 @@ impl Repository {
         let (levels, slots): (Vec<ConfigLevel>, Vec<Slot>) =
             config::levels(entity_id, resource).into_iter().unzip();
         let entries = self.load_slots(&slots).await?;
-        for (entry, level) in entries.iter().zip(levels) {
+        for ((entry, level), slot) in entries.iter().zip(levels).zip(&slots) {
             let Some(found) = entry_result(entry)? else {
                 continue;
             };
             if let Some(message) = &found.concurrency_error {
                 return Err(RepositoryError::Corrupt {
-                    key: level_key(&self.scope.id, &slots, level),
+                    key: dynalimit_format::item::describe_key(&slot.key(&self.scope.id)),
                     attribute: None,
                     message: message.clone(),
                 });
@@ -207,87 +207,4 @@ impl Repository {
         }
         Ok((Vec::new(), None))
     }
-
-    /// Whether the namespace may store concurrency limits: false only when its features item
-    /// was read without them within the cache's time-to-live (no request is sent).
-    pub fn may_store_concurrency(&self) -> bool {
-        let now = self.shared.clock.epoch_millis();
-        self.scope
-            .config
-            .features(now)
-            .is_none_or(|f| f.concurrency)
-    }
-
-    /// Whether limiters report their refusals in this namespace: false only when its features
-    /// item was read without a refusal alert within the cache's time-to-live (no request is
-    /// sent).
-    pub fn may_report_refusals(&self) -> bool {
-        let now = self.shared.clock.epoch_millis();
-        self.scope
-            .config
-            .features(now)
-            .is_none_or(|f| f.refusal_alerts)
-    }
-
-    /// Whether some entity of the namespace has a refusal alert, so that limiters report the
-    /// minutes they refuse in: the namespace's features item, through the cache.
-    ///
-    /// # Errors
-    /// The classified failure of the read.
-    pub async fn reports_refusals(&self) -> Result<bool, RepositoryError> {
-        Ok(self.features().await?.refusal_alerts)
-    }
-
-    /// The features the namespace uses, through the cache: its features item is read at
-    /// most once per configuration cache time-to-live, and at least a second apart.
-    pub(crate) async fn features(&self) -> Result<Features, RepositoryError> {
-        let now = self.shared.clock.epoch_millis();
-        if let Some(known) = self.scope.config.features(now) {
-            return Ok(known);
-        }
-        let key = config::features_key(&self.scope.id);
-        let found = get_item(&self.shared.client, &self.shared.table, key, false).await?;
-        let features = Features::of(found.as_ref());
-        self.scope.config.remember_features(features, now);
-        Ok(features)
-    }
-
-    /// Marks `feature` in use in the namespace's features item (before what uses it is
-    /// stored, so that no reader misses it).
-    pub(crate) async fn mark_feature(&self, feature: Feature) -> Result<(), RepositoryError> {
-        let now = self.shared.clock.epoch_millis();
-        let e = config::feature_write(&self.scope.id, feature, now);
-        self.shared
-            .client
-            .update_item()
-            .table_name(&self.shared.table)
-            .set_key(Some(config::features_key(&self.scope.id)))
-            .with_expr(&e)
-            .send()
-            .await
-            .map_err(|err| classify("UpdateItem", err))?;
-        // What else is in use is known only if it was read.
-        match self.scope.config.features(now) {
-            Some(known) => self
-                .scope
-                .config
-                .remember_features(known.with(feature), now),
-            None => self.scope.config.forget_features(),
-        }
-        Ok(())
-    }
-}
-
-/// The key of `level`'s item among `slots`, for an error.
-fn level_key(ns: &str, slots: &[Slot], level: ConfigLevel) -> String {
-    let i = match level {
-        ConfigLevel::Entity => 0,
-        ConfigLevel::EntityDefault => 1,
-        ConfigLevel::Resource => 2,
-        ConfigLevel::System => slots.len().saturating_sub(1),
-    };
-    slots
-        .get(i)
-        .map(|s| dynalimit_format::item::describe_key(&s.key(ns)))
-        .unwrap_or_default()
 }

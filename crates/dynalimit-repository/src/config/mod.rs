@@ -19,7 +19,8 @@
 //! | `resolve` | resolution through the cache, `on_unavailable`, the cache's counters |
 //! | `write` | the per-level writers (full replace, flags carried over) and their audit events |
 //! | `registry` | the registries of resources with defaults and with entity configs |
-//! | `concurrency` | the concurrency limits of a level, their resolution and the namespace's marker |
+//! | `concurrency` | the concurrency limits of a level and their resolution |
+//! | `features` | the namespace's features item: which costly features of dynalimit's own are in use |
 //!
 //! The items themselves are [`dynalimit_format::config`]'s.
 
@@ -27,6 +28,7 @@ mod access;
 mod cache;
 mod cascade;
 mod concurrency;
+mod features;
 mod registry;
 mod resolve;
 mod write;
