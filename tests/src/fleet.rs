@@ -153,8 +153,7 @@ pub async fn worker(options: &FleetOptions, index: u32) -> Result<(), String> {
                     slot.keep_alive();
                     rng.random_range(hold_ms..hold_ms * 2)
                 } else {
-                    // Long enough that the slots fill up even on a loaded machine.
-                    rng.random_range(hold_ms / 10..hold_ms / 3)
+                    rng.random_range(5..hold_ms / 10)
                 };
                 tokio::time::sleep(Duration::from_millis(work)).await;
                 let end = SystemClock.epoch_millis().min(slot.expires_at_ms());
