@@ -9,11 +9,13 @@
 //! one JSON line when a take is answered (`held`: the slot, when, until when) and one before
 //! it sends the release (`ended`: the end of its belief, the earlier of now and the hold's
 //! expiry as it last knew it), flushed at once, so a killed process leaves every line it
-//! wrote.
+//! wrote. A holder that keeps its slot alive also prints each new expiry its heartbeats
+//! bring (`extended`), within 10 ms of it.
 //!
 //! [`check`] reads the lines of every worker: the beliefs of one slot never overlap, and at
 //! no instant do more than `max` holders believe they hold one. A holder in a killed process
-//! believes until the kill.
+//! believes until the kill or until the last expiry it knew, whichever is first (a holder
+//! whose heartbeats fail stops believing at that expiry: past it the slot may be another's).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -70,6 +72,13 @@ pub enum Line {
         until: i64,
         /// Whether the holder works longer than the hold time (and keeps the slot alive).
         long: bool,
+    },
+    /// A heartbeat moved the hold's expiry to `until`.
+    Extended {
+        /// The hold's id.
+        id: String,
+        /// The new expiry, epoch ms.
+        until: i64,
     },
     /// The holder stops believing at `at` and releases.
     Ended {
@@ -149,13 +158,28 @@ pub async fn worker(options: &FleetOptions, index: u32) -> Result<(), String> {
                     long,
                 });
                 let mut slot = slot;
-                let work = if long {
+                if long {
                     slot.keep_alive();
-                    rng.random_range(hold_ms..hold_ms * 2)
+                    let work = rng.random_range(hold_ms..hold_ms * 2);
+                    let until = SystemClock.epoch_millis() + i64::try_from(work).unwrap_or(0);
+                    let mut known = slot.expires_at_ms();
+                    while SystemClock.epoch_millis() < until {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        let now = slot.expires_at_ms();
+                        if now != known {
+                            known = now;
+                            print(&Line::Extended {
+                                id: id.clone(),
+                                until: now,
+                            });
+                        }
+                    }
                 } else {
-                    rng.random_range(5..hold_ms / 10)
-                };
-                tokio::time::sleep(Duration::from_millis(work)).await;
+                    // Between a tenth and a third of the hold time: long enough that the
+                    // slots are all in use at times.
+                    let work = rng.random_range(hold_ms / 10..hold_ms / 3);
+                    tokio::time::sleep(Duration::from_millis(work)).await;
+                }
                 let end = SystemClock.epoch_millis().min(slot.expires_at_ms());
                 print(&Line::Ended {
                     id,
@@ -190,8 +214,23 @@ pub struct FleetReport {
     pub faults: usize,
     /// The most holders believing at once.
     pub most_at_once: usize,
-    /// Two beliefs of one slot overlapping: (slot, first id, second id).
-    pub overlaps: Vec<(u32, String, String)>,
+    /// Two beliefs of one slot overlapping: (slot, the first, the second).
+    pub overlaps: Vec<(u32, Belief, Belief)>,
+}
+
+/// What one holder believed: that it held `slot` from `from` to `to` (epoch ms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Belief {
+    /// The hold's id.
+    pub id: String,
+    /// The slot.
+    pub slot: u32,
+    /// From, epoch ms.
+    pub from: i64,
+    /// To, epoch ms.
+    pub to: i64,
+    /// Whether it ended by a kill (no `ended` line).
+    pub killed: bool,
 }
 
 /// Whether a worker's `lines` show a hold longer than the hold time, taken before
@@ -221,11 +260,10 @@ pub fn check(
     hold_ms: i64,
 ) -> FleetReport {
     let mut report = FleetReport::default();
-    // (slot, from, to, id)
-    let mut beliefs: Vec<(u32, i64, i64, String)> = Vec::new();
+    let mut beliefs: Vec<Belief> = Vec::new();
     for (worker, lines) in lines {
-        // id → (slot, from, the hold's first expiry, kept alive)
-        let mut open: BTreeMap<&str, (u32, i64, i64, bool)> = BTreeMap::new();
+        // id → (slot, from, the last expiry the holder knew)
+        let mut open: BTreeMap<&str, (u32, i64, i64)> = BTreeMap::new();
         for line in lines {
             match line {
                 Line::Held {
@@ -233,51 +271,66 @@ pub fn check(
                     slot,
                     at,
                     until,
-                    long,
+                    ..
                 } => {
-                    open.insert(id, (*slot, *at, *until, *long));
+                    open.insert(id, (*slot, *at, *until));
+                }
+                Line::Extended { id, until } => {
+                    if let Some(hold) = open.get_mut(id.as_str()) {
+                        hold.2 = *until;
+                    }
                 }
                 Line::Ended { id, at, lost } => {
-                    if let Some((slot, from, _, _)) = open.remove(id.as_str()) {
-                        beliefs.push((slot, from, *at, id.clone()));
+                    if let Some((slot, from, _)) = open.remove(id.as_str()) {
+                        beliefs.push(Belief {
+                            id: id.clone(),
+                            slot,
+                            from,
+                            to: *at,
+                            killed: false,
+                        });
                         report.lost += usize::from(*lost);
                     }
                 }
                 Line::Faults { served } => report.faults += served.values().sum::<usize>(),
             }
         }
-        for (id, (slot, from, until, long)) in open {
-            // A killed holder believed until its death; one that was not kept alive, no
-            // longer than its hold.
+        for (id, (slot, from, until)) in open {
+            // A killed holder believed until its death or the last expiry it knew.
             let died = killed_at.get(worker).copied().unwrap_or(i64::MAX);
-            let to = if long { died } else { died.min(until) };
             report.killed += usize::from(killed_at.contains_key(worker));
-            beliefs.push((slot, from, to, id.to_owned()));
+            beliefs.push(Belief {
+                id: id.to_owned(),
+                slot,
+                from,
+                to: died.min(until),
+                killed: true,
+            });
         }
     }
     // A belief that ends before it starts (a hold that lapsed before its answer) holds
     // nothing.
-    beliefs.retain(|b| b.2 > b.1);
+    beliefs.retain(|b| b.to > b.from);
     report.holds = beliefs.len();
-    report.extended = beliefs
-        .iter()
-        .filter(|b| b.2 != i64::MAX && b.2 - b.1 > hold_ms)
-        .count();
-    let mut by_slot: BTreeMap<u32, Vec<&(u32, i64, i64, String)>> = BTreeMap::new();
+    report.extended = beliefs.iter().filter(|b| b.to - b.from > hold_ms).count();
+    let mut by_slot: BTreeMap<u32, Vec<&Belief>> = BTreeMap::new();
     for b in &beliefs {
-        by_slot.entry(b.0).or_default().push(b);
+        by_slot.entry(b.slot).or_default().push(b);
     }
     for (slot, mut list) in by_slot {
-        list.sort_by_key(|b| b.1);
+        list.sort_by_key(|b| b.from);
         for pair in list.windows(2) {
-            if pair[1].1 < pair[0].2 {
+            if pair[1].from < pair[0].to {
                 report
                     .overlaps
-                    .push((slot, pair[0].3.clone(), pair[1].3.clone()));
+                    .push((slot, pair[0].clone(), pair[1].clone()));
             }
         }
     }
-    let mut events: Vec<(i64, i32)> = beliefs.iter().flat_map(|b| [(b.1, 1), (b.2, -1)]).collect();
+    let mut events: Vec<(i64, i32)> = beliefs
+        .iter()
+        .flat_map(|b| [(b.from, 1), (b.to, -1)])
+        .collect();
     // An end and a start at the same instant do not overlap.
     events.sort();
     let mut now = 0i64;
@@ -286,4 +339,92 @@ pub fn check(
         report.most_at_once = report.most_at_once.max(usize::try_from(now).unwrap_or(0));
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(id: &str, slot: u32, at: i64, until: i64) -> Line {
+        Line::Held {
+            id: id.into(),
+            slot,
+            at,
+            until,
+            long: true,
+        }
+    }
+
+    #[test]
+    fn a_killed_holder_believes_until_the_last_expiry_it_knew() {
+        // Worker 0's hold was extended once to 2500, then its heartbeats failed; it was
+        // killed at 4000. Worker 1 took the slot at 3000.
+        let lines = BTreeMap::from([
+            (
+                0,
+                vec![
+                    held("0-0-1", 2, 0, 1500),
+                    Line::Extended {
+                        id: "0-0-1".into(),
+                        until: 2500,
+                    },
+                ],
+            ),
+            (
+                1,
+                vec![
+                    held("1-0-1", 2, 3000, 4500),
+                    Line::Ended {
+                        id: "1-0-1".into(),
+                        at: 3200,
+                        lost: false,
+                    },
+                ],
+            ),
+        ]);
+        let report = check(&lines, &BTreeMap::from([(0, 4000)]), 1500);
+        assert!(report.overlaps.is_empty(), "{:?}", report.overlaps);
+        assert_eq!(
+            (report.holds, report.killed, report.most_at_once),
+            (2, 1, 1)
+        );
+        assert_eq!(report.extended, 1);
+        // Extended past 3000, the same lines overlap.
+        let mut lines = lines;
+        lines.get_mut(&0).unwrap().push(Line::Extended {
+            id: "0-0-1".into(),
+            until: 3600,
+        });
+        let report = check(&lines, &BTreeMap::from([(0, 4000)]), 1500);
+        assert_eq!(report.overlaps.len(), 1);
+        assert_eq!(
+            (report.overlaps[0].1.to, report.overlaps[0].1.killed),
+            (3600, true)
+        );
+        assert_eq!(report.most_at_once, 2);
+    }
+
+    #[test]
+    fn beliefs_that_touch_do_not_overlap() {
+        let lines = BTreeMap::from([(
+            0,
+            vec![
+                held("0-0-1", 1, 0, 1500),
+                Line::Ended {
+                    id: "0-0-1".into(),
+                    at: 100,
+                    lost: false,
+                },
+                held("0-1-1", 1, 100, 1600),
+                Line::Ended {
+                    id: "0-1-1".into(),
+                    at: 200,
+                    lost: false,
+                },
+            ],
+        )]);
+        let report = check(&lines, &BTreeMap::new(), 1500);
+        assert!(report.overlaps.is_empty());
+        assert_eq!(report.most_at_once, 1);
+    }
 }
