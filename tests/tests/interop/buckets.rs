@@ -451,3 +451,55 @@ async fn dynalimit_fails_closed_on_buckets_it_cannot_read() {
         );
     }
 }
+
+/// A bucket that sat full ten minutes, settled by dynalimit's first debit after it: zae-limiter
+/// reads the settled item as the shared format says and spends exactly what is left (9 of
+/// 10), where the unsettled item would have given it the wasted refill (10 more).
+#[tokio::test]
+async fn zae_limiter_spends_a_bucket_dynalimit_settled_to_the_millitoken() {
+    let (table, py) = shared_table!();
+    let start = SystemClock.epoch_millis().div_euclid(1000) * 1000;
+    let clock = ManualClock::new(start);
+    let repo = clocked(&table, &clock).await;
+    repo.create_entity(NewEntity::new(ENTITY)).await.unwrap();
+    // At the entity level: the bucket has no time-to-live, so it stays through the wait.
+    repo.set_limits(ENTITY, RESOURCE, &[Limit::per_minute("rpm", 10)])
+        .await
+        .unwrap();
+    let limiter = RateLimiter::new(repo.clone());
+    let spend = || async {
+        limiter
+            .acquire(ENTITY, RESOURCE, [("rpm", 1)])
+            .await
+            .unwrap()
+            .commit()
+            .await
+            .unwrap();
+    };
+    spend().await;
+    let now = start + 600_000;
+    clock.set_epoch_millis(now);
+    spend().await;
+    let item = bucket_item(&repo, ENTITY, 0).await;
+    assert_eq!(
+        (number(&item, "rf"), number(&item, "b_rpm_tk")),
+        (now, 9_000),
+        "settled: rf moved to now, the balance clamped at 10 before the debit"
+    );
+    let mut answers = Vec::new();
+    for amount in [9, 1] {
+        let answer = py
+            .one(
+                "default",
+                json!({"op": "acquire", "entity": ENTITY, "resource": RESOURCE,
+                       "consume": pairs(&[("rpm", amount)]), "adjust": pairs(&[]),
+                       "now_ms": now}),
+            )
+            .await;
+        answers.push(answer["admitted"] == true);
+    }
+    assert_eq!(answers, [true, false], "9 admitted, then nothing left");
+    let item = bucket_item(&repo, ENTITY, 0).await;
+    assert_eq!(number(&item, "b_rpm_tk"), 0);
+    assert_eq!(number(&item, "b_rpm_tc"), 11_000);
+}

@@ -1574,6 +1574,97 @@ pub fn plan_proactive_refill(
     })
 }
 
+/// The settling write after a fast-path debit, when the bucket it debited had been full for
+/// a while: the refill that accrued while it was full is wasted, yet the stored `rf` keeps
+/// it, and a later slow pass would credit it (a burst after an idle full bucket admitted up
+/// to twice its capacity). Planned from the image the debit returned (`img`, the item after
+/// the debit of `demand` and one `wcu` token) as the proactive refill's write: each dripping
+/// limit's balance before the debit projected to `now` and clamped, the difference `ADD`ed,
+/// `rf` stamped `now`, under the `rf` lock with each raised balance pinned at or below what
+/// the image shows. `ADD` keeps every debit that lands meanwhile.
+///
+/// Planned only when some limit's wasted refill reaches a tenth of its ceiling (at least one
+/// millitoken), so a bucket is settled at most ten times per refill period, and the refill
+/// a later pass may credit too much stays below a tenth of the capacity. A scheduled limit
+/// is projected with the parameters in force at `now` (a fast debit lands only before the
+/// item's next boundary `vu`, which the settle pins). A calendar quota's balance is left as
+/// it is, and so is a session quota's; an item one of whose quotas passed a reset edge since
+/// `rf`, or whose session window opened after `rf`, is not settled (its slow pass grants the
+/// new period). `None` as well for an item carrying soft or bypass stamps, or what dynalimit
+/// cannot interpret.
+pub fn plan_settle(
+    img: &BucketImage,
+    demand: &BTreeMap<String, i64>,
+    now: i64,
+) -> Option<ProactiveRefill> {
+    if img.disabled
+        || img.unsupported_reason().is_some()
+        || img.bypass.is_some()
+        || !img.soft.is_empty()
+        || now <= img.rf
+        // A session window opened since `rf` (on another shard, say) is still to be applied
+        // here, which `rf` tells.
+        || img.windows.values().any(|w| w.ws.is_none_or(|ws| ws > img.rf))
+        // A calendar quota whose reset edge passed since `rf`: its slow pass grants it.
+        || img
+            .resets
+            .values()
+            .any(|r| r.prev_edge(now).is_some_and(|edge| edge > img.rf))
+    {
+        return None;
+    }
+    let mut wasted = false;
+    let mut deltas = Vec::new();
+    // A quota does not refill: nothing of it is wasted, and it is left as it is.
+    for (name, st) in img
+        .limits
+        .iter()
+        .filter(|(n, _)| !img.resets.contains_key(*n) && img.window_length(n).is_none())
+    {
+        let params = img.params_at(name, st, now);
+        let before = st.tk.saturating_add(demand.get(name).copied().unwrap_or(0));
+        let elapsed = i128::from(now) - i128::from(img.rf);
+        let add = if params.period > 0 && params.rate > 0 {
+            (elapsed * i128::from(params.rate)).div_euclid(i128::from(params.period))
+        } else {
+            0
+        };
+        let over = i128::from(before) + add - i128::from(params.ceiling);
+        if over >= i128::from((params.ceiling / 10).max(1)) {
+            wasted = true;
+        }
+        let (projected, _) = refill(before, img.rf, now, params);
+        if projected != before {
+            deltas.push(ProactiveDelta {
+                limit: name.clone(),
+                delta: projected - before,
+                tk_read: st.tk,
+            });
+        }
+    }
+    if !wasted {
+        return None;
+    }
+    if let Some(w) = img.wcu {
+        let before = w.tk.saturating_add(WCU_DEBIT_MILLI);
+        let (projected, _) = refill(before, img.rf, now, ShardParams::wcu());
+        if projected != before {
+            deltas.push(ProactiveDelta {
+                limit: WCU.to_owned(),
+                delta: projected - before,
+                tk_read: w.tk,
+            });
+        }
+    }
+    Some(ProactiveRefill {
+        rf_read: img.rf,
+        rf_new: now,
+        vu_read: img.vu,
+        shard_count: Some(i64::from(img.shards())),
+        deltas,
+    })
+}
+
 /// Whether shard 0 should double proactively: its `wcu` projected to `now` is below 20 % of
 /// capacity and the count is below the cap. Returns `(from, to)`.
 pub fn plan_proactive_doubling(img: &BucketImage, now: i64) -> Option<(u32, u32)> {

@@ -878,6 +878,25 @@ impl BucketStore {
         Ok(self.update(key, &e, false, Resend::Never).await?.applied())
     }
 
+    /// The settling write after a fast-path debit ([`decide::plan_settle`]). Returns false
+    /// when a condition failed: another writer moved `rf` (its refill clamped the balance),
+    /// or credited the bucket since the debit. Never sent again after a lost answer: its `rf`
+    /// lock refuses a second application, so it landed once or not at all, and the caller
+    /// reads [`RepositoryError::OutcomeUnknown`]. Not landing leaves the bucket as the shared
+    /// format's fast path leaves it.
+    ///
+    /// # Errors
+    /// [`RepositoryError::Contended`] when conflicts persist; [`RepositoryError`] when
+    /// DynamoDB cannot be reached or refuses the request.
+    pub async fn settle(
+        &self,
+        key: &BucketKey,
+        plan: &ProactiveRefill,
+    ) -> Result<bool, RepositoryError> {
+        let e = writes::settle(plan);
+        Ok(self.update(key, &e, false, Resend::Never).await?.applied())
+    }
+
     /// Stamps `limits` on one existing bucket item (the parameter sync of §4.3): their
     /// stored parameters, `vu = 0`, no `ttl` when `remove_ttl`, and each soft limit's stamp
     /// until `soft_until` (a hard limit's removed). Returns false when the

@@ -279,6 +279,15 @@ fn operation(n: usize) -> Expr {
 }
 
 fn proactive(n: usize) -> Expr {
+    writes::proactive_refill(&proactive_plan(n, Some(32)))
+}
+
+fn settle(n: usize) -> Expr {
+    // An unsharded bucket: the count's pin also admits its absence.
+    writes::settle(&proactive_plan(n, Some(1)))
+}
+
+fn proactive_plan(n: usize, shard_count: Option<i64>) -> ProactiveRefill {
     let mut deltas: Vec<ProactiveDelta> = names(n)
         .into_iter()
         .map(|limit| ProactiveDelta {
@@ -292,20 +301,20 @@ fn proactive(n: usize) -> Expr {
         delta: NOW,
         tk_read: NOW,
     });
-    writes::proactive_refill(&ProactiveRefill {
+    ProactiveRefill {
         rf_read: NOW,
         rf_new: NOW + 1,
         vu_read: Some(NOW),
-        shard_count: Some(32),
+        shard_count,
         deltas,
-    })
+    }
 }
 
 /// A request shape at a given number of limits.
 type Shape = (&'static str, fn(usize) -> Expr);
 
 /// Every shape whose expressions grow with the number of limits.
-const SHAPES: [Shape; 15] = [
+const SHAPES: [Shape; 16] = [
     ("consume (fast path)", |n| {
         writes::speculative_consume(&demand(n), NOW)
     }),
@@ -332,6 +341,7 @@ const SHAPES: [Shape; 15] = [
     }),
     ("soft stamps", |n| writes::soft_stamps(&limits(n), NOW)),
     ("proactive refill", proactive),
+    ("settle after a fast debit", settle),
 ];
 
 /// The shapes whose expressions do not depend on the limits.

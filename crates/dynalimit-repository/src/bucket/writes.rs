@@ -633,6 +633,30 @@ pub(crate) fn soft_stamps(limits: &[Limit], until: i64) -> Expr {
 /// limit's balance, under the `rf` lock, with the raised balances pinned at or below what was
 /// read and `vu` and `shard_count` pinned at what was read (or still absent).
 pub(crate) fn proactive_refill(plan: &ProactiveRefill) -> Expr {
+    let mut e = rf_locked_deltas(plan);
+    let c = match plan.shard_count {
+        Some(v) => e.cmp(attr::SHARD_COUNT, "=", v),
+        None => e.not_exists(attr::SHARD_COUNT),
+    };
+    e.when(c);
+    e
+}
+
+/// The settling write after a fast-path debit ([`super::decide::plan_settle`]): the
+/// proactive refill's write, its shard count pinned as the image read it (an absent count
+/// reads as 1).
+pub(crate) fn settle(plan: &ProactiveRefill) -> Expr {
+    let mut e = rf_locked_deltas(plan);
+    let count = plan
+        .shard_count
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(1);
+    let c = shard_count_pin(&mut e, count);
+    e.when(c);
+    e
+}
+
+fn rf_locked_deltas(plan: &ProactiveRefill) -> Expr {
     let mut e = Expr::default();
     let c = e.cmp(attr::RF, "=", plan.rf_read);
     e.when(c);
@@ -644,16 +668,11 @@ pub(crate) fn proactive_refill(plan: &ProactiveRefill) -> Expr {
             e.when(c);
         }
     }
-    for (name, read) in [
-        (attr::VU, plan.vu_read),
-        (attr::SHARD_COUNT, plan.shard_count),
-    ] {
-        let c = match read {
-            Some(v) => e.cmp(name, "=", v),
-            None => e.not_exists(name),
-        };
-        e.when(c);
-    }
+    let c = match plan.vu_read {
+        Some(v) => e.cmp(attr::VU, "=", v),
+        None => e.not_exists(attr::VU),
+    };
+    e.when(c);
     e
 }
 

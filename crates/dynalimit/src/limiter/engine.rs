@@ -12,7 +12,7 @@ use dynalimit_repository::bucket::decide::{
     BucketImage, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, Stamps, TtlAction,
     WcuDecision, classify_fast_failure, consumption_retry, debit_beyond_ceiling,
     decide_wcu_exhaustion, fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create,
-    plan_delta, plan_funding, plan_refill, plan_refund, shard_in, stamp_deadline,
+    plan_delta, plan_funding, plan_refill, plan_refund, plan_settle, shard_in, stamp_deadline,
     statuses_from_image,
 };
 use dynalimit_repository::bucket::decide::{CreatePlan, QuotaPin, QuotaState, WindowState};
@@ -352,6 +352,7 @@ impl Inner {
     ) -> Next {
         self.rejections.forget(key);
         let Some(limit) = debit_beyond_ceiling(&img, demand, now) else {
+            self.settle(key, &img, demand, now).await;
             return Next::Done(Box::new(self.entry_from_image(key, img, demand, now)));
         };
         self.learn(&key.entity_id, &key.resource, &img);
@@ -370,6 +371,30 @@ impl Inner {
         Next::Slow {
             shard: key.shard,
             shard_count,
+        }
+    }
+
+    /// After a fast debit of a bucket that had been full for a while, moves its `rf` to now
+    /// with the balances clamped as they were ([`plan_settle`]): otherwise a later slow pass
+    /// credits the refill wasted while the bucket was full. Awaited, so the next acquire of
+    /// this caller finds the bucket settled. Best effort: a settle refused by its lock (another
+    /// writer moved `rf` first) or lost is not sent again, and leaves the bucket as the shared
+    /// format's fast path leaves it (test `suite::fast_path::settle`).
+    async fn settle(
+        &self,
+        key: &BucketKey,
+        img: &BucketImage,
+        demand: &BTreeMap<String, i64>,
+        now: i64,
+    ) {
+        let Some(plan) = plan_settle(img, demand, now) else {
+            return;
+        };
+        if let Err(e) = Box::pin(self.store.settle(key, &plan)).await {
+            tracing::debug!(
+                entity_id = %key.entity_id, resource = %key.resource, error = %e,
+                "settling a bucket after a fast debit failed (not sent again)"
+            );
         }
     }
 
