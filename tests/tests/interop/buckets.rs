@@ -452,11 +452,11 @@ async fn dynalimit_fails_closed_on_buckets_it_cannot_read() {
     }
 }
 
-/// A bucket that sat full ten minutes, settled by dynalimit's first debit after it: zae-limiter
-/// reads the settled item as the shared format says and spends exactly what is left (9 of
-/// 10), where the unsettled item would have given it the wasted refill (10 more).
+/// A bucket that sat full ten minutes, materialised by dynalimit's first debit after it: zae-limiter
+/// reads the materialised item as the shared format says and spends exactly what is left (9 of
+/// 10), where the unmaterialised item would have given it the wasted refill (10 more).
 #[tokio::test]
-async fn zae_limiter_spends_a_bucket_dynalimit_settled_to_the_millitoken() {
+async fn zae_limiter_spends_a_bucket_dynalimit_materialised_to_the_millitoken() {
     let (table, py) = shared_table!();
     let start = SystemClock.epoch_millis().div_euclid(1000) * 1000;
     let clock = ManualClock::new(start);
@@ -484,7 +484,7 @@ async fn zae_limiter_spends_a_bucket_dynalimit_settled_to_the_millitoken() {
     assert_eq!(
         (number(&item, "rf"), number(&item, "b_rpm_tk")),
         (now, 9_000),
-        "settled: rf moved to now, the balance clamped at 10 before the debit"
+        "materialised: rf moved to now, the balance clamped at 10 before the debit"
     );
     let mut answers = Vec::new();
     for amount in [9, 1] {

@@ -252,7 +252,7 @@ async fn a_namespace_without_concurrency_limits_reads_its_features_once_a_minute
     }
     assert_eq!(r.counter.total(), 5, "{:?}", r.counter.snapshot());
     // Past the TTL, the features item is read again: one GetItem, once. (The bucket is full
-    // again by then, so the first debit also settles it: one more UpdateItem.)
+    // again by then, so the first debit also materialises it: one more UpdateItem.)
     r.clock.advance(Duration::from_secs(61));
     r.counter.reset();
     for _ in 0..3 {

@@ -941,10 +941,10 @@ async fn a_debit_of_a_balance_above_the_ceiling_is_given_back_once_when_its_answ
 }
 
 /// A bucket that sat full longer than it takes to refill, then a burst: the first fast debit
-/// settles the bucket (its `rf` moved to now, the balance clamped as it was), so the refill
+/// materialises the bucket (its `rf` moved to now, the balance clamped as it was), so the refill
 /// wasted while it was full is not credited by the slow pass that follows. Exactly the
-/// capacity is admitted (both backends); without the settle, 19 where 10 are allowed. The
-/// settle costs one request, on the first acquire after the idle time only.
+/// capacity is admitted (both backends); without the materialise, 19 where 10 are allowed. The
+/// materialise costs one request, on the first acquire after the idle time only.
 #[tokio::test]
 async fn a_burst_after_an_idle_full_bucket_is_admitted_at_most_its_capacity() {
     let r = crate::engine::rig().await;
@@ -972,32 +972,36 @@ async fn a_burst_after_an_idle_full_bucket_is_admitted_at_most_its_capacity() {
     assert_eq!(
         updates,
         [2, 1, 1, 1, 1, 1, 1, 1, 1, 1],
-        "the debit and the settle, then one request per acquire"
+        "the debit and the materialise, then one request per acquire"
     );
 }
 
-/// The settle after a fast debit is sent once: an answer lost after it landed is not sent
-/// again, the acquire is admitted all the same, and the bucket is settled (it landed). The
+/// The materialise after a fast debit is sent once: an answer lost after it landed is not sent
+/// again, the acquire is admitted all the same, and the bucket is materialised (it landed). The
 /// stale `rf` is what another writer's fast debits leave after ten idle minutes.
 #[tokio::test]
-async fn settle_a_lost_answer_is_not_sent_again_and_the_acquire_stands() {
+async fn a_lost_answer_to_a_materialising_write_is_not_sent_again() {
     let r = rig().await;
     r.warm("idle").await;
     let item = r.bucket("idle").await;
     let rf = get_i64(&item, "rf").unwrap();
     r.raw_set(&item, "rf", rf - 600_000).await;
-    // The settle is the only write that moves `rf`.
-    let settle = "\"rf\"";
-    let updates = r.spend_losing("idle", settle).await;
-    assert_eq!(updates.len(), 2, "the debit and the settle: {updates:#?}");
+    // The materialise is the only write that moves `rf`.
+    let materialise = "\"rf\"";
+    let updates = r.spend_losing("idle", materialise).await;
     assert_eq!(
-        updates.iter().filter(|b| b.contains(settle)).count(),
+        updates.len(),
+        2,
+        "the debit and the materialise: {updates:#?}"
+    );
+    assert_eq!(
+        updates.iter().filter(|b| b.contains(materialise)).count(),
         1,
-        "the settle, sent once: {updates:#?}"
+        "the materialise, sent once: {updates:#?}"
     );
     let after = r.bucket("idle").await;
     let moved = get_i64(&after, "rf").unwrap();
-    assert!(moved > rf, "the settle landed: rf {moved} after {rf}");
+    assert!(moved > rf, "the materialise landed: rf {moved} after {rf}");
     assert_eq!(
         get_i64(&after, "b_rpm_tk"),
         Some(99_000),

@@ -1574,7 +1574,7 @@ pub fn plan_proactive_refill(
     })
 }
 
-/// The settling write after a fast-path debit, when the bucket it debited had been full for
+/// The materialising write after a fast-path debit, when the bucket it debited had been full for
 /// a while: the refill that accrued while it was full is wasted, yet the stored `rf` keeps
 /// it, and a later slow pass would credit it (a burst after an idle full bucket admitted up
 /// to twice its capacity). Planned from the image the debit returned (`img`, the item after
@@ -1584,15 +1584,15 @@ pub fn plan_proactive_refill(
 /// the image shows. `ADD` keeps every debit that lands meanwhile.
 ///
 /// Planned only when some limit's wasted refill reaches a tenth of its ceiling (at least one
-/// millitoken), so a bucket is settled at most ten times per refill period, and the refill
+/// millitoken), so a bucket is materialised at most ten times per refill period, and the refill
 /// a later pass may credit too much stays below a tenth of the capacity. A scheduled limit
 /// is projected with the parameters in force at `now` (a fast debit lands only before the
-/// item's next boundary `vu`, which the settle pins). A calendar quota's balance is left as
+/// item's next boundary `vu`, which the write pins). A calendar quota's balance is left as
 /// it is, and so is a session quota's; an item one of whose quotas passed a reset edge since
-/// `rf`, or whose session window opened after `rf`, is not settled (its slow pass grants the
+/// `rf`, or whose session window opened after `rf`, is not materialised (its slow pass grants the
 /// new period). `None` as well for an item carrying soft or bypass stamps, or what dynalimit
 /// cannot interpret.
-pub fn plan_settle(
+pub fn plan_materialise(
     img: &BucketImage,
     demand: &BTreeMap<String, i64>,
     now: i64,

@@ -878,7 +878,7 @@ impl BucketStore {
         Ok(self.update(key, &e, false, Resend::Never).await?.applied())
     }
 
-    /// The settling write after a fast-path debit ([`decide::plan_settle`]). Returns false
+    /// The materialising write after a fast-path debit ([`decide::plan_materialise`]). Returns false
     /// when a condition failed: another writer moved `rf` (its refill clamped the balance),
     /// or credited the bucket since the debit. Never sent again after a lost answer: its `rf`
     /// lock refuses a second application, so it landed once or not at all, and the caller
@@ -888,12 +888,12 @@ impl BucketStore {
     /// # Errors
     /// [`RepositoryError::Contended`] when conflicts persist; [`RepositoryError`] when
     /// DynamoDB cannot be reached or refuses the request.
-    pub async fn settle(
+    pub async fn materialise(
         &self,
         key: &BucketKey,
         plan: &ProactiveRefill,
     ) -> Result<bool, RepositoryError> {
-        let e = writes::settle(plan);
+        let e = writes::materialise(plan);
         Ok(self.update(key, &e, false, Resend::Never).await?.applied())
     }
 

@@ -282,9 +282,9 @@ fn proactive(n: usize) -> Expr {
     writes::proactive_refill(&proactive_plan(n, Some(32)))
 }
 
-fn settle(n: usize) -> Expr {
+fn materialise(n: usize) -> Expr {
     // An unsharded bucket: the count's pin also admits its absence.
-    writes::settle(&proactive_plan(n, Some(1)))
+    writes::materialise(&proactive_plan(n, Some(1)))
 }
 
 fn proactive_plan(n: usize, shard_count: Option<i64>) -> ProactiveRefill {
@@ -341,7 +341,7 @@ const SHAPES: [Shape; 16] = [
     }),
     ("soft stamps", |n| writes::soft_stamps(&limits(n), NOW)),
     ("proactive refill", proactive),
-    ("settle after a fast debit", settle),
+    ("materialise after a fast debit", materialise),
 ];
 
 /// The shapes whose expressions do not depend on the limits.

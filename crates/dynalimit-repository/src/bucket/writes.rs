@@ -642,10 +642,10 @@ pub(crate) fn proactive_refill(plan: &ProactiveRefill) -> Expr {
     e
 }
 
-/// The settling write after a fast-path debit ([`super::decide::plan_settle`]): the
+/// The materialising write after a fast-path debit ([`super::decide::plan_materialise`]): the
 /// proactive refill's write, its shard count pinned as the image read it (an absent count
 /// reads as 1).
-pub(crate) fn settle(plan: &ProactiveRefill) -> Expr {
+pub(crate) fn materialise(plan: &ProactiveRefill) -> Expr {
     let mut e = rf_locked_deltas(plan);
     let count = plan
         .shard_count

@@ -12,7 +12,7 @@ use dynalimit_repository::bucket::decide::{
     BucketImage, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, Stamps, TtlAction,
     WcuDecision, classify_fast_failure, consumption_retry, debit_beyond_ceiling,
     decide_wcu_exhaustion, fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create,
-    plan_delta, plan_funding, plan_refill, plan_refund, plan_settle, shard_in, stamp_deadline,
+    plan_delta, plan_funding, plan_materialise, plan_refill, plan_refund, shard_in, stamp_deadline,
     statuses_from_image,
 };
 use dynalimit_repository::bucket::decide::{CreatePlan, QuotaPin, QuotaState, WindowState};
@@ -352,7 +352,7 @@ impl Inner {
     ) -> Next {
         self.rejections.forget(key);
         let Some(limit) = debit_beyond_ceiling(&img, demand, now) else {
-            self.settle(key, &img, demand, now).await;
+            self.materialise(key, &img, demand, now).await;
             return Next::Done(Box::new(self.entry_from_image(key, img, demand, now)));
         };
         self.learn(&key.entity_id, &key.resource, &img);
@@ -375,25 +375,25 @@ impl Inner {
     }
 
     /// After a fast debit of a bucket that had been full for a while, moves its `rf` to now
-    /// with the balances clamped as they were ([`plan_settle`]): otherwise a later slow pass
+    /// with the balances clamped as they were ([`plan_materialise`]): otherwise a later slow pass
     /// credits the refill wasted while the bucket was full. Awaited, so the next acquire of
-    /// this caller finds the bucket settled. Best effort: a settle refused by its lock (another
+    /// this caller finds the bucket materialised. Best effort: a write refused by its lock (another
     /// writer moved `rf` first) or lost is not sent again, and leaves the bucket as the shared
-    /// format's fast path leaves it (test `suite::fast_path::settle`).
-    async fn settle(
+    /// format's fast path leaves it (test `suite::fast_path::a_lost_answer_to_a_materialising_write_is_not_sent_again`).
+    async fn materialise(
         &self,
         key: &BucketKey,
         img: &BucketImage,
         demand: &BTreeMap<String, i64>,
         now: i64,
     ) {
-        let Some(plan) = plan_settle(img, demand, now) else {
+        let Some(plan) = plan_materialise(img, demand, now) else {
             return;
         };
-        if let Err(e) = Box::pin(self.store.settle(key, &plan)).await {
+        if let Err(e) = Box::pin(self.store.materialise(key, &plan)).await {
             tracing::debug!(
                 entity_id = %key.entity_id, resource = %key.resource, error = %e,
-                "settling a bucket after a fast debit failed (not sent again)"
+                "materialising a bucket after a fast debit failed (not sent again)"
             );
         }
     }

@@ -2310,8 +2310,8 @@ mod funding {
     }
 }
 
-/// The settling write, as DynamoDB evaluates it: the `rf` lock, the pins, then the deltas.
-fn apply_settle(img: &mut BucketImage, plan: &ProactiveRefill) -> bool {
+/// The materialising write, as DynamoDB evaluates it: the `rf` lock, the pins, then the deltas.
+fn apply_materialise(img: &mut BucketImage, plan: &ProactiveRefill) -> bool {
     let raised_ok = plan.deltas.iter().all(|d| {
         d.delta <= 0
             || if d.limit == WCU {
@@ -2339,34 +2339,34 @@ fn apply_settle(img: &mut BucketImage, plan: &ProactiveRefill) -> bool {
 }
 
 #[test]
-fn a_debit_after_the_bucket_sat_full_settles_it() {
+fn a_debit_after_the_bucket_sat_full_materialises_it() {
     let limits = [rpm(10)];
     let mut img = fresh(&limits, &BTreeMap::new(), 1, T0);
     let d = demand(&[("rpm", 1)]);
     // Just created, full: no refill was wasted.
     assert!(fast_consume(&mut img, &d, T0));
-    assert_eq!(plan_settle(&img, &d, T0), None);
+    assert_eq!(plan_materialise(&img, &d, T0), None);
     // Six seconds later the one token is back and nothing more: not yet a tenth wasted.
     let now = T0 + 6_000;
     assert!(fast_consume(&mut img, &d, now));
-    assert_eq!(plan_settle(&img, &d, now), None);
+    assert_eq!(plan_materialise(&img, &d, now), None);
     // Ten idle minutes later: the balance before the debit is the ceiling again.
     let now = T0 + 600_000;
     assert!(fast_consume(&mut img, &d, now));
-    let plan = plan_settle(&img, &d, now).expect("a settle");
+    let plan = plan_materialise(&img, &d, now).expect("a materialise");
     assert_eq!((plan.rf_read, plan.rf_new), (T0, now));
     let rpm_delta = plan.deltas.iter().find(|x| x.limit == "rpm").unwrap();
     // Before the debit: 8 tokens stored; refilled and clamped: 10.
     assert_eq!((rpm_delta.delta, rpm_delta.tk_read), (2 * MILLI, 7 * MILLI));
-    assert!(apply_settle(&mut img, &plan));
+    assert!(apply_materialise(&mut img, &plan));
     assert_eq!(img.limits["rpm"].tk, 9 * MILLI);
     assert_eq!(img.rf, now);
-    // A second settle from the same image finds the lock moved.
-    assert!(!apply_settle(&mut img, &plan));
+    // A second materialise from the same image finds the lock moved.
+    assert!(!apply_materialise(&mut img, &plan));
 }
 
 #[test]
-fn items_with_stamps_or_quotas_are_not_settled() {
+fn items_with_stamps_or_quotas_are_not_materialised() {
     let limits = [rpm(10)];
     let d = demand(&[("rpm", 1)]);
     let now = T0 + 600_000;
@@ -2375,21 +2375,21 @@ fn items_with_stamps_or_quotas_are_not_settled() {
         assert!(fast_consume(&mut img, &d, now));
         img
     };
-    assert!(plan_settle(&base, &d, now).is_some());
+    assert!(plan_materialise(&base, &d, now).is_some());
     let mut stamped = base.clone();
     stamped.soft.insert("rpm".into(), now + 1000);
-    assert_eq!(plan_settle(&stamped, &d, now), None);
+    assert_eq!(plan_materialise(&stamped, &d, now), None);
     let mut bypassed = base.clone();
     bypassed.bypass = Some(now + 1000);
-    assert_eq!(plan_settle(&bypassed, &d, now), None);
+    assert_eq!(plan_materialise(&bypassed, &d, now), None);
     let mut unknown = base.clone();
     unknown.unsupported.push("rsched".into());
-    assert_eq!(plan_settle(&unknown, &d, now), None);
+    assert_eq!(plan_materialise(&unknown, &d, now), None);
     let mut disabled = base.clone();
     disabled.disabled = true;
-    assert_eq!(plan_settle(&disabled, &d, now), None);
-    // A clock behind `rf` settles nothing.
-    assert_eq!(plan_settle(&base, &d, T0 - 1), None);
+    assert_eq!(plan_materialise(&disabled, &d, now), None);
+    // A clock behind `rf` materialises nothing.
+    assert_eq!(plan_materialise(&base, &d, T0 - 1), None);
     // A session window opened after `rf` is still to be applied; one opened before is not.
     let window = |ws| WindowState {
         rsa: Some(86_400),
@@ -2399,17 +2399,17 @@ fn items_with_stamps_or_quotas_are_not_settled() {
     };
     let mut opened = base.clone();
     opened.windows.insert("day".into(), window(T0 + 1));
-    assert_eq!(plan_settle(&opened, &d, now), None);
+    assert_eq!(plan_materialise(&opened, &d, now), None);
     opened.windows.insert("day".into(), window(T0));
-    assert!(plan_settle(&opened, &d, now).is_some());
+    assert!(plan_materialise(&opened, &d, now).is_some());
     // A daily reset edge at 22:20 UTC passed since `rf` (22:13:20): its slow pass resets the
-    // quota. The edge of midnight, before `rf`, leaves the settle to go.
+    // quota. The edge of midnight, before `rf`, leaves the materialise to go.
     let mut reset = base.clone();
     let daily = |cron| ResetSchedule::parse(cron, dynalimit_core::schedule::Zone::utc()).unwrap();
     reset.resets.insert("day".into(), daily("20 22 * * *"));
-    assert_eq!(plan_settle(&reset, &d, now), None);
+    assert_eq!(plan_materialise(&reset, &d, now), None);
     reset.resets.insert("day".into(), daily("0 0 * * *"));
-    let plan = plan_settle(&reset, &d, now).expect("a settle");
+    let plan = plan_materialise(&reset, &d, now).expect("a materialise");
     assert!(plan.deltas.iter().all(|x| x.limit != "day"));
 }
 
@@ -2436,13 +2436,13 @@ impl Ideal {
 }
 
 proptest! {
-    /// Acquires one after another (the fast path, then its settle; the slow pass when the
+    /// Acquires one after another (the fast path, then its materialise; the slow pass when the
     /// fast path is refused), at any pace: measured against an ideal token bucket clamped
     /// at every instant, what was admitted never overdraws it by more than a tenth of the
-    /// capacity and one request. Without the settle, a burst after idling full overdraws it
+    /// capacity and one request. Without the materialise, a burst after idling full overdraws it
     /// by up to the whole capacity.
     #[test]
-    fn settled_fast_debits_never_overdraw_an_ideal_bucket(
+    fn materialised_fast_debits_never_overdraw_an_ideal_bucket(
         ops in proptest::collection::vec(
             (
                 0i64..4,
@@ -2470,13 +2470,13 @@ proptest! {
             let d = demand(&[("rpm", n)]);
             if fast_consume(&mut item, &d, now) {
                 ideal.debit(now, n * MILLI);
-                let plan = plan_settle(&item, &d, now);
-                // Another caller's debit may land between the debit and its settle.
+                let plan = plan_materialise(&item, &d, now);
+                // Another caller's debit may land between the debit and its materialise.
                 if other_first && fast_consume(&mut item, &demand(&[("rpm", 1)]), now) {
                     ideal.debit(now, MILLI);
                 }
                 if let Some(plan) = plan {
-                    apply_settle(&mut item, &plan);
+                    apply_materialise(&mut item, &plan);
                 }
                 continue;
             }
