@@ -102,12 +102,33 @@ fn print(line: &Line) {
     let _ = out.flush();
 }
 
-/// One worker process (see the module documentation).
+/// Where a worker writes its lines.
+pub type Sink = Arc<dyn Fn(&Line) + Send + Sync>;
+
+/// One worker process (see the module documentation): its lines to standard output, until
+/// standard input closes.
 ///
 /// # Errors
 /// The failure of opening the repository, or bad options.
 pub async fn worker(options: &FleetOptions, index: u32) -> Result<(), String> {
     let proxy = FaultProxy::start().await;
+    let stop = crate::soak::stop_when_stdin_closes();
+    run(options, index, &proxy, stop, Arc::new(print)).await
+}
+
+/// A worker's tasks through `proxy`, each line to `out`, until `stop` is set: the body of
+/// [`worker`], which an in-process fleet also runs (its "kill": `proxy` holding every write,
+/// then the task aborted).
+///
+/// # Errors
+/// The failure of opening the repository, or bad options.
+pub async fn run(
+    options: &FleetOptions,
+    index: u32,
+    proxy: &FaultProxy,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    out: Sink,
+) -> Result<(), String> {
     let client = proxy.client(3, Some(Duration::from_secs(2))).await;
     let repo = Repository::builder()
         .client(client)
@@ -121,15 +142,16 @@ pub async fn worker(options: &FleetOptions, index: u32) -> Result<(), String> {
     let limit = Concurrency::new(LIMIT, options.max)
         .and_then(|c| c.hold_time(Duration::from_millis(options.hold_ms)))
         .map_err(|e| e.to_string())?;
-    let stop = crate::soak::stop_when_stdin_closes();
-    let mut tasks = Vec::new();
+    // Dropped (the worker aborted), the set aborts every task: their slots are dropped.
+    let mut tasks = tokio::task::JoinSet::new();
     for t in 0..options.tasks {
         let limiter = limiter.clone();
         let limit = limit.clone();
         let stop = Arc::clone(&stop);
+        let print = Arc::clone(&out);
         let seed = options.seed * 1_000_000 + u64::from(index) * 1000 + u64::from(t);
         let hold_ms = options.hold_ms;
-        tasks.push(tokio::spawn(async move {
+        tasks.spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -188,12 +210,10 @@ pub async fn worker(options: &FleetOptions, index: u32) -> Result<(), String> {
                 });
                 let _ = slot.release().await;
             }
-        }));
+        });
     }
-    for t in tasks {
-        let _ = t.await;
-    }
-    print(&Line::Faults {
+    while tasks.join_next().await.is_some() {}
+    out(&Line::Faults {
         served: proxy.chaos_served(),
     });
     Ok(())

@@ -3,16 +3,20 @@
 //! requests; two processes are killed with SIGKILL while one of their tasks holds a slot
 //! past its first hold time. Checked from every holder's log: no two beliefs of one slot
 //! overlap and never more than 5 hold at once; and every slot is back within the hold time
-//! plus one heartbeat after the last holder died or ended.
+//! plus one heartbeat after the last holder died or ended. The same fleet also runs in one
+//! process, on either backend, a kill there being a proxy that holds every write from then
+//! on and the worker aborted.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dynalimit::{Concurrency, RateLimiter};
 use dynalimit_core::{Clock, SystemClock};
+use dynalimit_tests::fault::FaultProxy;
 use dynalimit_tests::fleet::{self, FleetOptions, Line};
 
 const MAX: u32 = 5;
@@ -25,15 +29,7 @@ async fn never_more_holders_than_slots_across_killed_processes_and_lost_answers(
     }
     let table = dynalimit_tests::table().await;
     let repo = table.repository("fleet").await;
-    let options = FleetOptions {
-        table: table.name().to_owned(),
-        namespace: "fleet".into(),
-        max: MAX,
-        hold_ms: HOLD_MS,
-        tasks: 16,
-        fault_rate: 0.05,
-        seed: 11,
-    };
+    let options = options(table.name(), 11);
     let lines: Arc<Mutex<BTreeMap<u32, Vec<Line>>>> = Arc::default();
     let mut workers = Vec::new();
     for w in 0..4u32 {
@@ -61,32 +57,12 @@ async fn never_more_holders_than_slots_across_killed_processes_and_lost_answers(
 
     // Two processes killed while one of their tasks holds a slot past its first hold time
     // (kept by heartbeats), each as soon as one is seen, after at least 2 s of running.
-    let mut killed_at = BTreeMap::new();
-    let started = SystemClock.epoch_millis();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    while killed_at.len() < 2 {
-        assert!(
-            SystemClock.epoch_millis() - started < 60_000,
-            "no worker held a long slot to be killed during"
-        );
-        // A hold that has outlived its first hold time: heartbeats kept it.
-        let cutoff = SystemClock.epoch_millis() - i64::try_from(HOLD_MS).unwrap() - 100;
-        let holding = {
-            let lines = lines.lock().unwrap();
-            (0..4u32).find(|w| {
-                !killed_at.contains_key(w)
-                    && lines.get(w).is_some_and(|l| fleet::holds_long(l, cutoff))
-            })
-        };
-        let Some(w) = holding else {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            continue;
-        };
+    let killed_at = kill_two(&lines, |w| {
         let child = &mut workers[w as usize];
         child.kill().expect("SIGKILL");
         child.wait().expect("reaped");
-        killed_at.insert(w, SystemClock.epoch_millis());
-    }
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let alive: Vec<usize> = (0..4usize)
         .filter(|w| !killed_at.contains_key(&(*w as u32)))
@@ -99,7 +75,120 @@ async fn never_more_holders_than_slots_across_killed_processes_and_lost_answers(
         assert!(status.success(), "{status}");
     }
     let ended = SystemClock.epoch_millis();
+    let lines = lines.lock().unwrap().clone();
+    every_slot_back_and_never_held_twice(repo, &lines, &killed_at, ended).await;
+}
 
+/// The options of a fleet on `table`.
+fn options(table: &str, seed: u64) -> FleetOptions {
+    FleetOptions {
+        table: table.to_owned(),
+        namespace: "fleet".into(),
+        max: MAX,
+        hold_ms: HOLD_MS,
+        tasks: 16,
+        fault_rate: 0.05,
+        seed,
+    }
+}
+
+/// Kills two workers, each (with `kill`) as soon as one of its holds has outlived its first
+/// hold time (heartbeats kept it), after at least 2 s of running; when each died.
+async fn kill_two(
+    lines: &Mutex<BTreeMap<u32, Vec<Line>>>,
+    mut kill: impl FnMut(u32),
+) -> BTreeMap<u32, i64> {
+    let mut killed_at = BTreeMap::new();
+    let started = SystemClock.epoch_millis();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while killed_at.len() < 2 {
+        assert!(
+            SystemClock.epoch_millis() - started < 60_000,
+            "no worker held a long slot to be killed during"
+        );
+        let cutoff = SystemClock.epoch_millis() - i64::try_from(HOLD_MS).unwrap() - 100;
+        let holding = {
+            let lines = lines.lock().unwrap();
+            (0..4u32).find(|w| {
+                !killed_at.contains_key(w)
+                    && lines.get(w).is_some_and(|l| fleet::holds_long(l, cutoff))
+            })
+        };
+        let Some(w) = holding else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        kill(w);
+        killed_at.insert(w, SystemClock.epoch_millis());
+    }
+    killed_at
+}
+
+/// The same fleet in one process, on either backend (the memory store cannot be shared
+/// between processes): 4 workers of 16 tasks, each through its own fault proxy; a "kill"
+/// makes the worker's proxy hold every write from then on (its releases and heartbeats never
+/// land, as after a crash) and aborts the worker.
+#[tokio::test(flavor = "multi_thread")]
+async fn never_more_holders_than_slots_in_one_process_with_crashes_and_lost_answers() {
+    let table = dynalimit_tests::table().await;
+    let repo = table.repository("fleet").await;
+    let options = options(table.name(), 12);
+    let lines: Arc<Mutex<BTreeMap<u32, Vec<Line>>>> = Arc::default();
+    let mut workers = Vec::new();
+    for w in 0..4u32 {
+        let proxy = Arc::new(FaultProxy::start().await);
+        let stop = Arc::new(AtomicBool::new(false));
+        let out: fleet::Sink = {
+            let lines = Arc::clone(&lines);
+            Arc::new(move |line: &Line| {
+                lines
+                    .lock()
+                    .unwrap()
+                    .entry(w)
+                    .or_default()
+                    .push(line.clone());
+            })
+        };
+        let task = {
+            let (options, proxy, stop) = (options.clone(), Arc::clone(&proxy), Arc::clone(&stop));
+            tokio::spawn(async move { fleet::run(&options, w, &proxy, stop, out).await })
+        };
+        workers.push((proxy, stop, task));
+    }
+    let killed_at = kill_two(&lines, |w| {
+        let (proxy, _, task) = &workers[w as usize];
+        proxy.hold("UpdateItem", None, usize::MAX);
+        task.abort();
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (w, (_, stop, _)) in workers.iter().enumerate() {
+        if !killed_at.contains_key(&(w as u32)) {
+            stop.store(true, Ordering::Relaxed);
+        }
+    }
+    for (w, (_, _, task)) in workers.into_iter().enumerate() {
+        match task.await {
+            Ok(result) => result.expect("a worker ends"),
+            Err(e) => assert!(
+                e.is_cancelled() && killed_at.contains_key(&(w as u32)),
+                "{e}"
+            ),
+        }
+    }
+    let ended = SystemClock.epoch_millis();
+    let lines = lines.lock().unwrap().clone();
+    every_slot_back_and_never_held_twice(repo, &lines, &killed_at, ended).await;
+}
+
+/// Every slot back within the hold time plus one heartbeat of the last death or end, and the
+/// logs of every holder checked ([`fleet::check`]).
+async fn every_slot_back_and_never_held_twice(
+    repo: dynalimit::Repository,
+    lines: &BTreeMap<u32, Vec<Line>>,
+    killed_at: &BTreeMap<u32, i64>,
+    ended: i64,
+) {
     // Every slot back within the hold time plus one heartbeat of the last death or end
     // (a lost release frees at the hold's expiry), polled every 50 ms.
     let hold = Duration::from_millis(HOLD_MS);
@@ -131,8 +220,7 @@ async fn never_more_holders_than_slots_across_killed_processes_and_lost_answers(
         slot.release().await.unwrap();
     }
 
-    let lines = lines.lock().unwrap().clone();
-    let report = fleet::check(&lines, &killed_at, i64::try_from(HOLD_MS).unwrap());
+    let report = fleet::check(lines, killed_at, i64::try_from(HOLD_MS).unwrap());
     println!(
         "fleet: {} holds, {} ended by a kill, {} extended past one hold, {} lost, {} faults, \
          most at once {}, every slot back {} ms before the deadline",
