@@ -1555,16 +1555,7 @@ pub fn plan_proactive_refill(
     if deltas.is_empty() {
         return None;
     }
-    if let Some(w) = img.wcu {
-        let (projected, _) = refill(w.tk, img.rf, now, ShardParams::wcu());
-        if projected != w.tk {
-            deltas.push(ProactiveDelta {
-                limit: WCU.to_owned(),
-                delta: projected - w.tk,
-                tk_read: w.tk,
-            });
-        }
-    }
+    deltas.extend(img.wcu.and_then(|w| wcu_delta(w.tk, w.tk, img.rf, now)));
     Some(ProactiveRefill {
         rf_read: img.rf,
         rf_new: now.max(img.rf),
@@ -1597,11 +1588,32 @@ pub fn plan_materialise(
     demand: &BTreeMap<String, i64>,
     now: i64,
 ) -> Option<ProactiveRefill> {
-    if img.disabled
+    // Run after every fast debit: the cheap refusals first, then one pass that allocates
+    // nothing, and the rest only for a bucket that wasted refill.
+    if img.disabled || img.bypass.is_some() || !img.soft.is_empty() || now <= img.rf {
+        return None;
+    }
+    // A quota does not refill: nothing of it is wasted, and it is left as it is.
+    let dripping = || {
+        img.limits
+            .iter()
+            .filter(|(n, _)| !img.resets.contains_key(*n) && img.window_length(n).is_none())
+            .map(|(name, st)| {
+                let before = st.tk.saturating_add(demand.get(name).copied().unwrap_or(0));
+                (name, st, before, img.params_at(name, st, now))
+            })
+    };
+    let elapsed = i128::from(now) - i128::from(img.rf);
+    let wasted = dripping().any(|(_, _, before, p)| {
+        let add = if p.period > 0 && p.rate > 0 {
+            (elapsed * i128::from(p.rate)).div_euclid(i128::from(p.period))
+        } else {
+            0
+        };
+        i128::from(before) + add - i128::from(p.ceiling) >= i128::from((p.ceiling / 10).max(1))
+    });
+    if !wasted
         || img.unsupported_reason().is_some()
-        || img.bypass.is_some()
-        || !img.soft.is_empty()
-        || now <= img.rf
         // A session window opened since `rf` (on another shard, say) is still to be applied
         // here, which `rf` tells.
         || img.windows.values().any(|w| w.ws.is_none_or(|ws| ws > img.rf))
@@ -1613,55 +1625,38 @@ pub fn plan_materialise(
     {
         return None;
     }
-    let mut wasted = false;
-    let mut deltas = Vec::new();
-    // A quota does not refill: nothing of it is wasted, and it is left as it is.
-    for (name, st) in img
-        .limits
-        .iter()
-        .filter(|(n, _)| !img.resets.contains_key(*n) && img.window_length(n).is_none())
-    {
-        let params = img.params_at(name, st, now);
-        let before = st.tk.saturating_add(demand.get(name).copied().unwrap_or(0));
-        let elapsed = i128::from(now) - i128::from(img.rf);
-        let add = if params.period > 0 && params.rate > 0 {
-            (elapsed * i128::from(params.rate)).div_euclid(i128::from(params.period))
-        } else {
-            0
-        };
-        let over = i128::from(before) + add - i128::from(params.ceiling);
-        if over >= i128::from((params.ceiling / 10).max(1)) {
-            wasted = true;
-        }
-        let (projected, _) = refill(before, img.rf, now, params);
-        if projected != before {
-            deltas.push(ProactiveDelta {
+    let mut deltas: Vec<ProactiveDelta> = dripping()
+        .filter_map(|(name, st, before, p)| {
+            let (projected, _) = refill(before, img.rf, now, p);
+            (projected != before).then(|| ProactiveDelta {
                 limit: name.clone(),
                 delta: projected - before,
                 tk_read: st.tk,
-            });
-        }
-    }
-    if !wasted {
-        return None;
-    }
-    if let Some(w) = img.wcu {
-        let before = w.tk.saturating_add(WCU_DEBIT_MILLI);
-        let (projected, _) = refill(before, img.rf, now, ShardParams::wcu());
-        if projected != before {
-            deltas.push(ProactiveDelta {
-                limit: WCU.to_owned(),
-                delta: projected - before,
-                tk_read: w.tk,
-            });
-        }
-    }
+            })
+        })
+        .collect();
+    deltas.extend(
+        img.wcu
+            .and_then(|w| wcu_delta(w.tk.saturating_add(WCU_DEBIT_MILLI), w.tk, img.rf, now)),
+    );
     Some(ProactiveRefill {
         rf_read: img.rf,
         rf_new: now,
         vu_read: img.vu,
         shard_count: Some(i64::from(img.shards())),
         deltas,
+    })
+}
+
+/// The `wcu` limit's part of an `rf`-locked refill: its balance `before` (any debit of the
+/// write that returned the image given back) projected from `rf` to `now`, pinned at
+/// `tk_read`, the balance the image shows; `None` when the projection changes nothing.
+fn wcu_delta(before: i64, tk_read: i64, rf: i64, now: i64) -> Option<ProactiveDelta> {
+    let (projected, _) = refill(before, rf, now, ShardParams::wcu());
+    (projected != before).then(|| ProactiveDelta {
+        limit: WCU.to_owned(),
+        delta: projected - before,
+        tk_read,
     })
 }
 

@@ -13,22 +13,19 @@ impl Repository {
     /// Whether the namespace may store concurrency limits: false only when its features item
     /// was read without them within the cache's time-to-live (no request is sent).
     pub fn may_store_concurrency(&self) -> bool {
-        let now = self.shared.clock.epoch_millis();
-        self.scope
-            .config
-            .features(now)
-            .is_none_or(|f| f.concurrency)
+        self.known_features().is_none_or(|f| f.concurrency)
     }
 
     /// Whether limiters report their refusals in this namespace: false only when its features
     /// item was read without a refusal alert within the cache's time-to-live (no request is
     /// sent).
     pub fn may_report_refusals(&self) -> bool {
-        let now = self.shared.clock.epoch_millis();
-        self.scope
-            .config
-            .features(now)
-            .is_none_or(|f| f.refusal_alerts)
+        self.known_features().is_none_or(|f| f.refusal_alerts)
+    }
+
+    /// The features item as read within the cache's time-to-live, if it was.
+    fn known_features(&self) -> Option<Features> {
+        self.scope.config.features(self.shared.clock.epoch_millis())
     }
 
     /// Whether some entity of the namespace has a refusal alert, so that limiters report the
@@ -43,10 +40,10 @@ impl Repository {
     /// The features the namespace uses, through the cache: its features item is read at
     /// most once per configuration cache time-to-live, and at least a second apart.
     pub(crate) async fn features(&self) -> Result<Features, RepositoryError> {
-        let now = self.shared.clock.epoch_millis();
-        if let Some(known) = self.scope.config.features(now) {
+        if let Some(known) = self.known_features() {
             return Ok(known);
         }
+        let now = self.shared.clock.epoch_millis();
         let key = config::features_key(&self.scope.id);
         let found = get_item(&self.shared.client, &self.shared.table, key, false).await?;
         let features = Features::of(found.as_ref());
@@ -55,7 +52,9 @@ impl Repository {
     }
 
     /// Marks `feature` in use in the namespace's features item (before what uses it is
-    /// stored, so that no reader misses it).
+    /// stored, so that no reader misses it). Every value it sets is set only where absent, so
+    /// the SDK sends it again after a lost answer and a second landing changes nothing (test
+    /// `suite::concurrency::a_lost_answer_to_a_level_write_is_sent_again_and_leaves_the_same_item`).
     pub(crate) async fn mark_feature(&self, feature: Feature) -> Result<(), RepositoryError> {
         let now = self.shared.clock.epoch_millis();
         let e = config::feature_write(&self.scope.id, feature, now);

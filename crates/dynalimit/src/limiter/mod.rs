@@ -18,7 +18,8 @@
 //!
 //! # How an acquire works
 //! One conditional `UpdateItem` debits every consumed limit and one write-capacity token on a
-//! randomly chosen shard of the entity's bucket (a warm acquire is exactly one request). If the
+//! randomly chosen shard of the entity's bucket (a warm acquire is one request, and one more
+//! when the bucket sat full: that write materialises the refill it wasted). If the
 //! condition fails, the item returned with the failure decides: reject at once (refill cannot
 //! help), materialise the refill with an `rf`-locked write, create the bucket, or double the
 //! shard count when the partition is hot. A child entity whose bucket says "cascade" also

@@ -99,7 +99,8 @@ impl RateLimiter {
     ///
     /// In a cascade the child and its parent may each keep a subset of the stored limits
     /// (per-key `rpm` on the key, a `tpm` budget on the project): each bucket is debited the
-    /// consumed names it declares, and a warm acquire is one request per bucket. Explicit
+    /// consumed names it declares, and a warm acquire is one request per bucket (one more for
+    /// a bucket that sat full, which that write materialises). Explicit
     /// [`Acquire::limits`] are every bucket's limits.
     ///
     /// Concurrency limits stored for the entity on the resource
