@@ -98,7 +98,7 @@ const BYPASS: &str = "bypass";
 
 impl DisabledFlag {
     /// The stored value as text: `true`, `false` or `bypass`.
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             DisabledFlag::Disabled => "true",
             DisabledFlag::Enabled => "false",

@@ -213,6 +213,9 @@ fn system(value: &Json) -> Result<Value, ManifestError> {
     Ok(Value::Mapping(out))
 }
 
+/// The `Disabled` value of a bypassed level, in a custom resource as in the table.
+const BYPASS: &str = DisabledFlag::Bypass.name();
+
 fn level(value: &Json, path: &str) -> Result<Value, ManifestError> {
     let mut out = Mapping::new();
     for (k, v) in object(value, path)? {
@@ -224,7 +227,7 @@ fn level(value: &Json, path: &str) -> Result<Value, ManifestError> {
             "Disabled" => {
                 let d = match v {
                     Json::Null => Value::Null,
-                    Json::String(s) if s.eq_ignore_ascii_case("bypass") => key("bypass"),
+                    Json::String(s) if s.eq_ignore_ascii_case(BYPASS) => key(BYPASS),
                     other => Value::Bool(flag(other, &p)?),
                 };
                 out.insert(key("disabled"), d);
@@ -425,7 +428,7 @@ fn level_properties(level: &Level, system: bool) -> Json {
     }
     match level.disabled {
         Some(DisabledFlag::Bypass) => {
-            out.insert("Disabled".into(), json!("bypass"));
+            out.insert("Disabled".into(), json!(BYPASS));
         }
         Some(DisabledFlag::Disabled) => {
             out.insert("Disabled".into(), json!(true));

@@ -39,6 +39,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod acquire;
 mod alerts;
 mod audit;
 pub mod aws;

@@ -26,12 +26,13 @@ use std::time::Duration;
 use dynalimit::backoff::{Backoff, MemoryPauseStore, PauseStore};
 use dynalimit::limitset::{LimitSet, ResourceLimit};
 use dynalimit_core::bounded::{BoundedMap, Pair, PairRef};
+use dynalimit_core::image::{BucketImage, LimitState};
 use dynalimit_core::{Clock, Limit, ManualClock, SystemClock};
-use dynalimit_repository::bucket::decide::{BucketImage, LimitState};
+use dynalimit_repository::acquire::{KNOWN_IDLE as IDLE, MAX_KNOWN_PAIRS, MAX_REFUSED_PAIRS};
 
 const KEYS: usize = 1_000_000;
 
-/// The limiter's knowledge of one pair, as `limiter::inner` keeps it.
+/// The limiter's knowledge of one pair, as `dynalimit_repository::acquire::Knowledge` keeps it.
 #[allow(dead_code)]
 #[derive(Default)]
 struct Known {
@@ -41,10 +42,8 @@ struct Known {
     seen: bool,
 }
 
-/// The limiter's bound on known pairs (`limiter::inner::MAX_KNOWN_PAIRS`).
-const MAX_KNOWN_PAIRS: usize = 100_000;
-/// The rejection cache's bound on pairs (`limiter::rejections::MAX_PAIRS`).
-const MAX_REJECTED_PAIRS: usize = 10_000;
+/// The rejection cache's bound on pairs.
+const MAX_REJECTED_PAIRS: usize = MAX_REFUSED_PAIRS;
 
 /// Resident memory of this process now (`VmRSS`) or at its peak (`VmHWM`), in KiB (Linux).
 fn resident_kib(field: &str) -> Option<u64> {
@@ -146,9 +145,6 @@ fn fill(row: &str) -> Option<usize> {
         _ => None,
     }
 }
-
-/// Knowledge unused this long may go (`limiter::inner::KNOWN_IDLE`).
-const IDLE: Duration = Duration::from_secs(15 * 60);
 
 /// A bucket image as the rejection cache keeps one: two limits, spent.
 fn refused_image() -> BucketImage {

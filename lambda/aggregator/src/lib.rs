@@ -30,8 +30,8 @@
 //! 5. Proactive passes, each behind a switch of [`Settings`]: refill of the buckets seen in the
 //!    batch under their `rf` lock, doubling of shard 0 when its `wcu` projects below 20 %, and
 //!    propagation of a raised shard count to the older shards with pre-creation of the new ones
-//!    (planned by `dynalimit_repository::bucket::decide::plan_proactive_refill` and
-//!    `plan_proactive_doubling`, written by the repository's bucket store).
+//!    (planned and written by the repository's bucket store: `BucketStore::proactive_refill`,
+//!    `proactive_doubling`, `propagate_shard_count` and `create_shard`).
 //!
 //! 6. [`emf`]: with tenant metrics on, the Lambda handler writes the tokens each batch counted
 //!    per (namespace, entity, resource) as CloudWatch embedded-metric log lines.

@@ -32,11 +32,10 @@ use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::Client;
 use dynalimit_core::Clock;
-use dynalimit_core::bucket::MAX_SHARD_COUNT;
+use dynalimit_core::bucket::{MAX_SHARD_COUNT, doubled_shard_count};
 use dynalimit_format::bucket::{BucketKey, image_from_item, shard_count};
 use dynalimit_format::item::Item;
 use dynalimit_repository::bucket::BucketStore;
-use dynalimit_repository::bucket::decide::{plan_proactive_doubling, plan_proactive_refill};
 
 use crate::processor::{BucketActivity, BucketRef};
 
@@ -126,10 +125,10 @@ impl Passes<'_> {
             };
             let now = self.clock.epoch_millis();
             let store = self.store(bucket);
-            if self.refill
-                && let Some(plan) = plan_proactive_refill(&img, stored_count, &act.consumed, now)
-            {
-                match store.proactive_refill(&bucket.bucket_key(), &plan).await {
+            if self.refill {
+                let key = bucket.bucket_key();
+                let refill = store.proactive_refill(&key, &img, stored_count, &act.consumed, now);
+                match refill.await {
                     Ok(true) => report.refills += 1,
                     Ok(false) => {}
                     Err(e) => report.errors.push(format!("refill of {bucket:?}: {e}")),
@@ -142,22 +141,22 @@ impl Passes<'_> {
                 self.propagate(&store, bucket, &act.image, raised, &mut report)
                     .await;
             }
-            if let Some((from, to)) = plan_proactive_doubling(&img, now) {
-                let key = BucketKey::new(bucket.entity_id.clone(), bucket.resource.clone(), 0);
-                match Box::pin(store.double_shards(&key, from, to, now)).await {
-                    Ok(doubling) => {
-                        if doubling.count == to {
-                            report.shards_stamped += 1;
-                        }
-                        for (shard, e) in doubling.failed {
-                            report.errors.push(format!(
-                                "propagation of shard_count {} to shard {shard} of {bucket:?}: {e}",
-                                doubling.count
-                            ));
-                        }
+            let key = BucketKey::new(bucket.entity_id.clone(), bucket.resource.clone(), 0);
+            match Box::pin(store.proactive_doubling(&key, &img, now)).await {
+                Ok(None) => {}
+                Ok(Some(doubling)) => {
+                    // This call split the bucket (not another writer before it).
+                    if Some(doubling.count) == doubled_shard_count(img.shards()) {
+                        report.shards_stamped += 1;
                     }
-                    Err(e) => report.errors.push(format!("doubling of {bucket:?}: {e}")),
+                    for (shard, e) in doubling.failed {
+                        report.errors.push(format!(
+                            "propagation of shard_count {} to shard {shard} of {bucket:?}: {e}",
+                            doubling.count
+                        ));
+                    }
                 }
+                Err(e) => report.errors.push(format!("doubling of {bucket:?}: {e}")),
             }
         }
         report

@@ -16,8 +16,8 @@ use dynalimit_core::bucket::{
 };
 use dynalimit_core::image::quota_params;
 pub use dynalimit_core::image::{
-    BucketImage, CreatePlan, LimitState, LimitStatus, LimitWrite, NewShard, QuotaAt, QuotaPin,
-    QuotaState, Seed, StampChange, TtlAction, VuWrite, WindowState, WindowWrite, wcu_seed,
+    BucketImage, CreatePlan, LimitState, LimitStatus, LimitWrite, NewShard, QuotaPin, QuotaState,
+    Seed, StampChange, TtlAction, VuWrite, WindowState, WindowWrite, wcu_seed,
 };
 use dynalimit_core::limit::{Limit, MILLI};
 use dynalimit_core::schedule::{self, Params, ResetSchedule, Schedule};
@@ -1128,6 +1128,7 @@ pub struct Split {
     pub shard: Option<NewShard>,
 }
 
+#[cfg(test)]
 impl SplitPlan {
     /// The millitokens of `limit` the split moves, over every new shard.
     pub fn moved(&self, limit: &str) -> i64 {

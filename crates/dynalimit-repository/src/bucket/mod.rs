@@ -24,7 +24,14 @@
 //! | [`BucketStore::propagate_shard_count`] | `UpdateItem` on shards `1..old` | `shard_count < :new` |
 
 mod consume;
+// The pure planning of the bucket writes: the engine's (`crate::acquire`) and this store's,
+// reachable from outside only for the workspace's tests.
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
 pub mod decide;
+#[cfg(not(feature = "test-support"))]
+#[allow(unreachable_pub)]
+pub(crate) mod decide;
 mod pause;
 #[cfg(test)]
 mod sizes;
@@ -861,9 +868,11 @@ impl BucketStore {
         }
     }
 
-    /// The aggregator's proactive refill of one bucket item ([`ProactiveRefill`]). Returns
-    /// false when a condition failed (a client wrote first; nothing to do). Never sent again
-    /// after a lost answer: its `rf` lock refuses a second application, and the caller reads
+    /// The aggregator's proactive refill of one bucket item, planned from its image `img`,
+    /// the `shard_count` stored on it and the batch's consumption per limit (millitokens,
+    /// [`decide::plan_proactive_refill`]). Returns false when nothing needed writing or a
+    /// condition failed (a client wrote first; nothing to do). Never sent again after a lost
+    /// answer: its `rf` lock refuses a second application, and the caller reads
     /// [`RepositoryError::OutcomeUnknown`] (the refill landed once or not at all).
     ///
     /// # Errors
@@ -872,10 +881,37 @@ impl BucketStore {
     pub async fn proactive_refill(
         &self,
         key: &BucketKey,
-        plan: &ProactiveRefill,
+        img: &BucketImage,
+        shard_count: Option<i64>,
+        consumed: &BTreeMap<String, i64>,
+        now: i64,
     ) -> Result<bool, RepositoryError> {
-        let e = writes::proactive_refill(plan);
+        let Some(plan) = decide::plan_proactive_refill(img, shard_count, consumed, now) else {
+            return Ok(false);
+        };
+        let e = writes::proactive_refill(&plan);
         Ok(self.update(key, &e, false, Resend::Never).await?.applied())
+    }
+
+    /// The aggregator's proactive doubling of shard 0 (`key`) of a hot bucket whose image is
+    /// `img`: when its `wcu` projected to `now` is below a fifth of its capacity and the count
+    /// is below the cap ([`decide::plan_proactive_doubling`]), [`BucketStore::double_shards`]
+    /// from its count to twice it. `None` when the bucket is not hot.
+    ///
+    /// # Errors
+    /// As [`BucketStore::double_shards`].
+    pub async fn proactive_doubling(
+        &self,
+        key: &BucketKey,
+        img: &BucketImage,
+        now: i64,
+    ) -> Result<Option<Doubling>, RepositoryError> {
+        let Some((from, to)) = decide::plan_proactive_doubling(img, now) else {
+            return Ok(None);
+        };
+        Box::pin(self.double_shards(key, from, to, now))
+            .await
+            .map(Some)
     }
 
     /// The materialising write after a fast-path debit ([`decide::plan_materialise`]). Returns false

@@ -5,11 +5,11 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use dynalimit_core::CoreError;
+use dynalimit_core::image::LimitStatus;
 use dynalimit_core::limit::{MAX_TOKENS, MILLI, delta_to_milli};
-use dynalimit_repository::bucket::decide::{LimitStatus, admitted_status};
+use dynalimit_repository::acquire::Entry;
 
 use super::detach::Detach;
-use super::engine::Entry;
 use super::inner::{Inner, Pending};
 use crate::Error;
 
@@ -76,8 +76,8 @@ impl Lease {
             .iter()
             .chain(self.also.iter().flat_map(|(_, l)| l.entries.iter()));
         for e in entries {
-            let owner = (e.key.entity_id.clone(), e.key.resource.clone());
-            if e.key.entity_id != entity_id && !out.contains(&owner) {
+            let owner = (e.key().entity_id.clone(), e.key().resource.clone());
+            if e.key().entity_id != entity_id && !out.contains(&owner) {
                 out.push(owner);
             }
         }
@@ -104,7 +104,11 @@ impl Lease {
     /// debit. Adjusting, committing or rolling back the returned lease acts on that
     /// resource alone; committing or rolling back this lease acts on every resource.
     pub fn resource(&self, name: &str) -> Option<&Lease> {
-        if self.entries.first().is_some_and(|e| e.key.resource == name) {
+        if self
+            .entries
+            .first()
+            .is_some_and(|e| e.key().resource == name)
+        {
             return Some(self);
         }
         self.also.iter().find(|(r, _)| r == name).map(|(_, l)| l)
@@ -132,7 +136,7 @@ impl Lease {
         let state = self.lock();
         let mut consumed = BTreeMap::new();
         for e in &self.entries {
-            for (n, c) in &e.consumed {
+            for (n, c) in e.consumed() {
                 if !consumed.contains_key(n) {
                     let adj = state.adjustments.get(n).copied().unwrap_or(0);
                     consumed.insert(n.clone(), (c + adj).div_euclid(1000));
@@ -154,7 +158,7 @@ impl Lease {
         let now = self.inner.as_ref().map_or(0, |i| i.clock.epoch_millis());
         let mut binding: BTreeMap<&str, LimitStatus> = BTreeMap::new();
         for entry in &self.entries {
-            for (name, consumed) in &entry.consumed {
+            for (name, consumed) in entry.consumed() {
                 let Some(st) = status_after(entry, name, *consumed, &state, now) else {
                     continue;
                 };
@@ -172,20 +176,20 @@ impl Lease {
     /// The soft limits (reference §12.4) this acquire debited below zero on the entity's own
     /// bucket: admitted, but over what the limit allows.
     pub fn overdrawn(&self) -> &[String] {
-        self.entries.first().map_or(&[], |e| e.overdrawn.as_slice())
+        self.entries.first().map_or(&[], |e| e.overdrawn())
     }
 
     /// Whether the entity's bucket is bypassed (reference §12.1): the acquire was admitted
     /// without debiting any balance, and only the usage count (`tc`) records it.
     pub fn bypassed(&self) -> bool {
-        self.entries.first().is_some_and(|e| e.bypassed)
+        self.entries.first().is_some_and(|e| e.bypassed())
     }
 
     /// The entities whose buckets this lease debited (the entity, then its parent).
     pub fn entities(&self) -> Vec<&str> {
         self.entries
             .iter()
-            .map(|e| e.key.entity_id.as_str())
+            .map(|e| e.key().entity_id.as_str())
             .collect()
     }
 
@@ -202,7 +206,11 @@ impl Lease {
         if self.entries.is_empty() {
             return Ok(());
         }
-        if !self.entries.iter().any(|e| e.consumed.contains_key(limit)) {
+        if !self
+            .entries
+            .iter()
+            .any(|e| e.consumed().contains_key(limit))
+        {
             return Err(Error::UnknownLimit {
                 key: limit.to_owned(),
             });
@@ -282,7 +290,7 @@ impl Lease {
         detached(inner, move |inner| async move {
             let written = write_all(&inner, &entries, |entry| {
                 entry
-                    .consumed
+                    .consumed()
                     .keys()
                     .filter_map(|n| Some((n.clone(), *adjustments.get(n)?)))
                     .collect()
@@ -369,17 +377,7 @@ fn status_after(
     now: i64,
 ) -> Option<LimitStatus> {
     let adjusted = state.adjustments.get(name).copied().unwrap_or(0);
-    let mut after = *entry.states.get(name)?;
-    after.tk = after.tk.saturating_sub(adjusted);
-    let schedule = (
-        entry.schedules.get(name),
-        entry.resets.get(name),
-        entry.windows.get(name).copied(),
-    );
-    let shards = entry.shard_count;
-    let mut st = admitted_status(name, &after, schedule, shards, consumed + adjusted, now);
-    st.overdrawn = entry.overdrawn.iter().any(|n| n == name);
-    Some(st)
+    entry.status_after(name, consumed, adjusted, now)
 }
 
 /// Runs lease writes counted by [`RateLimiter::settle`](super::RateLimiter::settle), in the
@@ -441,12 +439,15 @@ fn owners(entries: &[Entry]) -> String {
     entries
         .iter()
         .map(|e| {
-            let consumed: Vec<String> =
-                e.consumed.iter().map(|(n, c)| format!("{n}={c}")).collect();
+            let consumed: Vec<String> = e
+                .consumed()
+                .iter()
+                .map(|(n, c)| format!("{n}={c}"))
+                .collect();
             format!(
                 "{}/{}: {}",
-                e.key.entity_id,
-                e.key.resource,
+                e.key().entity_id,
+                e.key().resource,
                 consumed.join(", ")
             )
         })
@@ -465,9 +466,9 @@ async fn write_all(
         if net.values().all(|d| *d == 0) {
             continue;
         }
-        if let Err(e) = inner.credit(entry, &net).await {
+        if let Err(e) = inner.engine.credit(entry, &net).await {
             tracing::warn!(
-                entity_id = %entry.key.entity_id, resource = %entry.key.resource, error = %e,
+                entity_id = %entry.key().entity_id, resource = %entry.key().resource, error = %e,
                 "lease write failed"
             );
             first_error.get_or_insert(e);
@@ -497,7 +498,7 @@ fn accumulate(total: i64, delta: i64) -> Result<i64, Error> {
 async fn rollback_entries(inner: &Inner, entries: &[Entry]) -> Result<(), Error> {
     write_all(inner, entries, |entry| {
         entry
-            .consumed
+            .consumed()
             .iter()
             .map(|(n, c)| (n.clone(), -c))
             .collect()
@@ -514,7 +515,10 @@ impl Drop for Lease {
             return;
         };
         let entries = std::mem::take(&mut self.entries);
-        if entries.iter().all(|e| e.consumed.values().all(|c| *c == 0)) {
+        if entries
+            .iter()
+            .all(|e| e.consumed().values().all(|c| *c == 0))
+        {
             return;
         }
         match tokio::runtime::Handle::try_current() {

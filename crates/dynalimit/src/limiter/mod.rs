@@ -52,20 +52,18 @@
 //! and amounts, and the tokens stay consumed (refill returns them over time).
 
 mod detach;
-mod engine;
 mod inner;
 mod lease;
 mod pause;
 mod rate_limiter;
 mod refusals;
-mod rejections;
 mod slot;
 
+pub use dynalimit_repository::acquire::DEFAULT_REJECTION_CACHE_TTL;
 pub(crate) use inner::repo_error;
 pub use lease::Lease;
 pub use pause::{DynamoPauseStore, MAX_PAUSE};
 pub use rate_limiter::{Acquire, RateLimiter};
-pub use rejections::DEFAULT_REJECTION_CACHE_TTL;
 pub use slot::{Concurrency, DEFAULT_HOLD_TIME, Slot};
 
 /// What an acquire does when the limiter cannot decide (DynamoDB unavailable, or an item this

@@ -63,14 +63,11 @@ impl RateLimiter {
     ) -> Result<Option<i64>, Error> {
         let now = self.inner.clock.epoch_millis();
         let until = until.min(now.saturating_add(MAX_PAUSE_MS));
-        let stamped = self
-            .inner
-            .store
+        self.inner
+            .engine
             .stamp_pause(entity_id, resource, until, now)
             .await
-            .map_err(|e| repo_error(entity_id, resource, e));
-        self.inner.rejections.forget_pair(entity_id, resource);
-        stamped
+            .map_err(|e| repo_error(entity_id, resource, e))
     }
 
     /// The pause deadline (epoch ms) stamped on `entity_id`'s bucket for `resource`, if any;
@@ -89,7 +86,7 @@ impl RateLimiter {
         validate_resource(resource)?;
         let now = self.inner.clock.epoch_millis();
         self.inner
-            .store
+            .engine
             .read_pause(entity_id, resource, now)
             .await
             .map_err(|e| repo_error(entity_id, resource, e))

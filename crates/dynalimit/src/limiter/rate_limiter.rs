@@ -12,12 +12,11 @@ use dynalimit_core::ids::{validate_entity_id, validate_resource};
 use dynalimit_core::limit::amount_to_milli;
 use dynalimit_core::{CoreError, Limit};
 use dynalimit_format::attr;
-use dynalimit_repository::bucket::decide::{BucketImage, availability};
+use dynalimit_repository::acquire::{Demand, Entry, Refusal, Role, unknown_name};
 use dynalimit_repository::{OnUnavailable, Repository, RepositoryError};
 
 use super::detach::Detach;
-use super::engine::{Entry, Refusal, Role};
-use super::inner::{Demand, Inner, Pending, remaining, repo_error, unknown_name};
+use super::inner::{Inner, Pending, remaining, repo_error};
 use super::lease::Lease;
 use crate::{Error, Rejection, Unsettled};
 
@@ -60,19 +59,19 @@ impl RateLimiter {
     ///
     /// [`DEFAULT_REJECTION_CACHE_TTL`]: super::DEFAULT_REJECTION_CACHE_TTL
     pub fn with_rejection_cache_ttl(self, ttl: Duration) -> Self {
-        self.inner.rejections.set_ttl(ttl);
+        self.inner.engine.set_rejection_ttl(ttl);
         self
     }
 
     /// The rejection cache's time to live (zero: off).
     pub fn rejection_cache_ttl(&self) -> Duration {
-        self.inner.rejections.ttl()
+        self.inner.engine.rejection_ttl()
     }
 
     /// How many acquires the rejection cache refused without a request, since the limiter was
     /// built.
     pub fn cached_rejections(&self) -> u64 {
-        self.inner.rejections.refusals()
+        self.inner.engine.rejection_refusals()
     }
 
     /// The repository this limiter writes to.
@@ -241,30 +240,17 @@ impl RateLimiter {
         } else {
             limits
         };
-        let buckets = self
-            .inner
-            .store
-            .entity_buckets(entity_id)
+        let now = self.inner.clock.epoch_millis();
+        self.inner
+            .engine
+            .availability(entity_id, resource, limits, needed, now)
             .await
-            .map_err(|e| repo_error(entity_id, resource, e))?;
-        let images: Vec<BucketImage> = buckets
-            .into_iter()
-            .filter(|(k, _)| k.resource == resource)
-            .map(|(_, img)| img)
-            .collect();
-        if let Some(reason) = images.iter().find_map(BucketImage::unsupported_reason) {
-            return Err(Error::Unavailable {
+            .map_err(|e| repo_error(entity_id, resource, e))?
+            .map_err(|message| Error::Unavailable {
                 entity_id: entity_id.to_owned(),
                 resource: resource.to_owned(),
-                message: reason,
-            });
-        }
-        Ok(availability(
-            &images,
-            limits,
-            needed,
-            self.inner.clock.epoch_millis(),
-        ))
+                message,
+            })
     }
 
     /// Waits until every rollback of a dropped lease has been written (or has failed), every
@@ -659,10 +645,13 @@ impl RateLimiter {
         limits: Option<&[Limit]>,
     ) -> Result<Vec<Entry>, Refused> {
         let inner = &self.inner;
-        if let Some(Some(parent)) = inner.known_parent(entity_id, resource) {
+        if let Some(Some(parent)) = inner.engine.known().known_parent(entity_id, resource) {
             let shares = match limits {
                 Some(_) => Some((Cow::Borrowed(demand), Cow::Borrowed(demand))),
-                None => inner.share(entity_id, &parent, resource, demand),
+                None => inner
+                    .engine
+                    .known()
+                    .share(entity_id, &parent, resource, demand),
             };
             if let Some((mine, theirs)) = shares {
                 // Boxed: two writes' futures side by side would double the size of every
@@ -719,7 +708,7 @@ impl RateLimiter {
                 // debited it. Decided again from the child's debit, the name is refused.
                 let dropped = demand
                     .keys()
-                    .any(|n| !c.consumed.contains_key(n) && !p.consumed.contains_key(n));
+                    .any(|n| !c.consumed().contains_key(n) && !p.consumed().contains_key(n));
                 if dropped {
                     let mut unsettled: Vec<Unsettled> =
                         Box::pin(inner.compensate(&p)).await.into_iter().collect();
@@ -728,13 +717,13 @@ impl RateLimiter {
                         Box::pin(self.cold_cascade(entity_id, resource, demand, limits)).await;
                     return decided.map_err(|refused| refused.with(unsettled));
                 }
-                if c.cascade && c.parent_id.as_deref() == Some(parent) {
+                if c.cascade_parent() == Some(parent) {
                     return Ok(vec![c, p]);
                 }
                 // The item says the cascade changed: the item wins.
                 let mut unsettled: Vec<Unsettled> =
                     Box::pin(inner.compensate(&p)).await.into_iter().collect();
-                let decided = if demand.keys().all(|name| c.consumed.contains_key(name)) {
+                let decided = if demand.keys().all(|name| c.consumed().contains_key(name)) {
                     Box::pin(self.cold_parent(c, resource, demand, limits)).await
                 } else {
                     // The child was sent only its part: the whole demand is decided again.
@@ -788,18 +777,21 @@ impl RateLimiter {
         demand: &Demand,
         limits: Option<&[Limit]>,
     ) -> Result<Vec<Entry>, Refused> {
-        let Some(parent) = child.parent_id.clone().filter(|_| child.cascade) else {
+        let Some(parent) = child.cascade_parent().map(str::to_owned) else {
             return Ok(vec![child]);
         };
         let theirs = match limits {
             Some(_) => Cow::Borrowed(demand),
-            None => self
-                .inner
-                .parent_part(&parent, resource, demand, &child.consumed),
+            None => {
+                self.inner
+                    .engine
+                    .known()
+                    .parent_part(&parent, resource, demand, child.consumed())
+            }
         };
         let role = Role::Parent {
             whole: demand,
-            child: &child.consumed,
+            child: child.consumed(),
         };
         match Box::pin(
             self.inner

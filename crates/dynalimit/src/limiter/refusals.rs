@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dynalimit_core::bounded::{BoundedMap, Pair, PairRef};
+use dynalimit_core::image::LimitStatus;
 use dynalimit_format::refusal::minute_of;
 use dynalimit_repository::Repository;
-use dynalimit_repository::bucket::decide::LimitStatus;
 use tokio::sync::Notify;
 
 /// At most this many (entity, resource) pairs are remembered.

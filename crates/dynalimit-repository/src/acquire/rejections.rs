@@ -23,30 +23,30 @@
 //! images' own, so a pair whose shard count the limiter forgot is never refused for a shard
 //! it did not see.
 //!
-//! [`Repository::config_generation`]: dynalimit_repository::Repository::config_generation
+//! [`Repository::config_generation`]: crate::Repository::config_generation
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::bucket::BucketKey;
+use crate::bucket::decide::{BucketImage, LimitStatus, remembered_rejection};
 use dynalimit_core::Limit;
 use dynalimit_core::bounded::{BoundedMap, Pair, PairRef};
 use dynalimit_core::bucket::MAX_SHARD_COUNT;
-use dynalimit_repository::bucket::BucketKey;
-use dynalimit_repository::bucket::decide::{BucketImage, LimitStatus, remembered_rejection};
 
 /// How long a shard's refusing image is remembered unless configured otherwise.
 pub const DEFAULT_REJECTION_CACHE_TTL: Duration = Duration::from_secs(1);
 
 /// At most this many (entity, resource) pairs are remembered; a full cache forgets the least
 /// recently refused first.
-pub(super) const MAX_PAIRS: usize = 10_000;
+pub const MAX_PAIRS: usize = 10_000;
 
 /// When a use happens: the clock's reading (epoch ms) and the repository's configuration
 /// generation ([`Repository::config_generation`]).
 ///
-/// [`Repository::config_generation`]: dynalimit_repository::Repository::config_generation
+/// [`Repository::config_generation`]: crate::Repository::config_generation
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Moment {
     pub(super) now: i64,
@@ -327,7 +327,7 @@ fn give_slot(entity: &str, resource: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use dynalimit_repository::bucket::decide::{LimitState, Plan, Stamps, plan_create};
+    use crate::bucket::decide::{LimitState, Plan, Stamps, plan_create};
 
     use super::*;
 

@@ -1,36 +1,161 @@
 //! One bucket owner's acquire: speculative consume, failure handling, slow path, create,
-//! doubling (reference §3.4–§3.8). Cascade is layered on top in `rate_limiter.rs`.
+//! doubling (reference §3.4–§3.8). The `dynalimit` crate's limiter layers the cascade, leases
+//! and the public API on top.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use dynalimit_core::Limit;
 use dynalimit_core::bucket::{MAX_SHARD_COUNT, bucket_ttl};
 use dynalimit_core::limit::MILLI;
 use dynalimit_core::schedule::{ResetSchedule, Schedule};
-use dynalimit_format::config::{self, walk};
-use dynalimit_repository::bucket::decide::{
-    BucketImage, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, Stamps, TtlAction,
-    WcuDecision, classify_fast_failure, consumption_retry, debit_beyond_ceiling,
-    decide_wcu_exhaustion, fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create,
-    plan_delta, plan_funding, plan_materialise, plan_refill, plan_refund, shard_in, stamp_deadline,
-    statuses_from_image,
-};
-use dynalimit_repository::bucket::decide::{CreatePlan, QuotaPin, QuotaState, WindowState};
-use dynalimit_repository::bucket::throttling::decide_throttling;
-use dynalimit_repository::bucket::{
-    BucketKey, ConsumeOutcome, CreateOutcome, MetaCheck, OnThrottle, RefillOutcome, SlowRead,
-    live_windows_of,
-};
-use dynalimit_repository::{ConfigLevel, LimitConfig, RepositoryError};
+use dynalimit_core::{Clock, Limit};
+use dynalimit_format::config::{self, ConfigLevel, LimitConfig, walk};
 use rand::Rng;
 
-use super::inner::{Demand, Inner};
-use super::rejections::{Moment, Verdict};
-use crate::{Rejection, Unsettled};
+use crate::bucket::decide::{
+    BucketImage, CreatePlan, DeltaPlan, FastFailure, Gate, LimitState, LimitStatus, Plan, QuotaPin,
+    QuotaState, Stamps, TtlAction, WcuDecision, WindowState, admitted_status,
+    classify_fast_failure, consumption_retry, debit_beyond_ceiling, decide_wcu_exhaustion,
+    fast_rejection_gate, plan_bypass_refund, plan_counted, plan_create, plan_delta, plan_funding,
+    plan_materialise, plan_refill, plan_refund, shard_in, stamp_deadline, statuses_from_image,
+};
+use crate::bucket::throttling::decide_throttling;
+use crate::bucket::{
+    BucketKey, BucketStore, ConsumeOutcome, CreateOutcome, MetaCheck, OnThrottle, RefillOutcome,
+    SlowRead, live_windows_of,
+};
 
-/// What one owner's debit produced.
+mod known;
+mod rejections;
+
+use crate::{Repository, RepositoryError};
+pub use known::{Demand, KNOWN_IDLE, Knowledge, MAX_KNOWN_PAIRS, unknown_name};
+pub use rejections::{DEFAULT_REJECTION_CACHE_TTL, MAX_PAIRS as MAX_REFUSED_PAIRS};
+use rejections::{Moment, RejectionCache, Verdict};
+
+/// One limiter's acquire against the table (reference §3.4–§3.8): what it learnt of each
+/// bucket, its rejection cache, and the bucket store it writes through. The limiter of the
+/// `dynalimit` crate holds one and layers leases, cascades and the public API on it.
+pub struct Engine {
+    store: BucketStore,
+    clock: Arc<dyn Clock>,
+    ttl_multiplier: i64,
+    repo: Repository,
+    /// What the items said of each bucket.
+    known: Knowledge,
+    rejections: RejectionCache,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("namespace_id", &self.store.namespace_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// The engine of a limiter on `repo`'s namespace.
+    pub fn new(repo: Repository) -> Self {
+        Engine {
+            store: repo.buckets(),
+            clock: Arc::clone(repo.clock()),
+            known: Knowledge::new(Arc::clone(repo.clock())),
+            ttl_multiplier: i64::from(repo.bucket_ttl_multiplier()),
+            repo,
+            rejections: RejectionCache::new(DEFAULT_REJECTION_CACHE_TTL),
+        }
+    }
+
+    /// What this engine learnt of the buckets it used (a cascade's shape and names).
+    pub fn known(&self) -> &Knowledge {
+        &self.known
+    }
+
+    /// How long a refusing shard's image is remembered ([`DEFAULT_REJECTION_CACHE_TTL`]
+    /// unless set); zero remembers none.
+    pub fn set_rejection_ttl(&self, ttl: std::time::Duration) {
+        self.rejections.set_ttl(ttl);
+    }
+
+    /// The rejection cache's time to live.
+    pub fn rejection_ttl(&self) -> std::time::Duration {
+        self.rejections.ttl()
+    }
+
+    /// Acquires the rejection cache refused without a request.
+    pub fn rejection_refusals(&self) -> u64 {
+        self.rejections.refusals()
+    }
+
+    /// Stamps a pause until `until` (epoch ms) on every shard of `(entity, resource)`
+    /// ([`BucketStore::stamp_pause`]) and forgets the refusals remembered for the pair, so
+    /// that this process's acquires report the pause.
+    ///
+    /// # Errors
+    /// As [`BucketStore::stamp_pause`].
+    pub async fn stamp_pause(
+        &self,
+        entity: &str,
+        resource: &str,
+        until: i64,
+        now: i64,
+    ) -> Result<Option<i64>, RepositoryError> {
+        let stamped = self.store.stamp_pause(entity, resource, until, now).await;
+        self.rejections.forget_pair(entity, resource);
+        stamped
+    }
+
+    /// The pause stamped on `(entity, resource)`'s bucket ([`BucketStore::read_pause`]).
+    ///
+    /// # Errors
+    /// As [`BucketStore::read_pause`].
+    pub async fn read_pause(
+        &self,
+        entity: &str,
+        resource: &str,
+        now: i64,
+    ) -> Result<Option<i64>, RepositoryError> {
+        self.store.read_pause(entity, resource, now).await
+    }
+
+    /// The statuses of `limits` on `entity`'s bucket for `resource` against `needed`
+    /// millitokens, as its shards' items stand at `now` (no write).
+    ///
+    /// The inner error is the reason an item cannot be read by this client (a feature it does
+    /// not implement).
+    ///
+    /// # Errors
+    /// When the items cannot be read.
+    pub async fn availability(
+        &self,
+        entity: &str,
+        resource: &str,
+        limits: &[Limit],
+        needed: &BTreeMap<String, i64>,
+        now: i64,
+    ) -> Result<Result<Vec<LimitStatus>, String>, RepositoryError> {
+        let images: Vec<BucketImage> = self
+            .store
+            .entity_buckets(entity)
+            .await?
+            .into_iter()
+            .filter(|(k, _)| k.resource == resource)
+            .map(|(_, img)| img)
+            .collect();
+        if let Some(reason) = images.iter().find_map(BucketImage::unsupported_reason) {
+            return Ok(Err(reason));
+        }
+        Ok(Ok(crate::bucket::decide::availability(
+            &images, limits, needed, now,
+        )))
+    }
+}
+
+/// What one owner's debit produced: the bucket, what was debited, and the image's view of its
+/// limits (what a lease's statuses and credits are computed from).
 #[derive(Debug, Clone)]
-pub(crate) struct Entry {
+pub struct Entry {
     pub(crate) key: BucketKey,
     /// Millitokens debited per declared limit.
     pub(crate) consumed: BTreeMap<String, i64>,
@@ -57,12 +182,70 @@ pub(crate) struct Entry {
     pub(crate) refund: bool,
 }
 
+impl Entry {
+    /// The shard debited.
+    pub fn key(&self) -> &BucketKey {
+        &self.key
+    }
+
+    /// Millitokens debited per limit name.
+    pub fn consumed(&self) -> &BTreeMap<String, i64> {
+        &self.consumed
+    }
+
+    /// The item was bypassed (reference §12.1): only its `tc` counted the debit.
+    pub fn bypassed(&self) -> bool {
+        self.bypassed
+    }
+
+    /// The declared soft limits this debit left below zero.
+    pub fn overdrawn(&self) -> &[String] {
+        &self.overdrawn
+    }
+
+    /// The parent the item's owner cascades to, if it does.
+    pub fn cascade_parent(&self) -> Option<&str> {
+        self.parent_id.as_deref().filter(|_| self.cascade)
+    }
+
+    /// Limit `name`'s status on the shard at `now`, after the debit of `consumed` millitokens
+    /// and `adjusted` more taken since (negative: given back); `None` when the item does not
+    /// hold the limit.
+    pub fn status_after(
+        &self,
+        name: &str,
+        consumed: i64,
+        adjusted: i64,
+        now: i64,
+    ) -> Option<LimitStatus> {
+        let mut after = *self.states.get(name)?;
+        after.tk = after.tk.saturating_sub(adjusted);
+        let schedule = (
+            self.schedules.get(name),
+            self.resets.get(name),
+            self.windows.get(name).copied(),
+        );
+        let mut st = admitted_status(
+            name,
+            &after,
+            schedule,
+            self.shard_count,
+            consumed + adjusted,
+            now,
+        );
+        st.overdrawn = self.overdrawn.iter().any(|n| n == name);
+        Some(st)
+    }
+}
+
 /// Why an owner's debit did not happen.
 #[derive(Debug)]
-pub(crate) enum Refusal {
-    /// Statuses of a rejection (contended when empty and `contended`).
+pub enum Refusal {
+    /// Limits short for the demand, or the bucket contended past its attempts.
     Rejected {
+        /// The statuses of the limits short (empty when contended).
         statuses: Vec<LimitStatus>,
+        /// The writes kept conflicting with other writers'.
         contended: bool,
     },
     /// The bucket is stamped disabled.
@@ -111,26 +294,31 @@ fn contended() -> Refusal {
 /// a slow pass debits every consumed name its configuration declares, so that a limit newly
 /// configured for a bucket is debited from its next slow pass on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role<'a> {
+pub enum Role<'a> {
     /// The acquiring entity; `probe` allows trying two other shards on an exhausted shard of
     /// a sharded, non-cascading owner (never for a cascading child, which must not bypass its
     /// parent). `parent` is what its cascade parent is sent at the same time (a warm
     /// cascade), `None` when the parent is written after it, or not at all.
     Entity {
+        /// Other shards may be tried when the drawn one is short.
         probe: bool,
+        /// What the acquire consumes in all.
         whole: &'a Demand,
+        /// What the parent is sent at the same time, if anything.
         parent: Option<&'a Demand>,
     },
     /// The cascade parent of the acquiring entity, whose bucket is sent `child`.
     Parent {
+        /// What the acquire consumes in all.
         whole: &'a Demand,
+        /// What the child is sent.
         child: &'a Demand,
     },
 }
 
 impl<'a> Role<'a> {
     /// The acquiring entity alone, or a cascading child written before its parent.
-    pub(crate) fn entity(whole: &'a Demand, probe: bool) -> Self {
+    pub fn entity(whole: &'a Demand, probe: bool) -> Self {
         Role::Entity {
             probe,
             whole,
@@ -178,7 +366,7 @@ fn random_shard(from: u32, to: u32) -> u32 {
     shard_in(from, to, rand::rng().random())
 }
 
-impl Inner {
+impl Engine {
     fn entry_from_image(
         &self,
         key: &BucketKey,
@@ -186,7 +374,8 @@ impl Inner {
         demand: &BTreeMap<String, i64>,
         now: i64,
     ) -> Entry {
-        self.learn_served(&key.entity_id, &key.resource, &img, now);
+        self.known
+            .learn_served(&key.entity_id, &key.resource, &img, now);
         let overdrawn = demand
             .keys()
             .filter(|name| {
@@ -217,58 +406,31 @@ impl Inner {
         }
     }
 
-    /// The rejection of a multi-resource acquire when the rejection cache knows every shard
-    /// of one of its resources to be short for its demand (no request sent).
-    pub(super) fn known_short(
+    /// The resource of a multi-resource acquire whose every shard the rejection cache knows
+    /// to be short for its demand, with the statuses to refuse with (no request sent).
+    pub fn known_short<'p>(
         &self,
         entity_id: &str,
-        parts: &[(String, BTreeMap<String, i64>)],
-    ) -> Option<Rejection> {
+        parts: &'p [(String, BTreeMap<String, i64>)],
+    ) -> Option<(&'p str, Vec<LimitStatus>)> {
         let at = Moment {
             now: self.clock.epoch_millis(),
             generation: self.repo.config_generation(),
         };
         parts.iter().find_map(|(resource, demand)| {
-            let known = self.shard_count(entity_id, resource);
+            let known = self.known.shard_count(entity_id, resource);
             match self
                 .rejections
                 .check((entity_id, resource), known, demand, None, at)
             {
-                Verdict::Refuse(statuses) => {
-                    self.report_refused(entity_id, resource, &statuses);
-                    Some(Rejection::limits(entity_id, resource, statuses))
-                }
+                Verdict::Refuse(statuses) => Some((resource.as_str(), statuses)),
                 _ => None,
             }
         })
     }
 
-    /// Debits `demand` from one owner's bucket on `resource`, as `role`. A refusal because
-    /// limits are short is reported for refusal alerts (in the background, see
-    /// `refusals.rs`), whether DynamoDB or the rejection cache refused.
-    pub(crate) async fn acquire_one(
-        &self,
-        entity_id: &str,
-        resource: &str,
-        demand: &BTreeMap<String, i64>,
-        limits: Option<&[Limit]>,
-        role: Role<'_>,
-    ) -> Result<Entry, Refusal> {
-        let outcome = self
-            .debit_owner(entity_id, resource, demand, limits, role)
-            .await;
-        if let Err(Refusal::Rejected {
-            statuses,
-            contended: false,
-        }) = &outcome
-        {
-            self.report_refused(entity_id, resource, statuses);
-        }
-        outcome
-    }
-
-    /// [`Inner::acquire_one`] without the report.
-    async fn debit_owner(
+    /// Debits `demand` from one owner's bucket on `resource`, as `role`.
+    pub async fn acquire_one(
         &self,
         entity_id: &str,
         resource: &str,
@@ -280,7 +442,7 @@ impl Inner {
         let now = self.clock.epoch_millis();
         // Shards known short, and shards DynamoDB refused for throughput a moment ago, are
         // left out of the draw while another may take the request.
-        let (known, mut avoid) = self.draw_state(entity_id, resource, now);
+        let (known, mut avoid) = self.known.draw_state(entity_id, resource, now);
         let at = Moment {
             now,
             generation: self.repo.config_generation(),
@@ -332,7 +494,8 @@ impl Inner {
             }
         };
         // What the item declares after the write: what a warm cascade sends it next.
-        self.learn_names(entity_id, resource, entry.states.keys());
+        self.known
+            .learn_names(entity_id, resource, entry.states.keys());
         Ok(self.unbypass(entry).await)
     }
 
@@ -355,7 +518,7 @@ impl Inner {
             self.materialise(key, &img, demand, now).await;
             return Next::Done(Box::new(self.entry_from_image(key, img, demand, now)));
         };
-        self.learn(&key.entity_id, &key.resource, &img);
+        self.known.learn(&key.entity_id, &key.resource, &img);
         let shard_count = img.shards();
         tracing::warn!(
             entity_id = %key.entity_id, resource = %key.resource, shard = key.shard, limit,
@@ -428,7 +591,7 @@ impl Inner {
         known: u32,
     ) -> Result<Next, Refusal> {
         if let Some(img) = &old {
-            self.learn(&key.entity_id, &key.resource, img);
+            self.known.learn(&key.entity_id, &key.resource, img);
             if img.disabled {
                 return Err(Refusal::Disabled);
             }
@@ -520,15 +683,15 @@ impl Inner {
         let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
         // A split of this bucket in flight in this limiter: wait for it rather than press on
         // the partitions its transaction needs, then draw among the count it reached.
-        let gate = self.split_gate(entity, resource);
+        let gate = self.known.split_gate(entity, resource);
         let known = match gate.try_lock() {
             Ok(_free) => known,
             Err(_) => {
                 drop(gate.lock().await);
-                self.shard_count(entity, resource)
+                self.known.shard_count(entity, resource)
             }
         };
-        if self.throttled(entity, resource, key.shard, now)
+        if self.known.throttled(entity, resource, key.shard, now)
             && let Some(count) = self.split_on_throttling(key, demand, now).await
         {
             return Ok(Next::Slow {
@@ -536,7 +699,7 @@ impl Inner {
                 shard_count: count,
             });
         }
-        let mut avoid = self.throttled_shards(entity, resource, now);
+        let mut avoid = self.known.throttled_shards(entity, resource, now);
         let at = Moment {
             now,
             generation: self.repo.config_generation(),
@@ -590,14 +753,14 @@ impl Inner {
     ) -> Option<u32> {
         let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
         let img = self.store.read(&key.with_shard(0)).await.ok()??;
-        self.learn(entity, resource, &img);
+        self.known.learn(entity, resource, &img);
         if img.disabled || img.unsupported_reason().is_some() {
             return None;
         }
         let (from, to) = decide_throttling(&img, demand, now)?;
         match self.split(key, from, to).await {
             Ok(count) if count > from => {
-                self.throttling_split(entity, resource);
+                self.known.throttling_split(entity, resource);
                 Some(count)
             }
             Ok(_) => None,
@@ -638,7 +801,7 @@ impl Inner {
                 .await?;
             match outcome {
                 ConsumeOutcome::Throttled { .. } => {
-                    self.throttled(entity, resource, shard, now);
+                    self.known.throttled(entity, resource, shard, now);
                 }
                 ConsumeOutcome::Consumed(got) => {
                     return Ok(Some(
@@ -689,9 +852,9 @@ impl Inner {
     /// [`BucketStore::double_shards`]: dynalimit_repository::bucket::BucketStore::double_shards
     async fn split(&self, key: &BucketKey, from: u32, to: u32) -> Result<u32, RepositoryError> {
         let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
-        let gate = self.split_gate(entity, resource);
+        let gate = self.known.split_gate(entity, resource);
         let _held = gate.lock().await;
-        let known = self.shard_count(entity, resource);
+        let known = self.known.shard_count(entity, resource);
         if known > from {
             return Ok(known);
         }
@@ -705,7 +868,7 @@ impl Inner {
             );
         }
         let count = doubling.count;
-        self.raise_shard_count(entity, resource, count);
+        self.known.raise_shard_count(entity, resource, count);
         if count > from {
             tracing::info!(
                 entity_id = %key.entity_id, resource = %key.resource,
@@ -758,7 +921,7 @@ impl Inner {
                 return Err(Refusal::Paused(until));
             }
             let whole = role.whole();
-            if super::inner::unknown_name(whole, limits).is_some() {
+            if unknown_name(whole, limits).is_some() {
                 let parent = match &image {
                     Some(img) => img.parent_id.clone().filter(|_| img.cascade),
                     None => {
@@ -868,7 +1031,8 @@ impl Inner {
                     .await?
                 {
                     CreateOutcome::Created => {
-                        self.learn_count(entity, resource, plan.shard_count, &owner);
+                        self.known
+                            .learn_count(entity, resource, plan.shard_count, &owner);
                         if !whole {
                             let opened = plan.opened_windows(key.shard);
                             self.store
@@ -1018,7 +1182,7 @@ impl Inner {
                         img.cascade = owner.cascade;
                         img.parent_id.clone_from(&owner.parent_id);
                     }
-                    self.learn(entity, resource, &img);
+                    self.known.learn(entity, resource, &img);
                     let mut states = img.limits.clone();
                     for w in &plan.writes {
                         if let Some(state) = states.get_mut(&w.name) {
@@ -1209,7 +1373,7 @@ fn known_demand(demand: &BTreeMap<String, i64>, limits: &[Limit]) -> BTreeMap<St
         .map(|(n, m)| (n.clone(), *m))
         .collect()
 }
-impl Inner {
+impl Engine {
     /// Gives back what `entry` consumed (plus `extra` net adjustments); best effort.
     /// Remembers the image a shard refused with (the local rejection cache).
     fn remember_refusal(
@@ -1226,19 +1390,11 @@ impl Inner {
         self.rejections.remember(key, img, demand, at);
     }
 
-    /// Reports a refusal of `entity_id`'s bucket on `resource` for the limits of `statuses`
-    /// that did not fit, for refusal alerts (in the background, see `refusals.rs`).
-    fn report_refused(&self, entity_id: &str, resource: &str, statuses: &[LimitStatus]) {
-        self.refusals.refused(
-            &self.repo,
-            (entity_id, resource),
-            statuses,
-            self.clock.epoch_millis(),
-            self.clock.monotonic(),
-        );
-    }
-
-    pub(super) async fn credit(
+    /// Gives `net` millitokens per limit back to `entry`'s shard (a negative amount debits),
+    /// as the entry's view of the limits allows: a credit never lifts a balance past its
+    /// ceiling, nor a quota's past the period it was debited in. Not sent again when its
+    /// answer is lost.
+    pub async fn credit(
         &self,
         entry: &Entry,
         net: &BTreeMap<String, i64>,
@@ -1264,9 +1420,10 @@ impl Inner {
         written
     }
 
-    /// Gives back everything `entry` debited for a refused acquire; the give-back when it
-    /// failed or its outcome is unknown (it is not sent again, and the debit may stand).
-    pub(super) async fn compensate(&self, entry: &Entry) -> Option<Unsettled> {
+    /// Gives back everything `entry` debited for a refused acquire. When the give-back failed
+    /// or its outcome is unknown (it is not sent again, and the debit may stand): the whole
+    /// tokens per limit that may stay debited.
+    pub async fn compensate(&self, entry: &Entry) -> Option<Vec<(String, i64)>> {
         let net = entry
             .consumed
             .iter()
@@ -1277,20 +1434,17 @@ impl Inner {
             entity_id = %entry.key.entity_id, resource = %entry.key.resource, error = %e,
             "compensation failed or its outcome is unknown (not sent again); the debit may stand"
         );
-        let amounts = entry
-            .consumed
-            .iter()
-            .map(|(n, c)| {
-                (
-                    n.clone(),
-                    c.div_euclid(MILLI) + i64::from(c.rem_euclid(MILLI) != 0),
-                )
-            })
-            .collect();
-        Some(Unsettled::new(
-            &entry.key.entity_id,
-            &entry.key.resource,
-            amounts,
-        ))
+        Some(
+            entry
+                .consumed
+                .iter()
+                .map(|(n, c)| {
+                    (
+                        n.clone(),
+                        c.div_euclid(MILLI) + i64::from(c.rem_euclid(MILLI) != 0),
+                    )
+                })
+                .collect(),
+        )
     }
 }

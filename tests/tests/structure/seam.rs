@@ -1,0 +1,130 @@
+//! The acquire's seam: the limiter of the `dynalimit` crate reaches the table's algorithm only
+//! through the repository's `acquire` module (the engine), never through `bucket`, and no crate
+//! but the repository itself names `bucket::decide`, the pure planning of the bucket writes
+//! (the test kit reaches it through the feature `test-support`).
+
+use std::collections::BTreeSet;
+
+use syn::visit::Visit;
+use syn::{UseTree, visit};
+
+use crate::source;
+
+/// Every path a file names: `use` trees, flattened, and paths in code.
+#[derive(Default)]
+struct Paths(BTreeSet<String>);
+
+fn flatten(tree: &UseTree, prefix: &mut Vec<String>, out: &mut BTreeSet<String>) {
+    match tree {
+        UseTree::Path(p) => {
+            prefix.push(p.ident.to_string());
+            flatten(&p.tree, prefix, out);
+            prefix.pop();
+        }
+        UseTree::Name(n) => {
+            let mut path = prefix.clone();
+            path.push(n.ident.to_string());
+            out.insert(path.join("::"));
+        }
+        UseTree::Rename(r) => {
+            let mut path = prefix.clone();
+            path.push(r.ident.to_string());
+            out.insert(path.join("::"));
+        }
+        UseTree::Glob(_) => {
+            out.insert(format!("{}::*", prefix.join("::")));
+        }
+        UseTree::Group(g) => {
+            for t in &g.items {
+                flatten(t, prefix, out);
+            }
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for Paths {
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        flatten(&u.tree, &mut Vec::new(), &mut self.0);
+    }
+
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        let joined: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
+        self.0.insert(joined.join("::"));
+        visit::visit_path(self, p);
+    }
+}
+
+/// The paths each library and binary of `package` names outside its tests, with the file.
+fn named_by(package: &str) -> Vec<(String, String)> {
+    let mut named = Vec::new();
+    for unit in source::units().iter().filter(|u| u.package == package) {
+        for module in source::modules(unit) {
+            let mut paths = Paths::default();
+            paths.visit_file(&module.ast);
+            let file = module.file.display().to_string();
+            named.extend(paths.0.into_iter().map(|p| (file.clone(), p)));
+        }
+    }
+    named
+}
+
+/// Whether `path` names `prefix` or something below it.
+fn under(path: &str, prefix: &str) -> bool {
+    path == prefix || path.starts_with(&format!("{prefix}::"))
+}
+
+#[test]
+fn the_limiter_reaches_the_table_only_through_the_engine() {
+    let bucket: Vec<_> = named_by("crates/dynalimit")
+        .into_iter()
+        .filter(|(_, p)| under(p, "dynalimit_repository::bucket"))
+        .collect();
+    assert!(
+        bucket.is_empty(),
+        "dynalimit names the repository's bucket module (its seam is `acquire`): {bucket:#?}"
+    );
+    let engine = named_by("crates/dynalimit")
+        .into_iter()
+        .filter(|(_, p)| under(p, "dynalimit_repository::acquire"))
+        .count();
+    assert!(engine > 0, "dynalimit reaches the engine through `acquire`");
+}
+
+#[test]
+fn no_crate_but_the_repository_plans_bucket_writes() {
+    let mut wrong = Vec::new();
+    for package in source::PACKAGES
+        .iter()
+        .filter(|p| !["crates/dynalimit-repository", "tests"].contains(p))
+    {
+        wrong.extend(
+            named_by(package)
+                .into_iter()
+                .filter(|(_, p)| under(p, "dynalimit_repository::bucket::decide")),
+        );
+    }
+    assert!(wrong.is_empty(), "bucket::decide named by {wrong:#?}");
+}
+
+#[test]
+fn the_checker_sees_use_trees_and_paths_in_code() {
+    let ast = source::parse_str(
+        "use dynalimit_repository::bucket::{decide::{Plan, plan_create}, BucketKey};\n\
+         fn f() { let _ = dynalimit_repository::acquire::Engine::new; }",
+    )
+    .expect("parses");
+    let mut paths = Paths::default();
+    paths.visit_file(&ast);
+    assert!(
+        paths
+            .0
+            .contains("dynalimit_repository::bucket::decide::plan_create")
+    );
+    assert!(paths.0.contains("dynalimit_repository::bucket::BucketKey"));
+    assert!(
+        paths
+            .0
+            .contains("dynalimit_repository::acquire::Engine::new")
+    );
+    assert!(under("a::b::c", "a::b") && !under("a::bc", "a::b"));
+}
