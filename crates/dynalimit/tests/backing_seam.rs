@@ -51,7 +51,7 @@ impl Backing for Remote {
             Outcome::Granted(()) => {
                 Outcome::Granted(Lease(self.leases.fetch_add(1, Ordering::SeqCst)))
             }
-            Outcome::Refused { retry_at } => Outcome::Refused { retry_at },
+            Outcome::Rejected { retry_at } => Outcome::Rejected { retry_at },
         })
     }
 

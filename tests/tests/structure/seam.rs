@@ -128,3 +128,47 @@ fn the_checker_sees_use_trees_and_paths_in_code() {
     );
     assert!(under("a::b::c", "a::b") && !under("a::bc", "a::b"));
 }
+
+/// Public type and variant names of `items` (and of inline modules below them).
+fn public_names(items: &[syn::Item], out: &mut Vec<String>) {
+    let public = |v: &syn::Visibility| matches!(v, syn::Visibility::Public(_));
+    for item in items {
+        match item {
+            syn::Item::Enum(e) if public(&e.vis) => {
+                out.push(e.ident.to_string());
+                out.extend(e.variants.iter().map(|v| format!("{}::{}", e.ident, v.ident)));
+            }
+            syn::Item::Struct(s) if public(&s.vis) => out.push(s.ident.to_string()),
+            syn::Item::Type(t) if public(&t.vis) => out.push(t.ident.to_string()),
+            syn::Item::Trait(t) if public(&t.vis) => out.push(t.ident.to_string()),
+            syn::Item::Mod(m) => {
+                if let Some((_, inner)) = &m.content {
+                    public_names(inner, out);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A refusal has one name a service meets: `Rejection` (and `Error::Rejected`, `Reason`, a
+/// backing's `Outcome::Rejected`). No public type or variant of `dynalimit` spells it
+/// otherwise.
+#[test]
+fn a_refusal_has_one_name_in_what_a_service_uses() {
+    let mut names = Vec::new();
+    for unit in source::units()
+        .iter()
+        .filter(|u| u.package == "crates/dynalimit")
+    {
+        for module in source::modules(unit) {
+            public_names(&module.ast.items, &mut names);
+        }
+    }
+    assert!(names.iter().any(|n| n == "Rejection"), "the names were read");
+    let forked: Vec<_> = names
+        .iter()
+        .filter(|n| n.contains("Refus"))
+        .collect();
+    assert!(forked.is_empty(), "a refusal spelled otherwise: {forked:?}");
+}

@@ -240,7 +240,7 @@ impl Entry {
 
 /// Why an owner's debit did not happen.
 #[derive(Debug)]
-pub enum Refusal {
+pub enum NotDebited {
     /// Limits short for the demand, or the bucket contended past its attempts.
     Rejected {
         /// The statuses of the limits short (empty when contended).
@@ -262,9 +262,9 @@ pub enum Refusal {
     Repository(RepositoryError),
 }
 
-impl From<RepositoryError> for Refusal {
+impl From<RepositoryError> for NotDebited {
     fn from(e: RepositoryError) -> Self {
-        Refusal::Repository(e)
+        NotDebited::Repository(e)
     }
 }
 
@@ -276,15 +276,15 @@ fn window_lengths(img: &BucketImage) -> BTreeMap<String, i64> {
         .collect()
 }
 
-fn reject(statuses: Vec<LimitStatus>) -> Refusal {
-    Refusal::Rejected {
+fn reject(statuses: Vec<LimitStatus>) -> NotDebited {
+    NotDebited::Rejected {
         statuses,
         contended: false,
     }
 }
 
-fn contended() -> Refusal {
-    Refusal::Rejected {
+fn contended() -> NotDebited {
+    NotDebited::Rejected {
         statuses: Vec::new(),
         contended: true,
     }
@@ -437,7 +437,7 @@ impl Engine {
         demand: &BTreeMap<String, i64>,
         limits: Option<&[Limit]>,
         role: Role<'_>,
-    ) -> Result<Entry, Refusal> {
+    ) -> Result<Entry, NotDebited> {
         let probe = matches!(role, Role::Entity { probe: true, .. } | Role::Parent { .. });
         let now = self.clock.epoch_millis();
         // Shards known short, and shards DynamoDB refused for throughput a moment ago, are
@@ -475,7 +475,7 @@ impl Engine {
                 shard,
                 shard_count: known,
             },
-            ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
+            ConsumeOutcome::Paused(until) => return Err(NotDebited::Paused(until)),
             ConsumeOutcome::Failed(old) => {
                 // The slow branches are boxed: a warm acquire's future stays small (it is
                 // allocated and moved once per acquire).
@@ -589,14 +589,14 @@ impl Engine {
         now: i64,
         probe: bool,
         known: u32,
-    ) -> Result<Next, Refusal> {
+    ) -> Result<Next, NotDebited> {
         if let Some(img) = &old {
             self.known.learn(&key.entity_id, &key.resource, img);
             if img.disabled {
-                return Err(Refusal::Disabled);
+                return Err(NotDebited::Disabled);
             }
             if let Some(reason) = img.unsupported_reason() {
-                return Err(Refusal::Unsupported(reason));
+                return Err(NotDebited::Unsupported(reason));
             }
         }
         let slow_here = |count: u32| Next::Slow {
@@ -611,7 +611,7 @@ impl Engine {
             FastFailure::BucketMissing | FastFailure::ScheduleBoundary => {
                 Ok(slow_here(img.shards()))
             }
-            FastFailure::Disabled => Err(Refusal::Disabled),
+            FastFailure::Disabled => Err(NotDebited::Disabled),
             FastFailure::WcuExhausted | FastFailure::BothExhausted => {
                 match decide_wcu_exhaustion(&img, demand, now) {
                     WcuDecision::Reject(statuses) => {
@@ -679,7 +679,7 @@ impl Engine {
         limits: Option<&[Limit]>,
         (now, known): (i64, u32),
         (probe, refused): (bool, RepositoryError),
-    ) -> Result<Next, Refusal> {
+    ) -> Result<Next, NotDebited> {
         let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
         // A split of this bucket in flight in this limiter: wait for it rather than press on
         // the partitions its transaction needs, then draw among the count it reached.
@@ -729,7 +729,7 @@ impl Engine {
             .await?;
         Ok(match outcome {
             ConsumeOutcome::Consumed(img) => Box::pin(self.fast_debit(key, img, demand, now)).await,
-            ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
+            ConsumeOutcome::Paused(until) => return Err(NotDebited::Paused(until)),
             ConsumeOutcome::Failed(old) => {
                 Box::pin(self.after_fast_failure(key, old, demand, now, probe, known)).await?
             }
@@ -785,7 +785,7 @@ impl Engine {
         mut avoid: Vec<u32>,
         demand: &BTreeMap<String, i64>,
         now: i64,
-    ) -> Result<Option<Next>, Refusal> {
+    ) -> Result<Option<Next>, NotDebited> {
         let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
         for _ in 0..2 {
             let open: Vec<u32> = (0..count).filter(|s| !avoid.contains(s)).collect();
@@ -814,7 +814,7 @@ impl Engine {
                         shard_count: count,
                     }));
                 }
-                ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
+                ConsumeOutcome::Paused(until) => return Err(NotDebited::Paused(until)),
                 ConsumeOutcome::Failed(old) => {
                     match classify_fast_failure(old.as_ref(), demand, now) {
                         FastFailure::BucketMissing | FastFailure::ScheduleBoundary => {
@@ -823,7 +823,7 @@ impl Engine {
                                 shard_count: old.as_ref().map_or(count, BucketImage::shards),
                             }));
                         }
-                        FastFailure::Disabled => return Err(Refusal::Disabled),
+                        FastFailure::Disabled => return Err(NotDebited::Disabled),
                         _ => {}
                     }
                 }
@@ -839,7 +839,7 @@ impl Engine {
         shard_count: u32,
         limits: Option<&[Limit]>,
         role: Role<'_>,
-    ) -> Result<Entry, Refusal> {
+    ) -> Result<Entry, NotDebited> {
         self.slow_pass(key, shard_count, limits, role)
             .await
             .map(|entry| *entry)
@@ -887,7 +887,7 @@ impl Engine {
     /// Each bucket of a cascade debits the consumed names (of the whole acquire) it declares:
     /// per-key `rpm` on the child, a `tpm` budget on the parent. A consumed name that is not
     /// among the resolved limits refuses the acquire before this write
-    /// ([`Refusal::UnknownLimit`]) unless the cascade's other bucket takes it: it is sent to
+    /// ([`NotDebited::UnknownLimit`]) unless the cascade's other bucket takes it: it is sent to
     /// that bucket at the same time, or, for a cascading child, the parent's configuration
     /// declares it (read uncached, one `BatchGetItem`, only when the child lacks a name the
     /// parent is not sent).
@@ -897,7 +897,7 @@ impl Engine {
         shard_count: u32,
         limits: Option<&[Limit]>,
         role: Role<'_>,
-    ) -> Result<Box<Entry>, Refusal> {
+    ) -> Result<Box<Entry>, NotDebited> {
         let (entity, resource) = (key.entity_id.as_str(), key.resource.as_str());
         let mut replanned = false;
         // One owner-META re-plan after a changed owner.
@@ -911,14 +911,14 @@ impl Engine {
             } = self.store.read_for_slow_path(key, now).await?;
             let mut access = resolve_access(levels, limits, now);
             if access.disabled {
-                return Err(Refusal::Disabled);
+                return Err(NotDebited::Disabled);
             }
             let limits = access.limits.as_slice();
             if limits.is_empty() {
-                return Err(Refusal::NoLimits);
+                return Err(NotDebited::NoLimits);
             }
             if let Some(until) = pause {
-                return Err(Refusal::Paused(until));
+                return Err(NotDebited::Paused(until));
             }
             let whole = role.whole();
             if unknown_name(whole, limits).is_some() {
@@ -945,7 +945,7 @@ impl Engine {
                     _ => open.next(),
                 };
                 if let Some(name) = undeclared {
-                    return Err(Refusal::UnknownLimit(name.clone()));
+                    return Err(NotDebited::UnknownLimit(name.clone()));
                 }
             }
             let demand = known_demand(whole, limits);
@@ -1124,10 +1124,10 @@ impl Engine {
                 }
             };
             if let Some(reason) = img.unsupported_reason() {
-                return Err(Refusal::Unsupported(reason));
+                return Err(NotDebited::Unsupported(reason));
             }
             if img.disabled {
-                return Err(Refusal::Disabled);
+                return Err(NotDebited::Disabled);
             }
             if access.soft.bypass && img.bypass.is_some() {
                 // Bypassed: count, renew the stamp, debit no balance (§12.1). The stamp gone
@@ -1140,7 +1140,7 @@ impl Engine {
                         entry.refund = false;
                         return Ok(Box::new(entry));
                     }
-                    ConsumeOutcome::Paused(until) => return Err(Refusal::Paused(until)),
+                    ConsumeOutcome::Paused(until) => return Err(NotDebited::Paused(until)),
                     ConsumeOutcome::Failed(_) => continue,
                     // (`Throttled` is never the answer of a retried write.)
                     ConsumeOutcome::Contended | ConsumeOutcome::Throttled { .. } => {
@@ -1276,7 +1276,7 @@ impl Engine {
         key: &BucketKey,
         consumed: &BTreeMap<String, i64>,
         demand: &BTreeMap<String, i64>,
-    ) -> Result<Entry, Refusal> {
+    ) -> Result<Entry, NotDebited> {
         let retry = consumption_retry(consumed);
         let now = self.clock.epoch_millis();
         if retry.is_empty() {
@@ -1288,7 +1288,7 @@ impl Engine {
         }
         match self.store.consume_only(key, &retry, now).await? {
             ConsumeOutcome::Consumed(img) => Ok(self.entry_from_image(key, img, consumed, now)),
-            ConsumeOutcome::Paused(until) => Err(Refusal::Paused(until)),
+            ConsumeOutcome::Paused(until) => Err(NotDebited::Paused(until)),
             ConsumeOutcome::Failed(Some(img)) => {
                 let statuses = statuses_from_image(&img, demand, now);
                 if statuses.iter().any(|s| s.exceeded) {

@@ -209,7 +209,7 @@ const DEFAULT_PRIORITY_QUEUEING: Queueing = Queueing {
 enum Admission {
     Granted(u32),
     Queued(u64, oneshot::Receiver<u32>),
-    Refused(Rejection),
+    Rejected(Rejection),
 }
 
 /// An adaptive concurrency limiter. Cloning is cheap and shares the limiter.
@@ -408,16 +408,16 @@ impl AdaptiveLimiter {
                 .unwrap_or(DEFAULT_PRIORITY_QUEUEING)
                 .bounds(limit);
             if queued >= max_queue {
-                return Admission::Refused(s.rejected(Overload::Shed));
+                return Admission::Rejected(s.rejected(Overload::Shed));
             }
             if level < p.threshold() {
-                return Admission::Refused(s.rejected(Overload::Priority));
+                return Admission::Rejected(s.rejected(Overload::Priority));
             }
         } else if let Some(q) = self.inner.queueing {
             let (threshold, max_queue) = q.bounds(limit);
             let rate = rejection_rate(queued, threshold, max_queue);
             if rate >= 1.0 || (rate > 0.0 && s.rng.random::<f64>() < rate) {
-                return Admission::Refused(s.rejected(Overload::Shed));
+                return Admission::Rejected(s.rejected(Overload::Shed));
             }
         }
         let id = s.next_id;
@@ -436,7 +436,7 @@ impl AdaptiveLimiter {
             Admission::Granted(inflight) => {
                 return Ok(Permit::new(Arc::clone(&self.inner), inflight));
             }
-            Admission::Refused(r) => return Err(self.inner.exceeded(r)),
+            Admission::Rejected(r) => return Err(self.inner.exceeded(r)),
             Admission::Queued(id, rx) => (id, rx),
         };
         let mut guard = WaitGuard {

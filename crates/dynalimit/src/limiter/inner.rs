@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dynalimit_core::image::LimitStatus;
 use dynalimit_core::{Clock, Limit};
-use dynalimit_repository::acquire::{Engine, Entry, Refusal, Role};
+use dynalimit_repository::acquire::{Engine, Entry, NotDebited, Role};
 use dynalimit_repository::{OnUnavailable, Repository, RepositoryError};
 use tokio::sync::Notify;
 
@@ -68,12 +68,12 @@ impl Inner {
         demand: &BTreeMap<String, i64>,
         limits: Option<&[Limit]>,
         role: Role<'_>,
-    ) -> Result<Entry, Refusal> {
+    ) -> Result<Entry, NotDebited> {
         let outcome = self
             .engine
             .acquire_one(entity_id, resource, demand, limits, role)
             .await;
-        if let Err(Refusal::Rejected {
+        if let Err(NotDebited::Rejected {
             statuses,
             contended: false,
         }) = &outcome

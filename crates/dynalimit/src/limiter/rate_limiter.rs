@@ -12,7 +12,7 @@ use dynalimit_core::ids::{validate_entity_id, validate_resource};
 use dynalimit_core::limit::amount_to_milli;
 use dynalimit_core::{CoreError, Limit};
 use dynalimit_format::attr;
-use dynalimit_repository::acquire::{Demand, Entry, Refusal, Role, unknown_name};
+use dynalimit_repository::acquire::{Demand, Entry, NotDebited, Role, unknown_name};
 use dynalimit_repository::{OnUnavailable, Repository, RepositoryError};
 
 use super::detach::Detach;
@@ -505,19 +505,19 @@ impl RateLimiter {
                 .flatten(),
         );
         // A disabled resource outranks a rejection, a rejection anything else.
-        let rank = |r: &Refusal| match r {
-            Refusal::Disabled => 0,
-            Refusal::Rejected { .. } | Refusal::Paused(_) => 1,
+        let rank = |r: &NotDebited| match r {
+            NotDebited::Disabled => 0,
+            NotDebited::Rejected { .. } | NotDebited::Paused(_) => 1,
             _ => 2,
         };
         refusals.sort_by_key(|(_, _, r)| rank(r));
         let longest = refusals
             .iter()
             .filter_map(|(_, _, r)| match r {
-                Refusal::Rejected { statuses, .. } => {
+                NotDebited::Rejected { statuses, .. } => {
                     statuses.iter().map(|s| s.retry_after_ms).max()
                 }
-                Refusal::Paused(until) => {
+                NotDebited::Paused(until) => {
                     Some(until.saturating_sub(self.inner.clock.epoch_millis()))
                 }
                 _ => None,
@@ -549,11 +549,11 @@ impl RateLimiter {
         entity_id: String,
         resource: String,
         owner: String,
-        refusal: Refusal,
+        refusal: NotDebited,
         on_unavailable: Option<OnUnavailable>,
     ) -> Result<Lease, Error> {
         match refusal {
-            Refusal::Rejected {
+            NotDebited::Rejected {
                 statuses,
                 contended,
             } => Err(Error::Rejected(if contended {
@@ -561,36 +561,36 @@ impl RateLimiter {
             } else {
                 Rejection::limits(&owner, &resource, statuses)
             })),
-            Refusal::Paused(until) => Err(Error::Rejected(Rejection::paused(
+            NotDebited::Paused(until) => Err(Error::Rejected(Rejection::paused(
                 until,
                 remaining(until, self.inner.clock.epoch_millis()),
                 Some((&owner, &resource)),
             ))),
-            Refusal::Disabled => Err(Error::ResourceDisabled {
+            NotDebited::Disabled => Err(Error::ResourceDisabled {
                 entity_id: owner,
                 resource,
             }),
-            Refusal::NoLimits => Err(Error::NoLimits {
+            NotDebited::NoLimits => Err(Error::NoLimits {
                 entity_id: owner,
                 resource,
             }),
-            Refusal::UnknownLimit(key) => Err(Error::UnknownLimit { key }),
-            Refusal::Repository(e @ RepositoryError::PermissionDenied { .. }) => {
+            NotDebited::UnknownLimit(key) => Err(Error::UnknownLimit { key }),
+            NotDebited::Repository(e @ RepositoryError::PermissionDenied { .. }) => {
                 Err(Error::PermissionDenied(e))
             }
-            Refusal::Repository(e @ RepositoryError::Corrupt { .. }) => Err(Error::Corrupt(e)),
-            Refusal::Repository(RepositoryError::TransactionConflict { .. }) => {
+            NotDebited::Repository(e @ RepositoryError::Corrupt { .. }) => Err(Error::Corrupt(e)),
+            NotDebited::Repository(RepositoryError::TransactionConflict { .. }) => {
                 Err(Error::Rejected(Rejection::contended(&owner, &resource)))
             }
             // Not outages: the same request fails the same way, whatever `on_unavailable`.
-            Refusal::Repository(RepositoryError::Validation(e)) => Err(Error::Invalid(e)),
-            Refusal::Repository(e) if e.is_invalid_request() => Err(Error::InvalidRequest(e)),
+            NotDebited::Repository(RepositoryError::Validation(e)) => Err(Error::Invalid(e)),
+            NotDebited::Repository(e) if e.is_invalid_request() => Err(Error::InvalidRequest(e)),
             other => {
                 let message = match other {
-                    Refusal::Unsupported(reason) => {
+                    NotDebited::Unsupported(reason) => {
                         format!("fails closed on an unsupported item: {reason}")
                     }
-                    Refusal::Repository(e) => e.to_string(),
+                    NotDebited::Repository(e) => e.to_string(),
                     _ => String::new(),
                 };
                 match self.on_unavailable(on_unavailable).await {
@@ -812,12 +812,12 @@ impl RateLimiter {
 /// back whose give-back did not land for certain.
 struct Refused {
     owner: String,
-    refusal: Refusal,
+    refusal: NotDebited,
     unsettled: Vec<Unsettled>,
 }
 
 impl Refused {
-    fn by(owner: &str, refusal: Refusal) -> Self {
+    fn by(owner: &str, refusal: NotDebited) -> Self {
         Refused {
             owner: owner.to_owned(),
             refusal,

@@ -37,7 +37,7 @@ impl<B: Backing> LimitSet<B> {
                         drop(slot);
                         return Ok(Acquisition::new(self, plan, Some(ticket)));
                     }
-                    Outcome::Refused { retry_at } => wake_at = deadline.or_earlier(retry_at),
+                    Outcome::Rejected { retry_at } => wake_at = deadline.or_earlier(retry_at),
                 }
             }
             deadline.check(now)?;
@@ -71,7 +71,7 @@ impl<B: Backing> LimitSet<B> {
                 Outcome::Granted(ticket) => {
                     Some(Acquisition::new(self, plan.clone(), Some(ticket)))
                 }
-                Outcome::Refused { .. } => None,
+                Outcome::Rejected { .. } => None,
             },
         )
     }
@@ -136,7 +136,7 @@ impl<B: SyncBacking> LimitSet<B> {
                 std::mem::take(plan),
                 Some(ticket),
             ))),
-            Outcome::Refused { retry_at } => Ok(Err(self.rejected(plan, retry_at))),
+            Outcome::Rejected { retry_at } => Ok(Err(self.rejected(plan, retry_at))),
         }
     }
 
@@ -187,7 +187,7 @@ impl<B: SyncBacking> LimitSet<B> {
                         drop(slot);
                         return Ok(Acquisition::new(self, plan, Some(ticket)));
                     }
-                    Outcome::Refused { retry_at } => wake_at = deadline.or_earlier(retry_at),
+                    Outcome::Rejected { retry_at } => wake_at = deadline.or_earlier(retry_at),
                 }
             }
             deadline.check(now)?;

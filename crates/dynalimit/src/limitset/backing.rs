@@ -46,8 +46,8 @@ pub enum Settle {
 pub enum Outcome<T> {
     /// Every amount was taken; the ticket is handed back on settlement.
     Granted(T),
-    /// Nothing was taken.
-    Refused {
+    /// Nothing was taken: the LimitSet answers with a [`Rejection`](crate::Rejection).
+    Rejected {
         /// The earliest instant (on the LimitSet's clock) at which the plan could fit if
         /// nothing else happened; `None` when only a release can help (a held resource).
         retry_at: Option<Duration>,
@@ -224,7 +224,7 @@ impl SyncBacking for InProcess {
             }
             return Ok(Outcome::Granted(()));
         }
-        // Refused: the plan fits no earlier than the latest of the time-based limits; a full
+        // Rejected: the plan fits no earlier than the latest of the time-based limits; a full
         // resource waits for a release, which wakes the queue.
         let mut retry_at: Option<Duration> = None;
         for take in plan {
@@ -235,7 +235,7 @@ impl SyncBacking for InProcess {
                 retry_at = Some(retry_at.map_or(at, |r| r.max(at)));
             }
         }
-        Ok(Outcome::Refused { retry_at })
+        Ok(Outcome::Rejected { retry_at })
     }
 
     fn stats(&self, now: Duration) -> Vec<LimitStats> {

@@ -258,7 +258,7 @@ impl Backing for Distributed {
                     lease: Some(lease),
                     taken,
                 })),
-                Err(Error::Rejected(rejection)) => Ok(Outcome::Refused {
+                Err(Error::Rejected(rejection)) => Ok(Outcome::Rejected {
                     retry_at: Some(
                         now + rejection.retry_after().unwrap_or(MIN_RETRY).max(MIN_RETRY),
                     ),
