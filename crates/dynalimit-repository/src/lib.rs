@@ -15,7 +15,8 @@
 //! |---|---|
 //! | [`Repository`], [`RepositoryBuilder`], [`RepositoryError`] | services and operators |
 //! | [`OperationOptions`], [`BucketOperation`] | an operator's reset or top-up of a bucket ([`Repository::reset_bucket`], [`Repository::top_up`]) |
-//! | [`bucket`] | the acquire's DynamoDB algorithm: its decisions ([`bucket::decide`], no I/O) and the reads and writes that carry them out (the limiter, the aggregator) |
+//! | [`acquire`] | one limiter's acquire against the table ([`acquire::Engine`]): the seam the `dynalimit` limiter calls |
+//! | [`bucket`] | the bucket store the engine drives: its plans (`bucket::decide`, no I/O, private to the crate) and the reads and writes that carry them out (the engine, the aggregator, the benchmarks) |
 //! | [`aws`] | AWS settings, loaded as the AWS CLI loads them, for every client dynalimit builds |
 //! | [`RequestCounter`] | counting the requests a client sends (tests, the benchmark) |
 //! | [`FastPath`], [`send_update`] | the acquire's transport (`dynalimit-wire`), and one raw `UpdateItem` through it (the benchmark) |

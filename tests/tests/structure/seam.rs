@@ -136,7 +136,11 @@ fn public_names(items: &[syn::Item], out: &mut Vec<String>) {
         match item {
             syn::Item::Enum(e) if public(&e.vis) => {
                 out.push(e.ident.to_string());
-                out.extend(e.variants.iter().map(|v| format!("{}::{}", e.ident, v.ident)));
+                out.extend(
+                    e.variants
+                        .iter()
+                        .map(|v| format!("{}::{}", e.ident, v.ident)),
+                );
             }
             syn::Item::Struct(s) if public(&s.vis) => out.push(s.ident.to_string()),
             syn::Item::Type(t) if public(&t.vis) => out.push(t.ident.to_string()),
@@ -165,10 +169,10 @@ fn a_refusal_has_one_name_in_what_a_service_uses() {
             public_names(&module.ast.items, &mut names);
         }
     }
-    assert!(names.iter().any(|n| n == "Rejection"), "the names were read");
-    let forked: Vec<_> = names
-        .iter()
-        .filter(|n| n.contains("Refus"))
-        .collect();
+    assert!(
+        names.iter().any(|n| n == "Rejection"),
+        "the names were read"
+    );
+    let forked: Vec<_> = names.iter().filter(|n| n.contains("Refus")).collect();
     assert!(forked.is_empty(), "a refusal spelled otherwise: {forked:?}");
 }

@@ -1,6 +1,6 @@
 //! Bucket items (reference §1.4.7): the acquire's DynamoDB algorithm, planning and requests.
 //!
-//! [`decide`] says what to write, given what was read, without I/O. [`BucketStore`] sends its
+//! `decide` says what to write, given what was read, without I/O. [`BucketStore`] sends its
 //! plans as single DynamoDB requests and turns their answers back into [`BucketImage`]s. A
 //! failed condition is an ordinary outcome (the image returned with it decides what happens
 //! next), a transaction conflict is retried with full jitter up to [`CONFLICT_ATTEMPTS`]
@@ -696,7 +696,7 @@ impl BucketStore {
 
     /// Creates a missing bucket item in one transaction with a `ConditionCheck` on the
     /// owner's META as read (reference §3.7.3), the donors' side of `moves` (a shard other
-    /// than 0 funded by its siblings, [`crate::bucket::decide::plan_funding`]), and `others`:
+    /// than 0 funded by its siblings, `decide::plan_funding`), and `others`:
     /// the other shards of a bucket recreated whole after every shard was swept, each at its
     /// share.
     ///
@@ -870,7 +870,7 @@ impl BucketStore {
 
     /// The aggregator's proactive refill of one bucket item, planned from its image `img`,
     /// the `shard_count` stored on it and the batch's consumption per limit (millitokens,
-    /// [`decide::plan_proactive_refill`]). Returns false when nothing needed writing or a
+    /// `decide::plan_proactive_refill`). Returns false when nothing needed writing or a
     /// condition failed (a client wrote first; nothing to do). Never sent again after a lost
     /// answer: its `rf` lock refuses a second application, and the caller reads
     /// [`RepositoryError::OutcomeUnknown`] (the refill landed once or not at all).
@@ -895,7 +895,7 @@ impl BucketStore {
 
     /// The aggregator's proactive doubling of shard 0 (`key`) of a hot bucket whose image is
     /// `img`: when its `wcu` projected to `now` is below a fifth of its capacity and the count
-    /// is below the cap ([`decide::plan_proactive_doubling`]), [`BucketStore::double_shards`]
+    /// is below the cap (`decide::plan_proactive_doubling`), [`BucketStore::double_shards`]
     /// from its count to twice it. `None` when the bucket is not hot.
     ///
     /// # Errors
@@ -914,7 +914,7 @@ impl BucketStore {
             .map(Some)
     }
 
-    /// The materialising write after a fast-path debit ([`decide::plan_materialise`]). Returns false
+    /// The materialising write after a fast-path debit (`decide::plan_materialise`). Returns false
     /// when a condition failed: another writer moved `rf` (its refill clamped the balance),
     /// or credited the bucket since the debit. Never sent again after a lost answer: its `rf`
     /// lock refuses a second application, so it landed once or not at all, and the caller
