@@ -1,6 +1,11 @@
-//! One bucket owner's acquire: speculative consume, failure handling, slow path, create,
-//! doubling (reference §3.4–§3.8). The `dynalimit` crate's limiter layers the cascade, leases
-//! and the public API on top.
+//! One bucket owner's acquire (reference §3.4–§3.8): the shard draw, the warm debit, and after
+//! a failure the decision from the image it returned (probes, the slow pass, a create, a
+//! split). [`Engine`] is the seam: the `dynalimit` crate's limiter layers the cascade, leases
+//! and the public API on top, and calls nothing of [`crate::bucket`] itself.
+//!
+//! The engine plans with `bucket::decide` (no I/O) and writes through
+//! [`BucketStore`](crate::bucket::BucketStore). It keeps what it learnt of each bucket
+//! ([`Knowledge`]) and the rejection cache (`rejections`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
