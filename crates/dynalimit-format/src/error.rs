@@ -42,7 +42,10 @@ pub enum FormatError {
 
     /// A stored configuration names more limits than one bucket carries
     /// ([`crate::attr::MAX_LIMITS_PER_BUCKET`]).
-    #[error("item {key} configures {given} limits; one bucket carries at most {max}")]
+    #[error(
+        "item {key} configures {given} limits; one bucket carries at most {max}: store fewer \
+         limits (split them across resources)"
+    )]
     TooManyLimits {
         /// The config item's key (`PK|SK`).
         key: String,

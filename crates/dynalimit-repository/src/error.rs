@@ -159,63 +159,29 @@ pub enum RepositoryError {
         message: String,
     },
 
-    /// An item in the table does not have the shape the format prescribes, or holds a value
-    /// outside the range a reader accepts (`dynalimit_core::bounds`: a shard count above 32,
-    /// a time beyond the year 2500, an amount beyond 2 × 10^18 millitokens). dynalimit refuses
-    /// to act on it; acquires treat this as unavailable (governed by `on_unavailable`).
-    #[error("malformed item {key}: {message}")]
-    Corrupt {
-        /// The item's key.
-        key: String,
-        /// The attribute at fault, when one is.
-        attribute: Option<String>,
-        /// What is wrong (naming the attribute, when there is one).
-        message: String,
-    },
-
-    /// An item carries what dynalimit cannot read: a bucket attribute it does not know, a
-    /// sharded quota without grant counts, a limit that neither refills nor resets, or a
-    /// configuration that does not decode. dynalimit refuses to act on it rather than misread
-    /// it; acquires treat this as unavailable (governed by `on_unavailable`).
-    #[error("item {key} uses {feature}, which dynalimit does not implement")]
-    Unsupported {
-        /// The item's key.
-        key: String,
-        /// The feature found.
-        feature: String,
-    },
-
-    /// A stored limit configuration names a limit after an attribute of the table's items
-    /// ([`dynalimit_format::attr::ALL`]), as a client that refuses only `wcu`
-    /// (zae-limiter 0.17) can write it. dynalimit refuses to use the item rather than misread
-    /// it; acquires treat this as unavailable (governed by `on_unavailable`).
-    #[error(
-        "item {key} configures a limit named {name:?}, a reserved name (an item attribute of \
-         the table format); store the limits under another name"
-    )]
-    ReservedLimitName {
-        /// The config item's key.
-        key: String,
-        /// The reserved limit name found.
-        name: String,
-    },
-
-    /// A stored limit configuration names more limits than one bucket's requests can carry
-    /// ([`dynalimit_format::attr::MAX_LIMITS_PER_BUCKET`]), as another client can write it.
-    /// dynalimit refuses to use it; no request could serve it, so it is an invalid request
-    /// ([`RepositoryError::is_invalid_request`]), not an outage.
-    #[error(
-        "item {key} configures {given} limits; one bucket carries at most {max}: store fewer \
-         limits (split them across resources)"
-    )]
-    TooManyLimits {
-        /// The config item's key.
-        key: String,
-        /// How many limits it names.
-        given: usize,
-        /// The most one bucket carries.
-        max: usize,
-    },
+    /// An item in the table that dynalimit will not act on, as the format's codecs report it:
+    ///
+    /// - [`FormatError::Corrupt`]: the item does not have the shape the format prescribes, or
+    ///   holds a value outside the range a reader accepts (`dynalimit_core::bounds`: a shard
+    ///   count above 32, a time beyond the year 2500, an amount beyond 2 × 10^18
+    ///   millitokens). Acquires treat it as unavailable (governed by `on_unavailable`), and no
+    ///   mode admits past it.
+    /// - [`FormatError::Unsupported`]: the item carries what dynalimit cannot read (a bucket
+    ///   attribute it does not know, a sharded quota without grant counts, a limit that
+    ///   neither refills nor resets, a configuration that does not decode). Acquires treat it
+    ///   as unavailable.
+    /// - [`FormatError::ReservedLimitName`]: a stored configuration names a limit after an
+    ///   attribute of the table's items ([`dynalimit_format::attr::ALL`]), as a client that
+    ///   refuses only `wcu` (zae-limiter 0.17) can write it. Acquires treat it as unavailable.
+    /// - [`FormatError::TooManyLimits`]: a stored configuration names more limits than one
+    ///   bucket's requests can carry ([`dynalimit_format::attr::MAX_LIMITS_PER_BUCKET`]). No
+    ///   request could serve it, so it is an invalid request
+    ///   ([`RepositoryError::is_invalid_request`]), not an outage.
+    ///
+    /// A stored schedule that does not decode ([`FormatError::Schedule`]) is reported as
+    /// corrupt.
+    #[error(transparent)]
+    Format(FormatError),
 
     /// An idempotency key already names another kind of operation on this entity and resource
     /// (a reset's key reused for a top-up, or the other way round); nothing was written.
@@ -271,7 +237,7 @@ impl RepositoryError {
 
     /// True when the failure means DynamoDB could not serve the request (what `on_unavailable`
     /// governs). Permission errors are not outages, nor is an item holding a value out of
-    /// bounds ([`RepositoryError::Corrupt`]: no mode admits past it).
+    /// bounds ([`FormatError::Corrupt`]: no mode admits past it).
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
@@ -279,28 +245,30 @@ impl RepositoryError {
                 | RepositoryError::Contended { .. }
                 | RepositoryError::Unavailable { .. }
                 | RepositoryError::OutcomeUnknown { .. }
-                | RepositoryError::Unsupported { .. }
-                | RepositoryError::ReservedLimitName { .. }
+                | RepositoryError::Format(
+                    FormatError::Unsupported { .. } | FormatError::ReservedLimitName { .. }
+                )
         )
     }
 
     /// True when the request cannot be served as asked, now or later: DynamoDB refused it as
     /// invalid ([`RepositoryError::InvalidRequest`]), or the stored configuration names more limits
-    /// than a bucket's requests carry ([`RepositoryError::TooManyLimits`]). Neither is an
+    /// than a bucket's requests carry ([`FormatError::TooManyLimits`]). Neither is an
     /// outage, so `on_unavailable` does not govern them.
     pub fn is_invalid_request(&self) -> bool {
         matches!(
             self,
-            RepositoryError::InvalidRequest { .. } | RepositoryError::TooManyLimits { .. }
+            RepositoryError::InvalidRequest { .. }
+                | RepositoryError::Format(FormatError::TooManyLimits { .. })
         )
     }
 
     pub(crate) fn corrupt(key: impl Into<String>, message: impl Into<String>) -> Self {
-        RepositoryError::Corrupt {
+        RepositoryError::Format(FormatError::Corrupt {
             key: key.into(),
             attribute: None,
             message: message.into(),
-        }
+        })
     }
 
     /// Classifies a failure of the AWS SDK's `operation` (throttling, permissions,
@@ -317,29 +285,12 @@ impl RepositoryError {
 impl From<FormatError> for RepositoryError {
     fn from(e: FormatError) -> Self {
         match e {
-            FormatError::Corrupt {
-                key,
-                attribute,
-                message,
-            } => RepositoryError::Corrupt {
-                key,
-                attribute,
-                message,
-            },
-            FormatError::Unsupported { key, feature } => {
-                RepositoryError::Unsupported { key, feature }
-            }
-            FormatError::ReservedLimitName { key, name } => {
-                RepositoryError::ReservedLimitName { key, name }
-            }
-            FormatError::TooManyLimits { key, given, max } => {
-                RepositoryError::TooManyLimits { key, given, max }
-            }
-            other => RepositoryError::Corrupt {
+            FormatError::Schedule { .. } => RepositoryError::Format(FormatError::Corrupt {
                 key: String::new(),
                 attribute: None,
-                message: other.to_string(),
-            },
+                message: e.to_string(),
+            }),
+            e => RepositoryError::Format(e),
         }
     }
 }

@@ -13,6 +13,7 @@
 //! often it is sent, so a call whose answer was lost sends its re-planned transaction again
 //! under the same id, and learns from the record whether the first one landed.
 
+use dynalimit_format::FormatError;
 use std::collections::BTreeMap;
 
 use crate::bucket::decide::TtlAction;
@@ -196,7 +197,7 @@ impl Repository {
     /// # Errors
     /// [`RepositoryError::Validation`] for a bad id, resource, key or principal (nothing
     /// sent); [`RepositoryError::NotFound`] when no limits are configured for the pair;
-    /// [`RepositoryError::Unsupported`] when the configuration or a shard is an item dynalimit
+    /// [`FormatError::Unsupported`](dynalimit_format::FormatError::Unsupported) when the configuration or a shard is an item dynalimit
     /// cannot read (nothing written); [`RepositoryError::IdempotencyKeyReused`]
     /// when the key names a top-up; [`RepositoryError::Contended`] when the bucket kept
     /// changing through every attempt; the classified failure.
@@ -353,10 +354,10 @@ impl Repository {
             let shards = store.operation_shards(entity_id, resource).await?;
             for s in &shards {
                 if let Some(feature) = s.image.unsupported_reason() {
-                    return Err(RepositoryError::Unsupported {
+                    return Err(RepositoryError::Format(FormatError::Unsupported {
                         key: call.key(s.shard).pk(&self.scope.id),
                         feature,
-                    });
+                    }));
                 }
             }
             if let Some((top, behind)) = lagging(&shards) {

@@ -45,6 +45,7 @@ impl Repository {
     /// # Errors
     /// [`RepositoryError::Validation`] before any request for bad names; the classified
     /// failure of the write.
+    #[doc(hidden)] // for dynalimit's limiter, benchmarks and tests: not part of the API
     pub async fn report_refusal(
         &self,
         entity_id: &str,

@@ -180,7 +180,7 @@ impl Repository {
     }
 
     /// The bucket TTL multiplier (reference §2.6; 0 disables bucket TTLs).
-    pub fn bucket_ttl_multiplier(&self) -> u32 {
+    pub(crate) fn bucket_ttl_multiplier(&self) -> u32 {
         self.shared.bucket_ttl_multiplier
     }
 
@@ -210,7 +210,7 @@ impl Repository {
     /// Reads the version record (`None` when the table has none yet).
     ///
     /// # Errors
-    /// The classified DynamoDB failure, or [`RepositoryError::Corrupt`].
+    /// The classified DynamoDB failure, or [`FormatError::Corrupt`](dynalimit_format::FormatError::Corrupt).
     pub async fn version_record(&self) -> Result<Option<VersionRecord>, RepositoryError> {
         let capture = EndpointCapture::default();
         let out = self
@@ -263,6 +263,7 @@ impl Repository {
     /// The fast path that carries this repository's `UpdateItem`s, when it is in use: it is
     /// chosen when nothing the client is configured with would be bypassed (see
     /// [`RepositoryBuilder::fast_path`]).
+    #[doc(hidden)] // for dynalimit's limiter, benchmarks and tests: not part of the API
     pub fn fast_path(&self) -> Option<&FastPath> {
         self.shared.wire.get().map(Arc::as_ref)
     }

@@ -5,6 +5,7 @@
 //! limit and the next slow pass writes it again. A stamp within its lifetime plus the
 //! clock-skew allowance is honoured as before.
 
+use dynalimit_format::FormatError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,7 +58,7 @@ async fn bucket(r: &Rig) -> Item {
 fn names_the_shard_count(e: &RepositoryError) -> bool {
     matches!(
         e,
-        RepositoryError::Corrupt { key, attribute: Some(a), .. }
+        RepositoryError::Format(FormatError::Corrupt { key, attribute: Some(a), .. })
             if a == "shard_count" && key.contains("BUCKET#k#gpt-4#0")
     )
 }

@@ -3,6 +3,7 @@
 //! in its largest kinds, works through every request of a bucket; and a request the table
 //! refuses as invalid is an error under `on_unavailable = allow`, never an admission.
 
+use dynalimit_format::FormatError;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -313,10 +314,9 @@ async fn a_stored_configuration_over_the_maximum_is_an_invalid_request_and_write
     assert!(
         matches!(
             &refused,
-            Err(Error::InvalidRequest(RepositoryError::TooManyLimits {
-                given: 20,
-                ..
-            }))
+            Err(Error::InvalidRequest(RepositoryError::Format(
+                FormatError::TooManyLimits { given: 20, .. }
+            )))
         ),
         "{refused:?}"
     );

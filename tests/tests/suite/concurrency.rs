@@ -3,6 +3,7 @@
 //! taken by every acquire beside its debits, all or none, and by a cascading acquire on its
 //! parent too; nothing read or written for them in a namespace that stores none.
 
+use dynalimit_format::FormatError;
 use std::time::Duration;
 
 use dynalimit::{Concurrency, Error, Limit, Reason};
@@ -304,7 +305,9 @@ async fn unreadable_concurrency_limits_fail_acquires_closed_and_leave_rate_limit
     );
     assert!(matches!(
         r.repo.concurrency_limits(None, Some("gpt-4")).await,
-        Err(dynalimit::RepositoryError::Corrupt { .. })
+        Err(dynalimit::RepositoryError::Format(
+            FormatError::Corrupt { .. }
+        ))
     ));
     // Nothing was debited.
     r.limiter.settle().await;

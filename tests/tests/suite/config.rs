@@ -1,5 +1,6 @@
 //! Four-level limit configuration, its cache, registries and bucket stamping.
 
+use dynalimit_format::FormatError;
 use std::time::Duration;
 
 use dynalimit_core::Limit;
@@ -320,7 +321,10 @@ async fn a_session_quota_stored_under_w_is_read_and_a_corrupt_one_refused() {
     let fresh = table.repository("newer").await;
     let err = fresh.resolve_limits("k", "gpt-4").await.unwrap_err();
     assert!(err.to_string().contains("has no w_tpd_rsa"), "{err}");
-    assert!(matches!(err, RepositoryError::Corrupt { .. }), "{err:?}");
+    assert!(
+        matches!(err, RepositoryError::Format(FormatError::Corrupt { .. })),
+        "{err:?}"
+    );
     assert!(!err.is_unavailable());
     // An entity-level config in front of it answers first and is fine.
     repo.set_limits("k", "gpt-4", &rpm(5)).await.unwrap();
@@ -531,7 +535,7 @@ async fn a_stored_config_with_a_reserved_limit_name_is_reported_not_misread() {
 
     let expect = |e: RepositoryError| {
         match &e {
-            RepositoryError::ReservedLimitName { key, name } => {
+            RepositoryError::Format(FormatError::ReservedLimitName { key, name }) => {
                 assert_eq!(key, &format!("{pk}|#CONFIG"));
                 assert_eq!(name, "ttl");
             }

@@ -3,6 +3,7 @@
 //! input refused before any request, items dynalimit cannot interpret refused before any
 //! write, lost races re-planned, and every way of losing the transaction's answer.
 
+use dynalimit_format::FormatError;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -510,7 +511,10 @@ async fn items_that_cannot_be_read_are_refused_before_any_write() {
         ] {
             let error = result.unwrap_err();
             assert!(
-                matches!(error, RepositoryError::Unsupported { .. }),
+                matches!(
+                    error,
+                    RepositoryError::Format(FormatError::Unsupported { .. })
+                ),
                 "{entity}: {error}"
             );
         }

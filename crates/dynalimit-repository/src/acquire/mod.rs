@@ -4,7 +4,7 @@
 //! and the public API on top, and calls nothing of [`crate::bucket`] itself.
 //!
 //! The engine plans with `bucket::decide` (no I/O) and writes through
-//! [`BucketStore`](crate::bucket::BucketStore). It keeps what it learnt of each bucket
+//! [`BucketStore`]. It keeps what it learnt of each bucket
 //! ([`Knowledge`]) and the rejection cache (`rejections`).
 
 use std::collections::BTreeMap;

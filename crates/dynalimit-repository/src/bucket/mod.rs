@@ -1151,8 +1151,8 @@ impl BucketStore {
     /// The slow path's read of shard `key` ([`SlowRead`]), with pause stamps judged at `now`.
     ///
     /// # Errors
-    /// [`RepositoryError::Unsupported`], [`RepositoryError::Corrupt`] or
-    /// [`RepositoryError::ReservedLimitName`] for a configuration item dynalimit cannot use;
+    /// [`FormatError::Unsupported`], [`FormatError::Corrupt`] or
+    /// [`FormatError::ReservedLimitName`] for a configuration item dynalimit cannot use;
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
     pub async fn read_for_slow_path(
         &self,
@@ -1265,7 +1265,7 @@ impl BucketStore {
     /// 32 or above is no shard of the bucket and is left out.
     ///
     /// # Errors
-    /// [`RepositoryError::Corrupt`] when a shard holds a value out of bounds (a
+    /// [`FormatError::Corrupt`] when a shard holds a value out of bounds (a
     /// `shard_count` above 32, say: nothing is collected beyond the cap);
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
     pub(crate) async fn operation_shards(
@@ -1582,6 +1582,7 @@ fn build_error(operation: &'static str, e: &dyn std::error::Error) -> Repository
 
 impl crate::Repository {
     /// The bucket reads and writes of this repository's namespace.
+    #[doc(hidden)] // for dynalimit's limiter, benchmarks and tests: not part of the API
     pub fn buckets(&self) -> BucketStore {
         BucketStore::new(
             self.shared.client.clone(),

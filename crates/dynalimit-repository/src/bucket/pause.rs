@@ -66,7 +66,7 @@ impl BucketStore {
     /// the deadline stored.
     ///
     /// # Errors
-    /// [`RepositoryError::Corrupt`] when shard 0 holds a value out of bounds (a shard count
+    /// [`FormatError::Corrupt`](dynalimit_format::FormatError::Corrupt) when shard 0 holds a value out of bounds (a shard count
     /// above 32, say: nothing is stamped); [`RepositoryError::Contended`] when a shard's
     /// conflicts persist through every attempt (the other shards are still stamped);
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.

@@ -89,7 +89,7 @@ impl BucketStore {
     /// the split kept losing) and the shards whose propagation failed.
     ///
     /// # Errors
-    /// [`RepositoryError::Corrupt`] when a shard read holds a value out of bounds (nothing is
+    /// [`FormatError::Corrupt`](dynalimit_format::FormatError::Corrupt) when a shard read holds a value out of bounds (nothing is
     /// written); [`RepositoryError`] when a read fails, or when the transaction fails and
     /// shard 0 still holds `from`.
     pub async fn double_shards(
@@ -213,7 +213,7 @@ impl BucketStore {
     /// leaves it applied once or not at all.
     ///
     /// # Errors
-    /// [`RepositoryError::Corrupt`] when a shard read holds a value out of bounds, or `count`
+    /// [`FormatError::Corrupt`](dynalimit_format::FormatError::Corrupt) when a shard read holds a value out of bounds, or `count`
     /// is not a shard count (`1..=32`) above `key`'s shard (nothing is written);
     /// [`RepositoryError`] when DynamoDB cannot be reached or refuses the request.
     pub async fn create_shard(

@@ -143,7 +143,7 @@ impl Repository {
     ///
     /// # Errors
     /// [`RepositoryError::Validation`] for bad ids (nothing sent); a level dynalimit cannot
-    /// read ([`RepositoryError::Unsupported`], [`RepositoryError::Corrupt`]); the classified
+    /// read ([`FormatError::Unsupported`](dynalimit_format::FormatError::Unsupported), [`FormatError::Corrupt`](dynalimit_format::FormatError::Corrupt)); the classified
     /// failure.
     pub async fn resolve_access(
         &self,

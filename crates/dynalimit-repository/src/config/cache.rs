@@ -13,15 +13,15 @@ use crate::RepositoryError;
 /// Why a stored level cannot be used, kept in the cache (errors are not `Clone`).
 #[derive(Debug)]
 pub(crate) enum Unusable {
-    /// Replayed as [`RepositoryError::Unsupported`].
+    /// Replayed as [`FormatError::Unsupported`](dynalimit_format::FormatError::Unsupported).
     Unsupported { key: String, feature: String },
-    /// Replayed as [`RepositoryError::Corrupt`].
+    /// Replayed as [`FormatError::Corrupt`](dynalimit_format::FormatError::Corrupt).
     Corrupt {
         key: String,
         attribute: Option<String>,
         message: String,
     },
-    /// Replayed as [`RepositoryError::ReservedLimitName`].
+    /// Replayed as [`FormatError::ReservedLimitName`](dynalimit_format::FormatError::ReservedLimitName).
     ReservedName { key: String, name: String },
 }
 
@@ -56,23 +56,27 @@ pub(crate) fn entry_result(entry: &Entry) -> Result<Option<&LimitConfig>, Reposi
     match entry {
         Ok(c) => Ok(c.as_ref()),
         Err(problem) => Err(match problem.as_ref() {
-            Unusable::Unsupported { key, feature } => RepositoryError::Unsupported {
-                key: key.clone(),
-                feature: feature.clone(),
-            },
-            Unusable::ReservedName { key, name } => RepositoryError::ReservedLimitName {
-                key: key.clone(),
-                name: name.clone(),
-            },
+            Unusable::Unsupported { key, feature } => {
+                RepositoryError::Format(FormatError::Unsupported {
+                    key: key.clone(),
+                    feature: feature.clone(),
+                })
+            }
+            Unusable::ReservedName { key, name } => {
+                RepositoryError::Format(FormatError::ReservedLimitName {
+                    key: key.clone(),
+                    name: name.clone(),
+                })
+            }
             Unusable::Corrupt {
                 key,
                 attribute,
                 message,
-            } => RepositoryError::Corrupt {
+            } => RepositoryError::Format(FormatError::Corrupt {
                 key: key.clone(),
                 attribute: attribute.clone(),
                 message: message.clone(),
-            },
+            }),
         }),
     }
 }
@@ -252,22 +256,33 @@ mod tests {
             stored.insert(k.to_owned(), v);
         }
         let e = RepositoryError::from(config::decode(&stored).unwrap_err());
-        assert!(matches!(e, RepositoryError::Corrupt { .. }));
+        assert!(matches!(
+            e,
+            RepositoryError::Format(FormatError::Corrupt { .. })
+        ));
         assert!(!e.is_unavailable(), "a corrupt item is no outage");
         let replayed = entry_result(&to_entry(Some(&stored))).unwrap_err();
-        assert!(matches!(replayed, RepositoryError::Corrupt { .. }));
+        assert!(matches!(
+            replayed,
+            RepositoryError::Format(FormatError::Corrupt { .. })
+        ));
 
         let mut reserved = item::key("ns/SYSTEM#", "#CONFIG");
         for f in ["cp", "ra", "rp"] {
             reserved.insert(format!("l_ttl_{f}"), item::n(10));
         }
         let e = RepositoryError::from(config::decode(&reserved).unwrap_err());
-        assert!(matches!(e, RepositoryError::ReservedLimitName { .. }));
+        assert!(matches!(
+            e,
+            RepositoryError::Format(FormatError::ReservedLimitName { .. })
+        ));
         assert!(e.is_unavailable());
         // The cache replays the same variant.
         assert!(matches!(
             entry_result(&to_entry(Some(&reserved))),
-            Err(RepositoryError::ReservedLimitName { .. })
+            Err(RepositoryError::Format(
+                FormatError::ReservedLimitName { .. }
+            ))
         ));
         assert!(matches!(entry_result(&to_entry(None)), Ok(None)));
     }

@@ -2,6 +2,7 @@
 //! resolved on their own (the first level that has any supplies all of them), skipped in a
 //! namespace whose features item says it stores none (`features.rs`).
 
+use dynalimit_format::FormatError;
 use std::collections::HashMap;
 
 use dynalimit_core::Concurrency;
@@ -144,7 +145,7 @@ impl Repository {
     ///
     /// # Errors
     /// [`RepositoryError::Validation`] for bad ids (nothing sent);
-    /// [`RepositoryError::Corrupt`] when the level's concurrency limits cannot be read; the
+    /// [`FormatError::Corrupt`](dynalimit_format::FormatError::Corrupt) when the level's concurrency limits cannot be read; the
     /// classified failure.
     pub async fn concurrency_limits(
         &self,
@@ -159,11 +160,11 @@ impl Repository {
         };
         let level = config::decode(&found)?;
         match level.concurrency_error {
-            Some(message) => Err(RepositoryError::Corrupt {
+            Some(message) => Err(RepositoryError::Format(FormatError::Corrupt {
                 key: dynalimit_format::item::describe_key(&found),
                 attribute: None,
                 message,
-            }),
+            })),
             None => Ok(level.concurrency),
         }
     }
@@ -175,7 +176,7 @@ impl Repository {
     ///
     /// # Errors
     /// [`RepositoryError::Validation`] for bad ids (nothing sent);
-    /// [`RepositoryError::Corrupt`] when the first level that has concurrency limits, or a
+    /// [`FormatError::Corrupt`](dynalimit_format::FormatError::Corrupt) when the first level that has concurrency limits, or a
     /// level before it, cannot be read; the classified failure.
     pub async fn resolve_concurrency(
         &self,
@@ -195,11 +196,11 @@ impl Repository {
                 continue;
             };
             if let Some(message) = &found.concurrency_error {
-                return Err(RepositoryError::Corrupt {
+                return Err(RepositoryError::Format(FormatError::Corrupt {
                     key: dynalimit_format::item::describe_key(&slot.key(&self.scope.id)),
                     attribute: None,
                     message: message.clone(),
-                });
+                }));
             }
             if !found.concurrency.is_empty() {
                 return Ok((found.concurrency.clone(), Some(level)));

@@ -12,6 +12,7 @@ use crate::{Repository, RepositoryError};
 impl Repository {
     /// Whether the namespace may store concurrency limits: false only when its features item
     /// was read without them within the cache's time-to-live (no request is sent).
+    #[doc(hidden)] // for dynalimit's limiter, benchmarks and tests: not part of the API
     pub fn may_store_concurrency(&self) -> bool {
         self.known_features().is_none_or(|f| f.concurrency)
     }
@@ -19,6 +20,7 @@ impl Repository {
     /// Whether limiters report their refusals in this namespace: false only when its features
     /// item was read without a refusal alert within the cache's time-to-live (no request is
     /// sent).
+    #[doc(hidden)] // for dynalimit's limiter, benchmarks and tests: not part of the API
     pub fn may_report_refusals(&self) -> bool {
         self.known_features().is_none_or(|f| f.refusal_alerts)
     }
@@ -33,6 +35,7 @@ impl Repository {
     ///
     /// # Errors
     /// The classified failure of the read.
+    #[doc(hidden)] // for dynalimit's limiter, benchmarks and tests: not part of the API
     pub async fn reports_refusals(&self) -> Result<bool, RepositoryError> {
         Ok(self.features().await?.refusal_alerts)
     }

@@ -24,7 +24,7 @@ impl Repository {
     /// [`Repository::invalidate_config_cache`]. Process-local caches
     /// derived from the configuration or the buckets (the limiter's rejection cache) compare
     /// it to drop what they hold. Writes by other processes do not change it.
-    pub fn config_generation(&self) -> u64 {
+    pub(crate) fn config_generation(&self) -> u64 {
         self.scope.config.generation()
     }
 
@@ -100,7 +100,7 @@ impl Repository {
     ///
     /// # Errors
     /// [`RepositoryError::Validation`] for bad ids (nothing sent);
-    /// [`RepositoryError::Unsupported`] when the answering item carries a feature outside the
+    /// [`FormatError::Unsupported`](dynalimit_format::FormatError::Unsupported) when the answering item carries a feature outside the
     /// core profile; the classified failure.
     pub async fn resolve_limits(
         &self,
@@ -159,6 +159,7 @@ impl Repository {
     ///
     /// # Errors
     /// The classified failure.
+    #[doc(hidden)] // for dynalimit's limiter, benchmarks and tests: not part of the API
     pub async fn resolve_on_unavailable(&self) -> Result<Option<OnUnavailable>, RepositoryError> {
         Ok(self.system_level().await?.and_then(|c| c.on_unavailable))
     }

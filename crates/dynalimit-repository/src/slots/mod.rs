@@ -166,6 +166,7 @@ impl Repository {
     /// [`RepositoryError::Validation`] before any request for bad names, a `max` outside
     /// `1..=1000` or a `hold` outside 1 s to 1 hour; the classified failure of a request
     /// (when an answer was lost, see the module documentation).
+    #[doc(hidden)] // for dynalimit's limiter, benchmarks and tests: not part of the API
     pub async fn take_slot(
         &self,
         entity_id: &str,
@@ -261,6 +262,7 @@ impl Repository {
     /// [`RepositoryError::NotFound`] when the slot is no longer this holder's (its hold
     /// expired and another took it, or it was released); [`RepositoryError::Validation`]
     /// for a `hold` outside 1 s to 1 hour; the classified failure.
+    #[doc(hidden)] // for dynalimit's limiter, benchmarks and tests: not part of the API
     pub async fn extend_slot(
         &self,
         held: &HeldSlot,
@@ -297,6 +299,7 @@ impl Repository {
     ///
     /// # Errors
     /// The classified failure (the slot frees at its expiry at the latest).
+    #[doc(hidden)] // for dynalimit's limiter, benchmarks and tests: not part of the API
     pub async fn release_slot(&self, held: &HeldSlot) -> Result<bool, RepositoryError> {
         let e = slot::release(held.slot, &held.holder);
         let released = matches!(

@@ -3,6 +3,7 @@
 //! cache), the clock, the configuration fallbacks, the refusal reports and the count of
 //! background writes that [`RateLimiter::settle`](super::RateLimiter::settle) waits for.
 
+use dynalimit_format::FormatError;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -141,7 +142,7 @@ impl Drop for Pending {
 pub(crate) fn repo_error(entity_id: &str, resource: &str, e: RepositoryError) -> Error {
     match e {
         RepositoryError::PermissionDenied { .. } => Error::PermissionDenied(e),
-        RepositoryError::Corrupt { .. } => Error::Corrupt(e),
+        RepositoryError::Format(FormatError::Corrupt { .. }) => Error::Corrupt(e),
         RepositoryError::Validation(e) => Error::Invalid(e),
         e if e.is_invalid_request() => Error::InvalidRequest(e),
         other => Error::Unavailable {

@@ -1,5 +1,6 @@
 //! [`RateLimiter`]: acquires through the engine, cascades to parents, availability queries.
 
+use dynalimit_format::FormatError;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::future::{Future, IntoFuture};
@@ -578,7 +579,9 @@ impl RateLimiter {
             NotDebited::Repository(e @ RepositoryError::PermissionDenied { .. }) => {
                 Err(Error::PermissionDenied(e))
             }
-            NotDebited::Repository(e @ RepositoryError::Corrupt { .. }) => Err(Error::Corrupt(e)),
+            NotDebited::Repository(e @ RepositoryError::Format(FormatError::Corrupt { .. })) => {
+                Err(Error::Corrupt(e))
+            }
             NotDebited::Repository(RepositoryError::TransactionConflict { .. }) => {
                 Err(Error::Rejected(Rejection::contended(&owner, &resource)))
             }
