@@ -65,6 +65,7 @@ pub use audit::AuditPage;
 pub use batch::batch_get_items;
 pub use config::{CacheStats, ResolvedLimits};
 pub use dynalimit_core::operation::OperationKind;
+pub use dynalimit_format::FormatError;
 pub use dynalimit_format::audit::AuditEvent;
 pub use dynalimit_format::config::{Access, ConfigLevel, DisabledFlag, LimitConfig, OnUnavailable};
 pub use dynalimit_format::entity::{Entity, NewEntity};

@@ -13,7 +13,6 @@
 //! often it is sent, so a call whose answer was lost sends its re-planned transaction again
 //! under the same id, and learns from the record whether the first one landed.
 
-use dynalimit_format::FormatError;
 use std::collections::BTreeMap;
 
 use crate::bucket::decide::TtlAction;
@@ -24,6 +23,7 @@ use dynalimit_core::operation::{
     OperationKind, OperationPlan, lagging, plan_reset, plan_top_up, validate_top_up,
 };
 use dynalimit_core::{CoreError, Limit, ids};
+use dynalimit_format::FormatError;
 use dynalimit_format::audit::{AuditAction, operation_details};
 use dynalimit_format::config::{self, ConfigLevel};
 use dynalimit_format::entity::meta_key;

@@ -127,9 +127,9 @@ pub mod schedule {
 #[cfg(feature = "dynamodb")]
 pub use dynalimit_repository::{
     Access, AuditEvent, AuditPage, BucketOperation, CacheStats, ConfigLevel, DisabledFlag, Entity,
-    LimitConfig, NamespaceInfo, NewEntity, OperationKind, OperationOptions, Repository,
-    RepositoryBuilder, RepositoryError, ResolvedLimits, UsagePage, UsageQuery, UsageSnapshot,
-    UsageSummary, VersionRecord,
+    FormatError, LimitConfig, NamespaceInfo, NewEntity, OperationKind, OperationOptions,
+    Repository, RepositoryBuilder, RepositoryError, ResolvedLimits, UsagePage, UsageQuery,
+    UsageSnapshot, UsageSummary, VersionRecord,
 };
 pub use error::Error;
 #[cfg(feature = "dynamodb")]

@@ -5,12 +5,11 @@
 //! limit and the next slow pass writes it again. A stamp within its lifetime plus the
 //! clock-skew allowance is honoured as before.
 
-use dynalimit_format::FormatError;
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use dynalimit::{Error, Limit, OnUnavailable, Reason};
+use dynalimit::{Error, FormatError, Limit, OnUnavailable, Reason};
 use dynalimit_aggregator::{Aggregator, EventKind, SequenceNumber, Settings, StreamRecord};
 use dynalimit_core::bounds::{CLOCK_SKEW_MS, STAMP_TTL_MS};
 use dynalimit_core::schedule::{Entry, Schedule, Zone};

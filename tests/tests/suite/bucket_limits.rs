@@ -3,7 +3,6 @@
 //! in its largest kinds, works through every request of a bucket; and a request the table
 //! refuses as invalid is an error under `on_unavailable = allow`, never an admission.
 
-use dynalimit_format::FormatError;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -13,6 +12,7 @@ use dynalimit::limitset::{Algorithm, Distributed, RateLimit};
 use dynalimit::{Error, Limit, OnUnavailable, RateLimiter};
 use dynalimit_core::CoreError;
 use dynalimit_core::schedule::{Entry, Schedule, Zone};
+use dynalimit_format::FormatError;
 use dynalimit_format::attr::MAX_LIMITS_PER_BUCKET;
 use dynalimit_repository::bucket::BucketKey;
 use dynalimit_repository::{NewEntity, OperationOptions, Repository, RepositoryError};

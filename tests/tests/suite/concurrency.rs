@@ -3,10 +3,10 @@
 //! taken by every acquire beside its debits, all or none, and by a cascading acquire on its
 //! parent too; nothing read or written for them in a namespace that stores none.
 
-use dynalimit_format::FormatError;
 use std::time::Duration;
 
 use dynalimit::{Concurrency, Error, Limit, Reason};
+use dynalimit_format::FormatError;
 use dynalimit_format::item::n;
 
 use dynalimit_tests::fault::FaultProxy;

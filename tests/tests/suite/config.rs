@@ -1,9 +1,9 @@
 //! Four-level limit configuration, its cache, registries and bucket stamping.
 
-use dynalimit_format::FormatError;
 use std::time::Duration;
 
 use dynalimit_core::Limit;
+use dynalimit_format::FormatError;
 use dynalimit_repository::RequestCounter;
 use dynalimit_repository::{ConfigLevel, OnUnavailable, RepositoryError};
 

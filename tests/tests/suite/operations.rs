@@ -3,13 +3,13 @@
 //! input refused before any request, items dynalimit cannot interpret refused before any
 //! write, lost races re-planned, and every way of losing the transaction's answer.
 
-use dynalimit_format::FormatError;
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynalimit::RateLimiter;
 use dynalimit_core::{Limit, ManualClock};
+use dynalimit_format::FormatError;
 use dynalimit_format::item::{Item, get_i64, get_s};
 use dynalimit_repository::{
     BucketOperation, NewEntity, OperationKind, OperationOptions, Repository, RepositoryError,

@@ -2,12 +2,12 @@
 //! resolved on their own (the first level that has any supplies all of them), skipped in a
 //! namespace whose features item says it stores none (`features.rs`).
 
-use dynalimit_format::FormatError;
 use std::collections::HashMap;
 
 use dynalimit_core::Concurrency;
 use dynalimit_core::concurrency::validate_set;
 use dynalimit_core::ids::{self, DEFAULT_RESOURCE};
+use dynalimit_format::FormatError;
 use dynalimit_format::audit::{self, AuditAction, CONCURRENCY_DETAIL, SYSTEM_AUDIT_ID};
 use dynalimit_format::config::{self, ConfigLevel, Feature, Slot};
 use dynalimit_format::expr::WithExpr;

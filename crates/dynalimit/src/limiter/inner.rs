@@ -3,7 +3,6 @@
 //! cache), the clock, the configuration fallbacks, the refusal reports and the count of
 //! background writes that [`RateLimiter::settle`](super::RateLimiter::settle) waits for.
 
-use dynalimit_format::FormatError;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,6 +10,7 @@ use std::time::Duration;
 
 use dynalimit_core::image::LimitStatus;
 use dynalimit_core::{Clock, Limit};
+use dynalimit_format::FormatError;
 use dynalimit_repository::acquire::{Engine, Entry, NotDebited, Role};
 use dynalimit_repository::{OnUnavailable, Repository, RepositoryError};
 use tokio::sync::Notify;

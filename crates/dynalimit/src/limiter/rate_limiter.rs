@@ -1,6 +1,5 @@
 //! [`RateLimiter`]: acquires through the engine, cascades to parents, availability queries.
 
-use dynalimit_format::FormatError;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::future::{Future, IntoFuture};
@@ -12,6 +11,7 @@ use std::time::Duration;
 use dynalimit_core::ids::{validate_entity_id, validate_resource};
 use dynalimit_core::limit::amount_to_milli;
 use dynalimit_core::{CoreError, Limit};
+use dynalimit_format::FormatError;
 use dynalimit_format::attr;
 use dynalimit_repository::acquire::{Demand, Entry, NotDebited, Role, unknown_name};
 use dynalimit_repository::{OnUnavailable, Repository, RepositoryError};
