@@ -507,6 +507,7 @@ impl RepositoryBuilder {
     /// Counts every request in `counter`. The builder attaches it to the client it builds and
     /// hands it to the fast path; with a ready client ([`RepositoryBuilder::client`]) attach it
     /// to that client as an interceptor yourself, and it is handed to the fast path only.
+    #[doc(hidden)] // for the benchmarks and tests: a service cannot name `RequestCounter`
     pub fn request_counter(mut self, counter: RequestCounter) -> Self {
         self.counter = Some(counter);
         self
