@@ -44,7 +44,6 @@
 
 pub mod adaptive;
 pub mod backoff;
-#[cfg(feature = "dynamodb")]
 pub mod blocking;
 mod error;
 #[cfg(feature = "dynamodb")]

@@ -14,7 +14,7 @@ use dynalimit::limitset::{
     ResourceLimit, Window,
 };
 use dynalimit::time::{Clock, ManualClock};
-use dynalimit::{Error, Reason};
+use dynalimit::{Error, Reason, blocking};
 use support::*;
 
 // ---------------------------------------------------------------- A. limit definitions
@@ -227,7 +227,7 @@ fn scenario_27_empty_request_with_a_rate_limit_needs_amounts() {
     );
     // before any waiting, for the waiting acquires too
     assert!(matches!(
-        set.acquire_blocking(NO_AMOUNTS),
+        blocking::LimitSet::new(set.clone()).acquire(NO_AMOUNTS),
         Err(Error::AmountRequired { .. })
     ));
     assert_eq!(available(&set, "connections"), 5.0);
@@ -320,7 +320,7 @@ async fn scenario_30_capacity_validated_on_final_amounts_before_any_wait() {
     ));
     // same check for the waiting acquires, even with a zero timeout
     assert!(matches!(
-        set.acquire_blocking_timeout([("tokens", 2000)], Duration::ZERO),
+        blocking::LimitSet::new(set.clone()).acquire_timeout([("tokens", 2000)], Duration::ZERO),
         Err(Error::ExceedsCapacity { .. })
     ));
     assert!(matches!(
@@ -625,7 +625,12 @@ async fn scenario_42_empty_limit_set_always_succeeds() {
     assert!(set.is_empty());
     assert!(set.try_acquire([("anything", 5)]).unwrap().is_empty());
     assert!(set.try_acquire(NO_AMOUNTS).unwrap().is_empty());
-    assert!(set.acquire_blocking([("x", 1)]).unwrap().is_empty());
+    assert!(
+        blocking::LimitSet::new(set.clone())
+            .acquire([("x", 1)])
+            .unwrap()
+            .is_empty()
+    );
     assert!(set.acquire([("x", 1)]).await.unwrap().is_empty());
     assert!(set.stats().is_empty());
 }
@@ -658,9 +663,9 @@ fn scenario_44_blocking_acquire_woken_by_a_release() {
     let set = set_of(&timer, vec![resource("r", 4).into()]);
     let held = set.try_acquire([("r", 4)]).unwrap();
     let waiter = {
-        let set = set.clone();
+        let set = blocking::LimitSet::new(set.clone());
         thread::spawn(move || {
-            let acquisition = set.acquire_blocking([("r", 2)]).unwrap();
+            let acquisition = set.acquire([("r", 2)]).unwrap();
             acquisition.requested("r")
         })
     };
@@ -683,10 +688,14 @@ fn scenario_45_concurrent_holders_never_exceed_capacity() {
     let max = Arc::new(AtomicUsize::new(0));
     let threads: Vec<_> = (0..8)
         .map(|_| {
-            let (set, holders, max) = (set.clone(), holders.clone(), max.clone());
+            let (set, holders, max) = (
+                blocking::LimitSet::new(set.clone()),
+                holders.clone(),
+                max.clone(),
+            );
             thread::spawn(move || {
                 for _ in 0..200 {
-                    let acquisition = set.acquire_blocking(NO_AMOUNTS).unwrap();
+                    let acquisition = set.acquire(NO_AMOUNTS).unwrap();
                     let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
                     max.fetch_max(now, Ordering::SeqCst);
                     thread::yield_now();
@@ -733,11 +742,11 @@ fn spawn_blocking_use(
     key: &'static str,
     amount: u32,
 ) -> thread::JoinHandle<Duration> {
-    let set = set.clone();
+    let set = blocking::LimitSet::new(set.clone());
     thread::spawn(move || {
-        let mut acquisition = set.acquire_blocking([(key, amount)]).unwrap();
+        let mut acquisition = set.acquire([(key, amount)]).unwrap();
         acquisition.update([(key, amount)]).unwrap();
-        set.now()
+        set.as_async().now()
     })
 }
 
@@ -774,11 +783,12 @@ fn scenario_47_blocking_waiters_are_served_in_arrival_order() {
     let set = set_of(&timer, vec![resource("r", 2).into()]);
     let held = set.try_acquire([("r", 2)]).unwrap();
     let order = std::sync::Mutex::new(Vec::new());
+    let parked = blocking::LimitSet::new(set.clone());
     thread::scope(|scope| {
         let spawn = |name: &'static str, amount: u32| {
-            let (set, order) = (&set, &order);
+            let (set, order) = (&parked, &order);
             scope.spawn(move || {
-                let acquisition = set.acquire_blocking([("r", amount)]).unwrap();
+                let acquisition = set.acquire([("r", amount)]).unwrap();
                 order.lock().unwrap().push(name);
                 drop(acquisition);
             })
@@ -797,26 +807,23 @@ fn scenario_47_blocking_waiters_are_served_in_arrival_order() {
 fn scenario_48_timeouts() {
     let timer = ManualClock::default();
     let set = set_of(&timer, vec![token_bucket("t", 10.0, 1.0).into()]);
+    let parked = blocking::LimitSet::new(set.clone());
     // zero timeout with capacity available succeeds
-    let mut first = set
-        .acquire_blocking_timeout([("t", 10)], Duration::ZERO)
-        .unwrap();
+    let mut first = parked.acquire_timeout([("t", 10)], Duration::ZERO).unwrap();
     first.update([("t", 10)]).unwrap();
     drop(first);
     // zero timeout without capacity: one attempt, no time passes
-    let err = set
-        .acquire_blocking_timeout([("t", 5)], Duration::ZERO)
+    let err = parked
+        .acquire_timeout([("t", 5)], Duration::ZERO)
         .unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }));
     assert_eq!(timer.monotonic(), Duration::ZERO);
     // 0.1 s timeout for a grant 0.5 s away: the error comes at exactly 0.1 s
     let waiter = {
-        let set = set.clone();
+        let set = parked.clone();
         thread::spawn(move || {
-            let err = set
-                .acquire_blocking_timeout([("t", 5)], ms(100))
-                .unwrap_err();
-            (err.to_string(), set.now())
+            let err = set.acquire_timeout([("t", 5)], ms(100)).unwrap_err();
+            (err.to_string(), set.as_async().now())
         })
     };
     wait_parked(&timer, 1);
@@ -1050,9 +1057,10 @@ fn scenario_b_blocking_acquire_after_draining_waits_exactly_the_algorithm_time()
         let timer = ManualClock::default();
         let set = set_of(&timer, vec![rate("t", 10.0, 1.0, algorithm).into()]);
         spend(&set, "t", 10);
+        let parked = blocking::LimitSet::new(set.clone());
         let granted_at = thread::scope(|scope| {
             let waiter = scope.spawn(|| {
-                let mut acquisition = set.acquire_blocking([("t", 1)]).unwrap();
+                let mut acquisition = parked.acquire([("t", 1)]).unwrap();
                 acquisition.update([("t", 1)]).unwrap();
                 set.now()
             });
@@ -1085,10 +1093,11 @@ fn scenario_22_leaky_bucket_blocking_acquire_succeeds_after_one_drain_interval()
         }
     }
     assert_eq!(grants, 20);
+    let parked = blocking::LimitSet::new(set.clone());
     let granted_at = thread::scope(|scope| {
         let waiter = scope.spawn(|| {
-            let mut acquisition = set
-                .acquire_blocking_timeout([("t", 1)], Duration::from_secs(3))
+            let mut acquisition = parked
+                .acquire_timeout([("t", 1)], Duration::from_secs(3))
                 .unwrap();
             acquisition.update([("t", 1)]).unwrap();
             set.now()

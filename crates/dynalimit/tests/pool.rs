@@ -4,10 +4,10 @@ mod support;
 
 use std::time::Duration;
 
-use dynalimit::Error;
 use dynalimit::limitset::{LimitSet, NO_AMOUNTS};
 use dynalimit::pool::{LimitPool, LoadBalancing};
 use dynalimit::time::{Clock, ManualClock};
+use dynalimit::{Error, blocking};
 use support::*;
 
 fn slot_set(name: &str, timer: &ManualClock) -> LimitSet {
@@ -95,7 +95,10 @@ fn scenario_55_random_is_uniform() {
 #[test]
 fn scenario_56_one_pick_per_call_with_fall_through() {
     let timer = ManualClock::default();
-    let pool = LimitPool::new(vec![slot_set("a", &timer), slot_set("b", &timer)]).unwrap();
+    let parked = blocking::LimitPool::new(
+        LimitPool::new(vec![slot_set("a", &timer), slot_set("b", &timer)]).unwrap(),
+    );
+    let pool = parked.as_async();
     // set 0 exhausted directly
     let held = pool[0].try_acquire(NO_AMOUNTS).unwrap();
     // pick 0 cannot admit: falls through to set 1, whose config the acquisition carries
@@ -107,14 +110,12 @@ fn scenario_56_one_pick_per_call_with_fall_through() {
     assert!(refused(&pool.try_acquire(NO_AMOUNTS)));
     assert_eq!(pool.total_dispatched(), before + 1);
     // a waiting acquire waits on the picked set after trying them all
-    let err = pool
-        .acquire_blocking_timeout(NO_AMOUNTS, Duration::ZERO)
+    let err = parked
+        .acquire_timeout(NO_AMOUNTS, Duration::ZERO)
         .unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }));
     drop(held);
-    let third = pool
-        .acquire_blocking_timeout(NO_AMOUNTS, Duration::ZERO)
-        .unwrap();
+    let third = parked.acquire_timeout(NO_AMOUNTS, Duration::ZERO).unwrap();
     assert_eq!(third.pool_index(), Some(0));
     assert_eq!(timer.monotonic(), Duration::ZERO);
 }

@@ -176,3 +176,77 @@ fn a_refusal_has_one_name_in_what_a_service_uses() {
     let forked: Vec<_> = names.iter().filter(|n| n.contains("Refus")).collect();
     assert!(forked.is_empty(), "a refusal spelled otherwise: {forked:?}");
 }
+
+/// The public methods in `items` (inherent impls and nested modules), with their types.
+fn public_methods(items: &[syn::Item], out: &mut Vec<String>) {
+    for item in items {
+        match item {
+            syn::Item::Impl(block) if block.trait_.is_none() => {
+                let ty = match &*block.self_ty {
+                    syn::Type::Path(p) => p
+                        .path
+                        .segments
+                        .last()
+                        .map_or_else(String::new, |s| s.ident.to_string()),
+                    _ => String::new(),
+                };
+                for inner in &block.items {
+                    if let syn::ImplItem::Fn(f) = inner
+                        && matches!(f.vis, syn::Visibility::Public(_))
+                    {
+                        out.push(format!("{ty}::{}", f.sig.ident));
+                    }
+                }
+            }
+            syn::Item::Mod(m) => {
+                if let Some((_, inner)) = &m.content {
+                    public_methods(inner, out);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// One way to block: the blocking form of a type is the type of the same name in
+/// `dynalimit::blocking`, with the same method names. No public method elsewhere says in its
+/// name that it blocks (`acquire_blocking`, `blocking_acquire`), and each type with a
+/// blocking form has it there.
+#[test]
+fn a_thread_blocks_only_through_the_blocking_module() {
+    let mut methods = Vec::new();
+    let mut blocking_types = Vec::new();
+    for unit in source::units()
+        .iter()
+        .filter(|u| u.package == "crates/dynalimit")
+    {
+        for module in source::modules(unit) {
+            if module.path.first().map(String::as_str) == Some("blocking") {
+                public_names(&module.ast.items, &mut blocking_types);
+            } else {
+                public_methods(&module.ast.items, &mut methods);
+            }
+        }
+    }
+    assert!(
+        methods.iter().any(|m| m.ends_with("::try_acquire")),
+        "the methods were read: {methods:?}"
+    );
+    let named: Vec<_> = methods
+        .iter()
+        .filter(|m| m.to_lowercase().contains("blocking"))
+        .collect();
+    assert!(named.is_empty(), "blocking outside `blocking`: {named:?}");
+    for ty in [
+        "LimitSet",
+        "LimitPool",
+        "Repository",
+        "RateLimiter",
+        "Lease",
+    ] {
+        assert!(
+            blocking_types.iter().any(|t| t == ty),
+            "`dynalimit::blocking` has no {ty}: {blocking_types:?}"
+        );
+    }
+}

@@ -197,38 +197,19 @@ impl<B: SyncBacking> LimitSet<B> {
         }
     }
 
-    /// Acquires `request`, parking the thread as long as needed.
-    ///
-    /// # Errors
-    /// Request errors (see the type's documentation) before any waiting.
-    pub fn acquire_blocking<K, A>(
+    /// Acquires `request`, parking the thread at most `timeout` (none: as long as needed;
+    /// zero: one attempt). The form a service calls is [`crate::blocking::LimitSet`].
+    pub(crate) fn acquire_parked<K, A>(
         &self,
         request: impl IntoIterator<Item = (K, A)>,
+        timeout: Option<Duration>,
     ) -> Result<Acquisition<'_, B>, Error>
     where
         K: AsRef<str>,
         A: Into<f64>,
     {
         let plan = self.plan(request)?;
-        self.wait_blocking(plan, None)
-    }
-
-    /// Acquires `request`, parking the thread at most `timeout` (zero: one attempt).
-    ///
-    /// # Errors
-    /// [`Error::Timeout`] when the limits could not be taken in time; request errors before any
-    /// waiting.
-    pub fn acquire_blocking_timeout<K, A>(
-        &self,
-        request: impl IntoIterator<Item = (K, A)>,
-        timeout: Duration,
-    ) -> Result<Acquisition<'_, B>, Error>
-    where
-        K: AsRef<str>,
-        A: Into<f64>,
-    {
-        let plan = self.plan(request)?;
-        self.wait_blocking(plan, Some(timeout))
+        self.wait_blocking(plan, timeout)
     }
 }
 

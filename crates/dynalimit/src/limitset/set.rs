@@ -157,7 +157,7 @@ impl<B: Backing> Shared<B> {
 /// # Acquiring
 /// - [`LimitSet::try_acquire`] never waits; a refusal is [`Error::Rejected`] with a
 ///   [`Rejection`] value.
-/// - [`LimitSet::acquire_blocking`] / [`LimitSet::acquire_blocking_timeout`] park the thread.
+/// - [`crate::blocking::LimitSet`]'s `acquire` / `acquire_timeout` park the thread.
 /// - [`LimitSet::acquire`] / [`LimitSet::acquire_timeout`] are async.
 ///
 /// Waiters are served first come, first served: only the oldest waiter tries, and it sleeps

@@ -328,7 +328,9 @@ impl<B: SyncBacking> LimitPool<B> {
         }
     }
 
-    fn acquire_blocking_inner<R, K, A>(
+    /// Acquires through the pool, parking the thread at most `timeout` (none: as long as
+    /// needed). The form a service calls is [`crate::blocking::LimitPool`].
+    pub(crate) fn acquire_parked<R, K, A>(
         &self,
         request: R,
         timeout: Option<Duration>,
@@ -352,37 +354,6 @@ impl<B: SyncBacking> LimitPool<B> {
         Ok(self.sets[i]
             .wait_blocking(plan, timeout)?
             .with_pool_index(i))
-    }
-
-    /// Acquires through the pool, parking the thread as long as needed.
-    ///
-    /// # Errors
-    /// As for [`LimitPool::acquire`].
-    pub fn acquire_blocking<K, A>(
-        &self,
-        request: impl IntoIterator<Item = (K, A)> + Clone,
-    ) -> Result<Acquisition<'_, B>, Error>
-    where
-        K: AsRef<str>,
-        A: Into<f64>,
-    {
-        self.acquire_blocking_inner(request, None)
-    }
-
-    /// Acquires through the pool, parking the thread at most `timeout`.
-    ///
-    /// # Errors
-    /// As for [`LimitPool::acquire_timeout`].
-    pub fn acquire_blocking_timeout<K, A>(
-        &self,
-        request: impl IntoIterator<Item = (K, A)> + Clone,
-        timeout: Duration,
-    ) -> Result<Acquisition<'_, B>, Error>
-    where
-        K: AsRef<str>,
-        A: Into<f64>,
-    {
-        self.acquire_blocking_inner(request, Some(timeout))
     }
 
     /// A snapshot of the pool and of every set.

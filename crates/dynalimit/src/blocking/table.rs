@@ -1,30 +1,4 @@
-//! A blocking API over the DynamoDB [`Repository`](crate::Repository) and
-//! [`RateLimiter`](crate::RateLimiter), for programs and scripts that are not async.
-//!
-//! Each [`Repository`] owns a small Tokio runtime (one worker thread) on which its requests
-//! run; a [`RateLimiter`] made from it shares that runtime, and so do its leases. Every call
-//! blocks the calling thread until DynamoDB has answered. The semantics are those of the
-//! async types: one request per warm acquire, the same errors, leases that commit or roll
-//! back (a lease dropped without either is rolled back on the runtime, and dropping the
-//! limiter waits for those rollbacks).
-//!
-//! These types must not be used from inside an async runtime (their calls would block a
-//! worker of that runtime, and Tokio refuses to start a runtime within another): an async
-//! program uses the async types.
-//!
-//! ```no_run
-//! use dynalimit::Limit;
-//! use dynalimit::blocking::{RateLimiter, Repository};
-//!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let repo = Repository::open("tenant-alpha")?;
-//! repo.set_resource_defaults("gpt-4", &[Limit::per_minute("rpm", 100)])?;
-//! let limiter = RateLimiter::new(&repo);
-//! let lease = limiter.acquire("api-key-123", "gpt-4", [("rpm", 1)])?;
-//! // … the work the request pays for …
-//! lease.commit()?;
-//! # Ok(()) }
-//! ```
+//! The blocking forms of the DynamoDB types: each owns a runtime its calls block on.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
