@@ -3,6 +3,9 @@
 //! The API speaks whole tokens and seconds; bucket items store millitokens and milliseconds
 //! (reference §2.1). Conversion happens here, at the boundary, and nowhere else.
 //!
+//! The millitoken accessors, the shard shares, the evaluation of a schedule and the
+//! `with_optional_*` setters serve the table format and the engine: they are hidden from the API.
+//!
 //! ```
 //! use dynalimit_core::Limit;
 //!
@@ -236,6 +239,7 @@ impl Limit {
 
     /// The same limit with a session window, or none.
     #[must_use]
+    #[doc(hidden)]
     pub fn with_optional_window(mut self, seconds: Option<i64>) -> Self {
         self.window = seconds;
         self
@@ -247,6 +251,7 @@ impl Limit {
     }
 
     /// A session quota's window length in milliseconds.
+    #[doc(hidden)]
     pub fn window_millis(&self) -> Option<i64> {
         self.window.map(|s| s.saturating_mul(1000))
     }
@@ -260,6 +265,7 @@ impl Limit {
 
     /// The same limit with a reset schedule, or none.
     #[must_use]
+    #[doc(hidden)]
     pub fn with_optional_reset(mut self, reset: Option<ResetSchedule>) -> Self {
         self.reset = reset;
         self
@@ -271,6 +277,7 @@ impl Limit {
     }
 
     /// The zones of the limit's schedules (parameter and reset).
+    #[doc(hidden)]
     pub fn zones(&self) -> impl Iterator<Item = &Zone> {
         self.schedule
             .iter()
@@ -293,6 +300,7 @@ impl Limit {
 
     /// The same limit with a parameter schedule, or none.
     #[must_use]
+    #[doc(hidden)]
     pub fn with_optional_schedule(mut self, schedule: Option<Schedule>) -> Self {
         self.schedule = schedule;
         self
@@ -313,6 +321,7 @@ impl Limit {
     }
 
     /// The parameters in force at `now_ms`: the base, or the matching schedule entry's.
+    #[doc(hidden)]
     pub fn params_at(&self, now_ms: i64) -> Params {
         match &self.schedule {
             Some(s) => s.params(self.base_params(), now_ms),
@@ -329,6 +338,7 @@ impl Limit {
     /// assert_eq!((share.capacity(), share.refill_amount()), (12, 12));
     /// ```
     #[must_use]
+    #[doc(hidden)]
     pub fn shard_share(&self, shards: u32) -> Self {
         let s = i64::from(shards.max(1));
         Limit {
@@ -350,6 +360,7 @@ impl Limit {
     /// One shard's share of the parameters in force at `now_ms`, in whole units (the schedule
     /// applied first, then the division; each at least 1): what a status reports.
     #[must_use]
+    #[doc(hidden)]
     pub fn shard_share_at(&self, shards: u32, now_ms: i64) -> Self {
         if self.schedule.is_none() {
             return self.shard_share(shards);
@@ -394,16 +405,19 @@ impl Limit {
     }
 
     /// Capacity in millitokens, as stored in `b_{name}_cp`.
+    #[doc(hidden)]
     pub fn capacity_milli(&self) -> i64 {
         self.capacity.saturating_mul(MILLI)
     }
 
     /// Refill amount in millitokens, as stored in `b_{name}_ra`.
+    #[doc(hidden)]
     pub fn refill_amount_milli(&self) -> i64 {
         self.refill_amount.saturating_mul(MILLI)
     }
 
     /// Refill period in milliseconds, as stored in `b_{name}_rp`.
+    #[doc(hidden)]
     pub fn refill_period_millis(&self) -> i64 {
         self.refill_period_seconds.saturating_mul(1000)
     }

@@ -274,6 +274,8 @@ impl Repository {
     ///
     /// # Errors
     /// The classified DynamoDB failure.
+    // Written by `dynalimit deploy` and `upgrade`, never by a service: hidden from the API.
+    #[doc(hidden)]
     pub async fn write_version_record(
         &self,
         lambda_version: Option<&str>,
