@@ -63,7 +63,7 @@ async fn never_more_holders_than_slots_across_killed_processes_and_lost_answers(
         child.wait().expect("reaped");
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    survivors_extend_two_holds(&lines, &killed_at).await;
     let alive: Vec<usize> = (0..4usize)
         .filter(|w| !killed_at.contains_key(&(*w as u32)))
         .collect();
@@ -89,6 +89,32 @@ fn options(table: &str, seed: u64) -> FleetOptions {
         tasks: 16,
         fault_rate: 0.05,
         seed,
+    }
+}
+
+/// Lets the workers that were not killed run on for at least 2 s, and until heartbeats have
+/// kept at least two holds past one hold time (what the run claims to exercise). A long hold is
+/// one in twenty, and a lost heartbeat ends one at its first expiry: on a loaded machine 2 s
+/// alone could leave the run with one.
+async fn survivors_extend_two_holds(
+    lines: &Mutex<BTreeMap<u32, Vec<Line>>>,
+    killed_at: &BTreeMap<u32, i64>,
+) {
+    let started = SystemClock.epoch_millis();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    loop {
+        let extended = {
+            let lines = lines.lock().unwrap();
+            fleet::check(&lines, killed_at, i64::try_from(HOLD_MS).unwrap()).extended
+        };
+        if extended >= 2 {
+            return;
+        }
+        assert!(
+            SystemClock.epoch_millis() - started < 60_000,
+            "heartbeats extended {extended} holds in a minute"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -161,7 +187,7 @@ async fn never_more_holders_than_slots_in_one_process_with_crashes_and_lost_answ
         task.abort();
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    survivors_extend_two_holds(&lines, &killed_at).await;
     for (w, (_, stop, _)) in workers.iter().enumerate() {
         if !killed_at.contains_key(&(w as u32)) {
             stop.store(true, Ordering::Relaxed);
