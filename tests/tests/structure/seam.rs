@@ -129,30 +129,37 @@ fn the_checker_sees_use_trees_and_paths_in_code() {
     assert!(under("a::b::c", "a::b") && !under("a::bc", "a::b"));
 }
 
+/// Calls `f` on each of `items` and on the items of inline modules below them.
+fn each_item(items: &[syn::Item], f: &mut impl FnMut(&syn::Item)) {
+    for item in items {
+        f(item);
+        if let syn::Item::Mod(syn::ItemMod {
+            content: Some((_, inner)),
+            ..
+        }) = item
+        {
+            each_item(inner, f);
+        }
+    }
+}
+
 /// Public type and variant names of `items` (and of inline modules below them).
 fn public_names(items: &[syn::Item], out: &mut Vec<String>) {
     let public = |v: &syn::Visibility| matches!(v, syn::Visibility::Public(_));
-    for item in items {
-        match item {
-            syn::Item::Enum(e) if public(&e.vis) => {
-                out.push(e.ident.to_string());
-                out.extend(
-                    e.variants
-                        .iter()
-                        .map(|v| format!("{}::{}", e.ident, v.ident)),
-                );
-            }
-            syn::Item::Struct(s) if public(&s.vis) => out.push(s.ident.to_string()),
-            syn::Item::Type(t) if public(&t.vis) => out.push(t.ident.to_string()),
-            syn::Item::Trait(t) if public(&t.vis) => out.push(t.ident.to_string()),
-            syn::Item::Mod(m) => {
-                if let Some((_, inner)) = &m.content {
-                    public_names(inner, out);
-                }
-            }
-            _ => {}
+    each_item(items, &mut |item| match item {
+        syn::Item::Enum(e) if public(&e.vis) => {
+            out.push(e.ident.to_string());
+            out.extend(
+                e.variants
+                    .iter()
+                    .map(|v| format!("{}::{}", e.ident, v.ident)),
+            );
         }
-    }
+        syn::Item::Struct(s) if public(&s.vis) => out.push(s.ident.to_string()),
+        syn::Item::Type(t) if public(&t.vis) => out.push(t.ident.to_string()),
+        syn::Item::Trait(t) if public(&t.vis) => out.push(t.ident.to_string()),
+        _ => {}
+    });
 }
 
 /// A refusal has one name a service meets: `Rejection` (and `Error::Rejected`, `Reason`, a
@@ -177,35 +184,32 @@ fn a_refusal_has_one_name_in_what_a_service_uses() {
     assert!(forked.is_empty(), "a refusal spelled otherwise: {forked:?}");
 }
 
-/// The public methods in `items` (inherent impls and nested modules), with their types.
+/// The public methods of inherent impls in `items` (and in inline modules below them), with
+/// their types.
 fn public_methods(items: &[syn::Item], out: &mut Vec<String>) {
-    for item in items {
-        match item {
-            syn::Item::Impl(block) if block.trait_.is_none() => {
-                let ty = match &*block.self_ty {
-                    syn::Type::Path(p) => p
-                        .path
-                        .segments
-                        .last()
-                        .map_or_else(String::new, |s| s.ident.to_string()),
-                    _ => String::new(),
-                };
-                for inner in &block.items {
-                    if let syn::ImplItem::Fn(f) = inner
-                        && matches!(f.vis, syn::Visibility::Public(_))
-                    {
-                        out.push(format!("{ty}::{}", f.sig.ident));
-                    }
-                }
-            }
-            syn::Item::Mod(m) => {
-                if let Some((_, inner)) = &m.content {
-                    public_methods(inner, out);
-                }
-            }
-            _ => {}
+    each_item(items, &mut |item| {
+        let syn::Item::Impl(block) = item else {
+            return;
+        };
+        if block.trait_.is_some() {
+            return;
         }
-    }
+        let ty = match &*block.self_ty {
+            syn::Type::Path(p) => p
+                .path
+                .segments
+                .last()
+                .map_or_else(String::new, |s| s.ident.to_string()),
+            _ => String::new(),
+        };
+        for inner in &block.items {
+            if let syn::ImplItem::Fn(f) = inner
+                && matches!(f.vis, syn::Visibility::Public(_))
+            {
+                out.push(format!("{ty}::{}", f.sig.ident));
+            }
+        }
+    });
 }
 
 /// One way to block: the blocking form of a type is the type of the same name in
