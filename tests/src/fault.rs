@@ -58,6 +58,8 @@ enum Reply {
     After(Lost),
     /// The request is held, never forwarded, never answered (a half-open connection).
     Hold,
+    /// The request never reaches DynamoDB; this answer is given instead.
+    Refuse { status: StatusCode, body: Bytes },
 }
 
 /// How the answer of a request the proxy forwarded (and DynamoDB applied) is lost.
@@ -283,6 +285,24 @@ impl FaultProxy {
             },
             n,
         );
+    }
+
+    /// Answers the next `n` requests of `operation` whose body contains `needle` with
+    /// `status` and `body` without forwarding them: a refusal DynamoDB words in the body (a
+    /// transaction cancelled for one of its items, say); nothing is applied.
+    pub fn refuse_matching(
+        &self,
+        operation: &str,
+        needle: &str,
+        status: StatusCode,
+        body: impl Into<Bytes>,
+        n: usize,
+    ) {
+        let reply = Reply::Refuse {
+            status,
+            body: body.into(),
+        };
+        self.push(operation, Some(needle), reply, n);
     }
 
     /// Forwards the next `n` requests of `operation` whose body contains `needle` (any
@@ -540,6 +560,18 @@ async fn forward(
         })
     ) {
         return std::future::pending().await;
+    }
+    if let Some(Plan {
+        reply: Reply::Refuse { status, body },
+        ..
+    }) = &fault
+    {
+        return Response::builder()
+            .status(*status)
+            .header("content-type", "application/x-amz-json-1.0")
+            .header("x-amzn-requestid", "FAULTPROXY")
+            .body(Body::from(body.clone()))
+            .expect("refusal");
     }
     let upstream = match upstream {
         Upstream::Http(uri) => uri,

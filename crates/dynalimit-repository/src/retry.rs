@@ -9,7 +9,8 @@
 //! Every retry loop of the workspace waits with a [`RetryBackoff`], one named policy per kind of
 //! failure: [`RetryBackoff::CONFLICT`] (a transaction conflict on one item),
 //! [`RetryBackoff::UNPROCESSED`] (keys or items a batch request left unprocessed),
-//! [`RetryBackoff::RACE`] (a conditional transaction that lost to another writer) and
+//! [`RetryBackoff::RACE`] (a conditional transaction that lost to another writer),
+//! [`RetryBackoff::SPLIT`] (a split's transaction refused for throughput) and
 //! [`RetryBackoff::of_client`] (the client's own retry configuration, for bucket writes). Pauses
 //! are the async runtime's timer, not a repository's clock: a clock injected for tests moves
 //! the time of buckets, not the pauses between attempts.
@@ -27,7 +28,10 @@
 //! declared that a second application is harmless. A 2xx status is an applied write even when
 //! its body cannot be read: the write is reported as applied with no returned item. Every
 //! retry is paid from the repository's retry budget, as the SDK's standard retry quota: 500
-//! units, 14 per retry (5 after throttling), refunded on success.
+//! units, 14 per retry (5 after throttling), refunded on success. A split's transaction
+//! refused for throughput is the exception: sent again up to eight times outside the budget,
+//! since it relieves the partition that refuses it (`Pace::Persistent` in
+//! [`crate::bucket`]).
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;

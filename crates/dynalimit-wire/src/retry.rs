@@ -79,6 +79,9 @@ impl RetryBackoff {
     /// A conditional transaction that lost to another writer and is planned again: full
     /// jitter below 50, 100, 200 and 400 ms.
     pub const RACE: RetryBackoff = RetryBackoff::new(50, 400, Jitter::Full);
+    /// A split's transaction refused for throughput: it relieves the hot partition, so it
+    /// is sent again soon, with full jitter below 50, 100, 200 and then 400 ms.
+    pub const SPLIT: RetryBackoff = RetryBackoff::new(50, 400, Jitter::Full);
 
     const fn new(first_ms: u64, max_ms: u64, jitter: Jitter) -> RetryBackoff {
         RetryBackoff {

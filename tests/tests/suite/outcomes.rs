@@ -465,7 +465,7 @@ async fn create_with_a_move() {
 }
 
 /// The split of a bucket (its doubling, one transaction) under every way of losing its
-/// answer: the SDK sends it again with the same `ClientRequestToken`, which DynamoDB answers
+/// answer: it is sent again with the same `ClientRequestToken`, which DynamoDB answers
 /// without applying it twice, so each shard ends as its clean twin (every donor debited
 /// once, every new shard created once with what it was given) and the split reports the
 /// new count.

@@ -112,7 +112,7 @@ async fn lost_split_answer(attempts: u32) {
 
 #[tokio::test]
 async fn a_split_whose_answer_is_lost_and_resent_lands_once() {
-    // The SDK sends the transaction again with its client request token; DynamoDB answers
+    // The transaction is sent again with its client request token; DynamoDB answers
     // it as the first time without applying it again.
     lost_split_answer(3).await;
 }

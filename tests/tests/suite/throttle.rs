@@ -8,8 +8,8 @@ use dynalimit::{Error, Limit, RateLimiter};
 use dynalimit_core::ManualClock;
 use dynalimit_format::attr;
 use dynalimit_local::throttle::{PartitionLimits, ThrottleProxy};
-use dynalimit_repository::Repository;
 use dynalimit_repository::bucket::BucketKey;
+use dynalimit_repository::{Repository, RepositoryError};
 
 /// A repository of `table` whose requests pass `proxy`, with one attempt per request.
 async fn through(table: &dynalimit_tests::TestTable, proxy: &ThrottleProxy) -> Repository {
@@ -305,4 +305,112 @@ async fn sustained_throttling_of_shard_0_splits_the_bucket() {
         .expect("read")
         .expect("shard 1 created by the split");
     assert_eq!(new.limits["rpm"].tc, 1000, "the acquire was admitted there");
+}
+
+/// A split is what relieves a hot partition, and its transaction needs that partition: it is
+/// sent again soon and often when refused for throughput, whether DynamoDB refuses the
+/// request (`ProvisionedThroughputExceededException`, past the client's three attempts) or
+/// cancels it for the hot item (`ThrottlingError` among the cancellation reasons), and lands
+/// once. A client that retries nothing gets the refusal at once; a refusal that outlasts
+/// eight attempts is an error; neither changes the bucket.
+#[tokio::test]
+async fn a_split_refused_for_throughput_is_sent_again_soon_and_lands() {
+    use dynalimit_tests::fault::FaultProxy;
+    let table = dynalimit_tests::table().await;
+    let fault = FaultProxy::start().await;
+    let open = |attempts| {
+        let (table, fault) = (&table, &fault);
+        async move {
+            table
+                .builder()
+                .client(fault.client(attempts, None).await)
+                .namespace("hot")
+                .open()
+                .await
+                .expect("open through the fault proxy")
+        }
+    };
+    let (repo, once) = (open(3).await, open(1).await);
+    RateLimiter::new(repo.clone())
+        .acquire("hot-key", "model", [("rpm", 1)])
+        .limits(limits())
+        .await
+        .expect("the bucket is created")
+        .commit()
+        .await
+        .expect("commit");
+    let key = BucketKey::new("hot-key", "model", 0);
+    let shard0 = format!("{}/BUCKET#hot-key#model#0\"", repo.namespace_id());
+    let transactions = || {
+        fault
+            .requests()
+            .iter()
+            .filter(|r| r.operation == "TransactWriteItems")
+            .count()
+    };
+    let shards = || async {
+        let image = repo.buckets().read(&key).await.expect("read");
+        image.expect("shard 0").shards()
+    };
+    // The next `n` splits refused as a request, past shard 0's partition's throughput.
+    let refuse = |n| {
+        fault.clear_requests();
+        fault.fail_matching(
+            "TransactWriteItems",
+            &shard0,
+            "ProvisionedThroughputExceededException",
+            n,
+        );
+    };
+
+    // No retry asked: refused at once, nothing written.
+    refuse(1);
+    let refused = once.buckets().double_shards(&key, 1, 2, 0).await;
+    assert!(
+        matches!(refused, Err(RepositoryError::Throttled { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(transactions(), 1);
+    assert_eq!(shards().await, 1);
+
+    // Five refusals of the request: the sixth attempt lands.
+    refuse(5);
+    let doubled = repo.buckets().double_shards(&key, 1, 2, 0).await;
+    assert_eq!(doubled.expect("split").count, 2);
+    assert_eq!((transactions(), fault.pending()), (6, 0));
+    assert_eq!(shards().await, 2);
+
+    // Five cancellations for the hot item: the sixth attempt lands.
+    let cancelled = r#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+        "message":"Transaction cancelled, please refer cancellation reasons for specific reasons [ThrottlingError, None, None, None]",
+        "CancellationReasons":[{"Code":"ThrottlingError","Message":"Throughput exceeds the current capacity for one or more global secondary indexes."},
+        {"Code":"None"},{"Code":"None"},{"Code":"None"}]}"#;
+    fault.clear_requests();
+    fault.refuse_matching(
+        "TransactWriteItems",
+        &shard0,
+        http::StatusCode::BAD_REQUEST,
+        cancelled,
+        5,
+    );
+    let doubled = repo.buckets().double_shards(&key, 2, 4, 0).await;
+    assert_eq!(doubled.expect("split").count, 4);
+    assert_eq!((transactions(), fault.pending()), (6, 0));
+    assert_eq!(shards().await, 4);
+
+    // Refused past eight attempts: an error, and the bucket keeps its count.
+    refuse(8);
+    let refused = repo.buckets().double_shards(&key, 4, 8, 0).await;
+    assert!(
+        matches!(refused, Err(RepositoryError::Throttled { .. })),
+        "{refused:?}"
+    );
+    assert_eq!((transactions(), fault.pending()), (8, 0));
+    assert_eq!(shards().await, 4);
+    let mut total = 0;
+    for shard in 0..4 {
+        let image = repo.buckets().read(&key.with_shard(shard)).await;
+        total += image.expect("read").expect("shard").limits["rpm"].tc;
+    }
+    assert_eq!(total, 1000, "one acquire recorded, across the shards");
 }

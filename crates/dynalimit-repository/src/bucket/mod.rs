@@ -238,6 +238,29 @@ impl Update {
 /// pause below 25, 50 and 100 ms. A conflict changes nothing, so each attempt is a fresh try.
 pub const CONFLICT_ATTEMPTS: u32 = 4;
 
+/// How a bucket transaction is sent again after DynamoDB refused it for throughput.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pace {
+    /// As the client's retry configuration says.
+    Client,
+    /// Soon and often: the writes of a split (the doubling, the funding of a shard it brought
+    /// into use), which relieve a hot partition and so must win a turn on a partition that
+    /// the load they relieve keeps refusing. Up to [`PERSISTENT_ATTEMPTS`] attempts after
+    /// refusals for throughput (of the request or of one of its items), with the pauses of
+    /// [`RetryBackoff::SPLIT`] (about a second in all, two at most), outside the SDK's retry
+    /// quota and the repository's retry budget: one split of a bucket is in flight in a
+    /// limiter at a time. A client whose configuration sends nothing again gets one attempt.
+    Persistent,
+}
+
+/// The most attempts of a split's transaction refused for throughput ([`Pace::Persistent`]).
+const PERSISTENT_ATTEMPTS: u32 = 8;
+
+/// A `ClientRequestToken` for one transaction (up to 36 characters): 32 random hex digits.
+fn new_request_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
 /// Reads and writes bucket items of one namespace in one table.
 #[derive(Debug, Clone)]
 pub struct BucketStore {
@@ -733,7 +756,7 @@ impl BucketStore {
             items.push(put(&key.with_shard(*shard), other)?);
         }
         items.extend(self.move_updates(key, moves)?);
-        Ok(match self.transact(key, items).await? {
+        Ok(match self.transact(key, items, Pace::Client).await? {
             Transacted::Done => CreateOutcome::Created,
             Transacted::Contended => CreateOutcome::Contended,
             Transacted::Failed(reasons) => {
@@ -792,17 +815,20 @@ impl BucketStore {
     }
 
     /// Sends one transaction on `key`'s bucket, again while it loses to other transactions
-    /// (at most [`CONFLICT_ATTEMPTS`] attempts), in a span that records its outcome. The SDK
-    /// sends each attempt again after a lost answer with the same `ClientRequestToken`, which
-    /// DynamoDB answers without applying it twice.
+    /// (at most [`CONFLICT_ATTEMPTS`] attempts), in a span that records its outcome. An
+    /// attempt whose answer was lost is sent again with the same `ClientRequestToken` (by the
+    /// SDK, or by this loop under [`Pace::Persistent`]), which DynamoDB answers without
+    /// applying it twice; one refused for throughput, as `pace` says.
     async fn transact(
         &self,
         key: &BucketKey,
         items: Vec<TransactWriteItem>,
+        pace: Pace,
     ) -> Result<Transacted, RepositoryError> {
         let span = request_span("TransactWriteItems", key);
         let sent =
-            tracing::Instrument::instrument(self.transact_attempts(items), span.clone()).await;
+            tracing::Instrument::instrument(self.transact_attempts(items, pace), span.clone())
+                .await;
         span.record(
             "outcome",
             match &sent {
@@ -818,53 +844,100 @@ impl BucketStore {
     async fn transact_attempts(
         &self,
         items: Vec<TransactWriteItem>,
+        pace: Pace,
     ) -> Result<Transacted, RepositoryError> {
-        let mut attempt = 0;
+        let config = self.client.config().retry_config();
+        // Under `Pace::Persistent` the attempts are this loop's, not the SDK's (whose retry
+        // quota a hot partition's refusals may have spent): a lost answer is sent again with
+        // the same token, as the SDK would, and a refusal for throughput with a new one.
+        let persistent = pace == Pace::Persistent && retry::max_attempts(config) > 1;
+        let (mut conflicts, mut throttled, mut lost) = (0, 0, 0);
+        let mut token = new_request_token();
         loop {
-            let result = self
+            let request = self
                 .client
                 .transact_write_items()
-                .set_transact_items(Some(items.clone()))
-                .send()
-                .await;
+                .set_transact_items(Some(items.clone()));
+            let result = if persistent {
+                request
+                    .client_request_token(&token)
+                    .customize()
+                    .config_override(
+                        aws_sdk_dynamodb::Config::builder().retry_config(RetryConfig::disabled()),
+                    )
+                    .send()
+                    .await
+            } else {
+                request.send().await
+            };
             let err = match result {
                 Ok(_) => return Ok(Transacted::Done),
                 Err(err) => err,
             };
-            let reasons: Vec<String> = match err.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(t)) => t
-                    .cancellation_reasons()
-                    .iter()
-                    .map(|r| r.code().unwrap_or("None").to_owned())
-                    .collect(),
-                Some(TransactWriteItemsError::TransactionInProgressException(_)) => {
-                    vec!["TransactionConflict".to_owned()]
+            if persistent {
+                match retry::sdk_attempt(&err) {
+                    Attempt::Applied => return Ok(Transacted::Done),
+                    Attempt::MaybeApplied if lost + 1 < retry::max_attempts(config) => {
+                        lost += 1;
+                        RetryBackoff::of_client(config).pause(lost).await;
+                        continue;
+                    }
+                    _ => {}
                 }
-                _ => return Err(classify("TransactWriteItems", err)),
-            };
-            if reasons.iter().any(|r| r == CONDITION_FAILED) {
-                return Ok(Transacted::Failed(reasons));
             }
-            if reasons.iter().any(|r| r == "TransactionConflict") {
-                if attempt + 1 >= CONFLICT_ATTEMPTS {
-                    return Ok(Transacted::Contended);
+            let reasons: Option<Vec<String>> = match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(t)) => Some(
+                    t.cancellation_reasons()
+                        .iter()
+                        .map(|r| r.code().unwrap_or("None").to_owned())
+                        .collect(),
+                ),
+                Some(TransactWriteItemsError::TransactionInProgressException(_)) => {
+                    Some(vec!["TransactionConflict".to_owned()])
                 }
-                crate::metrics::contention_retry("TransactWriteItems");
-                RetryBackoff::CONFLICT.pause(attempt + 1).await;
-                attempt += 1;
+                _ => None,
+            };
+            let refused = match reasons {
+                None => classify("TransactWriteItems", err),
+                Some(reasons) => {
+                    if reasons.iter().any(|r| r == CONDITION_FAILED) {
+                        return Ok(Transacted::Failed(reasons));
+                    }
+                    if reasons.iter().any(|r| r == "TransactionConflict") {
+                        if conflicts + 1 >= CONFLICT_ATTEMPTS {
+                            return Ok(Transacted::Contended);
+                        }
+                        crate::metrics::contention_retry("TransactWriteItems");
+                        conflicts += 1;
+                        RetryBackoff::CONFLICT.pause(conflicts).await;
+                        token = new_request_token();
+                        continue;
+                    }
+                    // Another reason (a throttled item, an invalid one) says what the
+                    // transaction met.
+                    let reason = reasons
+                        .iter()
+                        .find(|r| r.as_str() != "None")
+                        .map_or("TransactionCanceledException", String::as_str);
+                    classify_code(
+                        "TransactWriteItems",
+                        None,
+                        reason,
+                        format!("bucket transaction cancelled: {reasons:?}"),
+                    )
+                }
+            };
+            // Refused for throughput, the request or one of its items: nothing was applied.
+            if persistent
+                && matches!(refused, RepositoryError::Throttled { .. })
+                && throttled + 1 < PERSISTENT_ATTEMPTS
+            {
+                throttled += 1;
+                RetryBackoff::SPLIT.pause(throttled).await;
+                token = new_request_token();
                 continue;
             }
-            // Another reason (a throttled item, an invalid one) says what the transaction met.
-            let reason = reasons
-                .iter()
-                .find(|r| r.as_str() != "None")
-                .map_or("TransactionCanceledException", String::as_str);
-            return Err(classify_code(
-                "TransactWriteItems",
-                None,
-                reason,
-                format!("bucket transaction cancelled: {reasons:?}"),
-            ));
+            return Err(refused);
         }
     }
 

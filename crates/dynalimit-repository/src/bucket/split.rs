@@ -10,7 +10,7 @@ use dynalimit_format::expr::WithExpr;
 use dynalimit_format::item::Item;
 use dynalimit_format::keys;
 
-use super::{BucketStore, CONDITION_FAILED, Doubling, Transacted, build_error, writes};
+use super::{BucketStore, CONDITION_FAILED, Doubling, Pace, Transacted, build_error, writes};
 use crate::RepositoryError;
 
 /// How many times a split or a funded clone is planned again after its transaction found a
@@ -77,10 +77,13 @@ impl BucketStore {
     /// and a shard it brought into use is funded when it is created. A transaction cancelled
     /// by a changed shard is planned again from a fresh read, up to four times.
     ///
-    /// A lost answer: the SDK sends the transaction again with the same
-    /// `ClientRequestToken`, which DynamoDB answers as the first time without applying it
+    /// Refused for throughput (the partition it relieves is hot), the transaction is sent
+    /// again soon, up to eight attempts (test
+    /// `suite::throttle::a_split_refused_for_throughput_is_sent_again_soon_and_lands`). A
+    /// lost answer: the transaction is sent again with the same `ClientRequestToken`, within
+    /// the client's attempts, which DynamoDB answers as the first time without applying it
     /// again, so the split lands once (test `suite::outcomes::split`). An error after the
-    /// SDK's attempts leaves the outcome unknown: shard 0 is read back, strongly consistent;
+    /// attempts leaves the outcome unknown: shard 0 is read back, strongly consistent;
     /// a raised count means the transaction landed, whole (every donor debited once, every
     /// new shard created once), and that count is returned; otherwise the error is.
     ///
@@ -143,7 +146,7 @@ impl BucketStore {
                 }
             }
             items.push(self.meta_check(&key.entity_id, &read.meta.check)?);
-            match self.transact(key, items).await {
+            match self.transact(key, items, Pace::Persistent).await {
                 Ok(Transacted::Done) => {
                     return Ok(Doubling {
                         count: to,
@@ -207,9 +210,9 @@ impl BucketStore {
     /// shard of its line exists, or when its donor is disabled or carries what the core
     /// profile cannot interpret.
     ///
-    /// A lost answer: the SDK sends the transaction again with the same
-    /// `ClientRequestToken`, and DynamoDB applies it once (test
-    /// `suite::outcomes::aggregator_clone_of_a_new_shard`); an error after the SDK's attempts
+    /// Sent again after throttling and after a lost answer as a split's transaction is
+    /// ([`Self::double_shards`]): DynamoDB applies it once (test
+    /// `suite::outcomes::aggregator_clone_of_a_new_shard`); an error after the attempts
     /// leaves it applied once or not at all.
     ///
     /// # Errors
@@ -257,7 +260,7 @@ impl BucketStore {
                 self.meta_check(&key.entity_id, &read.meta.check)?,
             ];
             items.extend(self.move_updates(key, &moves)?);
-            match self.transact(key, items).await? {
+            match self.transact(key, items, Pace::Persistent).await? {
                 Transacted::Done => return Ok(true),
                 Transacted::Failed(reasons)
                     if reasons.first().is_some_and(|r| r == CONDITION_FAILED) =>
