@@ -155,10 +155,12 @@ async fn a_bucket_split_while_both_libraries_spend_it_admits_the_allowance_and_n
 /// The mixed fleet on a hot partition: both libraries spend one bucket through the partition
 /// emulator (each partition key takes 6 writes a second: one shard would need 16 s to hand
 /// out the allowance), each with its client's default retries on throttling, until the
-/// allowance is spent. Nothing splits the bucket by hand: dynalimit's acquires meet a second
-/// of throttling and split it themselves, zae-limiter's clients follow the count they read,
-/// and together the fleets admit the allowance and never more, every admission recorded once
-/// across the shards.
+/// allowance is spent. zae-limiter's fleet starts a second before dynalimit's, whose acquires
+/// split the bucket within seconds of joining and could otherwise spend it all before
+/// zae-limiter's retries come back. Nothing splits the bucket by hand: dynalimit's acquires
+/// meet a second of throttling and split it themselves, zae-limiter's clients follow the
+/// count they read, and together the fleets admit the allowance and never more, every
+/// admission recorded once across the shards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_mixed_fleet_on_a_throttled_partition_splits_it_and_admits_the_allowance() {
     use dynalimit_local::throttle::{PartitionLimits, ThrottleProxy};
@@ -214,7 +216,7 @@ async fn a_mixed_fleet_on_a_throttled_partition_splits_it_and_admits_the_allowan
                "stop_file": stop_file.to_str().unwrap(), "count_errors": true}),
     );
     let rust = async {
-        tokio::time::sleep(Duration::from_secs_f64((start - wall()).max(0.0))).await;
+        tokio::time::sleep(Duration::from_secs_f64((start + 1.0 - wall()).max(0.0))).await;
         let tasks: Vec<_> = (0..8)
             .map(|_| {
                 let (limiter, spent) = (limiter.clone(), spent.clone());

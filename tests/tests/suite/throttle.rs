@@ -215,96 +215,162 @@ async fn a_throttled_shard_sends_the_acquire_to_another_shard_with_tokens() {
 /// answers shard 0's `UpdateItem`s with `ProvisionedThroughputExceededException`, the other
 /// requests pass): refused for less than a second, it stays one shard; refused for over a
 /// second with nothing taken (a brownout), it stays one shard; refused for a second without a
-/// quiet gap while some writes are taken, the next refused acquire splits it as a `wcu`
+/// quiet second while some writes are taken, the next refused acquire splits it as a `wcu`
 /// shortfall does, and is admitted on the new shard.
-#[tokio::test]
-async fn sustained_throttling_of_shard_0_splits_the_bucket() {
-    use dynalimit_tests::fault::FaultProxy;
-    let table = dynalimit_tests::table().await;
-    let fault = FaultProxy::start().await;
-    let clock = ManualClock::new(dynalimit_core::Clock::epoch_millis(
-        &dynalimit_core::SystemClock,
-    ));
-    let repo = table
-        .builder()
-        .client(fault.client(1, None).await)
-        .namespace("hot")
-        .clock(Arc::new(clock.clone()))
-        .open()
-        .await
-        .expect("open through the fault proxy");
-    let limiter = RateLimiter::new(repo.clone());
-    // Committed: a lease dropped uncommitted gives its tokens back.
-    let acquire = || async {
-        limiter
+/// A bucket of one shard on the emulator, through a fault proxy and on a manual clock, for
+/// the acquires of one process that sends each request once.
+struct HotBucket {
+    _table: dynalimit_tests::TestTable,
+    fault: dynalimit_tests::fault::FaultProxy,
+    clock: ManualClock,
+    repo: Repository,
+    limiter: RateLimiter,
+}
+
+impl HotBucket {
+    async fn new() -> HotBucket {
+        let table = dynalimit_tests::table().await;
+        let fault = dynalimit_tests::fault::FaultProxy::start().await;
+        let clock = ManualClock::new(dynalimit_core::Clock::epoch_millis(
+            &dynalimit_core::SystemClock,
+        ));
+        let repo = table
+            .builder()
+            .client(fault.client(1, None).await)
+            .namespace("hot")
+            .clock(Arc::new(clock.clone()))
+            .open()
+            .await
+            .expect("open through the fault proxy");
+        let limiter = RateLimiter::new(repo.clone());
+        let hot = HotBucket {
+            _table: table,
+            fault,
+            clock,
+            repo,
+            limiter,
+        };
+        hot.acquire().await.expect("the bucket is created");
+        hot
+    }
+
+    /// One acquire, committed: a lease dropped uncommitted gives its tokens back.
+    async fn acquire(&self) -> Result<(), Error> {
+        self.limiter
             .acquire("hot-key", "model", [("rpm", 1)])
             .limits(limits())
             .await?
             .commit()
             .await
-    };
-    acquire().await.expect("the bucket is created");
-    let shard0 = format!("{}/BUCKET#hot-key#model#0\"", repo.namespace_id());
-    let throttle = |n| {
-        fault.fail_matching(
+    }
+
+    /// An acquire whose write to shard 0 DynamoDB refuses for throughput.
+    async fn refused(&self) {
+        let shard0 = format!("{}/BUCKET#hot-key#model#0\"", self.repo.namespace_id());
+        self.fault.fail_matching(
             "UpdateItem",
             &shard0,
             "ProvisionedThroughputExceededException",
-            n,
+            1,
         );
-    };
-    let shards = || async {
-        let key = BucketKey::new("hot-key", "model", 0);
-        let image = repo.buckets().read(&key).await.expect("read");
-        image.expect("shard 0").shards()
-    };
-    // Half a second of refusals (one attempt each: the client retries nothing), then a quiet
-    // second: no split.
-    for _ in 0..5 {
-        throttle(1);
-        let refused = acquire().await.unwrap_err();
+        let refused = self.acquire().await.unwrap_err();
         assert!(matches!(refused, Error::Unavailable { .. }), "{refused:?}");
-        clock.advance(Duration::from_millis(100));
     }
-    clock.advance(Duration::from_secs(1));
-    acquire()
+
+    /// An acquire that DynamoDB refuses on shard 0 once and is admitted (after a split, on a
+    /// new shard).
+    async fn refused_then_admitted(&self) {
+        let shard0 = format!("{}/BUCKET#hot-key#model#0\"", self.repo.namespace_id());
+        self.fault.fail_matching(
+            "UpdateItem",
+            &shard0,
+            "ProvisionedThroughputExceededException",
+            1,
+        );
+        self.acquire()
+            .await
+            .expect("split, then admitted on the new shard");
+        assert_eq!(self.fault.pending(), 0);
+    }
+
+    /// The count shard 0 holds.
+    async fn shards(&self) -> u32 {
+        let key = BucketKey::new("hot-key", "model", 0);
+        let image = self.repo.buckets().read(&key).await.expect("read");
+        image.expect("shard 0").shards()
+    }
+
+    fn advance(&self, ms: u64) {
+        self.clock.advance(Duration::from_millis(ms));
+    }
+}
+
+#[tokio::test]
+async fn sustained_throttling_of_shard_0_splits_the_bucket() {
+    let hot = HotBucket::new().await;
+    // Half a second of refusals (one attempt each: the client retries nothing), then two
+    // quiet seconds: no split.
+    for _ in 0..5 {
+        hot.refused().await;
+        hot.advance(100);
+    }
+    hot.advance(2_000);
+    hot.acquire()
         .await
         .expect("admitted once the partition takes writes");
-    assert_eq!(shards().await, 1);
-    clock.advance(Duration::from_millis(100));
+    assert_eq!(hot.shards().await, 1);
+    hot.advance(100);
     // A second of refusals, 100 ms apart, and nothing taken: a brownout, no split.
     for _ in 0..12 {
-        throttle(1);
-        let refused = acquire().await.unwrap_err();
-        assert!(matches!(refused, Error::Unavailable { .. }), "{refused:?}");
-        clock.advance(Duration::from_millis(100));
+        hot.refused().await;
+        hot.advance(100);
     }
-    assert_eq!(shards().await, 1, "the table refuses, not the partition");
-    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        hot.shards().await,
+        1,
+        "the table refuses, not the partition"
+    );
+    hot.advance(2_000);
     // A second of refusals, 100 ms apart, while the partition takes some writes: hot.
     for i in 0..10 {
-        throttle(1);
-        let refused = acquire().await.unwrap_err();
-        assert!(matches!(refused, Error::Unavailable { .. }), "{refused:?}");
+        hot.refused().await;
         if i == 5 {
-            acquire().await.expect("the partition takes some writes");
+            hot.acquire()
+                .await
+                .expect("the partition takes some writes");
         }
-        clock.advance(Duration::from_millis(100));
+        hot.advance(100);
     }
-    assert_eq!(shards().await, 1, "not a second yet");
-    throttle(1);
-    acquire()
-        .await
-        .expect("split, then admitted on the new shard");
-    assert_eq!(fault.pending(), 0);
-    assert_eq!(shards().await, 2, "split after a second of refusals");
-    let new = repo
+    assert_eq!(hot.shards().await, 1, "not a second yet");
+    hot.refused_then_admitted().await;
+    assert_eq!(hot.shards().await, 2, "split after a second of refusals");
+    let new = hot
+        .repo
         .buckets()
         .read(&BucketKey::new("hot-key", "model", 1))
         .await
         .expect("read")
         .expect("shard 1 created by the split");
     assert_eq!(new.limits["rpm"].tc, 1000, "the acquire was admitted there");
+}
+
+/// A process with one request in flight (a Lambda function's instance, a worker acquiring
+/// in turn) sees a hot partition's refusals far apart: here 600 ms, with its other writes
+/// taken between them. They are one run of throttling, which splits the bucket at its fourth
+/// refusal, a second and more after the first.
+#[tokio::test]
+async fn one_request_in_flight_sees_a_hot_partition_and_splits_the_bucket() {
+    let hot = HotBucket::new().await;
+    for _ in 0..3 {
+        hot.refused().await;
+        hot.acquire()
+            .await
+            .expect("the partition takes some writes");
+        hot.advance(600);
+    }
+    assert_eq!(hot.shards().await, 1, "three refusals");
+    hot.refused_then_admitted().await;
+    assert_eq!(hot.shards().await, 2, "four refusals over 1.8 s");
 }
 
 /// A split is what relieves a hot partition, and its transaction needs that partition: it is

@@ -667,10 +667,10 @@ impl Engine {
     /// * while another task of this limiter splits the bucket, the request waits for the
     ///   split (its transaction needs the partitions this load would take) and goes on at the
     ///   count it reached;
-    /// * the refusal is recorded; when the bucket's shards have been refused for a second
-    ///   without a quiet gap while it took some writes ([`Throttling`]), the bucket splits as
-    ///   after a `wcu` shortfall, gated on shard 0's image as read ([`decide_throttling`]),
-    ///   and the request takes the slow path on a new shard;
+    /// * the refusal is recorded; when the bucket's shards have been refused for a second, a
+    ///   few times without a quiet second, while it took some writes ([`Throttling`]), the
+    ///   bucket splits as after a `wcu` shortfall, gated on shard 0's image as read
+    ///   ([`decide_throttling`]), and the request takes the slow path on a new shard;
     /// * otherwise the request goes to up to two other shards with tokens, drawn at random
     ///   among those not known short and not refused a moment ago, on the fast path;
     /// * with nowhere else to go (one shard, or every one tried refused), it goes to the same

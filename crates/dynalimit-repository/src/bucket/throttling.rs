@@ -3,14 +3,20 @@
 //! `wcu` count runs out, when a table has provisioned capacity or a partition is shared.
 //!
 //! A refused write applied nothing, so the acquire sends it to another shard of the bucket
-//! at once ([`Throttling::avoid`] says which to leave out). When the bucket's shards keep
-//! being refused for `SUSTAINED_THROTTLING_MS` with no quiet gap longer than
-//! `THROTTLING_GAP_MS` between two refusals (of any shard: a refused shard is avoided, so
-//! the refusals move from shard to shard), while the bucket still took writes in that time,
-//! its partitions are hot for good and the bucket splits, as after a `wcu` shortfall
-//! ([`decide_throttling`]). A burst that dies down within
+//! at once ([`Throttling::avoid`] says which to leave out, for `AVOID_MS`). When the
+//! bucket's shards keep being refused for `SUSTAINED_THROTTLING_MS`, at least
+//! `RUN_REFUSALS` times with no quiet gap longer than `RUN_GAP_MS` between two refusals (of
+//! any shard: a refused shard is avoided, so the refusals move from shard to shard), while
+//! the bucket still took writes in that time, its partitions are hot for good and the bucket
+//! splits, as after a `wcu` shortfall ([`decide_throttling`]). A burst that dies down within
 //! the second does not split it, nor does a brownout in which no write is taken at all (the
 //! table, not the partition, refuses: a split would not help).
+//!
+//! A process sees the partitions only through its own requests. With many in flight it sees
+//! a hot partition's refusals milliseconds apart; with one in flight (a Lambda function's
+//! instance, a worker that acquires in turn), a refusal, the client's retry pause (up to a
+//! second in the SDK's standard configuration), the next request: up to a second apart. So a
+//! run tolerates quiet gaps of up to a second, and asks for a few refusals, not two.
 
 use crate::bucket::decide::{BucketImage, Gate, fast_rejection_gate};
 use dynalimit_core::bucket::{MAX_SHARD_COUNT, doubled_shard_count};
@@ -21,8 +27,14 @@ use std::collections::BTreeMap;
 pub(crate) const SUSTAINED_THROTTLING_MS: i64 = 1_000;
 
 /// The longest quiet gap between two refusals of the bucket's shards that still counts as one
-/// run of throttling; also how long a refused shard is left out of the draws.
-pub(crate) const THROTTLING_GAP_MS: i64 = 250;
+/// run of throttling: a process with one request in flight sees them this far apart.
+pub(crate) const RUN_GAP_MS: i64 = 1_000;
+
+/// The fewest refusals in a run of throttling that splits the bucket.
+pub(crate) const RUN_REFUSALS: u32 = 4;
+
+/// How long a refused shard is left out of the draws.
+pub(crate) const AVOID_MS: i64 = 250;
 
 /// What one process saw of the throttling of one bucket's shards.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -31,6 +43,8 @@ pub struct Throttling {
     last: BTreeMap<u32, i64>,
     /// When the current run of refusals began.
     since: Option<i64>,
+    /// The refusals of the current run.
+    count: u32,
     /// When a write to one of the bucket's shards was last taken.
     served: Option<i64>,
 }
@@ -42,28 +56,33 @@ impl Throttling {
     }
 
     /// Records that `shard` refused a write at `now`. True when the bucket's shards have now
-    /// been refused for at least `SUSTAINED_THROTTLING_MS` without a gap longer than
-    /// `THROTTLING_GAP_MS`, and the bucket took a write within that run: the bucket should
-    /// split.
+    /// been refused for at least `SUSTAINED_THROTTLING_MS`, `RUN_REFUSALS` times or more,
+    /// without a gap longer than `RUN_GAP_MS`, and the bucket took a write within that run:
+    /// the bucket should split.
     pub fn refused(&mut self, shard: u32, now: i64) -> bool {
         let previous = self.last.values().copied().max();
         self.last.insert(shard.min(MAX_SHARD_COUNT), now);
-        let continued = previous.is_some_and(|at| now.saturating_sub(at) <= THROTTLING_GAP_MS);
+        let continued = previous.is_some_and(|at| now.saturating_sub(at) <= RUN_GAP_MS);
         let since = match self.since {
             Some(since) if continued => since,
-            _ => now,
+            _ => {
+                self.count = 0;
+                now
+            }
         };
         self.since = Some(since);
+        self.count = self.count.saturating_add(1);
         now.saturating_sub(since) >= SUSTAINED_THROTTLING_MS
+            && self.count >= RUN_REFUSALS
             && self.served.is_some_and(|at| at >= since)
     }
 
-    /// The shards refused within the last `THROTTLING_GAP_MS` at `now`: where a request is
-    /// not sent while another shard may take it.
+    /// The shards refused within the last `AVOID_MS` at `now`: where a request is not sent
+    /// while another shard may take it.
     pub fn avoid(&self, now: i64) -> Vec<u32> {
         self.last
             .iter()
-            .filter(|(_, at)| now.saturating_sub(**at) <= THROTTLING_GAP_MS)
+            .filter(|(_, at)| now.saturating_sub(**at) <= AVOID_MS)
             .map(|(shard, _)| *shard)
             .collect()
     }
@@ -101,7 +120,7 @@ mod tests {
     const T0: i64 = 1_700_000_000_000;
 
     #[test]
-    fn a_second_of_refusals_of_shard_0_without_a_quiet_gap_asks_for_a_split() {
+    fn a_second_of_refusals_without_a_quiet_second_asks_for_a_split() {
         let mut t = Throttling::default();
         let mut at = T0;
         assert!(!t.refused(0, at));
@@ -120,13 +139,29 @@ mod tests {
         }
         t.served(T0 + 1_050);
         assert!(t.refused(0, T0 + 1_100), "a write taken within the run");
-        // A quiet gap starts a new run.
+        // A quiet gap over a second starts a new run.
         let mut t = Throttling::default();
-        t.served(T0 + 1_250);
+        t.served(T0 + 100);
         assert!(!t.refused(0, T0));
-        assert!(!t.refused(0, T0 + 200));
-        assert!(!t.refused(0, T0 + 600), "a 400 ms gap");
-        assert!(!t.refused(0, T0 + 1_300));
+        assert!(!t.refused(0, T0 + 500));
+        assert!(!t.refused(0, T0 + 900));
+        assert!(!t.refused(0, T0 + 2_000), "a 1100 ms gap: a new run");
+        t.served(T0 + 2_100);
+        assert!(!t.refused(0, T0 + 2_500));
+        assert!(!t.refused(0, T0 + 2_900));
+        assert!(
+            t.refused(0, T0 + 3_000),
+            "a second of the new run, four refusals"
+        );
+        // Refusals a second apart, as a process with one request in flight sees a hot
+        // partition (a refusal, the client's retry pause, the next request): one run, which
+        // asks for a split at its fourth refusal.
+        let mut t = Throttling::default();
+        t.served(T0 + 300);
+        assert!(!t.refused(0, T0));
+        assert!(!t.refused(0, T0 + 1_000), "two refusals");
+        assert!(!t.refused(0, T0 + 2_000), "three refusals");
+        assert!(t.refused(0, T0 + 3_000), "four refusals over three seconds");
         // Refusals moving from shard to shard are one run.
         let mut t = Throttling::default();
         t.served(T0 + 500);
