@@ -377,8 +377,10 @@ async fn one_request_in_flight_sees_a_hot_partition_and_splits_the_bucket() {
 /// sent again soon and often when refused for throughput, whether DynamoDB refuses the
 /// request (`ProvisionedThroughputExceededException`, past the client's three attempts) or
 /// cancels it for the hot item (`ThrottlingError` among the cancellation reasons), and lands
-/// once. A client that retries nothing gets the refusal at once; a refusal that outlasts
-/// eight attempts is an error; neither changes the bucket.
+/// once, each refused attempt sent again under a new `ClientRequestToken`. A client that
+/// retries nothing gets the refusal at once; a refusal that outlasts eight attempts is an
+/// error; neither changes the bucket. Once an answer is lost, every later attempt carries that
+/// attempt's token, and the split lands once.
 #[tokio::test]
 async fn a_split_refused_for_throughput_is_sent_again_soon_and_lands() {
     use dynalimit_tests::fault::FaultProxy;
@@ -479,4 +481,40 @@ async fn a_split_refused_for_throughput_is_sent_again_soon_and_lands() {
         total += image.expect("read").expect("shard").limits["rpm"].tc;
     }
     assert_eq!(total, 1000, "one acquire recorded, across the shards");
+    let tokens = || {
+        fault
+            .requests()
+            .iter()
+            .filter(|r| r.operation == "TransactWriteItems")
+            .map(|r| {
+                r.body["ClientRequestToken"]
+                    .as_str()
+                    .expect("token")
+                    .to_owned()
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    assert_eq!(tokens().len(), 8, "a new token for each refused attempt");
+
+    // Its answer lost, then refused for throughput: the transaction may have landed, so every
+    // later attempt carries the first one's token, and DynamoDB answers the third as the
+    // first without applying it again.
+    fault.clear_requests();
+    fault.lose_after_applying(
+        "TransactWriteItems",
+        Some(&shard0),
+        dynalimit_tests::fault::Lost::Answer500,
+        1,
+    );
+    refuse(1);
+    let doubled = repo.buckets().double_shards(&key, 4, 8, 0).await;
+    assert_eq!(doubled.expect("split").count, 8);
+    assert_eq!((transactions(), tokens().len(), fault.pending()), (3, 1, 0));
+    assert_eq!(shards().await, 8);
+    let mut total = 0;
+    for shard in 0..8 {
+        let image = repo.buckets().read(&key.with_shard(shard)).await;
+        total += image.expect("read").expect("shard").limits["rpm"].tc;
+    }
+    assert_eq!(total, 1000, "the split landed once");
 }

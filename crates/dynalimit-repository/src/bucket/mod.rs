@@ -849,10 +849,11 @@ impl BucketStore {
         let config = self.client.config().retry_config();
         // Under `Pace::Persistent` the attempts are this loop's, not the SDK's (whose retry
         // quota a hot partition's refusals may have spent): a lost answer is sent again with
-        // the same token, as the SDK would, and a refusal for throughput with a new one.
+        // the same token, as the SDK would, and so is every later attempt (the transaction may
+        // have landed); until then a refusal is sent again with a new one.
         let persistent = pace == Pace::Persistent && retry::max_attempts(config) > 1;
         let (mut conflicts, mut throttled, mut lost) = (0, 0, 0);
-        let mut token = new_request_token();
+        let mut token = persistent.then(new_request_token).unwrap_or_default();
         loop {
             let request = self
                 .client
@@ -860,7 +861,7 @@ impl BucketStore {
                 .set_transact_items(Some(items.clone()));
             let result = if persistent {
                 request
-                    .client_request_token(&token)
+                    .client_request_token(token.as_str())
                     .customize()
                     .config_override(
                         aws_sdk_dynamodb::Config::builder().retry_config(RetryConfig::disabled()),
@@ -910,7 +911,9 @@ impl BucketStore {
                         crate::metrics::contention_retry("TransactWriteItems");
                         conflicts += 1;
                         RetryBackoff::CONFLICT.pause(conflicts).await;
-                        token = new_request_token();
+                        if persistent && lost == 0 {
+                            token = new_request_token();
+                        }
                         continue;
                     }
                     // Another reason (a throttled item, an invalid one) says what the
@@ -934,7 +937,9 @@ impl BucketStore {
             {
                 throttled += 1;
                 RetryBackoff::SPLIT.pause(throttled).await;
-                token = new_request_token();
+                if lost == 0 {
+                    token = new_request_token();
+                }
                 continue;
             }
             return Err(refused);
