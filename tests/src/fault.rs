@@ -45,10 +45,11 @@ const LOST_500: &str = r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalSe
 /// How a faulted request is answered.
 #[derive(Debug, Clone)]
 enum Reply {
-    /// The service's error shape; the request never reaches DynamoDB.
+    /// An answer of the service refusing the request (an error body); the request never
+    /// reaches DynamoDB.
     Error {
-        code: String,
         status: StatusCode,
+        body: Bytes,
         /// The answer's `Date` is this far from now (milliseconds).
         date_offset_ms: i64,
     },
@@ -58,8 +59,21 @@ enum Reply {
     After(Lost),
     /// The request is held, never forwarded, never answered (a half-open connection).
     Hold,
-    /// The request never reaches DynamoDB; this answer is given instead.
-    Refuse { status: StatusCode, body: Bytes },
+}
+
+impl Reply {
+    /// DynamoDB's error shape for `code`, answered with `status` and a `Date` `offset_ms`
+    /// from now.
+    fn error(code: &str, status: StatusCode, date_offset_ms: i64) -> Reply {
+        let body = format!(
+            r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{code}","message":"injected by the test proxy"}}"#
+        );
+        Reply::Error {
+            status,
+            body: Bytes::from(body),
+            date_offset_ms,
+        }
+    }
 }
 
 /// How the answer of a request the proxy forwarded (and DynamoDB applied) is lost.
@@ -129,11 +143,7 @@ impl Chaos {
         if !CHAOS_OPERATIONS.contains(&operation) || !self.rng.random_bool(self.rate) {
             return None;
         }
-        let error = |code: &str, status| Reply::Error {
-            code: code.to_string(),
-            status,
-            date_offset_ms: 0,
-        };
+        let error = |code: &str, status| Reply::error(code, status, 0);
         let (name, reply) = match self.rng.random_range(0..8) {
             0 => (
                 "throttled",
@@ -275,16 +285,8 @@ impl FaultProxy {
     /// As [`FaultProxy::fail_next`], for requests whose body contains `needle` only (a
     /// bucket's partition key, say); other requests of `operation` pass.
     pub fn fail_matching(&self, operation: &str, needle: &str, code: &str, n: usize) {
-        self.push(
-            operation,
-            Some(needle),
-            Reply::Error {
-                code: code.to_string(),
-                status: StatusCode::BAD_REQUEST,
-                date_offset_ms: 0,
-            },
-            n,
-        );
+        let reply = Reply::error(code, StatusCode::BAD_REQUEST, 0);
+        self.push(operation, Some(needle), reply, n);
     }
 
     /// Answers the next `n` requests of `operation` whose body contains `needle` with
@@ -298,9 +300,10 @@ impl FaultProxy {
         body: impl Into<Bytes>,
         n: usize,
     ) {
-        let reply = Reply::Refuse {
+        let reply = Reply::Error {
             status,
             body: body.into(),
+            date_offset_ms: 0,
         };
         self.push(operation, Some(needle), reply, n);
     }
@@ -363,11 +366,7 @@ impl FaultProxy {
     }
 
     fn plan(&self, operation: &str, code: &str, status: StatusCode, n: usize, offset_ms: i64) {
-        let reply = Reply::Error {
-            code: code.to_string(),
-            status,
-            date_offset_ms: offset_ms,
-        };
+        let reply = Reply::error(code, status, offset_ms);
         self.push(operation, None, reply, n);
     }
 
@@ -520,27 +519,20 @@ async fn forward(
             refused.then(|| Plan {
                 operation: operation.clone(),
                 matching: None,
-                reply: Reply::Error {
-                    code: "UnrecognizedClientException".to_string(),
-                    status: StatusCode::BAD_REQUEST,
-                    date_offset_ms: 0,
-                },
+                reply: Reply::error("UnrecognizedClientException", StatusCode::BAD_REQUEST, 0),
                 remaining: Arc::new(AtomicUsize::new(0)),
             })
         });
     if let Some(Plan {
         reply:
             Reply::Error {
-                code,
                 status,
+                body,
                 date_offset_ms,
             },
         ..
     }) = &fault
     {
-        let body = format!(
-            r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{code}","message":"injected by the test proxy"}}"#
-        );
         let date = DateTime::from_millis(SystemClock.epoch_millis() + date_offset_ms)
             .fmt(Format::HttpDate)
             .expect("HTTP date");
@@ -549,7 +541,7 @@ async fn forward(
             .header("date", date)
             .header("content-type", "application/x-amz-json-1.0")
             .header("x-amzn-requestid", "FAULTPROXY")
-            .body(Body::from(body))
+            .body(Body::from(body.clone()))
             .expect("fault response");
     }
     if matches!(
@@ -560,18 +552,6 @@ async fn forward(
         })
     ) {
         return std::future::pending().await;
-    }
-    if let Some(Plan {
-        reply: Reply::Refuse { status, body },
-        ..
-    }) = &fault
-    {
-        return Response::builder()
-            .status(*status)
-            .header("content-type", "application/x-amz-json-1.0")
-            .header("x-amzn-requestid", "FAULTPROXY")
-            .body(Body::from(body.clone()))
-            .expect("refusal");
     }
     let upstream = match upstream {
         Upstream::Http(uri) => uri,

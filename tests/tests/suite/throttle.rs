@@ -71,6 +71,11 @@ async fn recorded(direct: &Repository, key: &BucketKey, shards: u32) -> i64 {
     recorded
 }
 
+/// Text only a request on shard 0 of the hot bucket holds: its partition key, closed.
+fn shard0(repo: &Repository) -> String {
+    format!("{}/BUCKET#hot-key#model#0\"", repo.namespace_id())
+}
+
 /// A proxy allowing ten writes (thirty reads) per key and second, whose clock stands still:
 /// no key refills until the test moves it.
 async fn frozen_proxy() -> (ThrottleProxy, ManualClock) {
@@ -268,29 +273,34 @@ impl HotBucket {
             .await
     }
 
-    /// An acquire whose write to shard 0 DynamoDB refuses for throughput.
-    async fn refused(&self) {
-        let shard0 = format!("{}/BUCKET#hot-key#model#0\"", self.repo.namespace_id());
+    /// DynamoDB refuses the next write to shard 0 for throughput.
+    fn throttle_next(&self) {
         self.fault.fail_matching(
             "UpdateItem",
-            &shard0,
+            &shard0(&self.repo),
             "ProvisionedThroughputExceededException",
             1,
         );
+    }
+
+    /// An acquire whose write to shard 0 DynamoDB refuses for throughput.
+    async fn refused(&self) {
+        self.throttle_next();
         let refused = self.acquire().await.unwrap_err();
         assert!(matches!(refused, Error::Unavailable { .. }), "{refused:?}");
+    }
+
+    /// An acquire the partition takes.
+    async fn admitted(&self) {
+        self.acquire()
+            .await
+            .expect("the partition takes some writes");
     }
 
     /// An acquire that DynamoDB refuses on shard 0 once and is admitted (after a split, on a
     /// new shard).
     async fn refused_then_admitted(&self) {
-        let shard0 = format!("{}/BUCKET#hot-key#model#0\"", self.repo.namespace_id());
-        self.fault.fail_matching(
-            "UpdateItem",
-            &shard0,
-            "ProvisionedThroughputExceededException",
-            1,
-        );
+        self.throttle_next();
         self.acquire()
             .await
             .expect("split, then admitted on the new shard");
@@ -339,9 +349,7 @@ async fn sustained_throttling_of_shard_0_splits_the_bucket() {
     for i in 0..10 {
         hot.refused().await;
         if i == 5 {
-            hot.acquire()
-                .await
-                .expect("the partition takes some writes");
+            hot.admitted().await;
         }
         hot.advance(100);
     }
@@ -367,9 +375,7 @@ async fn one_request_in_flight_sees_a_hot_partition_and_splits_the_bucket() {
     let hot = HotBucket::new().await;
     for _ in 0..3 {
         hot.refused().await;
-        hot.acquire()
-            .await
-            .expect("the partition takes some writes");
+        hot.admitted().await;
         hot.advance(600);
     }
     assert_eq!(hot.shards().await, 1, "three refusals");
@@ -412,13 +418,26 @@ async fn a_split_refused_for_throughput_is_sent_again_soon_and_lands() {
         .await
         .expect("commit");
     let key = BucketKey::new("hot-key", "model", 0);
-    let shard0 = format!("{}/BUCKET#hot-key#model#0\"", repo.namespace_id());
-    let transactions = || {
-        fault
-            .requests()
-            .iter()
+    let shard0 = shard0(&repo);
+    // The transactions sent since the last `refuse`, and their distinct tokens.
+    let sent = || {
+        let requests = fault.requests().into_iter();
+        requests
             .filter(|r| r.operation == "TransactWriteItems")
-            .count()
+            .map(|r| r.body)
+            .collect::<Vec<_>>()
+    };
+    let transactions = || sent().len();
+    let tokens = || {
+        sent()
+            .iter()
+            .map(|body| {
+                body["ClientRequestToken"]
+                    .as_str()
+                    .expect("token")
+                    .to_owned()
+            })
+            .collect::<std::collections::BTreeSet<_>>()
     };
     let shards = || async {
         let image = repo.buckets().read(&key).await.expect("read");
@@ -484,19 +503,6 @@ async fn a_split_refused_for_throughput_is_sent_again_soon_and_lands() {
         1000,
         "one acquire recorded, across the shards"
     );
-    let tokens = || {
-        fault
-            .requests()
-            .iter()
-            .filter(|r| r.operation == "TransactWriteItems")
-            .map(|r| {
-                r.body["ClientRequestToken"]
-                    .as_str()
-                    .expect("token")
-                    .to_owned()
-            })
-            .collect::<std::collections::BTreeSet<_>>()
-    };
     assert_eq!(tokens().len(), 8, "a new token for each refused attempt");
 
     // Its answer lost, then refused for throughput: the transaction may have landed, so every

@@ -851,7 +851,7 @@ impl BucketStore {
         // quota a hot partition's refusals may have spent): a lost answer is sent again with
         // the same token, as the SDK would, and so is every later attempt (the transaction may
         // have landed); until then a refusal is sent again with a new one.
-        let persistent = pace == Pace::Persistent && retry::max_attempts(config) > 1;
+        let persistent = pace == Pace::Persistent && self.retries_throttled_writes();
         let (mut conflicts, mut throttled, mut lost) = (0, 0, 0);
         let mut token = persistent.then(new_request_token).unwrap_or_default();
         loop {
